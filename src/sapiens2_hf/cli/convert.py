@@ -1,0 +1,36 @@
+"""`sapiens2-hf convert SRC --out DIR [--task T]`: official checkpoint file -> Hugging Face folder."""
+
+import argparse
+
+from ..conversion import convert_official_checkpoint
+
+
+def add_convert_subparser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert an official sapiens2_<size>_<task>.safetensors file into a Hugging Face folder",
+        description="Convert an official Sapiens2 checkpoint into a folder with config.json, model.safetensors, "
+        "preprocessor_config.json and a model card; the architecture is inferred from the tensor shapes.",
+    )
+    parser.add_argument("source", help="official .safetensors file")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--task", default="auto", choices=["auto", "pretrain", "pose", "seg", "normal", "pointmap", "albedo"])
+    parser.add_argument("--rope-dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None)
+    parser.add_argument("--no-verify", action="store_true", help="skip the reload-and-compare check")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    parser.set_defaults(handler=run_convert)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    out = convert_official_checkpoint(
+        args.source,
+        args.out,
+        task=args.task,
+        rope_dtype=args.rope_dtype,
+        image_size=args.image_size,
+        verify=not args.no_verify,
+        overwrite=args.overwrite,
+    )
+    print(f"wrote {out}")
+    return 0

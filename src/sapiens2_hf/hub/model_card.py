@@ -1,0 +1,130 @@
+"""Model cards for Sapiens2 checkpoints, rendered from the config (and, when known, training and evaluation facts)."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from huggingface_hub import ModelCard, ModelCardData
+
+from ..modeling import Sapiens2Config
+
+_TASK_FACTS = {
+    None: ("image-feature-extraction", "Pretrained backbone (image features)", "Sapiens2Model",
+           "`last_hidden_state` (CLS, 8 registers, patch tokens) and `pooler_output` (CLS)"),
+    "pose": ("keypoint-detection", "308-keypoint top-down pose estimation", "Sapiens2ForPoseEstimation",
+             "`heatmaps`: 308 heatmaps at 1/4 of the crop resolution"),
+    "seg": ("image-segmentation", "29-class body-part segmentation", "Sapiens2ForSemanticSegmentation",
+            "`logits`: 29 class logits per pixel"),
+    "normal": ("depth-estimation", "Surface normal estimation", "Sapiens2ForNormalEstimation",
+               "`normals`: camera-frame normal vectors per pixel (not unit length; post-processing normalises)"),
+    "pointmap": ("depth-estimation", "Pointmap (per-pixel XYZ) estimation", "Sapiens2ForPointmapEstimation",
+                 "`pointmaps`: canonical-camera XYZ per pixel and `scales`: canonical / actual focal length"),
+    "albedo": ("image-to-image", "Albedo estimation", "Sapiens2ForAlbedoEstimation",
+               "`albedos`: RGB albedo per pixel (clamp to [0, 1])"),
+}
+_PIPELINE_TASKS = {None: None, "pose": "sapiens2-pose", "seg": "sapiens2-segmentation", "normal": "sapiens2-normal",
+                   "pointmap": "sapiens2-pointmap", "albedo": "sapiens2-albedo"}
+_TRANSFORMERS_AUTO = {None: "AutoModel", "pose": "AutoModelForPoseEstimation", "seg": "AutoModelForSemanticSegmentation",
+                      "normal": "AutoModelForNormalEstimation", "pointmap": "AutoModelForPointmapEstimation"}
+
+
+def _template(name: str = "sapiens2_task.md") -> str:
+    # model_cards/ at the repository root, shipped inside the package as assets/model_cards (a symlink in the tree).
+    return resources.files("sapiens2_hf").joinpath("assets", "model_cards", name).read_text()
+
+
+def _labels_section(config: Sapiens2Config) -> str:
+    if config.task == "pose":
+        names = [config.id2label[i] for i in range(len(config.id2label))]
+        return (f"308 keypoints in the official Sapiens2 order (body 17, feet 6, hands 2 x 20, face 238 and more); "
+                f"{len(config.flip_pairs or [])} left/right flip pairs travel in config.json. First ten: "
+                + ", ".join(f"`{n}`" for n in names[:10]) + ".")
+    if config.task == "seg":
+        return "29 classes (index: name): " + ", ".join(f"{i}: {config.id2label[i]}" for i in range(len(config.id2label))) + "."
+    return "Dense regression; no class labels."
+
+
+def render_model_card(
+    config: Sapiens2Config,
+    repo_id: str = "<your-namespace>/<repo-name>",
+    num_parameters: int | None = None,
+    source: str = "converted with sapiens2_hf",
+    base_model: str | None = None,
+    datasets: list[str] | None = None,
+    eval_results: dict[str, float] | None = None,
+    eval_dataset: str | None = None,
+    limitations: str = "",
+) -> ModelCard:
+    """Fills the card template from a config. `eval_results` (metric name -> value) go to the YAML model-index."""
+    pipeline_tag, task_description, class_name, output_description = _TASK_FACTS[config.task]
+    tags = ["sapiens2", "sapiens2_hf", "human-centric", "vision"] + ([config.task] if config.task else [])
+    eval_kwargs = {}
+    if eval_results:
+        from huggingface_hub import EvalResult
+
+        eval_kwargs["eval_results"] = [
+            EvalResult(task_type=pipeline_tag, dataset_type=eval_dataset or "custom", dataset_name=eval_dataset or "custom",
+                       metric_type=name, metric_value=float(value))
+            for name, value in eval_results.items()
+        ]
+        eval_kwargs["model_name"] = repo_id.split("/")[-1]
+    card_data = ModelCardData(
+        library_name="transformers" if config.task != "albedo" else "sapiens2_hf",
+        pipeline_tag=pipeline_tag,
+        tags=tags,
+        license="other",
+        license_name="sapiens2-license",
+        license_link="https://github.com/facebookresearch/sapiens2/blob/main/LICENSE.md",
+        base_model=base_model,
+        datasets=datasets,
+        **eval_kwargs,
+    )
+    height, width = config.image_size_hw
+    kv = sorted(set(config.num_key_value_heads_per_layer))
+    pipeline_task = _PIPELINE_TASKS[config.task]
+    usage = [
+        "import sapiens2_hf",
+        f"model = sapiens2_hf.{class_name}.from_pretrained({repo_id!r})",
+    ]
+    if pipeline_task:
+        usage += ["from transformers import pipeline", f"predictor = pipeline({pipeline_task!r}, model={repo_id!r})"]
+    if config.task in _TRANSFORMERS_AUTO:
+        transformers_usage = (
+            "```python\nfrom transformers import " + _TRANSFORMERS_AUTO[config.task] + "\n"
+            f"model = {_TRANSFORMERS_AUTO[config.task]}.from_pretrained({repo_id!r})\n```\n\n"
+            "transformers' own Sapiens2 classes compute RoPE in float32 where the official model uses bfloat16, which moves "
+            "outputs by about 0.2-0.5 % (rel. L2); sapiens2_hf reproduces the official numbers."
+        )
+    else:
+        transformers_usage = ("transformers has no class for this model; load it with `sapiens2_hf`, or with "
+                              "`trust_remote_code=True` when the repository ships the sapiens2_hf modeling files.")
+    evaluation = (
+        "\n".join(f"- {name}: {value:.4g}" for name, value in eval_results.items()) if eval_results else "Not evaluated yet."
+    )
+    values = {
+        "card_data": card_data.to_yaml(),
+        "title": f"Sapiens2 {config.variant or 'custom-size'} - {task_description}",
+        "summary": (f"A Sapiens2 model ({task_description.lower()}) in the Hugging Face format, loadable with "
+                    "`sapiens2_hf` (exact official numerics) and, for the tasks it supports, plain transformers."),
+        "task_description": task_description,
+        "hidden_size": config.hidden_size,
+        "num_layers": config.num_hidden_layers,
+        "num_heads": config.num_attention_heads,
+        "kv_description": "full multi-head attention" if kv == [config.num_attention_heads] else f"key/value heads per layer in {kv}",
+        "num_registers": config.num_register_tokens,
+        "patch_size": config.patch_size,
+        "rope_dtype": config.rope_dtype,
+        "input_description": f"RGB {height}x{width} (height x width), ImageNet mean/std normalised",
+        "output_description": output_description,
+        "num_parameters": f"{num_parameters:,}" if num_parameters else "see config",
+        "source": source,
+        "usage_sapiens2_hf": "\n".join(usage),
+        "usage_transformers": transformers_usage,
+        "labels": _labels_section(config),
+        "evaluation": evaluation,
+        "limitations": limitations,
+    }
+    text = _template()
+    for key, value in values.items():
+        text = text.replace("{{ " + key + " }}", str(value))
+    return ModelCard(text)

@@ -1,0 +1,16 @@
+"""Sapiens2 configurations and models (Hub-shippable: see the module docstrings)."""
+
+from .configuration_sapiens2_hf import HEAD_PRESETS, TASKS, VARIANTS, Sapiens2Config, Sapiens2HeadConfig, tiny_config
+from .modeling_sapiens2_hf import (
+    TASK_MODEL_CLASSES,
+    Sapiens2AlbedoEstimatorOutput,
+    Sapiens2ForAlbedoEstimation,
+    Sapiens2ForNormalEstimation,
+    Sapiens2ForPointmapEstimation,
+    Sapiens2ForPoseEstimation,
+    Sapiens2ForSemanticSegmentation,
+    Sapiens2Model,
+    Sapiens2PreTrainedModel,
+    model_class_for_task,
+    resolve_checkpoint,
+)

@@ -1,0 +1,374 @@
+"""Configuration of the sapiens2_hf models.
+
+`Sapiens2Config` extends transformers' own `Sapiens2Config` with the few fields the official model needs and the port
+lacks: the RoPE arithmetic dtype (the official model runs RoPE in bfloat16), the task the config describes, the head
+normalisation (the albedo head uses a channel RMSNorm) and the variant table of the official sizes and heads.
+
+Hub-shippable: imports only transformers, huggingface_hub and siblings of this folder.
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers.models.sapiens2.configuration_sapiens2 import Sapiens2Config as _TransformersSapiens2Config
+from transformers.models.sapiens2.configuration_sapiens2 import Sapiens2HeadConfig as _TransformersSapiens2HeadConfig
+
+from .sapiens2_label_data import POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
+
+
+TASKS = ("pose", "seg", "normal", "pointmap", "albedo")
+# Tasks whose checkpoints vanilla transformers can also load (it has no albedo head).
+TRANSFORMERS_COMPATIBLE_TASKS = (None, "pose", "seg", "normal", "pointmap")
+ROPE_DTYPES = ("bfloat16", "float32")
+HEAD_NORM_TYPES = ("instance_norm", "rms_norm")
+
+# Official backbone sizes (facebookresearch/sapiens2, sapiens/backbones/standalone/sapiens2.py). Every size uses
+# 8 register tokens, patch 16, SwiGLU with hidden 4*d, QK-norm, LayerScale 1e-4 on the attention branch only, and
+# grouped-query attention with heads/2 KV heads in all but the first 8 and last 8 blocks.
+VARIANTS = {
+    "0.1b": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "num_tokenizer_layers": 0},
+    "0.4b": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "num_tokenizer_layers": 0},
+    "0.8b": {"hidden_size": 1280, "num_hidden_layers": 32, "num_attention_heads": 16, "num_tokenizer_layers": 0},
+    "1b": {"hidden_size": 1536, "num_hidden_layers": 40, "num_attention_heads": 24, "num_tokenizer_layers": 0},
+    "5b": {"hidden_size": 2432, "num_hidden_layers": 56, "num_attention_heads": 32, "num_tokenizer_layers": 0},
+    # The hierarchical 4K model: the 1b encoder behind a 4-layer windowed tokenizer, native input 4096x3072.
+    "1b-4k": {"hidden_size": 1536, "num_hidden_layers": 40, "num_attention_heads": 24, "num_tokenizer_layers": 4},
+}
+NATIVE_IMAGE_SIZES = {"1b-4k": [4096, 3072]}
+
+_POSE_HEAD_SMALL = {"upsample_out_channels": [1024, 768], "conv_out_channels": [512, 512, 256]}
+_SEG_HEAD = {"upsample_out_channels": [512, 256, 128, 64], "conv_out_channels": [64, 64]}
+_NORMAL_HEAD = {"upsample_out_channels": [768, 512, 256, 128], "conv_out_channels": [64, 32, 16]}
+_POINTMAP_SCALE_BRANCH = {
+    "scale_conv_out_channels": [1536, 512, 128],
+    "scale_conv_kernel_sizes": [1, 1, 1],
+    "scale_final_hidden_sizes": [512, 128],
+}
+_POINTMAP_HEAD = {
+    "upsample_out_channels": [1536, 768, 512, 256],
+    "conv_out_channels": [64, 32, 16],
+    **_POINTMAP_SCALE_BRANCH,
+}
+
+# Official head layouts per task and size (the task configs of the official repo). Pose and seg heads use transposed
+# convolutions (kernel 4, stride 2) followed by 1x1 convs; normal, pointmap and albedo heads use a 3x3 input conv,
+# pixel-shuffle upsampling blocks with 3x3 convs, then 3x3 refinement convs.
+HEAD_PRESETS = {
+    "pose": {
+        "0.4b": _POSE_HEAD_SMALL,
+        "0.8b": _POSE_HEAD_SMALL,
+        "1b": {"upsample_out_channels": [1536, 1024], "conv_out_channels": [768, 512, 256]},
+        "5b": _POSE_HEAD_SMALL,
+    },
+    "seg": {size: _SEG_HEAD for size in ("0.4b", "0.8b", "1b", "5b")},
+    "normal": {
+        "0.4b": _NORMAL_HEAD,
+        "0.8b": _NORMAL_HEAD,
+        "1b": _NORMAL_HEAD,
+        "5b": {"upsample_out_channels": [1536, 768, 512, 256], "conv_out_channels": [128, 64, 32]},
+    },
+    "pointmap": {
+        "0.4b": _POINTMAP_HEAD,
+        "0.8b": _POINTMAP_HEAD,
+        "1b": _POINTMAP_HEAD,
+        "5b": {
+            "upsample_out_channels": [1536, 768, 768, 768],
+            "conv_out_channels": [128, 64, 32],
+            **_POINTMAP_SCALE_BRANCH,
+        },
+    },
+    "albedo": {
+        "0.4b": _NORMAL_HEAD,
+        "0.8b": _NORMAL_HEAD,
+        "1b": _NORMAL_HEAD,
+        "5b": {"upsample_out_channels": [1536, 768, 512, 256], "conv_out_channels": [64, 32, 16]},
+    },
+}
+
+ARCHITECTURE_TASKS = {
+    "Sapiens2ForPoseEstimation": "pose",
+    "Sapiens2ForSemanticSegmentation": "seg",
+    "Sapiens2ForNormalEstimation": "normal",
+    "Sapiens2ForPointmapEstimation": "pointmap",
+    "Sapiens2ForAlbedoEstimation": "albedo",
+}
+
+# Heads for the 4K backbone (ours: the official release has no 4K task heads). Its features have stride 64, so the
+# dense heads get one more x2 block than the official 1K heads and decode to half the input resolution (the paper
+# decodes 4K inputs to 2K outputs); the pose head reaches the usual 1/4-resolution heatmaps with 4 deconvolutions.
+HEAD_PRESETS_4K = {
+    "pose": {"upsample_out_channels": [1536, 1024, 512, 256], "conv_out_channels": [256, 256, 256]},
+    "seg": {"upsample_out_channels": [512, 256, 128, 64, 64], "conv_out_channels": [64, 64]},
+    "normal": {"upsample_out_channels": [768, 512, 256, 128, 64], "conv_out_channels": [64, 32, 16]},
+    "pointmap": {
+        "upsample_out_channels": [1536, 768, 512, 256, 128],
+        "conv_out_channels": [64, 32, 16],
+        **_POINTMAP_SCALE_BRANCH,
+    },
+    "albedo": {"upsample_out_channels": [768, 512, 256, 128, 64], "conv_out_channels": [64, 32, 16]},
+}
+for _task, _head in HEAD_PRESETS_4K.items():
+    HEAD_PRESETS[_task]["1b-4k"] = _head
+
+# Number of output channels of each task's predictor.
+TASK_NUM_LABELS = {"pose": 308, "seg": 29, "normal": 3, "pointmap": 3, "albedo": 3}
+
+
+def head_kwargs_for_task(task: str, head_channels: dict) -> dict:
+    """Completes a head layout (`upsample_out_channels`, `conv_out_channels`, ...) with the task's fixed choices."""
+    kwargs = dict(head_channels)
+    num_upsample = len(kwargs["upsample_out_channels"])
+    num_convs = len(kwargs.get("conv_out_channels") or [])
+    if task in ("pose", "seg"):
+        kwargs.setdefault("upsample_kernel_sizes", [4] * num_upsample)
+        kwargs.setdefault("conv_kernel_sizes", [1] * num_convs)
+        kwargs["use_pixel_shuffle"] = False
+    else:
+        kwargs.setdefault("upsample_kernel_sizes", [3] * num_upsample)
+        kwargs.setdefault("conv_kernel_sizes", [3] * num_convs)
+        kwargs["use_pixel_shuffle"] = True
+    kwargs["norm_type"] = "rms_norm" if task == "albedo" else "instance_norm"
+    return kwargs
+
+
+def task_label_kwargs(task: str | None) -> dict:
+    """Label metadata that travels in config.json: keypoint names and flip pairs for pose, class names for seg."""
+    if task == "pose":
+        return {
+            "id2label": dict(enumerate(POSE_KEYPOINT_NAMES)),
+            "flip_pairs": [list(pair) for pair in POSE_FLIP_PAIRS],
+        }
+    if task == "seg":
+        return {"id2label": dict(enumerate(SEGMENTATION_CLASS_NAMES))}
+    if task in TASK_NUM_LABELS:
+        return {"num_labels": TASK_NUM_LABELS[task]}
+    return {}
+
+
+@strict
+class Sapiens2HeadConfig(_TransformersSapiens2HeadConfig):
+    r"""
+    Decode-head configuration. Extends transformers' `Sapiens2HeadConfig` with:
+
+    norm_type (`str`, defaults to `"instance_norm"`):
+        Normalisation after each head convolution: `"instance_norm"` (InstanceNorm2d without affine parameters, used
+        by the official pose, seg, normal and pointmap heads) or `"rms_norm"` (an RMSNorm over the channels of each
+        pixel with a learnable weight, used by the official albedo head).
+    norm_eps (`float`, defaults to 1e-6):
+        Epsilon of the `"rms_norm"` head normalisation.
+    """
+
+    # Same model type as transformers' head config so that vanilla transformers reads our config.json unchanged.
+    model_type = "sapiens2_head"
+
+    norm_type: str = "instance_norm"
+    norm_eps: float = 1e-6
+
+    def validate_norm_type(self):
+        if self.norm_type not in HEAD_NORM_TYPES:
+            raise ValueError(f"`norm_type` must be one of {HEAD_NORM_TYPES}, got {self.norm_type!r}.")
+
+
+@strict
+class Sapiens2Config(_TransformersSapiens2Config):
+    r"""
+    Configuration of the Sapiens2 backbone and task models. Extends transformers' `Sapiens2Config`; every field of
+    that class keeps its meaning. The defaults of this class describe the official models: layer scale 1e-4 on the
+    attention branch, 8 register tokens, RoPE in bfloat16 and no RoPE coordinate augmentation.
+
+    rope_dtype (`str`, defaults to `"bfloat16"`):
+        Dtype of the RoPE arithmetic: the periods, patch coordinates, angles, sin/cos, and the rotation of queries
+        and keys (which are cast to this dtype and back). The official model always runs RoPE in bfloat16, also when
+        the rest of the model is float32; `"float32"` reproduces the official model built with fp32 RoPE (and
+        transformers' own port).
+    pos_embed_rescale (`float`, *optional*, defaults to `None`):
+        Random log-uniform rescaling of the RoPE coordinates in training mode. Off by default, as in the official
+        fine-tuning code (transformers' port defaults to 2.0).
+    task (`str`, *optional*):
+        The task the model solves: one of `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, or `None` for the
+        bare backbone. Used to pick the model class and the head layout, and to refuse loading a checkpoint of one
+        task into the class of another.
+    variant (`str`, *optional*):
+        The official size this configuration follows (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"1b-4k"`, `"5b"`), for
+        bookkeeping.
+    num_tokenizer_layers (`int`, defaults to 0):
+        Layers of the windowed tokenizer of the hierarchical 4K model; 0 (the 1K models) means no tokenizer. With a
+        tokenizer, the patch grid is split into `tokenizer_window_size`^2-patch windows; each window, with a shared
+        window-CLS token and a learned local position embedding, runs through these layers (full multi-head
+        attention, no QK-norm, no LayerScale, no RoPE) and is pooled into its window-CLS output, so the encoder sees
+        one token per window (stride 16 x window size) with RoPE on the pooled grid.
+    tokenizer_window_size (`int`, defaults to 4):
+        Window side in patches (4: a 64x64-pixel window, one encoder token per window).
+    tokenizer_chunk_size (`int`, defaults to 1024):
+        Most windows the tokenizer processes at once (patch embedding included); bounds its peak activation memory
+        independently of the input size. Does not change the outputs.
+    """
+
+    model_type = "sapiens2_hf"
+    sub_configs_defaults = {"head_config": Sapiens2HeadConfig}
+
+    layerscale_value: float = 1e-4
+    pos_embed_rescale: float | None = None
+    rope_dtype: str = "bfloat16"
+    task: str | None = None
+    variant: str | None = None
+    num_tokenizer_layers: int = 0
+    tokenizer_window_size: int = 4
+    tokenizer_chunk_size: int = 1024
+
+    def validate_sapiens2_hf_fields(self):
+        if self.rope_dtype not in ROPE_DTYPES:
+            raise ValueError(f"`rope_dtype` must be one of {ROPE_DTYPES}, got {self.rope_dtype!r}.")
+        if self.num_tokenizer_layers < 0 or self.tokenizer_window_size < 1 or self.tokenizer_chunk_size < 1:
+            raise ValueError(
+                "`num_tokenizer_layers` must be >= 0, `tokenizer_window_size` and `tokenizer_chunk_size` >= 1."
+            )
+        if self.task is not None and self.task not in TASKS:
+            raise ValueError(f"`task` must be one of {TASKS} or None, got {self.task!r}.")
+        head_dim, remainder = divmod(self.hidden_size, self.num_attention_heads)
+        if remainder or head_dim % 4:
+            raise ValueError(
+                f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
+                f"({self.num_attention_heads}) with a head dim divisible by 4 (2-D RoPE uses head_dim / 4 periods)."
+            )
+        if len(self.num_key_value_heads_per_layer) != self.num_hidden_layers:
+            raise ValueError(
+                f"`num_key_value_heads_per_layer` has {len(self.num_key_value_heads_per_layer)} entries for "
+                f"{self.num_hidden_layers} layers."
+            )
+        for layer_index, num_kv_heads in enumerate(self.num_key_value_heads_per_layer):
+            if num_kv_heads <= 0 or self.num_attention_heads % num_kv_heads:
+                raise ValueError(
+                    f"Layer {layer_index} has {num_kv_heads} key/value heads, which does not divide "
+                    f"{self.num_attention_heads} attention heads."
+                )
+
+    @property
+    def uses_tokenizer(self) -> bool:
+        return self.num_tokenizer_layers > 0
+
+    @property
+    def feature_stride(self) -> tuple[int, int]:
+        """Input pixels per encoder token along (height, width): the patch size, times the window with a tokenizer."""
+        patch_h, patch_w = self.patch_size_hw
+        window = self.tokenizer_window_size if self.uses_tokenizer else 1
+        return patch_h * window, patch_w * window
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """CLS token plus register tokens, which precede the patch tokens in the sequence."""
+        return 1 + self.num_register_tokens
+
+    @property
+    def patch_size_hw(self) -> tuple[int, int]:
+        patch = self.patch_size
+        return (patch, patch) if isinstance(patch, int) else (patch[0], patch[1])
+
+    @property
+    def image_size_hw(self) -> tuple[int, int]:
+        size = self.image_size
+        return (size, size) if isinstance(size, int) else (size[0], size[1])
+
+    def to_dict(self):
+        output = super().to_dict()
+        # Checkpoints of the tasks transformers supports are written with its model type, so that vanilla
+        # `AutoModelFor<Task>` loads them; our extra fields ride along as plain attributes it ignores.
+        if self.task in TRANSFORMERS_COMPATIBLE_TASKS and not self.uses_tokenizer:
+            output["model_type"] = _TransformersSapiens2Config.model_type
+        return output
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        config_dict = dict(config_dict)
+        if config_dict.get("model_type") in (cls.model_type, _TransformersSapiens2Config.model_type):
+            config_dict.pop("model_type")
+        if "rope_dtype" not in config_dict:
+            # Saved by vanilla transformers: its RoPE rescale default (2.0) is written out although the official
+            # models never used it, and the task is only recorded in `architectures`.
+            config_dict.pop("pos_embed_rescale", None)
+            architecture = (config_dict.get("architectures") or [None])[0]
+            config_dict.setdefault("task", ARCHITECTURE_TASKS.get(architecture))
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        config_dict, kwargs = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)
+        model_type = config_dict.get("model_type")
+        if model_type not in (None, cls.model_type, _TransformersSapiens2Config.model_type):
+            raise ValueError(
+                f"{pretrained_model_name_or_path} holds a `{model_type}` config, not a Sapiens2 one; load it with "
+                "the class of that model type."
+            )
+        return cls.from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_preset(cls, variant: str, task: str | None = None, **kwargs) -> "Sapiens2Config":
+        """Builds the configuration of an official model.
+
+        Args:
+            variant (`str`): one of `"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"5b"`, `"1b-4k"` (ids as on the Hub).
+            task (`str`, *optional*): `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, or `None` for the
+                pretrained backbone. The 0.1b size has no official task heads.
+            kwargs: overrides of any config field.
+        """
+        if variant not in VARIANTS:
+            raise ValueError(f"Unknown Sapiens2 variant {variant!r}; choose one of {sorted(VARIANTS)}.")
+        if task is not None and task not in HEAD_PRESETS:
+            raise ValueError(f"Unknown task {task!r}; choose one of {TASKS} or None for the backbone.")
+        if task is not None and variant not in HEAD_PRESETS[task]:
+            raise ValueError(
+                f"There is no official {task} head for Sapiens2-{variant}; sizes with one: "
+                f"{sorted(HEAD_PRESETS[task])}."
+            )
+        arch = VARIANTS[variant]
+        config_kwargs = {
+            **arch,
+            "intermediate_size": 4 * arch["hidden_size"],
+            "num_key_value_attention_heads": arch["num_attention_heads"] // 2,
+            "image_size": NATIVE_IMAGE_SIZES.get(variant, [1024, 768]),
+            "variant": variant,
+            "task": task,
+        }
+        if task is not None:
+            config_kwargs["head_config"] = head_kwargs_for_task(task, HEAD_PRESETS[task][variant])
+            if variant in NATIVE_IMAGE_SIZES and "scale_conv_out_channels" in config_kwargs["head_config"]:
+                # The scale branch reads the 64x48 pooled grid, as at 1K: 8x6 x 128 features.
+                config_kwargs["head_config"]["scale_final_input_size"] = 6144
+            config_kwargs.update(task_label_kwargs(task))
+        config_kwargs.update(kwargs)
+        return cls(**config_kwargs)
+
+
+def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
+    """A tiny configuration for tests and examples: hidden 32, 2 layers, 4 heads of dim 8, 8 registers, patch 16,
+    input 64x48, heads with 2 upsampling blocks (the outputs are then at 1/4 of the input for dense tasks, like the
+    pose head's heatmaps). Real models use `Sapiens2Config.from_preset`."""
+    head_layouts = {
+        "pose": {"upsample_out_channels": [16, 16], "conv_out_channels": [16, 16, 16]},
+        "seg": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8]},
+        "normal": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
+        "pointmap": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
+        "albedo": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
+    }
+    kwargs = {
+        "hidden_size": 32,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_attention_heads": 2,
+        "image_size": [64, 48],
+        "task": task,
+        "variant": None,
+    }
+    if task is not None:
+        head = head_kwargs_for_task(task, head_layouts[task])
+        if task == "pointmap":
+            # One stride-2 conv keeps a 2x2 map at 64x48 (InstanceNorm needs more than one pixel).
+            head.update(scale_conv_out_channels=[8], scale_conv_kernel_sizes=[1])
+            head.update(scale_final_hidden_sizes=[16, 8])
+        kwargs["head_config"] = head
+        kwargs.update(task_label_kwargs(task))
+    kwargs.update(overrides)
+    return Sapiens2Config(**kwargs)

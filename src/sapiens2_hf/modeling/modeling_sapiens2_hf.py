@@ -1,0 +1,906 @@
+"""Sapiens2 models for sapiens2_hf.
+
+Built on transformers' own Sapiens2 port: embeddings, layer norms, MLPs, decode heads and the pointmap scale head are
+transformers' modules, and the state-dict layout is the same, so checkpoints move freely between the two. This file
+only adds what the port lacks or gets wrong:
+
+- RoPE in the official arithmetic. The official model keeps its RoPE periods in bfloat16, computes coordinates,
+  angles, sin and cos in bfloat16, and casts queries and keys to bfloat16 for the rotation. transformers computes all
+  of it in float32, which moves outputs by 0.2-0.4 %. The dtype is `config.rope_dtype`.
+- No random RoPE coordinate rescaling in training unless the config asks for it.
+- Token removal for masked pretraining: `patch_keep_indices` keeps a subset of patch tokens, each with its own RoPE
+  position, so a masked student pass costs only the kept tokens.
+- The albedo task (channel-RMSNorm head), which transformers does not have.
+- Strict loading: a missing or unexpected tensor is an error naming the keys, and a checkpoint of one task refuses to
+  load into the class of another. Official checkpoint files load directly, with the architecture read from the
+  tensor shapes.
+
+Hub-shippable: imports only stdlib, torch, huggingface_hub, transformers and siblings of this folder.
+"""
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling, ModelOutput, SemanticSegmenterOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.sapiens2 import modeling_sapiens2 as _port
+from transformers.utils import logging
+
+from .configuration_sapiens2_hf import ARCHITECTURE_TASKS, TASKS, Sapiens2Config
+from .convert_official_sapiens2 import OFFICIAL_FILENAME_PATTERN, OfficialCheckpointError, convert_official_state_dict, infer_config_kwargs
+
+
+logger = logging.get_logger(__name__)
+
+_TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+# Output types shared with transformers' port (same fields, same meaning).
+Sapiens2PoseEstimatorOutput = _port.Sapiens2PoseEstimatorOutput
+Sapiens2NormalEstimatorOutput = _port.Sapiens2NormalEstimatorOutput
+Sapiens2PointmapEstimatorOutput = _port.Sapiens2PointmapEstimatorOutput
+
+
+@dataclass
+class Sapiens2AlbedoEstimatorOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForAlbedoEstimation`].
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+        albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+            Raw RGB albedo as the official head returns it, with no activation or clamp: the training target range is
+            `[0, 1]` and values slightly outside it occur. Post-processing clamps to `[0, 1]`.
+        hidden_states (`tuple(torch.Tensor)`, *optional*, returned with `output_hidden_states=True`):
+            Hidden states of the backbone layers, each of shape `(batch_size, sequence_length, hidden_size)`.
+        attentions (`tuple(torch.Tensor)`, *optional*, returned with `output_attentions=True`):
+            Attention weights of each layer, of shape `(batch_size, num_heads, sequence_length, sequence_length)`.
+    """
+
+    loss: torch.Tensor | None = None
+    albedos: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torch.Tensor:
+    """RoPE periods `base ** (4 j / head_dim)` for `j < head_dim / 4`, computed in `dtype` itself.
+
+    The official model builds its periods buffer in its RoPE dtype, so in bfloat16 the rounding happens inside the
+    power, not after it (for head dim 12 this gives 21.625 where a float32 computation rounds to 21.5).
+
+    Returns:
+        `torch.Tensor` of shape `(head_dim // 4,)` and dtype `dtype`.
+    """
+    num_periods = head_dim // 4
+    return base ** (2 * torch.arange(num_periods, dtype=dtype) / (head_dim // 2))
+
+
+class Sapiens2RopePositionEmbedding(nn.Module):
+    """2-D rotary position embedding of the patch tokens, in the official arithmetic and dtype.
+
+    Coordinates are patch centres normalised separately by the grid height and width to `[-1, 1]`; the angles are
+    `2 pi coord / period` with the row angles first, then the column angles, the whole repeated twice to the head dim.
+    """
+
+    periods: torch.Tensor
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__()
+        self.config = config
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.rope_dtype = _TORCH_DTYPES[config.rope_dtype]
+        self.register_buffer(
+            "periods", compute_rope_periods(self.head_dim, config.rope_theta, self.rope_dtype), persistent=False
+        )
+
+    def reset_periods(self) -> None:
+        self.periods = compute_rope_periods(self.head_dim, self.config.rope_theta, self.rope_dtype).to(
+            self.periods.device if self.periods.device.type != "meta" else "cpu"
+        )
+
+    def forward(self, num_patches_h: int, num_patches_w: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """
+        Returns:
+            `(cos, sin)`, each `torch.Tensor` of shape `(num_patches_h * num_patches_w, head_dim)` in the RoPE dtype,
+            rows in row-major patch order.
+        """
+        dtype, device = self.rope_dtype, self.periods.device
+        coords_h = torch.arange(0.5, num_patches_h, dtype=dtype, device=device) / num_patches_h
+        coords_w = torch.arange(0.5, num_patches_w, dtype=dtype, device=device) / num_patches_w
+        coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1).flatten(0, 1)  # (N, 2)
+        coords = 2.0 * coords - 1.0
+        if self.training and any(
+            value is not None
+            for value in (self.config.pos_embed_shift, self.config.pos_embed_jitter, self.config.pos_embed_rescale)
+        ):
+            coords = _port.augment_patches_center_coordinates(
+                coords,
+                shift=self.config.pos_embed_shift,
+                jitter=self.config.pos_embed_jitter,
+                rescale=self.config.pos_embed_rescale,
+            )
+        angles = 2 * math.pi * coords[:, :, None] / self.periods[None, None, :]  # (N, 2, head_dim / 4)
+        angles = angles.flatten(1, 2).tile(2)  # (N, head_dim)
+        return torch.cos(angles), torch.sin(angles)
+
+
+def apply_rope_to_patch_tokens(
+    query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotates the patch tokens of `query` and `key` ("rotate-half" convention); prefix tokens are not rotated.
+
+    As in the official model, the whole of `query` and `key` (prefix tokens included) is cast to the dtype of
+    `cos`/`sin` for the rotation and cast back afterwards, so in bfloat16 mode the prefix tokens are rounded too.
+
+    Args:
+        query (`torch.Tensor` of shape `(batch_size, num_heads, num_prefix + num_patches, head_dim)`)
+        key (`torch.Tensor` of shape `(batch_size, num_kv_heads, num_prefix + num_patches, head_dim)`)
+        cos, sin (`torch.Tensor` of shape `(num_patches, head_dim)` or `(batch_size, num_patches, head_dim)`):
+            the latter when each sample keeps its own subset of patches.
+    """
+    query_dtype, key_dtype = query.dtype, key.dtype
+    if cos.ndim == 3:  # per-sample positions: (batch_size, 1, num_patches, head_dim) broadcasts over heads
+        cos, sin = cos[:, None], sin[:, None]
+    num_patches = cos.shape[-2]
+    query, key = query.to(cos.dtype), key.to(cos.dtype)
+    rotated = []
+    for states in (query, key):
+        prefix, patches = states.split((states.shape[-2] - num_patches, num_patches), dim=-2)
+        patches = (patches * cos) + (_port.rotate_half(patches) * sin)
+        rotated.append(torch.cat((prefix, patches), dim=-2))
+    return rotated[0].to(query_dtype), rotated[1].to(key_dtype)
+
+
+class Sapiens2Attention(_port.Sapiens2Attention):
+    """transformers' Sapiens2 attention with the official RoPE application (see `apply_rope_to_patch_tokens`)."""
+
+    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, **kwargs):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_norm(self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2))
+        key_states = self.k_norm(self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2))
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        if position_embeddings is not None:
+            query_states, key_states = apply_rope_to_patch_tokens(query_states, key_states, *position_embeddings)
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, _port.eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = self.o_proj(attn_output.reshape(*input_shape, -1).contiguous())
+        return attn_output, attn_weights
+
+
+class Sapiens2Layer(_port.Sapiens2Layer):
+    """transformers' Sapiens2 block (pre-RMSNorm, LayerScale on the attention branch only, SwiGLU) with our attention."""
+
+    def __init__(self, config: Sapiens2Config, layer_idx: int):
+        # The parent constructor would build (and allocate) its own attention; build the same parts here instead.
+        _port.GradientCheckpointingLayer.__init__(self)
+        self.norm1 = _port.Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.attention = Sapiens2Attention(config, layer_idx=layer_idx)
+        self.layer_scale1 = _port.Sapiens2LayerScale(config)
+        self.drop_path = _port.Sapiens2DropPath(config.drop_path_rate) if config.drop_path_rate > 0.0 else nn.Identity()
+        self.norm2 = _port.Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = _port.Sapiens2GatedMLP(config) if config.use_gated_mlp else _port.Sapiens2MLP(config)
+        self.layer_scale2 = nn.Identity()
+
+
+class ChannelRMSNorm(nn.Module):
+    """RMSNorm over the channels of each pixel of a `(batch_size, channels, height, width)` map (official albedo head)."""
+
+    def __init__(self, num_channels: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_channels))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.float()
+        hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(1, keepdim=True) + self.eps)
+        return (self.weight[:, None, None] * hidden_states).to(input_dtype)
+
+
+class Sapiens2Head(_port.Sapiens2Head):
+    """transformers' decode head; with `head_config.norm_type == "rms_norm"` every InstanceNorm becomes a channel
+    RMSNorm, which gives the official albedo head."""
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__(config)
+        if config.head_config.norm_type == "rms_norm":
+            conv_layers = [self.input_conv, *self.upsample_layers, *self.conv_layers]
+            for layer in conv_layers:
+                if isinstance(layer, _port.Sapiens2ConvLayer):
+                    layer.norm = ChannelRMSNorm(layer.norm.num_features, eps=config.head_config.norm_eps)
+
+
+class Sapiens2WindowTokenizer(nn.Module):
+    """The windowed tokenizer of the hierarchical 4K model: one token per window of patches.
+
+    Each `window x window` block of patch tokens gets a shared window-CLS token prepended and a learned local
+    position embedding (window-CLS + window^2 positions) added, runs through `num_tokenizer_layers` blocks (full
+    multi-head attention with biases, SwiGLU, pre-RMSNorm; no QK-norm, no LayerScale, no RoPE) and is pooled into
+    the window-CLS output. There is no final norm. Windows are processed in chunks of at most
+    `config.tokenizer_chunk_size`, patch embedding included, so peak activation memory is bounded by one chunk
+    whatever the input size; chunking does not change the outputs.
+    """
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__()
+        window = config.tokenizer_window_size
+        self.window_size = window
+        self.chunk_size = config.tokenizer_chunk_size
+        self.window_cls = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.local_pos_embed = nn.Parameter(torch.zeros(1, 1 + window * window, config.hidden_size))
+        layer_config = Sapiens2Config(
+            **{
+                **{k: v for k, v in config.to_dict().items() if k not in ("model_type", "stage_names", "transformers_version")},
+                "num_hidden_layers": config.num_tokenizer_layers,
+                "num_key_value_heads_per_layer": [config.num_attention_heads] * config.num_tokenizer_layers,
+                "use_qk_norm": False,
+                "num_tokenizer_layers": 0,
+                "head_config": None,
+                "task": None,
+                "out_features": None,
+                "out_indices": None,
+            }
+        )
+        layer_config._attn_implementation = config._attn_implementation
+        self.layer = nn.ModuleList()
+        for index in range(config.num_tokenizer_layers):
+            layer = Sapiens2Layer(layer_config, layer_idx=index)
+            layer.layer_scale1 = nn.Identity()
+            self.layer.append(layer)
+        self.gradient_checkpointing = False
+
+    def _pool_windows(self, patch_tokens: torch.Tensor) -> torch.Tensor:
+        """(num_windows, window^2, hidden) patch tokens -> (num_windows, hidden) window tokens."""
+        hidden_states = torch.cat((self.window_cls.expand(patch_tokens.shape[0], -1, -1), patch_tokens), dim=1)
+        hidden_states = hidden_states + self.local_pos_embed
+        for layer in self.layer:
+            hidden_states = layer(hidden_states, position_embeddings=None)
+        return hidden_states[:, 0]
+
+    def forward(self, pixel_values: torch.Tensor, patch_embeddings: nn.Conv2d) -> torch.Tensor:
+        """
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): height and width divisible by
+                patch size x window size.
+            patch_embeddings: the backbone's patch-embedding convolution.
+        Returns:
+            `torch.Tensor` of shape `(batch_size, (height / stride) * (width / stride), hidden_size)`: one token per
+            window, in row-major window order (stride = patch size x window size).
+        """
+        batch_size, _, height, width = pixel_values.shape
+        window = self.window_size
+        stride_h = patch_embeddings.stride[0] * window
+        stride_w = patch_embeddings.stride[1] * window
+        windows_h, windows_w = height // stride_h, width // stride_w
+        # Chunks are bands of whole window rows of one image, so a chunk needs only its own pixel rows.
+        rows_per_chunk = max(1, self.chunk_size // windows_w)
+        pooled = []
+        for sample in range(batch_size):
+            for row_start in range(0, windows_h, rows_per_chunk):
+                rows = min(rows_per_chunk, windows_h - row_start)
+                band = pixel_values[sample : sample + 1, :, row_start * stride_h : (row_start + rows) * stride_h]
+                if self.gradient_checkpointing and self.training:
+                    tokens = torch.utils.checkpoint.checkpoint(
+                        self._embed_and_pool, band, patch_embeddings, rows, windows_w, use_reentrant=False
+                    )
+                else:
+                    tokens = self._embed_and_pool(band, patch_embeddings, rows, windows_w)
+                pooled.append(tokens)
+        return torch.cat(pooled, dim=0).reshape(batch_size, windows_h * windows_w, -1)
+
+    def _embed_and_pool(self, band: torch.Tensor, patch_embeddings: nn.Conv2d, rows: int, windows_w: int) -> torch.Tensor:
+        window = self.window_size
+        features = patch_embeddings(band)  # (1, hidden, rows * window, windows_w * window)
+        hidden = features.shape[1]
+        features = features.reshape(hidden, rows, window, windows_w, window)
+        patch_tokens = features.permute(1, 3, 2, 4, 0).reshape(rows * windows_w, window * window, hidden)
+        return self._pool_windows(patch_tokens)  # (rows * windows_w, hidden)
+
+
+def tokens_to_feature_map(hidden_states: torch.Tensor, num_prefix_tokens: int, grid_hw: tuple[int, int]) -> torch.Tensor:
+    """Drops the prefix tokens and lays the patch tokens out on their grid.
+
+    Args:
+        hidden_states (`torch.Tensor` of shape `(batch_size, num_prefix_tokens + height * width, hidden_size)`)
+    Returns:
+        `torch.Tensor` of shape `(batch_size, hidden_size, height, width)`.
+    """
+    batch_size, _, hidden_size = hidden_states.shape
+    patch_tokens = hidden_states[:, num_prefix_tokens:]
+    return patch_tokens.transpose(1, 2).reshape(batch_size, hidden_size, *grid_hw)
+
+
+_TASK_CLASS_NAMES = {task: name for name, task in ARCHITECTURE_TASKS.items()}
+_TASK_CLASS_NAMES[None] = "Sapiens2Model"
+_HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
+
+
+def _find_official_file(folder: Path) -> Path | None:
+    candidates = sorted(p for p in folder.glob("*.safetensors") if OFFICIAL_FILENAME_PATTERN.match(p.name))
+    if len(candidates) > 1:
+        raise ValueError(
+            f"{folder} holds several official checkpoint files ({[p.name for p in candidates]}); pass the path of "
+            "the one to load."
+        )
+    return candidates[0] if candidates else None
+
+
+def _download_from_hub(repo_id: str, hub_kwargs: dict) -> tuple[str, str]:
+    """Resolves a Hub repo to `("hf", repo_id)` when it has a config.json, else to `("official", local_file)`."""
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    download_kwargs = {k: hub_kwargs[k] for k in ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder") if hub_kwargs.get(k) is not None}
+    try:
+        hf_hub_download(repo_id, "config.json", **download_kwargs)
+        return "hf", repo_id
+    except EntryNotFoundError:
+        pass
+    except LocalEntryNotFoundError as error:
+        raise OSError(
+            f"Cannot reach the Hub to resolve {repo_id!r} and it is not in the local cache. Connect, or pass a local "
+            "folder or an official .safetensors file path."
+        ) from error
+    files = HfApi().list_repo_files(repo_id, revision=hub_kwargs.get("revision"), token=hub_kwargs.get("token"))
+    official = [name for name in files if OFFICIAL_FILENAME_PATTERN.match(os.path.basename(name))]
+    if len(official) != 1:
+        raise OSError(f"{repo_id} has no config.json and {len(official)} official sapiens2_*.safetensors files: {official}.")
+    return "official", hf_hub_download(repo_id, official[0], **download_kwargs)
+
+
+def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = None) -> tuple[str, str]:
+    """Tells what a `from_pretrained` argument points to.
+
+    Returns:
+        `("hf", path_or_repo_id)` for a folder or Hub repo with a config.json (saved by this library or by
+        transformers), or `("official", local_file)` for an official checkpoint file (given directly, alone in a
+        folder, or in a Hub repo without config.json).
+    """
+    hub_kwargs = hub_kwargs or {}
+    path = Path(os.fspath(pretrained_model_name_or_path))
+    if path.is_file():
+        if path.suffix != ".safetensors":
+            raise ValueError(
+                f"{path} is not a .safetensors file. sapiens2_hf reads only safetensors checkpoints, never pickled "
+                "(.pth/.bin) ones, which can run arbitrary code when loaded."
+            )
+        if path.name == "model.safetensors" and (path.parent / "config.json").is_file():
+            return "hf", str(path.parent)
+        return "official", str(path)
+    if path.is_dir():
+        subfolder = hub_kwargs.get("subfolder") or ""
+        folder = path / subfolder
+        if (folder / "config.json").is_file():
+            return "hf", str(path)
+        official = _find_official_file(folder)
+        if official is not None:
+            return "official", str(official)
+        raise OSError(f"{folder} has neither a config.json nor an official sapiens2_<size>_<task>.safetensors file.")
+    if re.match(r"^[\w.-]+/[\w.-]+$", str(pretrained_model_name_or_path)):
+        return _download_from_hub(str(pretrained_model_name_or_path), hub_kwargs)
+    raise OSError(f"{pretrained_model_name_or_path} is neither a local file or folder nor a Hub repo id.")
+
+
+def _load_safetensors(path: str) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise OfficialCheckpointError(
+            f"Cannot read {path} as a safetensors file ({error}). The file is truncated or corrupt: download it again."
+        ) from error
+
+
+class Sapiens2PreTrainedModel(_port.Sapiens2PreTrainedModel):
+    """Base of the sapiens2_hf models: strict loading from official files and HF folders."""
+
+    config_class = Sapiens2Config
+    config: Sapiens2Config
+    # The task this class solves (None: the bare backbone).
+    task: str | None = None
+    _keys_to_ignore_on_load_missing = None
+
+    def _init_weights(self, module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, Sapiens2RopePositionEmbedding):
+            module.reset_periods()
+        elif isinstance(module, ChannelRMSNorm):
+            nn.init.ones_(module.weight)
+        elif isinstance(module, Sapiens2WindowTokenizer):
+            nn.init.trunc_normal_(module.window_cls, std=self.config.initializer_range)
+            nn.init.trunc_normal_(module.local_pos_embed, std=self.config.initializer_range)
+
+    @classmethod
+    def _check_task(cls, config: Sapiens2Config, source: str) -> None:
+        if cls.task is None or config.task == cls.task:
+            return
+        what = "a backbone-only" if config.task is None else f"a `{config.task}`"
+        hint = (
+            f"load it with {_TASK_CLASS_NAMES[config.task]}"
+            if config.task is not None
+            else f"start a new {cls.task} model from it with {cls.__name__}.from_backbone(...)"
+        )
+        raise ValueError(f"{source} is {what} checkpoint, not a `{cls.task}` one: {hint}.")
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """Loads a model from an official Sapiens2 checkpoint file or from a folder or Hub repo with a config.json.
+
+        Args:
+            pretrained_model_name_or_path (`str` or `os.PathLike`): one of
+                - an official file such as `sapiens2_1b_pose.safetensors`, or a folder or Hub repo holding only such a
+                  file: the architecture is read from the tensor shapes (and cross-checked against the file name);
+                - a folder or Hub repo saved by this library or by transformers' Sapiens2 classes.
+            rope_dtype (`str`, *optional*): override the RoPE dtype (`"bfloat16"`, the official default, or `"float32"`).
+            image_size (`list[int]`, *optional*): `[height, width]` the model is meant for (pointmap scale branch).
+            dtype, device_map, and the usual Hub arguments are accepted.
+
+        Loading is strict: a missing, unexpected or mis-shaped tensor raises a `ValueError` that names the keys.
+        """
+        hub_kwargs = {key: kwargs.get(key) for key in _HUB_KWARGS}
+        kind, location = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
+        if kind == "official":
+            return cls._from_official_file(location, **kwargs)
+
+        config = kwargs.pop("config", None)
+        config_overrides = {key: kwargs.pop(key) for key in ("rope_dtype", "image_size") if key in kwargs}
+        if config is None:
+            config = Sapiens2Config.from_pretrained(
+                location, **{key: value for key, value in hub_kwargs.items() if value is not None}
+            )
+        for key, value in config_overrides.items():
+            setattr(config, key, value)
+        cls._check_task(config, str(pretrained_model_name_or_path))
+        want_loading_info = kwargs.pop("output_loading_info", False)
+        # transformers would raise a bare "see the report above"; let it collect the mismatches, we raise with names.
+        kwargs["ignore_mismatched_sizes"] = True
+        model, loading_info = super().from_pretrained(
+            location, *model_args, config=config, output_loading_info=True, **kwargs
+        )
+        cls._raise_on_loading_problems(loading_info, str(pretrained_model_name_or_path))
+        return (model, loading_info) if want_loading_info else model
+
+    @classmethod
+    def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
+        return ()
+
+    @classmethod
+    def _raise_on_loading_problems(cls, loading_info: dict, source: str) -> None:
+        allowed = cls._allowed_unexpected_keys()
+        missing = sorted(loading_info.get("missing_keys") or [])
+        unexpected = sorted(k for k in loading_info.get("unexpected_keys") or [] if not k.startswith(allowed))
+        mismatched = sorted(str(k) for k in loading_info.get("mismatched_keys") or [])
+        problems = []
+        if missing:
+            problems.append(f"missing tensors (would stay randomly initialised): {missing[:20]}")
+        if unexpected:
+            problems.append(f"unexpected tensors (would be ignored): {unexpected[:20]}")
+        if mismatched:
+            problems.append(f"tensors with other shapes: {mismatched[:20]}")
+        if problems:
+            raise ValueError(
+                f"{source} does not match {cls.__name__}: " + "; ".join(problems) + ". Check that the checkpoint is "
+                "of the same task and architecture as the class (see config.json), or pass the right config."
+            )
+
+    @classmethod
+    def _from_official_file(cls, path: str, **kwargs):
+        filename = os.path.basename(path)
+        state_dict = _load_safetensors(path)
+        kind, config_kwargs = infer_config_kwargs(state_dict, filename=filename)
+        task = None if kind == "pretrain" else kind
+        if cls.task is not None and task != cls.task:
+            if task is None:
+                raise ValueError(
+                    f"{filename} is a pretrained backbone (no decode head), not a `{cls.task}` checkpoint: start a "
+                    f"new {cls.task} model from it with {cls.__name__}.from_backbone({filename!r}, ...), or load it "
+                    "with Sapiens2Model."
+                )
+            raise ValueError(
+                f"{filename} is a `{task}` checkpoint (decode_head.conv_{task}), not a `{cls.task}` one: load it "
+                f"with {_TASK_CLASS_NAMES[task]}."
+            )
+        for key in ("rope_dtype", "image_size"):
+            if key in kwargs:
+                config_kwargs[key] = kwargs.pop(key)
+        config = Sapiens2Config(**config_kwargs)
+        if cls.task is None:
+            config.task = None
+        periods = state_dict.get("rope_embed.periods", state_dict.get("backbone.rope_embed.periods"))
+        converted = convert_official_state_dict(state_dict, kind)
+        if cls.task is None and task is not None:
+            # The backbone class takes the backbone of a task checkpoint.
+            converted = {k[len("model."):]: v for k, v in converted.items() if k.startswith("model.")}
+            config.head_config = None
+            config.id2label, config.flip_pairs = None, None
+        return cls._from_converted_state_dict(config, converted, source=filename, official_periods=periods, **kwargs)
+
+    @classmethod
+    def _from_converted_state_dict(cls, config, state_dict, source, official_periods=None, dtype=None, device_map=None, **kwargs):
+        unused = sorted(set(kwargs) - set(_HUB_KWARGS) - {"torch_dtype", "low_cpu_mem_usage", "trust_remote_code"})
+        if unused:
+            raise TypeError(f"Unexpected arguments for loading an official file: {unused}.")
+        dtype = dtype if dtype is not None else kwargs.get("torch_dtype")
+        with torch.device("meta"):
+            model = cls(config)
+        expected = set(model.state_dict())
+        missing, unexpected = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
+        mismatched = sorted(
+            f"{k}: file {tuple(state_dict[k].shape)} vs model {tuple(v.shape)}"
+            for k, v in model.state_dict().items()
+            if k in state_dict and tuple(state_dict[k].shape) != tuple(v.shape)
+        )
+        cls._raise_on_loading_problems(
+            {"missing_keys": missing, "unexpected_keys": unexpected, "mismatched_keys": mismatched}, source
+        )
+        model.load_state_dict(state_dict, strict=True, assign=True)
+        for module in model.modules():
+            if isinstance(module, Sapiens2RopePositionEmbedding):
+                module.reset_periods()
+                if official_periods is not None and module.rope_dtype == official_periods.dtype:
+                    if not torch.equal(module.periods.cpu(), official_periods):
+                        raise OfficialCheckpointError(
+                            f"The RoPE periods stored in {source} differ from the official formula "
+                            f"(base {config.rope_theta}, head dim {module.head_dim}); the file is not a Sapiens2 one."
+                        )
+        if dtype is not None:
+            model = model.to(dtype=_TORCH_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+        if device_map is not None:
+            model = model.to(device_map if not isinstance(device_map, dict) else device_map.get("", "cpu"))
+        model.eval()
+        return model
+
+    @classmethod
+    def from_official_state_dict(cls, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):
+        """Builds the model from an official state dict already in memory (same rules as `from_pretrained`)."""
+        kind, config_kwargs = infer_config_kwargs(state_dict, filename=filename)
+        task = None if kind == "pretrain" else kind
+        if cls.task is not None and task != cls.task:
+            raise ValueError(f"The state dict is a `{kind}` checkpoint, not a `{cls.task}` one.")
+        config = Sapiens2Config(**config_kwargs, **{k: kwargs.pop(k) for k in ("rope_dtype", "image_size") if k in kwargs})
+        converted = convert_official_state_dict(state_dict, kind)
+        if cls.task is None and task is not None:
+            converted = {k[len("model."):]: v for k, v in converted.items() if k.startswith("model.")}
+            config.task, config.head_config = None, None
+        return cls._from_converted_state_dict(config, converted, source=filename or "state dict", **kwargs)
+
+
+class Sapiens2Model(Sapiens2PreTrainedModel, _port.Sapiens2Model):
+    """The Sapiens2 backbone: patch embedding, CLS + register tokens, RoPE transformer blocks, final RMSNorm."""
+
+    def __init__(self, config: Sapiens2Config):
+        Sapiens2PreTrainedModel.__init__(self, config)
+        self.embeddings = _port.Sapiens2Embeddings(config)
+        self.tokenizer = Sapiens2WindowTokenizer(config) if config.uses_tokenizer else None
+        self.rope_embeddings = Sapiens2RopePositionEmbedding(config)
+        self.model = Sapiens2Encoder(config)
+        self.norm = _port.Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_init()
+
+    @classmethod
+    def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
+        # A task checkpoint loaded into the backbone class: its heads are deliberately left out.
+        return ("decode_head.", "scale_head.")
+
+    @classmethod
+    def _check_task(cls, config, source) -> None:
+        return None
+
+    def _grid_size(self, pixel_values: torch.Tensor) -> tuple[int, int]:
+        if pixel_values.ndim != 4 or pixel_values.shape[1] != self.config.num_channels:
+            raise ValueError(
+                f"`pixel_values` must have shape (batch_size, {self.config.num_channels}, height, width), got "
+                f"{tuple(pixel_values.shape)}."
+            )
+        stride_h, stride_w = self.config.feature_stride
+        height, width = pixel_values.shape[-2:]
+        if height % stride_h or width % stride_w:
+            what = "patch size" if not self.config.uses_tokenizer else "patch size x tokenizer window"
+            raise ValueError(
+                f"The input size {height}x{width} is not divisible by the {what} {stride_h}x{stride_w}; resize or "
+                "pad the image (the image processors do this for you)."
+            )
+        return height // stride_h, width // stride_w
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        patch_keep_indices: torch.LongTensor | None = None,
+        bool_masked_pos: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+                Normalised RGB (ImageNet mean/std); height and width divisible by the patch size (16).
+            patch_keep_indices (`torch.LongTensor` of shape `(batch_size, num_kept)`, *optional*):
+                Row-major indices of the patch tokens to keep (masked pretraining by token removal). The other patch
+                tokens are dropped before the first block; each kept token keeps its own RoPE position. The CLS and
+                register tokens are always kept.
+            bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*):
+                Replaces the masked patch embeddings by a learned mask token (needs `config.use_mask_token`).
+
+        Returns:
+            `BaseModelOutputWithPooling`: `last_hidden_state` of shape `(batch_size, 1 + num_registers +
+            num_patches_or_kept, hidden_size)` (CLS, registers, patch tokens), after the final RMSNorm;
+            `pooler_output` is the CLS token, of shape `(batch_size, hidden_size)`.
+        """
+        grid_h, grid_w = self._grid_size(pixel_values)
+        pixel_values = pixel_values.to(self.embeddings.patch_embeddings.weight.dtype)
+        if self.tokenizer is None:
+            hidden_states = self.embeddings(pixel_values, bool_masked_pos=bool_masked_pos)
+        else:
+            if bool_masked_pos is not None:
+                raise ValueError("`bool_masked_pos` is not supported with the 4K tokenizer; use `patch_keep_indices`.")
+            window_tokens = self.tokenizer(pixel_values, self.embeddings.patch_embeddings)
+            prefix = torch.cat(
+                (self.embeddings.cls_token, self.embeddings.register_tokens), dim=1
+            ).expand(window_tokens.shape[0], -1, -1)
+            hidden_states = torch.cat((prefix, window_tokens), dim=1)
+        cos, sin = self.rope_embeddings(grid_h, grid_w)
+        if patch_keep_indices is not None:
+            num_prefix = self.config.num_prefix_tokens
+            prefix, patches = hidden_states[:, :num_prefix], hidden_states[:, num_prefix:]
+            index = patch_keep_indices.to(patches.device)
+            patches = patches.gather(1, index[..., None].expand(-1, -1, patches.shape[-1]))  # (batch, kept, hidden)
+            hidden_states = torch.cat((prefix, patches), dim=1)
+            cos, sin = cos[index], sin[index]  # (batch, kept, head_dim)
+        encoder_outputs: BaseModelOutput = self.model(hidden_states, position_embeddings=(cos, sin), **kwargs)
+        sequence_output = self.norm(encoder_outputs.last_hidden_state)
+        return BaseModelOutputWithPooling(
+            last_hidden_state=sequence_output,
+            pooler_output=sequence_output[:, 0],
+            hidden_states=encoder_outputs.hidden_states,
+            attentions=encoder_outputs.attentions,
+        )
+
+    def get_feature_map(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
+        """Patch tokens after the final norm on their grid: `(batch_size, hidden_size, height / 16, width / 16)`,
+        the official `featmap` output that every task head reads."""
+        grid = self._grid_size(pixel_values)
+        outputs = self.forward(pixel_values, **kwargs)
+        return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid)
+
+
+class Sapiens2Encoder(Sapiens2PreTrainedModel, _port.Sapiens2Encoder):
+    """The stack of Sapiens2 blocks (transformers' encoder with our layers)."""
+
+    def __init__(self, config: Sapiens2Config):
+        Sapiens2PreTrainedModel.__init__(self, config)
+        self.layer = nn.ModuleList([Sapiens2Layer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.post_init()
+
+
+class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
+    """Backbone + decode head. Subclasses set `task` and return their output dataclass."""
+
+    def _build(self, config: Sapiens2Config) -> None:
+        if config.head_config is None:
+            raise ValueError(
+                f"{type(self).__name__} needs `config.head_config` (the decode-head layout); build the config with "
+                f"Sapiens2Config.from_preset(size, task={self.task!r})."
+            )
+        self.num_labels = config.num_labels
+        self.model = Sapiens2Model(config)
+        self.decode_head = Sapiens2Head(config)
+
+    def _feature_map(self, pixel_values: torch.Tensor, **kwargs):
+        grid = self.model._grid_size(pixel_values)
+        outputs = self.model(pixel_values, **kwargs)
+        return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid), outputs
+
+    @staticmethod
+    def _refuse_labels(labels) -> None:
+        if labels is not None:
+            raise ValueError(
+                "The models do not compute losses themselves: use the task losses in `sapiens2_hf.losses` "
+                "(or `sapiens2_hf.training`, which applies them for you)."
+            )
+
+    @classmethod
+    def from_backbone(cls, pretrained_backbone, config: Sapiens2Config | None = None, **kwargs):
+        """Starts a new task model from a pretrained backbone (official pretrain file, HF folder, or a
+        `Sapiens2Model`); the decode head is freshly initialised. `config` defaults to the official head layout of
+        the backbone's size (`Sapiens2Config.from_preset`)."""
+        backbone = (
+            pretrained_backbone
+            if isinstance(pretrained_backbone, Sapiens2Model)
+            else Sapiens2Model.from_pretrained(pretrained_backbone, **kwargs)
+        )
+        if config is None:
+            variant = backbone.config.variant
+            if variant is None:
+                raise ValueError(
+                    "The backbone is not an official size, so there is no default head layout: pass `config` "
+                    f"(a Sapiens2Config with task={cls.task!r} and a head_config)."
+                )
+            config = Sapiens2Config.from_preset(variant, task=cls.task, rope_dtype=backbone.config.rope_dtype)
+        model = cls(config)
+        own, theirs = backbone.config.to_dict(), config.to_dict()
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads_per_layer", "intermediate_size"):
+            if own[key] != theirs[key]:
+                raise ValueError(f"The backbone has {key}={own[key]} but the config asks for {theirs[key]}.")
+        model.model.load_state_dict(backbone.state_dict(), strict=True)
+        return model
+
+
+class Sapiens2ForPoseEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPoseEstimation):
+    """Sapiens2 with the official top-down heatmap head (308 keypoints at 1/4 of the input resolution)."""
+
+    task = "pose"
+
+    def __init__(self, config: Sapiens2Config):
+        Sapiens2PreTrainedModel.__init__(self, config)
+        self._build(config)
+        self.post_init()
+
+    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> Sapiens2PoseEstimatorOutput:
+        r"""
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised person crops.
+        Returns:
+            `Sapiens2PoseEstimatorOutput` with `heatmaps` of shape `(batch_size, num_keypoints, height / 4,
+            width / 4)`: raw heatmaps (targets peak at 1); decode them with the image processor.
+        """
+        self._refuse_labels(labels)
+        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
+        return Sapiens2PoseEstimatorOutput(
+            heatmaps=self.decode_head(feature_map), hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel, _port.Sapiens2ForSemanticSegmentation):
+    """Sapiens2 with the official body-part segmentation head (29 classes at full input resolution)."""
+
+    task = "seg"
+
+    def __init__(self, config: Sapiens2Config):
+        Sapiens2PreTrainedModel.__init__(self, config)
+        self._build(config)
+        self.post_init()
+
+    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> SemanticSegmenterOutput:
+        r"""
+        Returns:
+            `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
+        """
+        self._refuse_labels(labels)
+        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
+        return SemanticSegmenterOutput(
+            logits=self.decode_head(feature_map), hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class Sapiens2ForNormalEstimation(_Sapiens2TaskModel, _port.Sapiens2ForNormalEstimation):
+    """Sapiens2 with the official pixel-shuffle surface-normal head."""
+
+    task = "normal"
+
+    def __init__(self, config: Sapiens2Config):
+        Sapiens2PreTrainedModel.__init__(self, config)
+        self._build(config)
+        self.post_init()
+
+    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> Sapiens2NormalEstimatorOutput:
+        r"""
+        Returns:
+            `Sapiens2NormalEstimatorOutput` with `normals` of shape `(batch_size, 3, height, width)`: camera-frame
+            normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
+        """
+        self._refuse_labels(labels)
+        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
+        return Sapiens2NormalEstimatorOutput(
+            normals=self.decode_head(feature_map), hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPointmapEstimation):
+    """Sapiens2 with the official pointmap head and its focal-scale branch."""
+
+    task = "pointmap"
+
+    def __init__(self, config: Sapiens2Config):
+        Sapiens2PreTrainedModel.__init__(self, config)
+        self._build(config)
+        has_scale = config.head_config.scale_conv_out_channels is not None
+        self.scale_head = _port.Sapiens2PointmapScaleHead(config) if has_scale else nn.Identity()
+        self.post_init()
+
+    def _check_scale_input(self, feature_map: torch.Tensor) -> None:
+        height, width = feature_map.shape[-2:]
+        for kernel_size in self.config.head_config.scale_conv_kernel_sizes:
+            padding = (kernel_size - 1) // 2
+            height = (height + 2 * padding - kernel_size) // 2 + 1
+            width = (width + 2 * padding - kernel_size) // 2 + 1
+        flat = height * width * self.config.head_config.scale_conv_out_channels[-1]
+        expected = self.config.head_config.scale_final_input_size
+        if flat != expected:
+            raise ValueError(
+                f"The pointmap scale branch is tied to the input size it was trained at (its MLP takes {expected} "
+                f"features), but this {tuple(feature_map.shape[-2:])} token grid gives {flat}. Resize the input to "
+                f"the model's size {self.config.image_size} (the image processor does this)."
+            )
+
+    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> Sapiens2PointmapEstimatorOutput:
+        r"""
+        Returns:
+            `Sapiens2PointmapEstimatorOutput` with `pointmaps` of shape `(batch_size, 3, height, width)`: XYZ in the
+            canonical camera (focal length 768 px; X right, Y down, Z forward), and `scales` of shape
+            `(batch_size, 1)`: canonical focal / actual focal length of the network input; metric XYZ = pointmaps /
+            scales. `scales` is `None` for a head without the scale branch.
+        """
+        self._refuse_labels(labels)
+        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
+        scales = None
+        if not isinstance(self.scale_head, nn.Identity):
+            self._check_scale_input(feature_map)
+            scales = self.scale_head(feature_map)
+        return Sapiens2PointmapEstimatorOutput(
+            pointmaps=self.decode_head(feature_map),
+            scales=scales,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
+    """Sapiens2 with the official albedo head (the normal head's layout with channel RMSNorms). Not in transformers."""
+
+    task = "albedo"
+
+    def __init__(self, config: Sapiens2Config):
+        Sapiens2PreTrainedModel.__init__(self, config)
+        if config.head_config is not None and config.head_config.norm_type != "rms_norm":
+            raise ValueError("The albedo head uses channel RMSNorms: set `head_config.norm_type='rms_norm'`.")
+        self._build(config)
+        self.post_init()
+
+    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> Sapiens2AlbedoEstimatorOutput:
+        r"""
+        Returns:
+            `Sapiens2AlbedoEstimatorOutput` with `albedos` of shape `(batch_size, 3, height, width)`: raw RGB albedo
+            (target range `[0, 1]`, not clamped).
+        """
+        self._refuse_labels(labels)
+        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
+        return Sapiens2AlbedoEstimatorOutput(
+            albedos=self.decode_head(feature_map), hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+TASK_MODEL_CLASSES = {
+    None: Sapiens2Model,
+    "pose": Sapiens2ForPoseEstimation,
+    "seg": Sapiens2ForSemanticSegmentation,
+    "normal": Sapiens2ForNormalEstimation,
+    "pointmap": Sapiens2ForPointmapEstimation,
+    "albedo": Sapiens2ForAlbedoEstimation,
+}
+
+
+def model_class_for_task(task: str | None):
+    """The model class of a task (`None`: the backbone)."""
+    if task not in TASK_MODEL_CLASSES:
+        raise ValueError(f"Unknown task {task!r}; choose one of {TASKS} or None for the backbone.")
+    return TASK_MODEL_CLASSES[task]
+

@@ -1,0 +1,142 @@
+"""The hierarchical 4K Sapiens2: official parity, chunking, memory bound, round trip, task heads."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import sapiens2_hf
+from official_cases import compare, load_case, within
+
+
+@pytest.mark.parametrize("rope_dtype,suffix", [("bfloat16", ""), ("float32", "_rope_fp32")])
+def test_official_4k_file_reproduces_official_outputs(rope_dtype, suffix):
+    meta, reference, weights = load_case("pretrain_4k")
+    model = sapiens2_hf.Sapiens2Model.from_pretrained(weights, rope_dtype=rope_dtype)
+    assert model.config.num_tokenizer_layers == 2 and model.config.tokenizer_window_size == 4
+    with torch.no_grad():
+        hidden = model(reference["pixel_values"]).last_hidden_state
+        feature_map = model.get_feature_map(reference["pixel_values"])
+    assert feature_map.shape[-2:] == (256 // 64, 192 // 64)  # stride 64
+    for name, value in (("last_hidden_state", hidden), ("feature_map", feature_map)):
+        stats = compare(value, reference[name + suffix])
+        assert within(stats, meta["noise_floor"]["recommended_tolerance"][name + suffix]), (name, stats)
+    assert torch.equal(hidden, reference["last_hidden_state" + suffix])  # same operation order: bit-exact
+
+
+def test_4k_broken_control_fails():
+    meta, reference, weights = load_case("pretrain_4k")
+    model = sapiens2_hf.Sapiens2Model.from_pretrained(weights)
+    with torch.no_grad():
+        model.tokenizer.local_pos_embed[:, 1:] = model.tokenizer.local_pos_embed[:, 1:].flip(1)  # window layout error
+        hidden = model(reference["pixel_values"]).last_hidden_state
+    stats = compare(hidden, reference["last_hidden_state"])
+    assert not within(stats, meta["noise_floor"]["recommended_tolerance"]["last_hidden_state"]), stats
+
+
+def test_chunk_size_does_not_change_outputs():
+    _, reference, weights = load_case("pretrain_4k")
+    outputs = []
+    for chunk_size in (1, 5, 12, 1024):
+        model = sapiens2_hf.Sapiens2Model.from_pretrained(weights)
+        model.tokenizer.chunk_size = chunk_size
+        with torch.no_grad():
+            outputs.append(model(reference["pixel_values"]).last_hidden_state)
+    for other in outputs[1:]:
+        torch.testing.assert_close(other, outputs[0], rtol=0, atol=1e-6)
+
+
+def test_chunks_bound_the_tokenizer_batch():
+    """Structural bound: no tokenizer layer ever sees more windows than one chunk."""
+    model = sapiens2_hf.Sapiens2Model(sapiens2_hf.tiny_config(num_tokenizer_layers=1, tokenizer_chunk_size=6)).eval()
+    seen = []
+    model.tokenizer.layer[0].register_forward_hook(lambda module, args, output: seen.append(output.shape[0]))
+    with torch.no_grad():
+        model(torch.randn(2, 3, 256, 192))  # 4 x 3 windows per image
+    assert max(seen) <= 6 and sum(seen) == 2 * 12
+
+
+_MEMORY_PROBE = textwrap.dedent(
+    """
+    import resource, sys, torch
+    import sapiens2_hf
+    torch.set_num_threads(1)
+    height, width, chunk = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    config = sapiens2_hf.tiny_config(hidden_size=256, intermediate_size=1024, num_attention_heads=4,
+                                     num_hidden_layers=1, num_tokenizer_layers=2, tokenizer_chunk_size=chunk)
+    model = sapiens2_hf.Sapiens2Model(config).eval()
+    pixel_values = torch.randn(1, 3, height, width)
+    with torch.no_grad():  # warm-up at the smallest size so that one-off allocations are out of the way
+        model(torch.randn(1, 3, 64, 64))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with torch.no_grad():
+        model(pixel_values)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+    """
+)
+
+
+def _peak_kib(height, width, chunk):
+    result = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(height), str(width), str(chunk)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.split()[-1])
+
+
+@pytest.mark.slow
+def test_peak_memory_is_bounded_by_one_chunk():
+    """Peak activation memory (max RSS growth) at 2048x1536 (768 windows) with 48-window chunks stays within 3x of an
+    input that is a single 48-window chunk, while unchunked processing of the same input grows far beyond."""
+    one_chunk = _peak_kib(64 * 4, 64 * 12, 48)
+    many_chunks = _peak_kib(2048, 1536, 48)
+    unchunked = _peak_kib(2048, 1536, 100_000)
+    # The input image and the pooled tokens grow with the input (2048x1536x3 floats = 36 MiB): allow for them.
+    input_kib = 2048 * 1536 * 3 * 4 // 1024
+    assert many_chunks - input_kib <= 3 * max(one_chunk, 1024), (one_chunk, many_chunks, unchunked)
+    assert unchunked > 2 * many_chunks, (one_chunk, many_chunks, unchunked)
+
+
+def test_4k_save_load_round_trip_and_task_heads(tmp_path):
+    _, reference, weights = load_case("pretrain_4k")
+    model = sapiens2_hf.Sapiens2Model.from_pretrained(weights)
+    model.save_pretrained(tmp_path / "backbone")
+    config = json.loads((tmp_path / "backbone" / "config.json").read_text())
+    assert config["model_type"] == "sapiens2_hf" and config["num_tokenizer_layers"] == 2  # not vanilla-loadable
+    reloaded = sapiens2_hf.Sapiens2Model.from_pretrained(tmp_path / "backbone")
+    with torch.no_grad():
+        assert torch.equal(model(reference["pixel_values"]).last_hidden_state, reloaded(reference["pixel_values"]).last_hidden_state)
+    # A dense task model on the 4K backbone decodes the stride-64 features to half the input resolution.
+    head = sapiens2_hf.tiny_config("normal").head_config.to_dict()
+    head["upsample_out_channels"] = [16, 16, 8, 8, 8]
+    head["upsample_kernel_sizes"] = [3] * 5
+    task_config = sapiens2_hf.Sapiens2Config(**{**reloaded.config.to_dict(), "task": "normal", "head_config": head, "num_labels": 3})
+    normal = sapiens2_hf.Sapiens2ForNormalEstimation.from_backbone(tmp_path / "backbone", config=task_config)
+    with torch.no_grad():
+        normals = normal(reference["pixel_values"]).normals
+    assert normals.shape == (2, 3, 128, 96)
+    normal.save_pretrained(tmp_path / "normal")
+    again = sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(tmp_path / "normal")
+    with torch.no_grad():
+        assert torch.equal(again(reference["pixel_values"]).normals, normals)
+
+
+def test_4k_presets_and_input_errors():
+    config = sapiens2_hf.Sapiens2Config.from_preset("1b-4k")
+    with torch.device("meta"):
+        model = sapiens2_hf.Sapiens2Model(config)
+    assert sum(p.numel() for p in model.parameters()) == 1_606_588_928  # official 1b-4k backbone count
+    tiny = sapiens2_hf.Sapiens2Model(sapiens2_hf.tiny_config(num_tokenizer_layers=1))
+    with pytest.raises(ValueError, match="not divisible by the patch size x tokenizer window 64x64"):
+        tiny(torch.randn(1, 3, 96, 64))
+
+
+def test_4k_file_name_is_cross_checked(tmp_path):
+    import shutil
+
+    _, _, weights = load_case("pretrain_4k")
+    shutil.copy(weights, tmp_path / "sapiens2_1b_4k_pretrain.safetensors")
+    with pytest.raises(ValueError, match="says Sapiens2-1b-4k"):
+        sapiens2_hf.Sapiens2Model.from_pretrained(tmp_path / "sapiens2_1b_4k_pretrain.safetensors")
