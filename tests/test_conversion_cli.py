@@ -35,7 +35,8 @@ def _convert(args, capsys):
 def test_convert_reproduces_official_outputs(case, tmp_path, capsys):
     meta, reference, weights = load_case(case)
     out = tmp_path / "converted"
-    result = _convert([str(weights), "--out", str(out)], capsys)
+    size = ["--image-size", str(meta["input"]["height"]), str(meta["input"]["width"])] if case == "pointmap" else []
+    result = _convert([str(weights), "--out", str(out), *size], capsys)
     assert result.returncode == 0, result.stderr
     assert {"config.json", "model.safetensors", "README.md"} <= {p.name for p in out.iterdir()}
     config = json.loads((out / "config.json").read_text())
@@ -64,12 +65,16 @@ def test_convert_refuses_a_wrong_task_and_a_non_empty_folder(tmp_path, capsys):
     result = _convert([str(weights), "--out", str(tmp_path / "full")], capsys)
     assert result.returncode == 2 and "not empty" in result.stderr
     assert (tmp_path / "full" / "keep.txt").read_text() == "user data"
+    # The pointmap scale branch is tied to its input size: a file at a non-native size needs --image-size.
+    _, _, pointmap = load_case("pointmap")
+    result = _convert([str(pointmap), "--out", str(tmp_path / "pm")], capsys)
+    assert result.returncode == 2 and "--image-size" in result.stderr
 
 
 def test_installed_command_runs_from_outside_the_repo(tmp_path):
     """The console script, run from an unrelated folder, converts and the folder loads in a fresh process."""
     _, reference, weights = load_case("pointmap")
-    result = _convert_subprocess([str(weights), "--out", str(tmp_path / "pm")], cwd=tmp_path)
+    result = _convert_subprocess([str(weights), "--out", str(tmp_path / "pm"), "--image-size", "160", "144"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     check = (
         "import sys, torch, sapiens2_hf; from safetensors.torch import load_file; "

@@ -140,3 +140,19 @@ def test_4k_file_name_is_cross_checked(tmp_path):
     shutil.copy(weights, tmp_path / "sapiens2_1b_4k_pretrain.safetensors")
     with pytest.raises(ValueError, match="says Sapiens2-1b-4k"):
         sapiens2_hf.Sapiens2Model.from_pretrained(tmp_path / "sapiens2_1b_4k_pretrain.safetensors")
+
+
+def test_tokenizer_activation_checkpointing_gives_the_same_gradients():
+    torch.manual_seed(0)
+    config = sapiens2_hf.tiny_config(num_tokenizer_layers=2, tokenizer_chunk_size=5)
+    pixel_values = torch.randn(1, 3, 256, 192)
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = sapiens2_hf.Sapiens2Model(config).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert model.tokenizer.gradient_checkpointing
+        model(pixel_values).last_hidden_state.square().mean().backward()
+        grads.append(model.tokenizer.window_cls.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-7)

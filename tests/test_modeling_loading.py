@@ -207,3 +207,37 @@ def test_auto_classes(tmp_path):
     assert transformers.CONFIG_MAPPING["sapiens2"] is transformers.Sapiens2Config
     vanilla_config = transformers.Sapiens2Config(**{k: v for k, v in sapiens2_hf.tiny_config("pose").to_dict().items() if k != "model_type"})
     assert type(transformers.AutoModelForPoseEstimation.from_config(vanilla_config)) is transformers.Sapiens2ForPoseEstimation
+
+
+def test_hub_repo_with_only_an_official_file(tmp_path, monkeypatch):
+    """A Hub repo without config.json resolves to its official file (Hub calls replaced by a local fake)."""
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    _, reference, weights = load_case("seg")
+    repo = tmp_path / "facebook--sapiens2-seg-tiny"
+    repo.mkdir()
+    shutil.copy(weights, repo / weights.name)
+
+    def fake_download(repo_id, filename, **kwargs):
+        assert repo_id == "facebook/sapiens2-seg-tiny"
+        if not (repo / filename).is_file():
+            raise EntryNotFoundError(f"{filename} not in {repo_id}")
+        return str(repo / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id, **kw: [weights.name, "README.md"])
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained("facebook/sapiens2-seg-tiny")
+    direct = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(weights)
+    assert torch.equal(_output(model, reference["pixel_values"], "seg"), _output(direct, reference["pixel_values"], "seg"))
+
+
+def test_dtype_and_device_arguments_for_official_files():
+    _, reference, weights = load_case("normal")
+    model = sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights, dtype=torch.bfloat16, device_map="cpu")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert model.model.rope_embeddings.periods.dtype == torch.bfloat16
+    assert not model.training
+    full = _output(sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights), reference["pixel_values"], "normal")
+    half = _output(model, reference["pixel_values"].bfloat16(), "normal").float()
+    assert compare(half, full)["rel_l2"] < 5e-2

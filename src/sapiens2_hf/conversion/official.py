@@ -60,6 +60,7 @@ def convert_official_checkpoint(
     image_size: tuple[int, int] | None = None,
     verify: bool = True,
     overwrite: bool = False,
+    card_kwargs: dict | None = None,
 ) -> Path:
     """Converts an official `sapiens2_<size>_<task>.safetensors` file into a folder that `from_pretrained` loads.
 
@@ -72,6 +73,7 @@ def convert_official_checkpoint(
         image_size: `(height, width)` recorded in the config and the processor (default 1024x768).
         verify: reload the folder and check that it gives exactly the same outputs as the official file.
         overwrite: replace an existing non-empty `out_dir`.
+        card_kwargs: extra arguments of `render_model_card` (repo id, base model, evaluation results).
 
     Returns:
         The output folder.
@@ -91,6 +93,14 @@ def convert_official_checkpoint(
     if image_size is not None:
         overrides["image_size"] = list(image_size)
     model = model_class_for_task(task).from_pretrained(source, **overrides)
+    if task == "pointmap" and model.config.head_config.scale_conv_out_channels is not None:
+        try:
+            model._check_scale_input(torch.zeros(1, 1, *(s // p for s, p in zip(model.config.image_size_hw, model.config.feature_stride))))
+        except ValueError as error:
+            raise ValueError(
+                f"{source.name}: the pointmap scale branch does not fit the input size {model.config.image_size_hw}; "
+                "pass the size the model was trained at (--image-size HEIGHT WIDTH)."
+            ) from error
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -99,7 +109,7 @@ def convert_official_checkpoint(
         card = render_model_card(
             model.config,
             num_parameters=sum(p.numel() for p in model.parameters()),
-            source=f"converted from the official file `{source.name}` with `sapiens2-hf convert`",
+            **{"source": f"converted from the official file `{source.name}` with `sapiens2-hf convert`", **(card_kwargs or {})},
         )
         card.save(staging / "README.md")
         if verify:

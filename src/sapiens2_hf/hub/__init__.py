@@ -1,5 +1,6 @@
-"""Model cards and Hub helpers."""
+"""Model cards and Hub helpers (saving complete repositories, pushing, remote code)."""
 
 from .model_card import render_model_card
+from .sharing import enable_remote_code, push_to_hub, save_for_hub
 
-__all__ = ["render_model_card"]
+__all__ = ["enable_remote_code", "push_to_hub", "render_model_card", "save_for_hub"]

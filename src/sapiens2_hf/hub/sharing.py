@@ -1,0 +1,116 @@
+"""Saving and pushing Sapiens2 models, processors and adapters as complete, self-describing Hub repositories.
+
+A repository written here holds the weights, config.json, preprocessor_config.json, a model card (README.md) and,
+unless disabled, the sapiens2_hf modeling files with an `auto_map`, so that a user without sapiens2_hf can load it with
+`trust_remote_code=True`. Checkpoints of the tasks transformers supports keep its `sapiens2` model type, so vanilla
+transformers also loads them without remote code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from huggingface_hub import HfApi, ModelCard
+
+from ..modeling import Sapiens2PreTrainedModel
+from .model_card import render_model_card
+
+# The transformers Auto class a model of each task registers under for remote code (albedo has none: AutoModel).
+_AUTO_CLASS = {
+    None: "AutoModel",
+    "pose": "AutoModelForPoseEstimation",
+    "seg": "AutoModelForSemanticSegmentation",
+    "normal": "AutoModelForNormalEstimation",
+    "pointmap": "AutoModelForPointmapEstimation",
+    "albedo": "AutoModel",
+}
+
+
+def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> None:
+    """Makes `save_pretrained` ship our modeling (and processing) files with an `auto_map`.
+
+    With it, `AutoModel.from_pretrained(repo, trust_remote_code=True)` (and the task's Auto class) builds our class
+    from the files in the repository; nothing of sapiens2_hf needs to be installed.
+    """
+    model.config.register_for_auto_class("AutoConfig")
+    model.register_for_auto_class(_AUTO_CLASS[model.config.task])
+    if model.config.task is not None and _AUTO_CLASS[model.config.task] != "AutoModel":
+        # Also reachable through AutoModel, the class users reach for first.
+        auto_map = dict(getattr(model.config, "auto_map", None) or {})
+        auto_map["AutoModel"] = f"{type(model).__module__.split('.')[-1]}.{type(model).__name__}"
+        model.config.auto_map = auto_map
+    if image_processor is not None and hasattr(image_processor, "register_for_auto_class"):
+        image_processor.register_for_auto_class("AutoImageProcessor")
+
+
+def save_for_hub(
+    model: Sapiens2PreTrainedModel,
+    folder: str | os.PathLike,
+    image_processor=None,
+    card: ModelCard | None = None,
+    remote_code: bool = True,
+    card_kwargs: dict | None = None,
+) -> Path:
+    """Writes a complete repository folder (atomically: into a temporary folder, then moved into place).
+
+    Args:
+        model: the model to save.
+        folder: destination; an existing folder is replaced only after the new one is fully written.
+        image_processor: saved as preprocessor_config.json when given.
+        card: a ready model card; by default one is rendered from the config (`render_model_card(**card_kwargs)`).
+        remote_code: ship the modeling files with an `auto_map` (see `enable_remote_code`).
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        if remote_code:
+            enable_remote_code(model, image_processor)
+        model.save_pretrained(staging)
+        if image_processor is not None:
+            image_processor.save_pretrained(staging)
+        if card is None:
+            card = render_model_card(
+                model.config, num_parameters=sum(p.numel() for p in model.parameters()), **(card_kwargs or {})
+            )
+        card.save(staging / "README.md")
+        if folder.exists():
+            backup = folder.with_name(f".{folder.name}.old")
+            os.replace(folder, backup)
+            os.replace(staging, folder)
+            shutil.rmtree(backup)
+        else:
+            os.replace(staging, folder)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return folder
+
+
+def push_to_hub(
+    model: Sapiens2PreTrainedModel,
+    repo_id: str,
+    image_processor=None,
+    commit_message: str | None = None,
+    private: bool | None = None,
+    token: str | None = None,
+    api: HfApi | None = None,
+    remote_code: bool = True,
+    card_kwargs: dict | None = None,
+):
+    """Creates (if needed) and uploads a complete repository in one commit. `api` defaults to `HfApi(token=token)`.
+
+    Returns:
+        What `api.upload_folder` returns (the commit info).
+    """
+    api = api if api is not None else HfApi(token=token)
+    task = model.config.task or "backbone"
+    commit_message = commit_message or f"Upload Sapiens2 {task} model with sapiens2_hf"
+    card_kwargs = {"repo_id": repo_id, **(card_kwargs or {})}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = save_for_hub(model, Path(tmp) / "repo", image_processor, remote_code=remote_code, card_kwargs=card_kwargs)
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        return api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message=commit_message, repo_type="model")

@@ -1,0 +1,44 @@
+"""`training_scripts/publish_official.py`: the official zoo (here: official-format tiny files) into repo folders."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from huggingface_hub import ModelCard
+
+import sapiens2_hf
+from official_cases import load_case
+from sapiens2_hf.hub.publish import official_repo_id
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_official_repo_ids():
+    assert official_repo_id("sapiens2_1b_pose.safetensors") == "facebook/sapiens2-pose-1b"
+    assert official_repo_id("sapiens2_1b_4k_pretrain.safetensors") == "facebook/sapiens2-pretrain-1b-4k"
+    assert official_repo_id("model.safetensors") is None
+
+
+def test_publish_script_converts_and_verifies_every_file(tmp_path):
+    checkpoint_root = tmp_path / "sapiens2_host"
+    for case, task_folder in (("pretrain", "pretrain"), ("pose", "pose"), ("pointmap", "pointmap")):
+        _, _, weights = load_case(case)
+        (checkpoint_root / task_folder).mkdir(parents=True)
+        shutil.copy(weights, checkpoint_root / task_folder / weights.name)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "training_scripts" / "publish_official.py"), "--checkpoint-root",
+         str(checkpoint_root), "--out", str(tmp_path / "repos"), "--image-size", "sapiens2_tinyc_pointmap.safetensors=160x144"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    folders = sorted(p.name for p in (tmp_path / "repos").iterdir())
+    assert folders == ["sapiens2-pointmap-tinyc", "sapiens2-pose-tinyp", "sapiens2-pretrain-tinya"]
+    card = ModelCard.load(tmp_path / "repos" / "sapiens2-pose-tinyp" / "README.md")
+    assert card.data.base_model == "facebook/sapiens2-pretrain-tinyp"
+    _, reference, weights = load_case("pose")
+    model = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(tmp_path / "repos" / "sapiens2-pose-tinyp")
+    direct = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(weights)
+    with torch.no_grad():
+        assert torch.equal(model(reference["pixel_values"]).heatmaps, direct(reference["pixel_values"]).heatmaps)

@@ -1,0 +1,136 @@
+"""Saving, (fake) pushing and remote-code loading of every model class, offline."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+
+import sapiens2_hf
+from sapiens2_hf.hub import push_to_hub
+
+TASKS = [None, "pose", "seg", "normal", "pointmap", "albedo"]
+FIELDS = {None: "last_hidden_state", "pose": "heatmaps", "seg": "logits", "normal": "normals", "pointmap": "pointmaps", "albedo": "albedos"}
+VANILLA_AUTO = {None: "AutoModel", "pose": "AutoModelForPoseEstimation", "seg": "AutoModelForSemanticSegmentation",
+                "normal": "AutoModelForNormalEstimation", "pointmap": "AutoModelForPointmapEstimation"}
+
+
+class FakeHfApi:
+    """Records the calls a push makes and stores the uploaded folder locally (there is no reachable Hub here)."""
+
+    def __init__(self, root: Path):
+        self.root, self.calls = root, []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+        return f"https://hub.invalid/{repo_id}"
+
+    def upload_folder(self, repo_id, folder_path, commit_message, **kwargs):
+        self.calls.append(("upload_folder", repo_id, commit_message, sorted(os.listdir(folder_path))))
+        destination = self.root / repo_id
+        shutil.copytree(folder_path, destination, dirs_exist_ok=True)
+        return {"commit_url": f"https://hub.invalid/{repo_id}/commit/0"}
+
+
+BLOCK_SAPIENS2_HF = textwrap.dedent(
+    """
+    import sys
+    class _Block:
+        def find_spec(self, name, path=None, target=None):
+            if name == "sapiens2_hf" or name.startswith("sapiens2_hf."):
+                raise ImportError("sapiens2_hf is not available in this process")
+    sys.meta_path.insert(0, _Block())
+    """
+)
+
+
+def _run_isolated(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
+    return subprocess.run([sys.executable, "-c", BLOCK_SAPIENS2_HF + textwrap.dedent(code)], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=300)
+
+
+def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
+    api = FakeHfApi(tmp_path / "hub")
+    pixel_values = torch.randn(1, 3, 64, 48, generator=torch.Generator().manual_seed(0))
+    expected = {}
+    for task in TASKS:
+        torch.manual_seed(0)
+        model = sapiens2_hf.model_class_for_task(task)(sapiens2_hf.tiny_config(task)).eval()
+        repo_id = f"me/sapiens2-tiny-{task or 'backbone'}"
+        push_to_hub(model, repo_id, api=api)
+        with torch.no_grad():
+            expected[task] = getattr(model(pixel_values), FIELDS[task])
+        folder = api.root / repo_id
+        card = ModelCard.load(folder / "README.md")
+        assert card.data.license == "other" and "sapiens2" in card.data.tags
+        config = json.loads((folder / "config.json").read_text())
+        assert config["auto_map"]["AutoModel"].startswith("modeling_sapiens2_hf.")
+        assert (folder / "modeling_sapiens2_hf.py").is_file() and (folder / "configuration_sapiens2_hf.py").is_file()
+    create_calls = [c for c in api.calls if c[0] == "create_repo"]
+    uploads = [c for c in api.calls if c[0] == "upload_folder"]
+    assert [c[1] for c in create_calls] == [f"me/sapiens2-tiny-{t or 'backbone'}" for t in TASKS]
+    assert all("model.safetensors" in c[3] and "README.md" in c[3] and "config.json" in c[3] for c in uploads)
+    assert uploads[1][2] == "Upload Sapiens2 pose model with sapiens2_hf"
+    torch.save({t: v for t, v in expected.items()}, tmp_path / "expected.pt")
+    torch.save(pixel_values, tmp_path / "pixel_values.pt")
+
+    # 1. A fresh process with sapiens2_hf installed loads each repo with our classes, exactly.
+    fresh = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import torch, sapiens2_hf
+        expected = torch.load({str(tmp_path / 'expected.pt')!r}); x = torch.load({str(tmp_path / 'pixel_values.pt')!r})
+        fields = {FIELDS!r}
+        for task in {TASKS!r}:
+            model = sapiens2_hf.model_class_for_task(task).from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}")
+            with torch.no_grad():
+                assert torch.equal(getattr(model(x), fields[task]), expected[task]), task
+        print("ok")
+    """)], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert fresh.returncode == 0 and "ok" in fresh.stdout, fresh.stderr
+
+    # 2. Without sapiens2_hf: remote code (trust_remote_code=True) gives our exact classes ...
+    remote = _run_isolated(f"""
+        import torch
+        from transformers import AutoModel
+        expected = torch.load({str(tmp_path / 'expected.pt')!r}); x = torch.load({str(tmp_path / 'pixel_values.pt')!r})
+        fields = {FIELDS!r}
+        for task in {TASKS!r}:
+            model = AutoModel.from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}", trust_remote_code=True)
+            assert type(model).__module__.startswith("transformers_modules"), type(model)
+            with torch.no_grad():
+                assert torch.equal(getattr(model(x), fields[task]), expected[task]), task
+        print("ok")
+    """, tmp_path)
+    assert remote.returncode == 0 and "ok" in remote.stdout, remote.stderr
+
+    # 3. ... and vanilla transformers loads the tasks it supports with no remote code at all (float32 RoPE there).
+    vanilla = _run_isolated(f"""
+        import torch, transformers
+        expected = torch.load({str(tmp_path / 'expected.pt')!r}); x = torch.load({str(tmp_path / 'pixel_values.pt')!r})
+        fields = {FIELDS!r}
+        for task, auto in {VANILLA_AUTO!r}.items():
+            model = getattr(transformers, auto).from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}")
+            assert type(model).__module__.startswith("transformers.models.sapiens2"), type(model)
+            with torch.no_grad():
+                drift = (getattr(model.eval()(x), fields[task]) - expected[task]).abs().max().item()
+            assert drift < 0.1, (task, drift)
+        print("ok")
+    """, tmp_path)
+    assert vanilla.returncode == 0 and "ok" in vanilla.stdout, vanilla.stderr
+
+
+def test_save_for_hub_replaces_a_folder_atomically(tmp_path):
+    from sapiens2_hf.hub import save_for_hub
+
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation(sapiens2_hf.tiny_config("seg"))
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "old.txt").write_text("previous version")
+    save_for_hub(model, tmp_path / "repo")
+    assert not (tmp_path / "repo" / "old.txt").exists() and (tmp_path / "repo" / "model.safetensors").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["repo"]  # no staging or backup folders left behind
