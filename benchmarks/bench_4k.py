@@ -4,7 +4,7 @@ For each input size H x W (up to 4096 x 3072) it runs, each in a fresh process s
   - the 4K backbone (windowed tokenizer + encoder) on the full-size input;
   - the 1K backbone on the same image resized to 1024 x 768 (what a 1K model sees);
   - the 1K backbone on the full-size input where that fits (to show how plain global attention scales).
-It prints median time and peak memory (max RSS growth on CPU, max allocated on CUDA) and the 4K/1K ratios.
+It prints median time and peak memory (peak RSS growth on CPU via /proc, Linux; max allocated on CUDA) and the 4K/1K ratios.
 
 Defaults are CPU-sized (a narrow model); `--variant 1b-4k --device cuda --dtype bfloat16` measures the real one.
 
@@ -19,7 +19,7 @@ import sys
 import time
 
 PROBE = r"""
-import json, resource, sys, time, torch
+import json, sys, time, torch
 import sapiens2_hf
 spec = json.loads(sys.argv[1])
 torch.set_num_threads(spec["threads"])
@@ -43,13 +43,18 @@ def run():
         torch.cuda.synchronize()
 with torch.no_grad():  # warm-up on a small input: one-off allocations, without reaching this size's peak
     model(torch.randn(1, 3, 256, 192, device=device, dtype=dtype))
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
 if device.type == "cuda":
     torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
 else:
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-run()  # the first full-size run gives the peak activation memory (max RSS growth on CPU)
-peak = (torch.cuda.max_memory_allocated() - base) if device.type == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    open("/proc/self/clear_refs", "w").write("5")  # reset the peak-RSS mark (Linux)
+    base = status("VmRSS")
+run()  # the first full-size run gives the peak activation memory (peak RSS growth on CPU)
+peak = (torch.cuda.max_memory_allocated() - base) if device.type == "cuda" else status("VmHWM") - base
 times = []
 for _ in range(spec["repeats"]):
     start = time.perf_counter(); run(); times.append(time.perf_counter() - start)

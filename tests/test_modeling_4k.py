@@ -61,7 +61,7 @@ def test_chunks_bound_the_tokenizer_batch():
 
 _MEMORY_PROBE = textwrap.dedent(
     """
-    import resource, sys, torch
+    import sys, torch
     import sapiens2_hf
     torch.set_num_threads(1)
     height, width, chunk = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -71,10 +71,16 @@ _MEMORY_PROBE = textwrap.dedent(
     pixel_values = torch.randn(1, 3, height, width)
     with torch.no_grad():  # warm-up at the smallest size so that one-off allocations are out of the way
         model(torch.randn(1, 3, 64, 64))
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    def status(field):
+        for line in open("/proc/self/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1])  # KiB
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")  # resets the peak-RSS high-water mark (VmHWM) to the current RSS
+    before = status("VmRSS")
     with torch.no_grad():
         model(pixel_values)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+    print(status("VmHWM") - before)
     """
 )
 

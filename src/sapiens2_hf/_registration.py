@@ -10,6 +10,8 @@ def register() -> None:
         return
     from transformers import (
         AutoConfig,
+        AutoImageProcessor,
+        AutoModelForPreTraining,
         AutoModel,
         AutoModelForNormalEstimation,
         AutoModelForPointmapEstimation,
@@ -35,4 +37,26 @@ def register() -> None:
     AutoModelForNormalEstimation.register(Sapiens2Config, Sapiens2ForNormalEstimation, exist_ok=True)
     AutoModelForPointmapEstimation.register(Sapiens2Config, Sapiens2ForPointmapEstimation, exist_ok=True)
     AutoModelForAlbedoEstimation.register(Sapiens2Config, Sapiens2ForAlbedoEstimation, exist_ok=True)
+
+    from .pipelines import register_pipelines
+    from .processing import Sapiens2HFImageProcessor
+
+    AutoImageProcessor.register(
+        Sapiens2Config, image_processor_classes={"torchvision": Sapiens2HFImageProcessor}, exist_ok=True
+    )
+    # Pipelines load checkpoints with our classes (exact official numerics), never transformers' own Sapiens2 ones.
+    register_pipelines(
+        {
+            "pose": Sapiens2ForPoseEstimation,
+            "seg": Sapiens2ForSemanticSegmentation,
+            "normal": Sapiens2ForNormalEstimation,
+            "pointmap": Sapiens2ForPointmapEstimation,
+            "albedo": Sapiens2ForAlbedoEstimation,
+        }
+    )
+
+    from .pretraining import Sapiens2ForPreTraining, Sapiens2PreTrainingConfig
+
+    AutoConfig.register(Sapiens2PreTrainingConfig.model_type, Sapiens2PreTrainingConfig, exist_ok=True)
+    AutoModelForPreTraining.register(Sapiens2PreTrainingConfig, Sapiens2ForPreTraining, exist_ok=True)
     _registered = True

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..conversion import convert_official_checkpoint
+from ..hub.convert_official import convert_official_checkpoint
 
 
 def add_convert_subparser(subparsers) -> None:

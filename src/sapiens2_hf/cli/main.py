@@ -10,12 +10,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .convert import add_convert_subparser
 
     add_convert_subparser(subparsers)
-    try:
-        from .predict import add_predict_subparsers
-    except ImportError:
-        add_predict_subparsers = None
-    if add_predict_subparsers is not None:
-        add_predict_subparsers(subparsers)
+    from .demo import add_demo_subparser
+    from .predict import add_predict_subparsers
+
+    add_demo_subparser(subparsers)
+    add_predict_subparsers(subparsers)
     return parser
 
 

@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversion import convert_official_checkpoint, official_checkpoint_kind
+from ..conversion import official_checkpoint_kind
+from .convert_official import convert_official_checkpoint
 from ..modeling.convert_official_sapiens2 import OFFICIAL_FILENAME_PATTERN
 
 logger = logging.getLogger(__name__)

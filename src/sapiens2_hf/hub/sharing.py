@@ -15,6 +15,7 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard
 
+from ..visualization.io import current_umask
 from ..modeling import Sapiens2PreTrainedModel
 from .model_card import render_model_card
 
@@ -66,6 +67,7 @@ def save_for_hub(
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    staging.chmod(0o777 & ~current_umask())  # mkdtemp makes an owner-only folder; the result is a normal one
     try:
         if remote_code:
             enable_remote_code(model, image_processor)

@@ -718,30 +718,60 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
             )
 
     @classmethod
-    def from_backbone(cls, pretrained_backbone, config: Sapiens2Config | None = None, **kwargs):
-        """Starts a new task model from a pretrained backbone (official pretrain file, HF folder, or a
-        `Sapiens2Model`); the decode head is freshly initialised. `config` defaults to the official head layout of
-        the backbone's size (`Sapiens2Config.from_preset`)."""
+    def from_backbone(cls, pretrained_backbone, config: Sapiens2Config | None = None, head_config=None, **kwargs):
+        """Starts a new task model from a pretrained backbone; the decode head is freshly initialised.
+
+        Args:
+            pretrained_backbone: an official pretrain (or task) file, a folder or Hub repo, or a `Sapiens2Model`.
+            config (`Sapiens2Config`, *optional*): the full task config (its backbone fields must match).
+            head_config (`str` or `dict`, *optional*): the head layout when `config` is not given: an official
+                variant id (`"0.4b"`, ...; its official head for this task), `"tiny"` (the small test heads), or a
+                `Sapiens2HeadConfig` dict. Defaults to the official head of the backbone's own size.
+            kwargs: passed to `Sapiens2Model.from_pretrained`.
+        """
         backbone = (
             pretrained_backbone
             if isinstance(pretrained_backbone, Sapiens2Model)
             else Sapiens2Model.from_pretrained(pretrained_backbone, **kwargs)
         )
         if config is None:
-            variant = backbone.config.variant
-            if variant is None:
-                raise ValueError(
-                    "The backbone is not an official size, so there is no default head layout: pass `config` "
-                    f"(a Sapiens2Config with task={cls.task!r} and a head_config)."
-                )
-            config = Sapiens2Config.from_preset(variant, task=cls.task, rope_dtype=backbone.config.rope_dtype)
+            config = cls._task_config_for_backbone(backbone.config, head_config)
         model = cls(config)
         own, theirs = backbone.config.to_dict(), config.to_dict()
-        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads_per_layer", "intermediate_size"):
+        keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads_per_layer",
+                "intermediate_size", "num_register_tokens", "num_tokenizer_layers")
+        for key in keys:
             if own[key] != theirs[key]:
                 raise ValueError(f"The backbone has {key}={own[key]} but the config asks for {theirs[key]}.")
         model.model.load_state_dict(backbone.state_dict(), strict=True)
         return model
+
+    @classmethod
+    def _task_config_for_backbone(cls, backbone_config: Sapiens2Config, head_config) -> Sapiens2Config:
+        from .configuration_sapiens2_hf import HEAD_PRESETS, head_kwargs_for_task, task_label_kwargs, tiny_config
+
+        if head_config is None:
+            head_config = backbone_config.variant
+            if head_config is None:
+                raise ValueError(
+                    "The backbone is not an official size, so there is no default head layout: pass "
+                    "`head_config` (an official size id such as '0.4b', 'tiny', or a head-config dict) or `config`."
+                )
+        if isinstance(head_config, str):
+            if head_config == "tiny":
+                head_kwargs = tiny_config(cls.task).head_config.to_dict()
+            elif head_config in HEAD_PRESETS[cls.task]:
+                head_kwargs = head_kwargs_for_task(cls.task, HEAD_PRESETS[cls.task][head_config])
+            else:
+                raise ValueError(f"No {cls.task} head preset {head_config!r}; choose 'tiny' or one of {sorted(HEAD_PRESETS[cls.task])}.")
+        else:
+            head_kwargs = dict(head_config if isinstance(head_config, dict) else head_config.to_dict())
+        if cls.task == "pointmap" and head_kwargs.get("scale_conv_out_channels"):
+            head_kwargs.pop("scale_final_input_size", None)  # recomputed for this backbone's input size
+        dropped = ("model_type", "transformers_version", "id2label", "label2id", "num_labels", "flip_pairs")
+        fields = {k: v for k, v in backbone_config.to_dict().items() if k not in dropped}
+        fields.update(task=cls.task, head_config=head_kwargs, **task_label_kwargs(cls.task))
+        return Sapiens2Config(**fields)
 
 
 class Sapiens2ForPoseEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPoseEstimation):

@@ -1,4 +1,4 @@
-"""Official file -> HF folder (config.json, model.safetensors, preprocessor_config.json, README.md model card).
+"""Official file -> Hub-ready HF folder (config.json, model.safetensors, preprocessor_config.json, README.md model card).
 
 The key mapping and architecture inference live in `sapiens2_hf.modeling.convert_official_sapiens2` (they ship with
 the models so that `from_pretrained` reads official files directly); this module adds the folder layout, the model
@@ -14,20 +14,13 @@ import tempfile
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
-from ..hub.model_card import render_model_card
+from ..conversion import official_checkpoint_kind
+from .model_card import render_model_card
+from ..visualization.io import current_umask
 from ..modeling import Sapiens2Config, model_class_for_task
-from ..modeling.convert_official_sapiens2 import detect_official_kind
 
 logger = logging.getLogger(__name__)
-
-
-def official_checkpoint_kind(path: str | os.PathLike) -> str:
-    """`"pretrain"` or the task of an official file, read from its tensor names only (no tensor is loaded)."""
-    with safe_open(str(path), framework="pt") as handle:
-        keys = {key: None for key in handle.keys()}
-    return detect_official_kind(keys)
 
 
 def _verification_input(config: Sapiens2Config) -> torch.Tensor:
@@ -103,6 +96,7 @@ def convert_official_checkpoint(
             ) from error
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    staging.chmod(0o777 & ~current_umask())  # mkdtemp makes an owner-only folder; the result is a normal one
     try:
         model.save_pretrained(staging)
         _save_image_processor(staging, model.config)

@@ -1,0 +1,25 @@
+"""`sapiens2-hf demo`: the offline end-to-end demo (see `sapiens2_hf.demo`)."""
+
+import argparse
+
+
+def add_demo_subparser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="offline end-to-end demo: synthetic data, pretraining, LoRA pose fine-tuning, pipeline, Hub folder",
+        description="Runs the whole library offline in a few minutes on a CPU with tiny models (see sapiens2_hf.demo).",
+    )
+    parser.add_argument("--out", default="demo_output", help="output folder (overlays, JSON, report, saved model)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pretrain-steps", type=int, default=40)
+    parser.add_argument("--finetune-steps", type=int, default=150)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.set_defaults(handler=run_demo_command)
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    from ..demo import run_demo
+
+    report = run_demo(args.out, seed=args.seed, pretrain_steps=args.pretrain_steps,
+                      finetune_steps=args.finetune_steps, threads=args.threads)
+    return 0 if report["pck_0_1_after"] > report["pck_0_1_before"] else 1

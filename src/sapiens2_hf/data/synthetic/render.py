@@ -1,0 +1,341 @@
+"""Render a `Scene` into an image and every Sapiens2 label from one analytic ray cast.
+
+All labels come from the same first-hit buffer, so they agree exactly: depth and the pointmap are the hit points,
+normals the analytic surface normals at those points, segmentation the part/region of the hit primitive, and
+keypoint visibility a ray cast through each keypoint against the same primitives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import human as hm
+from ._raycast import NEAR_PLANE, Primitives, cast_rays, render_primitives, surface_frames
+
+
+def _background(bg: dict, height: int, width: int, mirrored: bool):
+    """Background albedo `(height, width, 3)` in [0, 1] (a fresh array) and grey shading `(height, width)`; float32.
+
+    Every pattern is a function of the pixel coordinates, so a mirrored scene evaluates it at ``W - 1 - x``.
+    """
+    f32 = np.float32
+    xs = np.arange(width, dtype=f32)
+    if mirrored:
+        xs = (width - 1) - xs
+    ys = np.arange(height, dtype=f32)
+    cx0, cy0 = f32(0.5 * (width - 1)), f32(0.5 * (height - 1))
+    xc, yc = xs - cx0, ys - cy0
+    c1 = np.asarray(bg["color1"], dtype=f32)
+    c2 = np.asarray(bg["color2"], dtype=f32)
+    ca, sa = f32(np.cos(bg["angle"])), f32(np.sin(bg["angle"]))
+    kind = bg["kind"]
+    if kind == "blobs":
+        grid = np.asarray(bg["grid"], dtype=f32)  # (grid_h, grid_w, 3)
+        y0, fy = _linear_index(height, grid.shape[0])
+        x0, fx = _linear_index(width, grid.shape[1])
+        if mirrored:
+            x0, fx = x0[::-1], fx[::-1]
+        rows = grid[y0] + fy[:, None, None] * (grid[y0 + 1] - grid[y0])  # (height, grid_w, 3)
+        left = rows[:, x0]  # (height, width, 3)
+        albedo = left + fx[None, :, None] * (rows[:, x0 + 1] - left)
+        return albedo, _bg_shading(bg, xc, yc, width, height)
+    if kind == "plain":
+        weight = None
+    elif kind == "gradient":
+        weight = np.clip((xc[None, :] * ca + yc[:, None] * sa) / f32(max(height, width)) + f32(0.5), 0.0, 1.0)
+    elif kind == "stripes":
+        p = f32(bg["period"])
+        band = np.floor((xc * (ca / p))[None, :] + (yc * (sa / p))[:, None]).astype(np.int32)
+        weight = band & 1
+    elif kind == "checker":
+        p = f32(bg["period"])
+        weight = (np.floor(xc / p).astype(np.int32)[None, :] + np.floor(yc / p).astype(np.int32)[:, None]) & 1
+    elif kind == "wall_floor":
+        p = f32(bg["period"])
+        floor_w = f32(0.75) + f32(0.25) * (np.floor(xc / p).astype(np.int32) & 1)  # (width,)
+        wall_w = f32(0.85) + f32(0.15) * ys / f32(max(height - 1, 1))  # (height,)
+        is_floor = ys >= f32(bg["horizon"] * (height - 1))
+        albedo = np.empty((height, width, 3), dtype=f32)
+        albedo[is_floor] = floor_w[:, None] * c2
+        albedo[~is_floor] = wall_w[~is_floor][:, None, None] * c1
+        return albedo, _bg_shading(bg, xc, yc, width, height)
+    else:
+        raise ValueError(f"Unknown background kind {kind!r}; use plain, gradient, stripes, checker, blobs, wall_floor.")
+    albedo = np.empty((height, width, 3), dtype=f32)
+    albedo[:] = c1
+    if weight is not None:
+        albedo += weight.astype(f32)[..., None] * (c2 - c1)
+    return albedo, _bg_shading(bg, xc, yc, width, height)
+
+
+def _linear_index(size, grid_size):
+    """Lower grid node `(size,)` and fraction `(size,)` placing grid nodes 0 and ``grid_size - 1`` at pixels 0 and
+    ``size - 1`` (linear interpolation)."""
+    pos = np.arange(size, dtype=np.float64) * ((grid_size - 1) / max(size - 1, 1))
+    lo = np.minimum(np.floor(pos).astype(np.int64), grid_size - 2)
+    return lo, (pos - lo).astype(np.float32)
+
+
+def _bg_shading(bg, xc, yc, width, height):
+    f32 = np.float32
+    r2 = (xc / f32(width)) ** 2 * f32(2.0 * bg["vignette"])
+    s2 = (yc / f32(height)) ** 2 * f32(2.0 * bg["vignette"])
+    return f32(bg["gain"]) * (f32(1.0) - r2[None, :] - s2[:, None])
+
+
+_IRWIN_HALL_STD = float(np.sqrt(4 * (256**2 - 1) / 12.0))
+
+
+def sensor_noise(seed: int, std: float, height: int, width: int) -> np.ndarray:
+    """Zero-mean, approximately Gaussian noise `(height, width, 3)` float32 with standard deviation ``std``.
+
+    A sum of four uniform bytes (Irwin-Hall), about 4x cheaper than numpy's Gaussian sampler; bounded at 3.45 std.
+    """
+    n = height * width * 3
+    raw = np.frombuffer(np.random.default_rng(seed).bytes(4 * n), dtype=np.uint8).reshape(4, n)
+    total = raw.sum(axis=0, dtype=np.int16).astype(np.float32)
+    total -= np.float32(510.0)
+    total *= np.float32(std / _IRWIN_HALL_STD)
+    return total.reshape(height, width, 3)
+
+
+def _material_table(people):
+    """Concatenated material rows of all people (`NUM_MATERIALS` rows per person)."""
+    keys = ("base", "second", "kind", "freq", "phase", "dir1", "dir2")
+    if not people:
+        return {key: np.zeros((0, 3) if key in ("base", "second", "dir1", "dir2") else 0) for key in keys}
+    return {key: np.concatenate([p.appearance["materials"][key] for p in people]) for key in keys}
+
+
+_PUPIL_RGB = np.array([0.03, 0.025, 0.025])
+
+
+def _albedo(table, material, body_points, local):
+    """Per-pixel albedo `(num_pixels, 3)` in [0, 1] from material rows and body-frame texture coordinates.
+
+    Every texture is a convex blend of the material's two colours, so albedo stays in [0, 1].
+    """
+    kind = table["kind"][material]
+    albedo = table["base"][material]
+    textured = np.flatnonzero((kind == hm.STRIPES) | (kind == hm.CHECKS) | (kind == hm.BLOTCH))
+    if textured.size:
+        m = material[textured]
+        p = body_points[textured]
+        freq = table["freq"][m]
+        u1 = np.einsum("ij,ij->i", p, table["dir1"][m]) * freq + table["phase"][m]
+        u2 = np.einsum("ij,ij->i", p, table["dir2"][m]) * freq
+        k = kind[textured]
+        w = np.where(k == hm.STRIPES, (u1 - np.floor(u1)) < 0.5,
+                     np.where(k == hm.CHECKS, (np.floor(u1) + np.floor(u2)) % 2,
+                              0.5 + 0.5 * np.sin(2 * np.pi * u1 + 1.5 * np.sin(2 * np.pi * u2))))
+        second = table["second"][m]
+        albedo[textured] = second + w[:, None] * (albedo[textured] - second)
+    eye = np.flatnonzero(kind == hm.EYEBALL)
+    if eye.size:
+        qz = local[eye, 2]  # cosine of the angle to the gaze axis
+        iris = eye[(qz >= np.cos(hm.IRIS_ANGLE)) & (qz < np.cos(hm.PUPIL_ANGLE))]
+        albedo[iris] = table["second"][material[iris]]
+        albedo[eye[qz >= np.cos(hm.PUPIL_ANGLE)]] = _PUPIL_RGB
+    return albedo
+
+
+def assemble(scene):
+    """Camera-frame primitives of all people plus per-primitive label attributes.
+
+    Returns:
+        prims (`Primitives`), attrs (`dict`) with ``classes`` `(n, 3)`, ``materials`` `(n, 3)` (global rows),
+        ``splits`` `(n, 2)`, ``split_dir`` `(n, 3)`, ``person`` `(n,)`, and ``owners`` `(num_people, 308, 4)`
+        global primitive ids of each keypoint's owners (-1 padded).
+    """
+    geoms = scene.geometry if scene.geometry is not None else [hm.build_person(p) for p in scene.people]
+    cone_a, cone_b, cone_ra, cone_rb, centers, axes, radii = [], [], [], [], [], [], []
+    cone_attrs, ell_attrs, cone_person, ell_person = [], [], [], []
+    for index, (person, geom) in enumerate(zip(scene.people, geoms)):
+        rot, trans = person.rotation, person.translation
+        cone_a.append(geom.cone_a @ rot.T + trans)
+        cone_b.append(geom.cone_b @ rot.T + trans)
+        cone_ra.append(geom.cone_ra)
+        cone_rb.append(geom.cone_rb)
+        centers.append(geom.ellipsoid_center @ rot.T + trans)
+        axes.append(np.matmul(rot, geom.ellipsoid_axes))
+        radii.append(geom.ellipsoid_radii)
+        cone_attrs.append(geom.cone_attrs)
+        ell_attrs.append(geom.ellipsoid_attrs)
+        cone_person.append(np.full(len(geom.cone_a), index))
+        ell_person.append(np.full(len(geom.ellipsoid_center), index))
+    if not geoms:
+        prims = Primitives(np.zeros((0, 3)), np.zeros((0, 3)), [], [], np.zeros((0, 3)), np.zeros((0, 3, 3)),
+                           np.zeros((0, 3)))
+        empty = np.zeros((0, 3))
+        return prims, {"classes": np.zeros((0, 3), np.int64), "materials": np.zeros((0, 3), np.int64),
+                       "splits": np.zeros((0, 2)), "split_dir": empty, "person": np.zeros(0, np.int64),
+                       "owners": np.zeros((0, hm.NUM_KEYPOINTS, 4), np.int64)}
+    prims = Primitives(np.concatenate(cone_a), np.concatenate(cone_b), np.concatenate(cone_ra),
+                       np.concatenate(cone_rb), np.concatenate(centers), np.concatenate(axes), np.concatenate(radii))
+    ca, ea = np.concatenate(cone_attrs), np.concatenate(ell_attrs)
+    person = np.concatenate(cone_person + ell_person)
+    attrs = {
+        "classes": np.concatenate([ca[:, 0:3], ea[:, 0:3]]).astype(np.int64),
+        "materials": np.concatenate([ca[:, 3:6], ea[:, 3:6]]).astype(np.int64) + hm.NUM_MATERIALS * person[:, None],
+        "splits": np.concatenate([ca[:, 6:8], ea[:, 6:8]]),
+        "split_dir": np.concatenate([np.zeros((len(ca), 3)), ea[:, 8:11]]),
+        "person": person,
+    }
+    cone_offsets = np.cumsum([0] + [len(g.cone_a) for g in geoms])
+    ell_offsets = prims.num_cones + np.cumsum([0] + [len(g.ellipsoid_center) for g in geoms])
+    codes = hm.KEYPOINT_OWNERS
+    is_ell = codes >= hm.ELLIPSOID_CODE
+    owners = np.stack([
+        np.where(codes < 0, -1, np.where(is_ell, ell_offsets[i] + codes - hm.ELLIPSOID_CODE, cone_offsets[i] + codes))
+        for i in range(len(geoms))
+    ])
+    attrs["owners"] = owners
+    attrs["geometry"] = geoms
+    return prims, attrs
+
+
+def render_scene(scene, return_intermediates: bool = False) -> dict:
+    """Render a scene. See `sapiens2_hf.data.synthetic.render_sample` for the returned keys."""
+    cam = scene.camera
+    height, width = cam.height, cam.width
+    fx, fy, cx, cy = cam.fx, cam.fy, cam.cx, cam.cy
+    prims, attrs = assemble(scene)
+    geoms = attrs["geometry"]
+    num_people = len(scene.people)
+
+    depth_flat, prim_flat = render_primitives(prims, fx, fy, cx, cy, height, width)
+    fg = np.flatnonzero(prim_flat >= 0)
+    gid = prim_flat[fg]
+    rows, cols = np.divmod(fg, width)
+    t = depth_flat[fg]
+    points = np.empty((len(fg), 3))
+    points[:, 0] = (cols - cx) / fx * t
+    points[:, 1] = (rows - cy) / fy * t
+    points[:, 2] = t
+    normals, axial, local = surface_frames(prims, gid, points)
+
+    split = axial + np.einsum("ij,ij->i", local, attrs["split_dir"][gid])  # split_dir is 0 for cones
+    splits = attrs["splits"][gid]
+    region = (split >= splits[:, 0]).astype(np.int64) + (split >= splits[:, 1])
+    classes = attrs["classes"][gid, region]
+    material = attrs["materials"][gid, region]
+    person = attrs["person"][gid]
+
+    # Solid textures live in the body frame; a mirrored person flips x so that its texture is the mirror image.
+    body_points = np.empty_like(points)
+    for index, p in enumerate(scene.people):
+        sel = person == index
+        body_points[sel] = np.einsum("ij,jk->ik", points[sel] - p.translation, p.rotation)
+        body_points[sel, 0] *= p.texture_sign
+    albedo_fg = _albedo(_material_table(scene.people), material, body_points, local)
+    lambert = np.maximum(np.einsum("ij,lj->il", normals, scene.light_directions), 0.0)  # (num_fg, num_lights)
+    shading_fg = scene.ambient + np.einsum("il,lc->ic", lambert, scene.light_colors)
+
+    bg_albedo, bg_shading = _background(scene.background, height, width, scene.mirrored)
+    n_pix = height * width
+    scene_albedo = bg_albedo.reshape(n_pix, 3)
+    image_clean = scene_albedo * bg_shading.reshape(n_pix, 1)  # float32 (n_pix, 3)
+    albedo_fg = albedo_fg.astype(np.float32)
+    shading_fg = shading_fg.astype(np.float32)
+    scene_albedo[fg] = albedo_fg
+    image_clean[fg] = albedo_fg * shading_fg
+    buffer = image_clean * np.float32(255.0)
+    noise = None
+    if scene.noise_std > 0:
+        noise = sensor_noise(scene.noise_seed, scene.noise_std, height, width)
+        if scene.mirrored:
+            noise = noise[:, ::-1]
+        buffer += noise.reshape(n_pix, 3) * np.float32(255.0)
+    np.rint(buffer, out=buffer)
+    np.clip(buffer, 0.0, 255.0, out=buffer)
+    image = buffer.astype(np.uint8).reshape(height, width, 3)
+
+    # ---- per-person bookkeeping: drop people with no visible pixel, compact instance ids --------------------------
+    counts = np.bincount(person, minlength=num_people)
+    visible_people = np.flatnonzero(counts > 0)
+    new_index = np.full(num_people, -1, dtype=np.int64)
+    new_index[visible_people] = np.arange(len(visible_people))
+    num_visible = len(visible_people)
+    instance = np.zeros(n_pix, dtype=np.int32)
+    instance[fg] = new_index[person] + 1
+    boxes = np.zeros((num_visible, 4), dtype=np.float32)
+    if num_visible:
+        big = np.iinfo(np.int64).max
+        x_min = np.full(num_people, big)
+        y_min = np.full(num_people, big)
+        x_max = np.full(num_people, -1)
+        y_max = np.full(num_people, -1)
+        np.minimum.at(x_min, person, cols)
+        np.minimum.at(y_min, person, rows)
+        np.maximum.at(x_max, person, cols)
+        np.maximum.at(y_max, person, rows)
+        v = visible_people
+        boxes[:] = np.stack([x_min[v], y_min[v], x_max[v] + 1, y_max[v] + 1], axis=1)
+
+    # ---- keypoints ---------------------------------------------------------------------------------------------------
+    modeled = hm.KEYPOINT_MODELED
+    kp_cam = np.zeros((num_visible, hm.NUM_KEYPOINTS, 3))
+    for out, index in enumerate(visible_people):
+        p = scene.people[index]
+        kp_cam[out] = geoms[index].keypoints @ p.rotation.T + p.translation
+    kp_cam[:, ~modeled] = 0.0
+    z = kp_cam[..., 2]
+    valid = modeled[None, :] & (z > NEAR_PLANE)
+    safe_z = np.where(valid, z, 1.0)
+    ray_dx = kp_cam[..., 0] / safe_z
+    ray_dy = kp_cam[..., 1] / safe_z
+    ku = fx * ray_dx + cx
+    kv = fy * ray_dy + cy
+    in_image = valid & (ku >= -0.5) & (ku < width - 0.5) & (kv >= -0.5) & (kv < height - 0.5)
+    hit_t, hit_prim = cast_rays(prims, ray_dx[valid], ray_dy[valid], ku[valid], kv[valid], fx, fy, cx, cy)
+    owners = attrs["owners"][visible_people][valid]  # (num_valid, 4)
+    own = np.any(owners == hit_prim[:, None], axis=1)
+    close = hit_t >= z[valid] - hm.KEYPOINT_TOLERANCE[np.nonzero(valid)[1]]
+    seen = np.zeros(valid.shape, dtype=bool)
+    seen[valid] = own & close
+    visibility = np.where(in_image, np.where(seen, 2, 1), 0).astype(np.uint8)
+    keypoints = np.where(valid[..., None], np.stack([ku, kv], axis=-1), 0.0).astype(np.float32)
+
+    segmentation = np.zeros(n_pix, dtype=np.int64)
+    segmentation[fg] = classes
+    normal_map = np.zeros((n_pix, 3), dtype=np.float32)
+    normal_map[fg] = normals
+    pointmap = np.zeros((n_pix, 3), dtype=np.float32)
+    pointmap[fg] = points
+    albedo = np.zeros((n_pix, 3), dtype=np.float32)
+    albedo[fg] = albedo_fg
+    mask = np.zeros(n_pix, dtype=bool)
+    mask[fg] = True
+
+    sample = {
+        "image": image,
+        "segmentation": segmentation.reshape(height, width),
+        "mask": mask.reshape(height, width),
+        "instance_map": instance.reshape(height, width),
+        "normals": normal_map.reshape(height, width, 3),
+        "pointmap": pointmap.reshape(height, width, 3),
+        "depth": np.ascontiguousarray(pointmap.reshape(height, width, 3)[..., 2]),
+        "albedo": albedo.reshape(height, width, 3),
+        "keypoints": keypoints,
+        "keypoint_visibility": visibility,
+        "keypoints_3d": kp_cam.astype(np.float32),
+        "boxes": boxes,
+        "camera_intrinsics": cam.intrinsics.astype(np.float32),
+        "num_people": num_visible,
+    }
+    if return_intermediates:
+        owner_ids = attrs["owners"][visible_people]  # (num_visible, 308, 4)
+        owner_classes = np.where(owner_ids[..., None] >= 0, attrs["classes"][np.maximum(owner_ids, 0)], -1)
+        prim_map = prim_flat.reshape(height, width)
+        shading = np.repeat(bg_shading.reshape(n_pix, 1), 3, axis=1)
+        shading[fg] = shading_fg
+        sample.update({
+            "image_clean": image_clean.reshape(height, width, 3),
+            "scene_albedo": scene_albedo.reshape(height, width, 3),
+            "shading": shading.reshape(height, width, 3),
+            "noise": noise if noise is not None else np.zeros((height, width, 3), np.float32),
+            "primitive_index": prim_map,
+            "keypoint_owner_classes": owner_classes.reshape(num_visible, hm.NUM_KEYPOINTS, 12),
+            "person_index": visible_people,
+        })
+    return sample

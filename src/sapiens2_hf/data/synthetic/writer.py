@@ -1,0 +1,210 @@
+"""Write synthetic samples to the on-disk formats the fine-tuning readers consume (atomic writes).
+
+Layout of ``output_dir`` (stems ``000000``, ``000001``, ...)::
+
+    images/<stem>.png        RGB uint8 (or .jpg with image_format="jpg")
+    person_keypoints.json    COCO keypoints: images (file_name "images/<stem>.png", camera_intrinsics),
+                             annotations (bbox xywh, area = visible pixels, keypoints [x, y, v] * 308, num_keypoints),
+                             categories (person, the 308 keypoint names)
+    seg/<stem>.png           uint8 seg29 class ids (0 background)
+    mask/<stem>.png          uint8 foreground mask (255 foreground, 0 background)
+    instances/<stem>.png     uint8 person ids (0 background, i + 1 = annotation order within the image)
+    normal/<stem>.npy        float32 (H, W, 3) unit camera-frame normals towards the camera, 0 on background
+    pointmap/<stem>.npz      pointmap float32 (H, W, 3) metres, depth float32 (H, W), K float64 (3, 3), mask bool
+    albedo/<stem>.npy        float32 (H, W, 3) in [0, 1], 0 on background
+    meta.json                generator config, seed, conventions, class and keypoint names
+
+Keypoints with visibility 0 are written as ``[0, 0, 0]`` (COCO convention). Every file is written to a temporary
+name in its folder and renamed into place, and ``meta.json`` is written last, so a reader never sees partial files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from ...modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
+from .dataset import GENERATOR_VERSION
+from .generator import SyntheticHumans
+
+WRITER_TASKS = ("pose", "seg", "normal", "pointmap", "albedo")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temporary sibling, then rename: readers see the old file or the whole new one, never a part.
+
+    (No fsync per file: atomic with respect to readers, not durable across a power cut; thousands of small files
+    would otherwise be bound by disk flushes.)"""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.exists():
+            tmp.unlink()
+        raise
+
+
+def _png(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _npz(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 192, seed: int = 0,
+                  tasks=WRITER_TASKS, num_people=None, image_format: str = "png", overwrite: bool = False,
+                  **config) -> Path:
+    """Render ``num_samples`` samples and write them in the layout of the module docstring.
+
+    Sample ``i`` is ``render_sample((seed, i), height, width, num_people, **config)``, as in `make_dataset`.
+
+    Args:
+        output_dir: target folder (created).
+        tasks: subset of ``("pose", "seg", "normal", "pointmap", "albedo")``; images are always written, ``mask``
+            with any dense task, ``instances`` with pose or seg.
+        image_format (`str`): ``"png"`` (lossless) or ``"jpg"`` (quality 95).
+        overwrite (`bool`): allow writing into a folder that already holds a ``meta.json``.
+
+    Returns:
+        `Path` of ``output_dir``.
+    """
+    tasks = tuple(tasks)
+    unknown = [t for t in tasks if t not in WRITER_TASKS]
+    if unknown:
+        raise ValueError(f"Unknown task(s) {unknown}; write_dataset handles {WRITER_TASKS}.")
+    if image_format not in ("png", "jpg"):
+        raise ValueError(f"image_format must be 'png' or 'jpg', got {image_format!r}.")
+    if int(num_samples) < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
+    root = Path(output_dir)
+    if (root / "meta.json").exists() and not overwrite:
+        raise ValueError(f"{root} already holds a dataset (meta.json); pass overwrite=True or choose another folder.")
+    cfg = SyntheticHumans(height=height, width=width, num_people=num_people, **config)
+    folders = ["images"]
+    if "pose" in tasks or "seg" in tasks:
+        folders.append("instances")
+    if "seg" in tasks:
+        folders.append("seg")
+    if any(t in tasks for t in ("normal", "pointmap", "albedo")):
+        folders.append("mask")
+    folders += [t for t in ("normal", "pointmap", "albedo") if t in tasks]
+    for folder in folders:
+        (root / folder).mkdir(parents=True, exist_ok=True)
+
+    images, annotations = [], []
+    for index in range(int(num_samples)):
+        sample = cfg.sample((int(seed), index))
+        stem = f"{index:06d}"
+        image_name = f"images/{stem}.{image_format}"
+        if image_format == "png":
+            _atomic_write(root / image_name, _png(sample["image"]))
+        else:
+            buffer = io.BytesIO()
+            Image.fromarray(sample["image"]).save(buffer, format="JPEG", quality=95)
+            _atomic_write(root / image_name, buffer.getvalue())
+        mask = sample["mask"]
+        if "instances" in folders:
+            _atomic_write(root / "instances" / f"{stem}.png", _png(sample["instance_map"].astype(np.uint8)))
+        if "seg" in tasks:
+            _atomic_write(root / "seg" / f"{stem}.png", _png(sample["segmentation"].astype(np.uint8)))
+        if "mask" in folders:
+            _atomic_write(root / "mask" / f"{stem}.png", _png(mask.astype(np.uint8) * 255))
+        if "normal" in tasks:
+            _atomic_write(root / "normal" / f"{stem}.npy", _npy(sample["normals"]))
+        if "pointmap" in tasks:
+            _atomic_write(root / "pointmap" / f"{stem}.npz",
+                          _npz(pointmap=sample["pointmap"], depth=sample["depth"],
+                               K=sample["camera_intrinsics"].astype(np.float64), mask=mask))
+        if "albedo" in tasks:
+            _atomic_write(root / "albedo" / f"{stem}.npy", _npy(sample["albedo"]))
+        images.append({"id": index, "file_name": image_name, "height": int(height), "width": int(width),
+                       "camera_intrinsics": sample["camera_intrinsics"].astype(float).tolist()})
+        counts = np.bincount(sample["instance_map"].ravel(), minlength=sample["num_people"] + 1)
+        for person in range(sample["num_people"]):
+            vis = sample["keypoint_visibility"][person]
+            kp = np.where(vis[:, None] > 0, sample["keypoints"][person], 0.0)
+            x0, y0, x1, y1 = (float(v) for v in sample["boxes"][person])
+            annotations.append({
+                "id": len(annotations) + 1, "image_id": index, "category_id": 1,
+                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": float(counts[person + 1]), "iscrowd": 0,
+                "keypoints": np.concatenate([kp, vis[:, None].astype(np.float32)], axis=1).ravel().round(3).tolist(),
+                "num_keypoints": int((vis > 0).sum()),
+            })
+    if "pose" in tasks:
+        coco = {
+            "info": {"description": "sapiens2_hf synthetic humans", "generator_version": GENERATOR_VERSION,
+                     "seed": int(seed), "keypoint_convention": "pixel centres at integer coordinates"},
+            "images": images, "annotations": annotations,
+            "categories": [{"id": 1, "name": "person", "supercategory": "person",
+                            "keypoints": list(POSE_KEYPOINT_NAMES), "skeleton": []}],
+        }
+        _atomic_write(root / "person_keypoints.json", json.dumps(coco).encode())
+    meta = {
+        "generator_version": GENERATOR_VERSION, "seed": int(seed), "num_samples": int(num_samples),
+        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()},
+        "tasks": list(tasks), "image_format": image_format, "folders": folders,
+        "conventions": {
+            "camera_frame": "X right, Y down, Z forward (metres)",
+            "normals": "unit, camera frame, pointing towards the camera (dot(n, view ray) < 0)",
+            "pixels": "pixel (row i, column j) has its centre at (x, y) = (j, i)",
+            "boxes": "COCO bbox [x, y, w, h] in pixel-edge coordinates around the visible pixels",
+            "keypoint_visibility": "2 visible, 1 occluded inside the image, 0 absent",
+        },
+        "segmentation_classes": list(SEGMENTATION_CLASS_NAMES),
+        "keypoint_names": list(POSE_KEYPOINT_NAMES),
+    }
+    _atomic_write(root / "meta.json", json.dumps(meta, indent=1).encode())
+    return root
+
+
+def read_written_sample(output_dir, index: int) -> dict:
+    """Read sample ``index`` of a `write_dataset` folder back into `render_sample`-style arrays.
+
+    Returns the keys that were written among ``image``, ``segmentation`` (int64), ``instance_map`` (int32),
+    ``mask``, ``normals``, ``pointmap``, ``depth``, ``camera_intrinsics``, ``albedo``, and from the COCO file
+    ``keypoints`` `(num_people, 308, 2)`, ``keypoint_visibility`` (uint8) and ``boxes`` (xyxy).
+    """
+    root = Path(output_dir)
+    meta = json.loads((root / "meta.json").read_text())
+    stem = f"{int(index):06d}"
+    out = {"image": np.asarray(Image.open(root / "images" / f"{stem}.{meta['image_format']}").convert("RGB"))}
+    if (root / "seg" / f"{stem}.png").exists():
+        out["segmentation"] = np.asarray(Image.open(root / "seg" / f"{stem}.png")).astype(np.int64)
+    if (root / "instances" / f"{stem}.png").exists():
+        out["instance_map"] = np.asarray(Image.open(root / "instances" / f"{stem}.png")).astype(np.int32)
+    if (root / "mask" / f"{stem}.png").exists():
+        out["mask"] = np.asarray(Image.open(root / "mask" / f"{stem}.png")) > 0
+    if (root / "normal" / f"{stem}.npy").exists():
+        out["normals"] = np.load(root / "normal" / f"{stem}.npy", allow_pickle=False)
+    if (root / "pointmap" / f"{stem}.npz").exists():
+        with np.load(root / "pointmap" / f"{stem}.npz", allow_pickle=False) as data:
+            out["pointmap"], out["depth"], out["camera_intrinsics"] = data["pointmap"], data["depth"], data["K"]
+    if (root / "albedo" / f"{stem}.npy").exists():
+        out["albedo"] = np.load(root / "albedo" / f"{stem}.npy", allow_pickle=False)
+    if (root / "person_keypoints.json").exists():
+        coco = json.loads((root / "person_keypoints.json").read_text())
+        anns = [a for a in coco["annotations"] if a["image_id"] == int(index)]
+        kps = np.array([a["keypoints"] for a in anns], dtype=np.float32).reshape(len(anns), 308, 3)
+        out["keypoints"] = kps[..., :2]
+        out["keypoint_visibility"] = kps[..., 2].astype(np.uint8)
+        out["boxes"] = np.array([[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
+                                 for a in anns], dtype=np.float32).reshape(len(anns), 4)
+    return out

@@ -1,0 +1,119 @@
+"""DINO self-distillation loss on the CLS token ("sparse" contrastive term of the Sapiens2 objective).
+
+The student's prototype scores of every view are trained to predict the teacher's centred, sharpened prototype
+distribution of every *other* global view (DINO, Caron et al. 2021, arXiv 2104.14294; DINOv2, Oquab et al. 2023,
+arXiv 2304.07193; reference implementation facebookresearch/dinov2 `dinov2/loss/dino_clstoken_loss.py`). The
+teacher centering (`TeacherCentering`) is owned by the loss, so its running centre, when used, is saved with the
+model.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .centering import TeacherCentering
+
+
+class DinoClsLoss(nn.Module):
+    r"""Cross-entropy between teacher and student prototype distributions of the CLS token, over view pairs.
+
+    With `ignore_diagonal=True` (DINO's choice, also DINOv3's for global crops) a student global view is not compared
+    with the teacher's output of the same view. As a loop::
+
+        total, pairs = 0, 0
+        for s in range(num_student_views):
+            for t in range(num_teacher_views):
+                if ignore_diagonal and s == t:
+                    continue
+                total += mean_over_batch(-sum_k targets[t, :, k] * log_softmax(student_logits[s] / student_temp)[:, k])
+                pairs += 1
+        loss = total / pairs
+
+    The first `num_teacher_views` student views must be the same (masked) global views the teacher saw, in the same
+    order; the remaining student views are local crops.
+
+    Args:
+        num_prototypes (`int`): number of prototypes of the CLS head.
+        student_temp (`float`, defaults to 0.1): student temperature (DINO / DINOv2).
+        centering (`str`, defaults to `"sinkhorn_knopp"`): teacher centering mode, see `TeacherCentering`.
+        center_momentum (`float`, defaults to 0.9): running-centre momentum (`"centering"` mode; DINO).
+        sinkhorn_iterations (`int`, defaults to 3): Sinkhorn-Knopp iterations (DINOv2).
+        ignore_diagonal (`bool`, defaults to `True`): skip same-view pairs.
+
+    Example:
+        >>> loss_fn = DinoClsLoss(num_prototypes=16)
+        >>> loss = loss_fn(torch.randn(4, 8, 16), torch.randn(2, 8, 16), teacher_temp=0.04)
+    """
+
+    def __init__(
+        self,
+        num_prototypes: int,
+        student_temp: float = 0.1,
+        centering: str = "sinkhorn_knopp",
+        center_momentum: float = 0.9,
+        sinkhorn_iterations: int = 3,
+        ignore_diagonal: bool = True,
+    ):
+        super().__init__()
+        self.student_temp = student_temp
+        self.ignore_diagonal = ignore_diagonal
+        self.centering = TeacherCentering(num_prototypes, centering, center_momentum, sinkhorn_iterations)
+
+    def teacher_targets(self, teacher_logits: torch.Tensor, teacher_temp: float) -> torch.Tensor:
+        """
+        Args:
+            teacher_logits (`torch.Tensor` of shape `(num_teacher_views, batch_size, num_prototypes)`)
+        Returns:
+            `torch.Tensor` of the same shape, float32: centred target distributions (no gradient). All views are
+            centred together, as in DINOv2.
+        """
+        num_views, batch_size, num_prototypes = teacher_logits.shape
+        targets = self.centering(teacher_logits.reshape(num_views * batch_size, num_prototypes), teacher_temp)
+        return targets.view(num_views, batch_size, num_prototypes)
+
+    def cross_entropy(self, student_logits: torch.Tensor, teacher_targets: torch.Tensor) -> torch.Tensor:
+        """The loop of the class docstring, vectorised.
+
+        Args:
+            student_logits (`torch.Tensor` of shape `(num_student_views, batch_size, num_prototypes)`)
+            teacher_targets (`torch.Tensor` of shape `(num_teacher_views, batch_size, num_prototypes)`)
+        Returns:
+            `torch.Tensor` of shape `()`, float32.
+        """
+        num_student_views, num_teacher_views = student_logits.shape[0], teacher_targets.shape[0]
+        if student_logits.shape[1:] != teacher_targets.shape[1:]:
+            raise ValueError(
+                f"Student logits {tuple(student_logits.shape)} and teacher targets {tuple(teacher_targets.shape)} "
+                "must agree in (batch_size, num_prototypes)."
+            )
+        if num_student_views < num_teacher_views:
+            raise ValueError(
+                f"The student has {num_student_views} views but the teacher {num_teacher_views}: the student must see "
+                "every global view the teacher sees (first), then the local crops."
+            )
+        student_log_probs = F.log_softmax(student_logits.float() / self.student_temp, dim=-1)
+        # s: student view, t: teacher view, b: batch, k: prototype
+        pair_losses = -torch.einsum("tbk,sbk->st", teacher_targets, student_log_probs) / student_logits.shape[1]
+        keep = torch.ones_like(pair_losses, dtype=torch.bool)
+        if self.ignore_diagonal:
+            keep[:num_teacher_views].fill_diagonal_(False)
+        if not keep.any():
+            raise ValueError(
+                "No (student view, teacher view) pair is left once same-view pairs are skipped: use at least two global "
+                "views or some local crops, or set ignore_diagonal=False."
+            )
+        return pair_losses[keep].mean()
+
+    def forward(self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, teacher_temp: float) -> torch.Tensor:
+        """
+        Args:
+            student_logits (`torch.Tensor` of shape `(num_student_views, batch_size, num_prototypes)`):
+                global views first (same order as the teacher's), then local crops.
+            teacher_logits (`torch.Tensor` of shape `(num_teacher_views, batch_size, num_prototypes)`):
+                raw teacher logits of the global views (no gradient is taken through them).
+            teacher_temp (`float`): the teacher temperature at this step (see the warm-up schedule).
+
+        Returns:
+            `torch.Tensor` of shape `()`, float32: the mean cross-entropy over the kept view pairs.
+        """
+        return self.cross_entropy(student_logits, self.teacher_targets(teacher_logits.detach(), teacher_temp))

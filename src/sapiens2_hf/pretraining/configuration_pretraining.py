@@ -1,0 +1,180 @@
+"""Configuration of `Sapiens2ForPreTraining`: a backbone `Sapiens2Config` plus the pretraining fields.
+
+The official pretraining code and recipe are not released (spec section 6): only the form of the objective is known,
+`L = L_MAE + L_CL` (project page), with masked pixel reconstruction and a DINOv3-style student-teacher term that
+has a sparse (CLS) and a dense (patch) part. Every default below therefore carries its source:
+
+- [MAE]: He et al. 2021 (arXiv 2111.06377) and facebookresearch/mae.
+- [DINO]: Caron et al. 2021 (arXiv 2104.14294).
+- [DINOv2]: Oquab et al. 2023 (arXiv 2304.07193) and the defaults of facebookresearch/dinov2
+  (`dinov2/configs/ssl_default_config.yaml`); DINOv3 (Simeoni et al. 2025, arXiv 2508.10104) keeps these values
+  unless noted.
+- [PAGE]: the Sapiens2 project page (loss diagram "L_mae + L_cl").
+- [OURS]: our choice, with the reason; [MEASURED]: chosen from a measurement recorded in docs/pretraining.md.
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers.configuration_utils import PreTrainedConfig
+
+from ..losses.centering import CENTERING_MODES
+from ..modeling import Sapiens2Config, tiny_config
+
+
+@strict
+class Sapiens2PreTrainingConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`Sapiens2ForPreTraining`]: the student backbone, MAE decoder, DINO CLS head, iBOT patch head,
+    EMA teacher and loss weights. The total loss is
+
+        loss = mae_loss_weight * mae_loss
+               + contrastive_loss_weight * (cls_loss_weight * cls_loss + patch_loss_weight * patch_loss
+                                            + koleo_loss_weight * koleo_loss)
+
+    backbone_config (`Sapiens2Config`): the student (and teacher) backbone, `task=None`. Default: the 0.4b backbone.
+    mask_ratio (`float`, defaults to 0.75): fraction of the patches of each global view removed before the student
+        backbone [MAE]. Sapiens2's own ratio is unknown (spec 6). Used by the collator that builds the masks.
+    decoder_hidden_size (`int`, defaults to 512): MAE decoder width [MAE].
+    decoder_num_hidden_layers (`int`, defaults to 8): MAE decoder depth [MAE].
+    decoder_num_attention_heads (`int`, defaults to 16): MAE decoder heads [MAE].
+    decoder_intermediate_size (`int`, *optional*): SwiGLU hidden size of the decoder blocks; default
+        `4 * decoder_hidden_size` (the Sapiens2 block's ratio) [OURS].
+    norm_pix_loss (`bool`, defaults to `True`): per-patch normalised pixel targets [MAE, recommended setting].
+    head_hidden_size (`int`, defaults to 2048): hidden size of the projection MLP of both heads [DINOv2].
+    head_bottleneck_size (`int`, defaults to 256): bottleneck before the prototypes [DINOv2].
+    head_num_layers (`int`, defaults to 3): linear layers of the projection MLP [DINOv2].
+    cls_num_prototypes (`int`, defaults to 65536): prototypes of the DINO CLS head [DINOv2].
+    patch_num_prototypes (`int`, defaults to 65536): prototypes of the iBOT patch head (separate head) [DINOv2].
+    student_temp (`float`, defaults to 0.1): student temperature [DINO, DINOv2].
+    teacher_temp (`float`, defaults to 0.07): teacher temperature after warm-up [DINOv2].
+    warmup_teacher_temp (`float`, defaults to 0.04): teacher temperature at step 0 [DINOv2].
+    teacher_temp_warmup_steps (`int`, defaults to 37500): linear warm-up length in optimizer steps; DINOv2 warms up
+        for 30 "epochs" of 1250 iterations [DINOv2].
+    centering (`str`, defaults to `"sinkhorn_knopp"`): teacher centering, `"sinkhorn_knopp"` [DINOv2 large models,
+        DINOv3], `"centering"` (running centre) [DINO] or `"none"` (collapses; for controls only).
+    center_momentum (`float`, defaults to 0.9): running-centre momentum [DINO].
+    sinkhorn_iterations (`int`, defaults to 3): [DINOv2, SwAV].
+    ema_momentum (`float`, defaults to 0.992): teacher EMA momentum at the first optimizer step [DINOv2].
+    ema_momentum_end (`float`, defaults to 1.0): momentum at the last step; cosine schedule in between [DINO, DINOv2].
+    mae_loss_weight (`float`, defaults to 1.0): weight of L_MAE [PAGE].
+    contrastive_loss_weight (`float`, defaults to 1.0): lambda, the weight of L_CL [PAGE: "L_mae + L_cl", i.e. 1;
+        the paper's value is unknown]. With 0 the teacher and heads are skipped and the model is a plain MAE.
+    cls_loss_weight (`float`, defaults to 1.0): DINO CLS term inside L_CL [DINOv2].
+    patch_loss_weight (`float`, defaults to 1.0): iBOT patch term inside L_CL [DINOv2].
+    koleo_loss_weight (`float`, defaults to 0.1): KoLeo term inside L_CL [DINOv2].
+    freeze_prototypes_steps (`int`, defaults to 1250): optimizer steps during which the prototype weights are not
+        updated; DINOv2 freezes them for its first "epoch" of 1250 iterations [DINOv2]. Applied by the trainer.
+    initializer_range (`float`, defaults to 0.02): std of the truncated-normal init of heads and decoder [MAE, DINO].
+
+    A term whose weight is 0 is not computed (its parameters then receive no gradient: with DDP set
+    `ddp_find_unused_parameters=True`).
+    """
+
+    model_type = "sapiens2_hf_pretraining"
+
+    backbone_config: Sapiens2Config | dict | None = None
+    mask_ratio: float = 0.75
+    decoder_hidden_size: int = 512
+    decoder_num_hidden_layers: int = 8
+    decoder_num_attention_heads: int = 16
+    decoder_intermediate_size: int | None = None
+    norm_pix_loss: bool = True
+    head_hidden_size: int = 2048
+    head_bottleneck_size: int = 256
+    head_num_layers: int = 3
+    cls_num_prototypes: int = 65536
+    patch_num_prototypes: int = 65536
+    student_temp: float = 0.1
+    teacher_temp: float = 0.07
+    warmup_teacher_temp: float = 0.04
+    teacher_temp_warmup_steps: int = 37500
+    centering: str = "sinkhorn_knopp"
+    center_momentum: float = 0.9
+    sinkhorn_iterations: int = 3
+    ema_momentum: float = 0.992
+    ema_momentum_end: float = 1.0
+    mae_loss_weight: float = 1.0
+    contrastive_loss_weight: float = 1.0
+    cls_loss_weight: float = 1.0
+    patch_loss_weight: float = 1.0
+    koleo_loss_weight: float = 0.1
+    freeze_prototypes_steps: int = 1250
+    initializer_range: float = 0.02
+
+    def __post_init__(self, **kwargs):
+        # transformers resolves a dict `backbone_config` through its Auto mapping by `model_type`, which would give
+        # its own Sapiens2Config (our backbone configs are written with transformers' model type); build ours here.
+        if self.backbone_config is None:
+            self.backbone_config = Sapiens2Config.from_preset("0.4b")
+        elif isinstance(self.backbone_config, dict):
+            self.backbone_config = Sapiens2Config.from_dict(self.backbone_config)
+        if self.decoder_intermediate_size is None:
+            self.decoder_intermediate_size = 4 * self.decoder_hidden_size
+        super().__post_init__(**kwargs)
+        # Checked here rather than in a `validate_*` method so that users get a plain ValueError.
+        self._check_pretraining_fields()
+
+    def _check_pretraining_fields(self):
+        if not isinstance(self.backbone_config, Sapiens2Config):
+            raise ValueError(
+                f"`backbone_config` must be a sapiens2_hf Sapiens2Config, got {type(self.backbone_config).__name__}."
+            )
+        if self.backbone_config.task is not None:
+            raise ValueError(
+                f"The pretraining backbone must have task=None, got task={self.backbone_config.task!r}; pass the "
+                "backbone's config (e.g. Sapiens2Config.from_preset(size))."
+            )
+        if not 0.0 < self.mask_ratio < 1.0:
+            raise ValueError(f"`mask_ratio` must be in (0, 1), got {self.mask_ratio}.")
+        if self.centering not in CENTERING_MODES:
+            raise ValueError(f"`centering` must be one of {CENTERING_MODES}, got {self.centering!r}.")
+        if self.decoder_hidden_size % self.decoder_num_attention_heads:
+            raise ValueError(
+                f"`decoder_hidden_size` ({self.decoder_hidden_size}) must be a multiple of "
+                f"`decoder_num_attention_heads` ({self.decoder_num_attention_heads})."
+            )
+        if not 0.0 <= self.ema_momentum <= self.ema_momentum_end <= 1.0:
+            raise ValueError(
+                f"Need 0 <= ema_momentum ({self.ema_momentum}) <= ema_momentum_end ({self.ema_momentum_end}) <= 1."
+            )
+        if min(self.student_temp, self.teacher_temp, self.warmup_teacher_temp) <= 0:
+            raise ValueError("Temperatures (student_temp, teacher_temp, warmup_teacher_temp) must be positive.")
+        if self.head_num_layers < 1:
+            raise ValueError(f"`head_num_layers` must be at least 1, got {self.head_num_layers}.")
+        weights = ("mae_loss_weight", "contrastive_loss_weight", "cls_loss_weight", "patch_loss_weight", "koleo_loss_weight")
+        for name in weights:
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+
+    @property
+    def uses_teacher(self) -> bool:
+        """Whether any student-teacher term is computed (else the model is a plain MAE)."""
+        return self.contrastive_loss_weight > 0 and (self.cls_loss_weight > 0 or self.patch_loss_weight > 0)
+
+    @classmethod
+    def from_preset(cls, variant: str, **kwargs) -> "Sapiens2PreTrainingConfig":
+        """Real-scale pretraining configuration for an official backbone size (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`,
+        `"5b"`), with the defaults of this class; `kwargs` override pretraining fields."""
+        return cls(backbone_config=Sapiens2Config.from_preset(variant), **kwargs)
+
+
+def tiny_pretraining_config(backbone_overrides: dict | None = None, **overrides) -> Sapiens2PreTrainingConfig:
+    """A tiny configuration for tests and CPU smoke runs: the tiny backbone (hidden 32, 2 layers, 4 heads, 8
+    registers, patch 16), a 1-layer decoder of width 32, heads of width 64 with 32 prototypes, a 10-step teacher
+    temperature warm-up and no prototype freezing. `backbone_overrides` go to `tiny_config`, `overrides` to this
+    config."""
+    backbone = tiny_config(**(backbone_overrides or {}))
+    kwargs = {
+        "backbone_config": backbone,
+        "mask_ratio": 0.5,
+        "decoder_hidden_size": 32,
+        "decoder_num_hidden_layers": 1,
+        "decoder_num_attention_heads": 4,
+        "head_hidden_size": 64,
+        "head_bottleneck_size": 32,
+        "cls_num_prototypes": 32,
+        "patch_num_prototypes": 32,
+        "teacher_temp_warmup_steps": 10,
+        "freeze_prototypes_steps": 0,
+    }
+    kwargs.update(overrides)
+    return Sapiens2PreTrainingConfig(**kwargs)

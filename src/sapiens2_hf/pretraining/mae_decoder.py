@@ -1,0 +1,150 @@
+"""The MAE decoder of `Sapiens2ForPreTraining`: re-inserts mask tokens where patches were removed and predicts
+their pixels and their teacher features.
+
+Design (all [MAE] unless noted):
+
+- The kept student tokens (CLS, registers, kept patches, after the backbone's final norm) are projected to the
+  decoder width; a learned mask token is put at every removed position, so the decoder sees the full patch grid.
+- Positions: the backbone encodes position only through RoPE applied inside attention, so its output tokens carry no
+  explicit position and the mask tokens none at all. The decoder therefore adds a fixed 2-D sine-cosine embedding
+  to every patch token (kept and mask), as MAE's decoder does; it is recomputed for the actual grid, so any input
+  size divisible by the patch size works. Prefix tokens (CLS, registers) get no position (MAE's CLS gets zeros).
+  The decoder blocks are Sapiens2 blocks (RMSNorm, QK-norm, SwiGLU, LayerScale initialised at 1) without RoPE
+  [OURS: reuses the backbone's block].
+- Two linear read-outs at the masked positions only: pixels (`patch_h * patch_w * 3` normalised values, for
+  `MaeLoss`) and a prediction of the teacher's patch token (backbone width), which the student patch head scores
+  against the teacher's patch head (iBOT term computed without ever showing the student the masked patches, as in
+  data2vec 2.0, Baevski et al. 2022) [OURS].
+"""
+
+import torch
+from torch import nn
+from transformers.models.sapiens2 import modeling_sapiens2 as _port
+
+from ..modeling import Sapiens2Config
+from ..modeling.modeling_sapiens2_hf import Sapiens2Encoder
+
+
+def sincos_position_embedding_2d(grid_h: int, grid_w: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """Fixed 2-D sine-cosine position embedding (MAE's `get_2d_sincos_pos_embed`, written for a non-square grid).
+
+    The first half of the channels encodes the row, the second half the column; each half is
+    `[sin(pos * omega), cos(pos * omega)]` with `omega_i = 1 / temperature^(i / (dim / 4))`, positions in patch
+    units (0, 1, 2, ...).
+
+    Returns:
+        `torch.Tensor` of shape `(grid_h * grid_w, dim)`, float32, rows in row-major patch order.
+    """
+    if dim % 4:
+        raise ValueError(f"The sin-cos embedding needs a width divisible by 4, got {dim}.")
+    omega = 1.0 / temperature ** (torch.arange(dim // 4, dtype=torch.float64) / (dim // 4))  # (dim / 4,)
+    rows, cols = torch.meshgrid(
+        torch.arange(grid_h, dtype=torch.float64), torch.arange(grid_w, dtype=torch.float64), indexing="ij"
+    )
+    parts = []
+    for coordinate in (rows.flatten(), cols.flatten()):
+        angles = coordinate[:, None] * omega[None, :]  # (num_patches, dim / 4)
+        parts.extend((torch.sin(angles), torch.cos(angles)))
+    return torch.cat(parts, dim=1).float()
+
+
+class Sapiens2MaeDecoder(nn.Module):
+    """Lightweight transformer decoder for masked pretraining.
+
+    Args:
+        backbone_config (`Sapiens2Config`): the backbone's config (hidden size, prefix tokens, patch size).
+        hidden_size (`int`), num_hidden_layers (`int`), num_attention_heads (`int`), intermediate_size (`int`):
+            decoder block sizes.
+    """
+
+    def __init__(
+        self,
+        backbone_config: Sapiens2Config,
+        hidden_size: int,
+        num_hidden_layers: int,
+        num_attention_heads: int,
+        intermediate_size: int,
+    ):
+        super().__init__()
+        self.num_prefix_tokens = backbone_config.num_prefix_tokens
+        patch_h, patch_w = backbone_config.patch_size_hw
+        self.config = Sapiens2Config(
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_attention_heads=num_attention_heads,
+            num_register_tokens=backbone_config.num_register_tokens,
+            patch_size=backbone_config.patch_size,
+            layerscale_value=1.0,
+            rope_dtype="float32",
+            initializer_range=backbone_config.initializer_range,
+        )
+        self.config._attn_implementation = backbone_config._attn_implementation
+        self.embed = nn.Linear(backbone_config.hidden_size, hidden_size)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, hidden_size))
+        nn.init.normal_(self.mask_token, std=0.02)
+        self.blocks = Sapiens2Encoder(self.config)
+        self.norm = _port.Sapiens2RMSNorm(hidden_size, eps=self.config.rms_norm_eps)
+        self.pixel_predictor = nn.Linear(hidden_size, patch_h * patch_w * backbone_config.num_channels)
+        self.feature_predictor = nn.Linear(hidden_size, backbone_config.hidden_size)
+
+    def forward(
+        self,
+        encoder_hidden_states: torch.Tensor,
+        patch_keep_indices: torch.LongTensor,
+        patch_mask_indices: torch.LongTensor,
+        grid_size: tuple[int, int],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """
+        Args:
+            encoder_hidden_states (`torch.Tensor` of shape `(batch_size, num_prefix + num_kept, backbone_hidden)`):
+                the student backbone's output for the masked views (CLS, registers, kept patches).
+            patch_keep_indices (`torch.LongTensor` of shape `(batch_size, num_kept)`): row-major grid positions of
+                the kept patches, in the order of `encoder_hidden_states`.
+            patch_mask_indices (`torch.LongTensor` of shape `(batch_size, num_masked)`): the removed positions.
+            grid_size (`tuple[int, int]`): `(grid_h, grid_w)`, the patch grid of the views.
+
+        Returns:
+            `(pixels, features)`: `pixels` of shape `(batch_size, num_masked, patch_h * patch_w * 3)` (normalised
+            per-patch pixel predictions, order of `patch_mask_indices`) and `features` of shape
+            `(batch_size, num_masked, backbone_hidden)` (predicted teacher patch tokens).
+        """
+        batch_size = encoder_hidden_states.shape[0]
+        num_patches = grid_size[0] * grid_size[1]
+        tokens = self.embed(encoder_hidden_states)  # (batch, prefix + kept, dim)
+        prefix, kept = tokens[:, : self.num_prefix_tokens], tokens[:, self.num_prefix_tokens :]
+        dim = tokens.shape[-1]
+        patches = self.mask_token.to(tokens.dtype).expand(batch_size, num_patches, dim)
+        patches = patches.scatter(1, patch_keep_indices[..., None].expand(-1, -1, dim), kept)  # (batch, N, dim)
+        position = sincos_position_embedding_2d(*grid_size, dim).to(device=tokens.device, dtype=tokens.dtype)
+        hidden_states = torch.cat((prefix, patches + position), dim=1)
+        hidden_states = self.blocks(hidden_states, position_embeddings=None).last_hidden_state
+        hidden_states = self.norm(hidden_states[:, self.num_prefix_tokens :])  # (batch, N, dim)
+        masked = hidden_states.gather(1, patch_mask_indices[..., None].expand(-1, -1, dim))  # (batch, M, dim)
+        return self.pixel_predictor(masked), self.feature_predictor(masked)
+
+
+def check_masks(patch_keep_indices: torch.Tensor, patch_mask_indices: torch.Tensor, num_patches: int) -> None:
+    """Raises a ValueError unless keep and mask indices partition `range(num_patches)` for every view.
+
+    Args:
+        patch_keep_indices (`torch.LongTensor` of shape `(num_views, num_kept)`)
+        patch_mask_indices (`torch.LongTensor` of shape `(num_views, num_masked)`)
+    """
+    if patch_keep_indices.shape[-1] + patch_mask_indices.shape[-1] != num_patches:
+        raise ValueError(
+            f"{patch_keep_indices.shape[-1]} kept + {patch_mask_indices.shape[-1]} masked patches do not make the "
+            f"{num_patches} patches of the grid: build the masks for the global crop size (see MultiCropCollator)."
+        )
+    covered = torch.zeros(patch_keep_indices.shape[0], num_patches, dtype=torch.int32, device=patch_keep_indices.device)
+    covered.scatter_add_(1, patch_keep_indices, torch.ones_like(patch_keep_indices, dtype=torch.int32))
+    covered.scatter_add_(1, patch_mask_indices, torch.ones_like(patch_mask_indices, dtype=torch.int32))
+    if not bool((covered == 1).all()):
+        raise ValueError(
+            "`patch_keep_indices` and `patch_mask_indices` must partition the patch grid (every patch exactly once, "
+            "either kept or masked)."
+        )
+
+
+__all__ = ["Sapiens2MaeDecoder", "check_masks", "sincos_position_embedding_2d"]

@@ -1,0 +1,400 @@
+"""Multi-crop views, photometric augmentation and patch masks for pretraining: the dataset and the collator.
+
+Each image becomes `num_global_crops` global views (seen by the teacher in full and by the student with
+`mask_ratio` of their patches removed) and `num_local_crops` smaller local views (student only), DINO's multi-crop.
+
+Photometric augmentation is deliberately mild and keeps colour: brightness/contrast/saturation jitter, no hue shift,
+no grayscale, no solarisation, rare light blur. The Sapiens2 seeds warn that heavy appearance augmentation makes the
+representation drift from the observed image, and the MAE term must reconstruct the real colours of the masked
+patches of the same view. Defaults and sources:
+
+| field | real scale | tiny | source |
+|---|---|---|---|
+| global crop size (H, W) | 1024 x 768 | 64 x 48 | Sapiens2 native resolution [DOCS]; tiny: `tiny_config` |
+| local crop size (H, W) | 448 x 336 | 32 x 32 | [OURS] DINOv2's local/global side ratio 96/224 applied to 1024 x 768, rounded to a multiple of 16 |
+| global / local crops | 2 / 8 | 2 / 2 | [DINOv2]; tiny: [OURS] for speed |
+| global crop area scale | (0.32, 1.0) | same | [DINOv2] |
+| local crop area scale | (0.05, 0.32) | same | [DINOv2] |
+| crop aspect jitter | (3/4, 4/3) x output aspect | same | [MAE, DINO] RandomResizedCrop ratio, relative to the output aspect [OURS] |
+| horizontal flip p | 0.5 | same | [MAE, DINO] |
+| colour jitter p / brightness / contrast / saturation | 0.8 / 0.2 / 0.2 / 0.1 | same | [OURS] half of DINOv2's 0.4/0.4/0.2; DINOv2's hue 0.1, grayscale 0.2 and solarisation dropped (colour kept) |
+| Gaussian blur p / sigma | 0.1 / (0.1, 2.0) | same | [OURS] DINOv2 uses p 1.0 / 0.1 / 0.5 with sigma (0.1, 2.0); kept rare so fine texture survives |
+
+Randomness: every example carries its own seed (`PretrainingImageDataset` derives it from the base seed, the epoch
+and the index), and all crops, jitters and masks of that example come from a `torch.Generator` seeded with it. The
+views are therefore a pure function of (seed, epoch, index): independent of batch composition, dataloader workers,
+the number of processes, and of resuming from a checkpoint.
+"""
+
+import hashlib
+import io
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..processing.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
+from .masking import num_kept_patches, random_patch_masks
+
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+_GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601 luma, as PIL and torchvision
+
+
+@dataclass(frozen=True)
+class MultiCropAugmentation:
+    """Sizes, counts and photometric settings of the multi-crop views (see the module docstring for sources).
+
+    All sizes are `(height, width)` in pixels and must be divisible by the patch size.
+    """
+
+    global_crop_size: tuple[int, int] = (1024, 768)
+    local_crop_size: tuple[int, int] = (448, 336)
+    num_global_crops: int = 2
+    num_local_crops: int = 8
+    global_crop_scale: tuple[float, float] = (0.32, 1.0)
+    local_crop_scale: tuple[float, float] = (0.05, 0.32)
+    crop_aspect_jitter: tuple[float, float] = (3 / 4, 4 / 3)
+    flip_probability: float = 0.5
+    color_jitter_probability: float = 0.8
+    brightness: float = 0.2
+    contrast: float = 0.2
+    saturation: float = 0.1
+    blur_probability: float = 0.1
+    blur_sigma: tuple[float, float] = (0.1, 2.0)
+
+    @classmethod
+    def tiny(cls, **overrides) -> "MultiCropAugmentation":
+        """Tiny preset for tests and CPU smoke runs (64 x 48 global and 32 x 32 local crops, 2 of each)."""
+        kwargs = {"global_crop_size": (64, 48), "local_crop_size": (32, 32), "num_local_crops": 2}
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def example_seed(base_seed: int, epoch: int, index: int) -> int:
+    """A 63-bit seed for example `index` in epoch `epoch` (stable across Python processes and versions)."""
+    digest = hashlib.blake2b(f"{base_seed}/{epoch}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def to_float_image(image) -> torch.Tensor:
+    """Converts an RGB image to a float32 tensor of shape `(3, height, width)` with values in `[0, 255]`.
+
+    Accepts a `PIL.Image` (any mode, converted to RGB), a `numpy.ndarray` of shape `(height, width, 3)` (uint8), or
+    a `torch.Tensor` of shape `(3, height, width)` (uint8 in `[0, 255]`, or float in `[0, 255]`).
+    """
+    if isinstance(image, torch.Tensor):
+        tensor = image
+    elif isinstance(image, np.ndarray):
+        if image.ndim != 3 or image.shape[-1] != 3:
+            raise ValueError(f"A numpy image must have shape (height, width, 3), got {image.shape}.")
+        tensor = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)
+    elif hasattr(image, "convert"):
+        tensor = torch.from_numpy(np.asarray(image.convert("RGB")).copy()).permute(2, 0, 1)
+    else:
+        raise TypeError(f"Unsupported image type {type(image).__name__}: pass a PIL image, numpy array or tensor.")
+    if tensor.ndim != 3 or tensor.shape[0] != 3:
+        raise ValueError(f"An image tensor must have shape (3, height, width), got {tuple(tensor.shape)}.")
+    return tensor.to(torch.float32)
+
+
+def _uniform(generator: torch.Generator, low: float, high: float) -> float:
+    return low + (high - low) * float(torch.rand((), generator=generator))
+
+
+def _bernoulli(generator: torch.Generator, probability: float) -> bool:
+    return probability > 0 and float(torch.rand((), generator=generator)) < probability
+
+
+def sample_crop_box(
+    image_hw: tuple[int, int],
+    output_hw: tuple[int, int],
+    scale: tuple[float, float],
+    aspect_jitter: tuple[float, float],
+    generator: torch.Generator,
+) -> tuple[int, int, int, int]:
+    """RandomResizedCrop box: area fraction uniform in `scale`, aspect log-uniform in `aspect_jitter` times the
+    output aspect; up to 10 tries, then the largest centred box with the output aspect.
+
+    Returns:
+        `(top, left, height, width)` in source pixels.
+    """
+    height, width = image_hw
+    area = height * width
+    output_aspect = output_hw[1] / output_hw[0]  # width / height
+    log_low, log_high = math.log(aspect_jitter[0]), math.log(aspect_jitter[1])
+    for _ in range(10):
+        target_area = area * _uniform(generator, *scale)
+        aspect = output_aspect * math.exp(_uniform(generator, log_low, log_high))
+        crop_w = int(round(math.sqrt(target_area * aspect)))
+        crop_h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < crop_w <= width and 0 < crop_h <= height:
+            top = int(torch.randint(0, height - crop_h + 1, (), generator=generator))
+            left = int(torch.randint(0, width - crop_w + 1, (), generator=generator))
+            return top, left, crop_h, crop_w
+    if width / height > output_aspect:
+        crop_h, crop_w = height, max(1, int(round(height * output_aspect)))
+    else:
+        crop_h, crop_w = max(1, int(round(width / output_aspect))), width
+    return (height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w
+
+
+def _grayscale(image: torch.Tensor) -> torch.Tensor:
+    weights = torch.tensor(_GRAY_WEIGHTS, dtype=image.dtype, device=image.device).view(3, 1, 1)
+    return (image * weights).sum(dim=0, keepdim=True)  # (1, height, width)
+
+
+def color_jitter(image: torch.Tensor, brightness: float, contrast: float, saturation: float) -> torch.Tensor:
+    """Brightness, then contrast, then saturation scaling by the given factors (1 = unchanged), clamped to
+    `[0, 255]`. Contrast blends with the mean grey level, saturation with the grey image (torchvision's definitions).
+
+    Args:
+        image (`torch.Tensor` of shape `(3, height, width)`, float in `[0, 255]`)
+    """
+    image = (image * brightness).clamp(0, 255)
+    image = ((image - _grayscale(image).mean()) * contrast + _grayscale(image).mean()).clamp(0, 255)
+    gray = _grayscale(image)
+    return ((image - gray) * saturation + gray).clamp(0, 255)
+
+
+def gaussian_blur(image: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Separable Gaussian blur with radius `ceil(3 sigma)` (capped by the image size) and reflect padding.
+
+    Args:
+        image (`torch.Tensor` of shape `(3, height, width)`)
+    """
+    radius = min(int(math.ceil(3 * sigma)), image.shape[-2] - 1, image.shape[-1] - 1)
+    if radius < 1:
+        return image
+    offsets = torch.arange(-radius, radius + 1, dtype=image.dtype, device=image.device)
+    kernel = torch.exp(-0.5 * (offsets / sigma) ** 2)
+    kernel = kernel / kernel.sum()
+    batch = F.pad(image[None], (radius, radius, radius, radius), mode="reflect")  # (1, 3, h + 2r, w + 2r)
+    batch = F.conv2d(batch, kernel.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)
+    batch = F.conv2d(batch, kernel.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)
+    return batch[0]
+
+
+def normalize_image(image: torch.Tensor) -> torch.Tensor:
+    """`(image - mean) / std` with the official Sapiens2 constants on the 0-255 scale (spec 4.1).
+
+    Args:
+        image (`torch.Tensor` of shape `(..., 3, height, width)`, float in `[0, 255]`)
+    """
+    mean = torch.tensor(OFFICIAL_MEAN_255, dtype=image.dtype, device=image.device).view(3, 1, 1)
+    std = torch.tensor(OFFICIAL_STD_255, dtype=image.dtype, device=image.device).view(3, 1, 1)
+    return (image - mean) / std
+
+
+def augmented_view(
+    image: torch.Tensor,
+    output_hw: tuple[int, int],
+    scale: tuple[float, float],
+    augmentation: MultiCropAugmentation,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """One random view: random resized crop, horizontal flip, colour jitter, blur, normalisation.
+
+    Args:
+        image (`torch.Tensor` of shape `(3, height, width)`, float in `[0, 255]`)
+    Returns:
+        `torch.Tensor` of shape `(3, output_h, output_w)`, float32, normalised (official mean/std).
+    """
+    top, left, crop_h, crop_w = sample_crop_box(
+        tuple(image.shape[-2:]), output_hw, scale, augmentation.crop_aspect_jitter, generator
+    )
+    crop = image[:, top : top + crop_h, left : left + crop_w]
+    view = F.interpolate(crop[None], size=output_hw, mode="bilinear", antialias=True, align_corners=False)[0]
+    view = view.clamp(0, 255)
+    if _bernoulli(generator, augmentation.flip_probability):
+        view = view.flip(-1)
+    if _bernoulli(generator, augmentation.color_jitter_probability):
+        factors = [
+            _uniform(generator, max(0.0, 1 - strength), 1 + strength)
+            for strength in (augmentation.brightness, augmentation.contrast, augmentation.saturation)
+        ]
+        view = color_jitter(view, *factors)
+    if _bernoulli(generator, augmentation.blur_probability):
+        view = gaussian_blur(view, _uniform(generator, *augmentation.blur_sigma))
+    return normalize_image(view)
+
+
+class MultiCropCollator:
+    """Builds the pretraining batch: global and local views of each image, plus the patch masks.
+
+    Args:
+        augmentation (`MultiCropAugmentation`): crop sizes, counts and photometric settings.
+        patch_size (`int` or `tuple[int, int]`): the backbone's patch size.
+        mask_ratio (`float`): fraction of the patches of each global view to remove.
+        seed (`int`, defaults to 0): seeds the collator's own generator, used only for examples without a `"seed"`
+            (those batches are then not reproducible across a resume).
+
+    Call it on a list of examples, each a dict with `"image"` (see `to_float_image`) and optionally `"seed"` (`int`).
+
+    Returns (dict):
+        - `pixel_values` (`torch.Tensor` of shape `(batch_size, num_global_crops, 3, global_h, global_w)`): normalised
+          global views (official mean/std).
+        - `local_pixel_values` (`torch.Tensor` of shape `(batch_size, num_local_crops, 3, local_h, local_w)`):
+          normalised local views; absent when `num_local_crops == 0`.
+        - `patch_keep_indices` (`torch.LongTensor` of shape `(batch_size, num_global_crops, num_kept)`) and
+          `patch_mask_indices` (`torch.LongTensor` of shape `(batch_size, num_global_crops, num_masked)`): sorted
+          row-major patch indices of each global view's grid, partitioning it.
+    """
+
+    def __init__(
+        self,
+        augmentation: MultiCropAugmentation,
+        patch_size: int | tuple[int, int],
+        mask_ratio: float,
+        seed: int = 0,
+    ):
+        self.augmentation = augmentation
+        self.patch_size = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
+        self.mask_ratio = mask_ratio
+        crops = [("global_crop_size", augmentation.global_crop_size)]
+        if augmentation.num_local_crops:
+            crops.append(("local_crop_size", augmentation.local_crop_size))
+        for name, (height, width) in crops:
+            if height % self.patch_size[0] or width % self.patch_size[1]:
+                raise ValueError(
+                    f"`{name}` {height}x{width} is not divisible by the patch size {self.patch_size[0]}x"
+                    f"{self.patch_size[1]}."
+                )
+        if augmentation.num_global_crops < 1:
+            raise ValueError("At least one global crop is needed (the teacher and the MAE term use them).")
+        self.grid_size = (
+            augmentation.global_crop_size[0] // self.patch_size[0],
+            augmentation.global_crop_size[1] // self.patch_size[1],
+        )
+        num_kept_patches(self.grid_size[0] * self.grid_size[1], mask_ratio)  # validates early
+        self._fallback_generator = torch.Generator().manual_seed(seed)
+
+    @classmethod
+    def from_config(cls, config, augmentation: MultiCropAugmentation, seed: int = 0) -> "MultiCropCollator":
+        """Collator for a `Sapiens2PreTrainingConfig` (its backbone patch size and `mask_ratio`)."""
+        return cls(augmentation, config.backbone_config.patch_size_hw, config.mask_ratio, seed=seed)
+
+    def views(self, image, seed: int) -> dict[str, torch.Tensor]:
+        """The views and masks of one image (unbatched shapes of the class docstring)."""
+        generator = torch.Generator().manual_seed(int(seed))
+        augmentation = self.augmentation
+        image = to_float_image(image)
+        global_views = torch.stack(
+            [
+                augmented_view(image, augmentation.global_crop_size, augmentation.global_crop_scale, augmentation, generator)
+                for _ in range(augmentation.num_global_crops)
+            ]
+        )
+        masks = [
+            random_patch_masks(self.grid_size[0] * self.grid_size[1], self.mask_ratio, generator)
+            for _ in range(augmentation.num_global_crops)
+        ]
+        result = {
+            "pixel_values": global_views,
+            "patch_keep_indices": torch.stack([keep for keep, _ in masks]),
+            "patch_mask_indices": torch.stack([mask for _, mask in masks]),
+        }
+        if augmentation.num_local_crops:
+            result["local_pixel_values"] = torch.stack(
+                [
+                    augmented_view(image, augmentation.local_crop_size, augmentation.local_crop_scale, augmentation, generator)
+                    for _ in range(augmentation.num_local_crops)
+                ]
+            )
+        return result
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if not examples:
+            raise ValueError("Cannot collate an empty list of examples.")
+        per_example = []
+        for example in examples:
+            if "image" not in example:
+                raise ValueError(f"Each example needs an `image` entry; got keys {sorted(example)}.")
+            seed = example.get("seed")
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, (), generator=self._fallback_generator))
+            per_example.append(self.views(example["image"], seed))
+        return {key: torch.stack([views[key] for views in per_example]) for key in per_example[0]}
+
+
+class PretrainingImageDataset(torch.utils.data.Dataset):
+    """Unlabelled images for pretraining: a list of image files, a list of images, or a `datasets.Dataset`.
+
+    Each item is `{"image": torch.Tensor of shape (3, height, width), uint8, "seed": int}`, where the seed is a
+    function of (`seed`, current epoch, index) (see `example_seed`); `set_epoch` is called by the pretraining
+    trainer at the start of every epoch so that each epoch draws new views.
+
+    Args:
+        source: a list of file paths, a list of images (PIL, numpy `(height, width, 3)` uint8, or tensors
+            `(3, height, width)` uint8), or a `datasets.Dataset` with an image column (decoded, or undecoded
+            `{"bytes", "path"}` cells).
+        image_column (`str`, defaults to `"image"`): the column of a `datasets.Dataset` holding the images.
+        seed (`int`, defaults to 0): base seed of the per-example seeds.
+    """
+
+    def __init__(self, source, image_column: str = "image", seed: int = 0):
+        self.source = source
+        self.image_column = image_column
+        self.seed = seed
+        self.epoch = 0
+        if hasattr(source, "column_names") and image_column not in source.column_names:
+            raise ValueError(
+                f"The dataset has no column {image_column!r} (columns: {source.column_names}); pass image_column=..."
+            )
+        if len(self) == 0:
+            raise ValueError("The pretraining dataset is empty.")
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike, seed: int = 0, extensions: tuple[str, ...] = IMAGE_EXTENSIONS):
+        """All image files under `folder` (recursively, sorted by path)."""
+        root = Path(folder)
+        if not root.is_dir():
+            raise ValueError(f"{root} is not a folder.")
+        paths = sorted(str(p) for p in root.rglob("*") if p.is_file() and p.suffix.lower() in extensions)
+        if not paths:
+            raise ValueError(f"No image files ({', '.join(extensions)}) found under {root}.")
+        return cls(paths, seed=seed)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = self.source[index]
+        if hasattr(self.source, "column_names"):
+            item = item[self.image_column]
+        if isinstance(item, dict) and ("bytes" in item or "path" in item):
+            # A `datasets.Image(decode=False)` cell.
+            item = io.BytesIO(item["bytes"]) if item.get("bytes") is not None else item["path"]
+        if isinstance(item, (str, os.PathLike, io.BytesIO)):
+            from PIL import Image
+
+            with Image.open(item) as pil_image:
+                item = pil_image.convert("RGB")
+        image = to_float_image(item).round().clamp(0, 255).to(torch.uint8)
+        return {"image": image, "seed": example_seed(self.seed, self.epoch, index)}
+
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "MultiCropAugmentation",
+    "MultiCropCollator",
+    "PretrainingImageDataset",
+    "augmented_view",
+    "color_jitter",
+    "example_seed",
+    "gaussian_blur",
+    "normalize_image",
+    "sample_crop_box",
+    "to_float_image",
+]

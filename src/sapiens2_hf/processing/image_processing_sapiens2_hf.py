@@ -1,0 +1,677 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
+"""Image processor for every Sapiens2 task with the official pre- and post-processing (layer 0, Hub-shippable).
+
+`Sapiens2HFImageProcessor` subclasses transformers' `Sapiens2ImageProcessor` and replaces its resampling with the
+official geometry so that `pixel_values` equal the official ones (exactly with OpenCV; see
+`sapiens2_processing_ops` for the torch fallback), and its decoding with the official UDP / DARK decoder, batched in
+torch on the outputs' device. One `task` field selects the policy:
+
+| task | pre-processing | post-processing |
+|---|---|---|
+| `pose` | per-box top-down UDP crop (padding 1.25, aspect fix) | DARK-UDP decode, optional flip test, image pixels |
+| `seg` | stretch resize (area when the width shrinks, else cubic) | bilinear logits to the original size, argmax |
+| `normal` | letterbox (linear, centred zero padding) | unit length, unpad, bilinear |
+| `pointmap` | letterbox | divide by scale, unpad, 4x 3x3 blur when enlarging, bilinear; depth = Z |
+| `albedo` | letterbox | clamp [0, 1], unpad, bilinear |
+| `pretrain` | stretch resize, as `seg` (feature extraction) | - |
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+from transformers.image_processing_utils import BatchFeature
+from transformers.models.sapiens2.image_processing_sapiens2 import (
+    Sapiens2ImageProcessor,
+    Sapiens2ImageProcessorKwargs,
+    generate_udp_gaussian_heatmaps,
+)
+
+from .sapiens2_keypoints import FLIP_PAIRS_308, KEYPOINT_NAMES_308, NUM_KEYPOINTS_308
+from .sapiens2_processing_ops import (
+    boxes_to_center_scale,
+    crop_to_image,
+    cv2,
+    decode_udp_heatmaps,
+    flip_pairs_to_indices,
+    flip_test_average,
+    letterbox,
+    letterbox_geometry,
+    normalize_uint8,
+    remove_padding,
+    resize_maps_bilinear,
+    resolve_backend,
+    smooth_and_resize_pointmap,
+    stretch_resize,
+    udp_warp_matrices,
+    warp_crops,
+)
+
+
+TASKS = ("pose", "seg", "normal", "pointmap", "albedo", "pretrain")
+LETTERBOX_TASKS = ("normal", "pointmap", "albedo")
+BOX_FORMATS = ("xyxy", "xywh")
+
+
+class Sapiens2HFImageProcessorKwargs(Sapiens2ImageProcessorKwargs, total=False):
+    """
+    task (`str`, *optional*, defaults to `"pose"`):
+        Which official policy to apply: `"pose"`, `"seg"`, `"normal"`, `"pointmap"` or `"albedo"`.
+    box_format (`str`, *optional*, defaults to `"xywh"`):
+        Format of pose `boxes`: `"xywh"` (COCO `(x, y, width, height)`, transformers' convention) or `"xyxy"`.
+    bbox_padding (`float`, *optional*, defaults to 1.25):
+        Context padding of pose boxes.
+    blur_kernel_size (`int`, *optional*, defaults to 11):
+        Gaussian kernel of the DARK refinement.
+    geometry_backend (`str`, *optional*, defaults to `"auto"`):
+        `"auto"` (OpenCV when importable), `"cv2"` or `"torch"`.
+    flip_indices (`list[int]`, *optional*):
+        Keypoint permutation under a horizontal flip. Defaults to the official 308-keypoint table.
+    pointmap_num_blurs (`int`, *optional*, defaults to 4):
+        Number of 3x3 Gaussian passes (sigma `pointmap_blur_sigma`) before enlarging a pointmap.
+    pointmap_blur_sigma (`float`, *optional*, defaults to 0.8):
+        Sigma of those passes.
+    """
+
+    task: str
+    box_format: str
+    bbox_padding: float
+    blur_kernel_size: int
+    geometry_backend: str
+    flip_indices: list[int] | None
+    pointmap_num_blurs: int
+    pointmap_blur_sigma: float
+
+
+def load_image_rgb(image: Any) -> np.ndarray:
+    """Any supported image -> `(height, width, 3)` uint8 RGB numpy array.
+
+    Accepts a path or URL (`str` / `os.PathLike`), a PIL image, a numpy array or a torch tensor. Local files are read
+    with OpenCV when available, like the official demos (the same decoder and EXIF handling), else with PIL plus EXIF
+    transposition. Arrays: `(height, width)`, `(height, width, 1|3|4)` or channels-first `(1|3|4, height, width)`,
+    assumed RGB(A); floating arrays with a maximum <= 1 are taken as [0, 1] and scaled to 0-255.
+    """
+    if isinstance(image, (str,)) or hasattr(image, "__fspath__"):
+        path = str(image)
+        if path.startswith(("http://", "https://", "data:")):
+            from transformers.image_utils import load_image
+
+            return load_image_rgb(load_image(path))
+        if cv2 is not None:
+            bgr = cv2.imread(path, cv2.IMREAD_COLOR)
+            if bgr is None:
+                raise ValueError(f"could not read an image from {path!r} (missing, unreadable or not an image).")
+            return np.ascontiguousarray(bgr[..., ::-1])
+        try:
+            with Image.open(path) as pil:
+                return np.asarray(ImageOps.exif_transpose(pil).convert("RGB")).copy()
+        except (OSError, ValueError) as error:
+            raise ValueError(f"could not read an image from {path!r}: {error}") from error
+    if isinstance(image, Image.Image):
+        return np.asarray(image.convert("RGB")).copy()
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    if not isinstance(image, np.ndarray):
+        raise ValueError(f"unsupported image type {type(image).__name__}; pass a path, URL, PIL image, numpy array "
+                         "or torch tensor.")
+    array = image
+    if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
+        array = np.transpose(array, (1, 2, 0))
+    if array.ndim == 2:
+        array = array[..., None]
+    if array.ndim != 3 or array.shape[-1] not in (1, 3, 4):
+        raise ValueError(f"image array of shape {image.shape} is not an image; expected (height, width, 3).")
+    if array.shape[-1] == 1:
+        array = np.repeat(array, 3, axis=-1)
+    array = array[..., :3]
+    if array.dtype != np.uint8:
+        array = array.astype(np.float64)
+        if array.size and array.max() <= 1.0:
+            array = array * 255.0
+        array = np.clip(np.round(array), 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(array)
+
+
+def _as_size_tuple(size: Any) -> tuple[int, int]:
+    if isinstance(size, dict):
+        return int(size["height"]), int(size["width"])
+    if hasattr(size, "height") and hasattr(size, "width"):
+        return int(size.height), int(size.width)
+    height, width = size
+    return int(height), int(width)
+
+
+def _sizes_list(sizes: Any, count: int, name: str) -> list[tuple[int, int]] | None:
+    if sizes is None:
+        return None
+    if isinstance(sizes, torch.Tensor):
+        sizes = sizes.tolist()
+    sizes = [_as_size_tuple(s) for s in sizes]
+    if len(sizes) != count:
+        raise ValueError(f"{name} has {len(sizes)} entries but the outputs hold {count} images; pass one "
+                         "(height, width) per image.")
+    return sizes
+
+
+class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
+    r"""
+    Image processor reproducing the official Sapiens2 pre- and post-processing for all five tasks.
+
+    Sizes follow transformers' convention `size={"height": H, "width": W}` (default 1024x768). Normalisation is
+    `(x - mean) / std` on the 0-255 scale in float32, with `mean = image_mean / rescale_factor` (ImageNet values),
+    which is bit-identical to the official preprocessor. Channel order: the official demos read BGR and flip to RGB;
+    this processor takes RGB and never flips (geometry is per channel, so the result is the same).
+
+    Differences from the parent class: the official OpenCV geometry (parent: torch bilinear/bicubic grid sampling),
+    the official letterbox truncation and padding split, the official DARK decoder including its quirks, a pose
+    `box_format` option, decoded keypoints in float64, an albedo post-processor and a depth output for pointmaps.
+    """
+
+    valid_kwargs = Sapiens2HFImageProcessorKwargs
+    model_input_names = ["pixel_values"]
+    task = "pose"
+    box_format = "xywh"
+    bbox_padding = 1.25
+    blur_kernel_size = 11
+    geometry_backend = "auto"
+    flip_indices = None
+    pointmap_num_blurs = 4
+    pointmap_blur_sigma = 0.8
+
+    #: `load_image_rgb` as a method, so that pipelines can read inputs without importing this module.
+    load_image_rgb = staticmethod(load_image_rgb)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # transformers' own class letterboxes when do_pad is set; keep the field consistent with the task
+        self.do_pad = self.task in LETTERBOX_TASKS
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} is not a Sapiens2 task; use one of {TASKS}.")
+        if self.box_format not in BOX_FORMATS:
+            raise ValueError(f"box_format={self.box_format!r}; use one of {BOX_FORMATS}.")
+        resolve_backend(self.geometry_backend)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # helpers
+    # ------------------------------------------------------------------------------------------------------------
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        """Model input `(height, width)`."""
+        return _as_size_tuple(self.size)
+
+    def normalization_constants_255(self) -> tuple[list[float], list[float]]:
+        """Mean and std on the 0-255 scale (float32-rounded exactly as the official constants)."""
+        rescale = float(self.rescale_factor) if self.do_rescale else 1.0
+        mean = self.image_mean if isinstance(self.image_mean, (list, tuple)) else [self.image_mean] * 3
+        std = self.image_std if isinstance(self.image_std, (list, tuple)) else [self.image_std] * 3
+        if not self.do_normalize:
+            mean, std = [0.0] * 3, [1.0] * 3
+        return ([float(np.float32(float(m) / rescale)) for m in mean],
+                [float(np.float32(float(s) / rescale)) for s in std])
+
+    def get_flip_indices(self, num_keypoints: int, flip_pairs: Sequence[Sequence[int]] | None = None) -> list[int]:
+        """Flip permutation: from `flip_pairs` (e.g. a model config's), else this processor's, else official 308."""
+        if flip_pairs:
+            return flip_pairs_to_indices(flip_pairs, num_keypoints)
+        if self.flip_indices is not None:
+            if len(self.flip_indices) != num_keypoints:
+                raise ValueError(f"processor flip_indices has {len(self.flip_indices)} entries for {num_keypoints} "
+                                 "keypoints; set flip_indices or pass the model's flip_pairs.")
+            return list(self.flip_indices)
+        if num_keypoints == NUM_KEYPOINTS_308:
+            return flip_pairs_to_indices(FLIP_PAIRS_308, num_keypoints)
+        raise ValueError(f"no flip pairs known for {num_keypoints} keypoints; pass flip_pairs= (the model config's "
+                         "`flip_pairs`) or set the processor's flip_indices.")
+
+    @staticmethod
+    def keypoint_names(num_keypoints: int) -> list[str]:
+        """Official names for 308 keypoints, else `keypoint_<i>`."""
+        if num_keypoints == NUM_KEYPOINTS_308:
+            return list(KEYPOINT_NAMES_308)
+        return [f"keypoint_{i}" for i in range(num_keypoints)]
+
+    def _boxes_to_xyxy(self, boxes: Any, box_format: str) -> np.ndarray:
+        array = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+        if box_format == "xywh":
+            array = np.concatenate([array[:, :2], array[:, :2] + array[:, 2:]], axis=1)
+        elif box_format != "xyxy":
+            raise ValueError(f"box_format={box_format!r}; use one of {BOX_FORMATS}.")
+        return array.astype(np.float32)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # pre-processing
+    # ------------------------------------------------------------------------------------------------------------
+
+    def preprocess(
+        self,
+        images: Any,
+        segmentation_maps: Any = None,
+        boxes: Any = None,
+        keypoints: Any = None,
+        *,
+        task: str | None = None,
+        box_format: str | None = None,
+        size: Any = None,
+        return_tensors: str | None = "pt",
+        device: torch.device | str | None = None,
+        geometry_backend: str | None = None,
+        return_geometry_images: bool = False,
+        **kwargs,
+    ) -> BatchFeature:
+        r"""
+        Pre-process images for the processor's task.
+
+        Args:
+            images: one image or a list of images (path, URL, PIL, numpy `(height, width, 3)` uint8 RGB, tensor).
+            segmentation_maps: optional label maps `(height, width)` (seg / letterbox tasks), resized with nearest;
+                letterbox padding gets the ignore index 255.
+            boxes: pose only. Per image a list of boxes in `box_format`, image pixels. `None` uses the whole image
+                as one box per image (the official demo's fallback). An empty list gives no crop for that image.
+            keypoints: pose only, for training targets: per image, per person, `[[x, y, visibility], ...]`.
+            task, box_format, size, geometry_backend: override the processor's fields for this call.
+            return_geometry_images (`bool`): also return the uint8 RGB crops / resized images (`geometry_images`).
+
+        Returns:
+            `BatchFeature` with
+            - `pixel_values` (`torch.Tensor` of shape `(num_inputs, 3, height, width)`, float32): one row per image,
+              or per box for pose (boxes of all images concatenated in order);
+            - `original_sizes` (`(num_images, 2)` int64): `(height, width)` of each image;
+            - dense tasks: `padding` (`(num_images, 4)` int64): `(left, right, top, bottom)` (zeros for seg);
+            - pose: `boxes_xyxy` (`(num_boxes, 4)` float32), `bbox_center`, `bbox_scale` (`(num_boxes, 2)` float32,
+              official), `image_index` (`(num_boxes,)` int64), `warp_matrix` (`(num_boxes, 2, 3)` float32);
+            - with `segmentation_maps`: `labels` (`(num_images, height, width)` int64); with `keypoints`: `labels`
+              (list of `(num_people, num_keypoints, height/4, width/4)` heatmaps) and `label_weights`.
+        """
+        if kwargs:
+            raise ValueError(f"unsupported argument(s) {sorted(kwargs)} for Sapiens2HFImageProcessor.preprocess; set "
+                             "normalisation and size on the processor (e.g. from_pretrained(..., size=...)).")
+        task = task or self.task
+        if task not in TASKS:
+            raise ValueError(f"task={task!r} is not a Sapiens2 task; use one of {TASKS}.")
+        input_size = _as_size_tuple(size) if size is not None else self.input_size
+        backend = resolve_backend(geometry_backend or self.geometry_backend)
+        if not isinstance(images, (list, tuple)):
+            images = [images]
+        arrays = [load_image_rgb(image) for image in images]
+        original_sizes = torch.tensor([a.shape[:2] for a in arrays], dtype=torch.long).reshape(-1, 2)
+        mean, std = self.normalization_constants_255()
+        data: dict[str, Any] = {"original_sizes": original_sizes}
+        if task == "pose":
+            if segmentation_maps is not None:
+                raise ValueError("segmentation_maps are not used by the pose task; use task='seg'.")
+            geometry = self._preprocess_pose(arrays, boxes, box_format or self.box_format, input_size, backend)
+            crops = geometry.pop("crops")
+            data.update(geometry)
+            if keypoints is not None:
+                xywh = []
+                for image_boxes in _split_boxes(geometry["boxes_xyxy"], geometry["image_index"], len(arrays)):
+                    xywh.append([[b[0], b[1], b[2] - b[0], b[3] - b[1]] for b in image_boxes.tolist()])
+                heatmaps, weights = generate_udp_gaussian_heatmaps(
+                    boxes=xywh, keypoints=keypoints, output_size=input_size,
+                    downscale_factor=self.keypoint_heatmap_downscale_factor, sigma=self.keypoint_heatmap_sigma,
+                )
+                data["labels"], data["label_weights"] = heatmaps, weights
+        else:
+            if boxes is not None:
+                raise ValueError(f"boxes are only used by the pose task, not by task={task!r}.")
+            if keypoints is not None:
+                raise ValueError("keypoints are only used by the pose task.")
+            crops, paddings = [], []
+            for array in arrays:
+                if task in ("seg", "pretrain"):
+                    crops.append(stretch_resize(array, input_size, backend))
+                    paddings.append((0, 0, 0, 0))
+                else:
+                    resized, padding = letterbox(array, input_size, backend)
+                    crops.append(resized)
+                    paddings.append(padding)
+            crops = np.stack(crops) if crops else np.zeros((0, *input_size, 3), np.uint8)
+            data["padding"] = torch.tensor(paddings, dtype=torch.long).reshape(-1, 4)
+            if segmentation_maps is not None:
+                data["labels"] = self._resize_label_maps(segmentation_maps, task, input_size, paddings)
+        data["pixel_values"] = normalize_uint8(crops, mean, std, device=device)
+        if return_geometry_images:
+            data["geometry_images"] = torch.from_numpy(crops)
+        return BatchFeature(data=data, tensor_type=None if return_tensors in (None, "pt") else return_tensors)
+
+    def _preprocess_pose(self, arrays, boxes, box_format, input_size, backend) -> dict[str, Any]:
+        if boxes is None:
+            per_image = [np.array([[0, 0, a.shape[1], a.shape[0]]], dtype=np.float32) for a in arrays]
+        else:
+            if len(boxes) != len(arrays):
+                raise ValueError(f"boxes has {len(boxes)} entries for {len(arrays)} images; pass one list of "
+                                 "boxes per image (an empty list for an image without people).")
+            per_image = [self._boxes_to_xyxy(b, box_format) if len(b) else np.zeros((0, 4), np.float32)
+                         for b in boxes]
+        all_boxes, image_index, centers, scales, matrices, crops = [], [], [], [], [], []
+        for i, (array, image_boxes) in enumerate(zip(arrays, per_image)):
+            if len(image_boxes) == 0:
+                continue
+            center, scale = boxes_to_center_scale(image_boxes, input_size, self.bbox_padding)
+            mats = udp_warp_matrices(center, scale, input_size)
+            crops.append(warp_crops(array, mats, input_size, backend))
+            all_boxes.append(image_boxes)
+            image_index.extend([i] * len(image_boxes))
+            centers.append(center)
+            scales.append(scale)
+            matrices.append(mats)
+
+        def cat(items, shape):
+            return np.concatenate(items) if items else np.zeros(shape, np.float32)
+
+        return {
+            "crops": cat(crops, (0, *input_size, 3)).astype(np.uint8),
+            "boxes_xyxy": torch.from_numpy(cat(all_boxes, (0, 4))),
+            "bbox_center": torch.from_numpy(cat(centers, (0, 2))),
+            "bbox_scale": torch.from_numpy(cat(scales, (0, 2))),
+            "warp_matrix": torch.from_numpy(cat(matrices, (0, 2, 3))),
+            "image_index": torch.tensor(image_index, dtype=torch.long),
+        }
+
+    def _resize_label_maps(self, maps, task, input_size, paddings) -> torch.Tensor:
+        if not isinstance(maps, (list, tuple)):
+            maps = [maps]
+        out = []
+        for label_map, padding in zip(maps, paddings):
+            label = torch.as_tensor(np.asarray(label_map)).long()
+            if label.ndim == 3:
+                label = label[..., 0] if label.shape[-1] in (1, 3) else label[0]
+            height, width = label.shape
+            if task in ("seg", "pretrain"):
+                target = input_size
+            else:
+                (new_h, new_w), _ = letterbox_geometry((height, width), input_size)
+                target = (new_h, new_w)
+            # nearest, OpenCV convention: source index floor(dst * in / out)
+            rows = torch.clamp((torch.arange(target[0]) * (height / target[0])).floor().long(), max=height - 1)
+            cols = torch.clamp((torch.arange(target[1]) * (width / target[1])).floor().long(), max=width - 1)
+            resized = label[rows][:, cols]
+            if task in LETTERBOX_TASKS:
+                left, _, top, _ = padding
+                canvas = torch.full(input_size, 255, dtype=torch.long)
+                canvas[top : top + target[0], left : left + target[1]] = resized
+                resized = canvas
+            out.append(resized)
+        return torch.stack(out)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # post-processing: pose
+    # ------------------------------------------------------------------------------------------------------------
+
+    def post_process_pose_estimation(
+        self,
+        outputs,
+        boxes: Any = None,
+        outputs_flipped=None,
+        kernel_size: int | None = None,
+        threshold: float | None = None,
+        source_sizes: Any = None,
+        target_sizes: Any = None,
+        *,
+        box_format: str | None = None,
+        outputs_on_flipped_input=None,
+        flip_indices: Sequence[int] | None = None,
+        flip_pairs: Sequence[Sequence[int]] | None = None,
+        bbox_center: torch.Tensor | None = None,
+        bbox_scale: torch.Tensor | None = None,
+        image_index: torch.Tensor | None = None,
+        boxes_xyxy: torch.Tensor | None = None,
+        input_size: tuple[int, int] | None = None,
+    ) -> list[list[dict[str, torch.Tensor]]]:
+        r"""
+        Decode pose heatmaps into keypoints in original-image pixels, batched over all crops.
+
+        Args:
+            outputs: model output with `heatmaps` (`(num_crops, num_keypoints, height/4, width/4)`).
+            boxes: per image, the boxes given to `preprocess` (in `box_format`); alternatively pass the
+                `bbox_center`, `bbox_scale`, `image_index` (and `boxes_xyxy`, else the reported `bbox` is the crop
+                window `center -/+ scale / 2`) returned by `preprocess`.
+            outputs_flipped: transformers' convention: outputs on flipped crops ALREADY flipped back
+                (the model was called with `flip_pairs`); averaged with `outputs`.
+            outputs_on_flipped_input: raw outputs on horizontally flipped crops; flipped back here with
+                `flip_indices` / `flip_pairs` (default: official 308 table) and averaged (official flip test).
+            kernel_size: DARK blur kernel (default `blur_kernel_size`, 11).
+            threshold: keep only keypoints with a score above it.
+            source_sizes / target_sizes: optionally rescale coordinates from source to target image sizes.
+            input_size: crop `(height, width)`; defaults to the processor size.
+
+        Returns:
+            Per image, a list (one entry per box, in order) of dicts:
+            - `keypoints` (`torch.Tensor` of shape `(num_keypoints, 2)`, float64): `(x, y)` image pixels;
+            - `scores` (`(num_keypoints,)` float32): heatmap maxima (not probabilities; can be <= 0);
+            - `labels` (`(num_keypoints,)` int64): keypoint indices;
+            - `bbox` (`(4,)` float32): the box as `(x_min, y_min, x_max, y_max)`.
+        """
+        input_size = tuple(input_size) if input_size is not None else self.input_size
+        heatmaps = outputs.heatmaps if hasattr(outputs, "heatmaps") else outputs
+        device = heatmaps.device
+        if outputs_flipped is not None and outputs_on_flipped_input is not None:
+            raise ValueError("pass either outputs_flipped (already flipped back) or outputs_on_flipped_input "
+                             "(raw), not both.")
+        heatmaps = heatmaps.float()
+        if outputs_flipped is not None:
+            other = outputs_flipped.heatmaps if hasattr(outputs_flipped, "heatmaps") else outputs_flipped
+            heatmaps = (heatmaps + other.float()) * 0.5
+        if outputs_on_flipped_input is not None:
+            raw = outputs_on_flipped_input.heatmaps if hasattr(outputs_on_flipped_input, "heatmaps") \
+                else outputs_on_flipped_input
+            indices = flip_indices if flip_indices is not None else self.get_flip_indices(heatmaps.shape[1], flip_pairs)
+            heatmaps = flip_test_average(heatmaps, raw.float(), indices)
+
+        if bbox_center is None or bbox_scale is None:
+            if boxes is None:
+                raise ValueError("pass the boxes given to preprocess (boxes=) or its bbox_center, bbox_scale and "
+                                 "image_index outputs.")
+            box_format = box_format or self.box_format
+            per_image = [self._boxes_to_xyxy(b, box_format) if len(b) else np.zeros((0, 4), np.float32)
+                         for b in boxes]
+            flat = np.concatenate(per_image) if per_image else np.zeros((0, 4), np.float32)
+            center, scale = boxes_to_center_scale(flat, input_size, self.bbox_padding)
+            bbox_center, bbox_scale = torch.from_numpy(center), torch.from_numpy(scale)
+            boxes_xyxy = torch.from_numpy(flat)
+            image_index = torch.tensor([i for i, b in enumerate(per_image) for _ in range(len(b))], dtype=torch.long)
+            num_images = len(per_image)
+        else:
+            if image_index is None:
+                image_index = torch.zeros(len(bbox_center), dtype=torch.long)
+            num_images = int(image_index.max()) + 1 if len(image_index) else 0
+            if source_sizes is not None:
+                num_images = max(num_images, len(source_sizes))
+            if boxes_xyxy is None:
+                boxes_xyxy = torch.cat([bbox_center - bbox_scale / 2, bbox_center + bbox_scale / 2], dim=1)
+            boxes_xyxy = boxes_xyxy.float()
+        if len(bbox_center) != heatmaps.shape[0]:
+            raise ValueError(f"{heatmaps.shape[0]} heatmaps for {len(bbox_center)} boxes; the outputs must hold one "
+                             "row per box, in the order given to preprocess.")
+        results: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(num_images)]
+        if heatmaps.shape[0] == 0:
+            return results
+        decoded = decode_udp_heatmaps(heatmaps, input_size, kernel_size or self.blur_kernel_size)
+        keypoints = crop_to_image(decoded["keypoints_input"], bbox_center, bbox_scale, input_size)
+        scores = decoded["scores"]
+        boxes_xyxy = boxes_xyxy.to(keypoints.device)
+        source_sizes = _sizes_list(source_sizes, num_images, "source_sizes")
+        target_sizes = _sizes_list(target_sizes, num_images, "target_sizes")
+        if target_sizes is not None:
+            if source_sizes is None:
+                raise ValueError("source_sizes must be given with target_sizes.")
+            factors = torch.tensor([[t[1] / s[1], t[0] / s[0]] for s, t in zip(source_sizes, target_sizes)],
+                                   dtype=torch.float64, device=keypoints.device)[image_index.to(keypoints.device)]
+            keypoints = keypoints * factors[:, None, :]
+            boxes_xyxy = (boxes_xyxy.double() * factors[:, [0, 1, 0, 1]]).float()
+        labels = torch.arange(heatmaps.shape[1], device=device)
+        for row, image in enumerate(image_index.tolist()):
+            person = {"keypoints": keypoints[row], "scores": scores[row], "labels": labels, "bbox": boxes_xyxy[row]}
+            if threshold is not None:
+                keep = person["scores"] > threshold
+                person.update(keypoints=person["keypoints"][keep.to(keypoints.device)], scores=person["scores"][keep],
+                              labels=labels[keep])
+            results[image].append(person)
+        return results
+
+    # ------------------------------------------------------------------------------------------------------------
+    # post-processing: dense tasks
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _paddings(self, maps: torch.Tensor, source_sizes, paddings, do_remove_padding: bool) -> list:
+        if not do_remove_padding:
+            return [(0, 0, 0, 0)] * maps.shape[0]
+        if paddings is not None:
+            paddings = paddings.tolist() if isinstance(paddings, torch.Tensor) else list(paddings)
+            if len(paddings) != maps.shape[0]:
+                raise ValueError(f"{len(paddings)} paddings for {maps.shape[0]} outputs.")
+            return [tuple(int(v) for v in p) for p in paddings]
+        if source_sizes is None:
+            raise ValueError("source_sizes (or the paddings returned by preprocess) are needed to remove the "
+                             "letterbox padding.")
+        return [letterbox_geometry(size, tuple(maps.shape[-2:]))[1] for size in source_sizes]
+
+    def _finish_maps(self, maps: torch.Tensor, paddings: list, final_sizes: list | None, resize_fn) -> list:
+        """Unpad and resize `(batch, channels, height, width)` maps; batched when all items share the geometry."""
+        if maps.shape[0] == 0:
+            return []
+        if all(p == paddings[0] for p in paddings) and (final_sizes is None or all(s == final_sizes[0] for s in final_sizes)):
+            cropped = remove_padding(maps, paddings[0])
+            out = resize_fn(cropped, final_sizes[0]) if final_sizes is not None else cropped
+            return list(out)
+        results = []
+        for i in range(maps.shape[0]):
+            cropped = remove_padding(maps[i : i + 1], paddings[i])
+            results.append((resize_fn(cropped, final_sizes[i]) if final_sizes is not None else cropped)[0])
+        return results
+
+    def _dense_sizes(self, maps, source_sizes, target_sizes, do_remove_padding):
+        count = maps.shape[0]
+        source_sizes = _sizes_list(source_sizes, count, "source_sizes")
+        target_sizes = _sizes_list(target_sizes, count, "target_sizes")
+        if do_remove_padding is None:
+            do_remove_padding = source_sizes is not None
+        final_sizes = target_sizes if target_sizes is not None else source_sizes
+        return source_sizes, final_sizes, do_remove_padding
+
+    def post_process_semantic_segmentation(
+        self, outputs, target_sizes: Any = None, return_segmentation_scores: bool = False
+    ) -> list:
+        r"""
+        Logits -> class maps, the official way: bilinear resize of the logits (align_corners=False), then argmax.
+
+        Args:
+            outputs: model output with `logits` (`(batch_size, num_labels, height, width)`).
+            target_sizes: per image `(height, width)` (the original sizes); `None` keeps the model resolution.
+            return_segmentation_scores: also return the resized logits.
+
+        Returns:
+            Per image a `(height, width)` int64 class map in `[0, num_labels)`, or with `return_segmentation_scores`
+            a dict with `segmentation` and `segmentation_scores` (`(num_labels, height, width)`).
+        """
+        logits = outputs.logits if hasattr(outputs, "logits") else outputs
+        sizes = _sizes_list(target_sizes, logits.shape[0], "target_sizes")
+        paddings = [(0, 0, 0, 0)] * logits.shape[0]
+        resized = self._finish_maps(logits, paddings, sizes, resize_maps_bilinear)
+        results = []
+        for scores in resized:
+            # max(dim).indices: the first maximum like argmax, but ~2x faster over the channel axis on CPU
+            segmentation = scores.max(dim=0).indices
+            results.append({"segmentation": segmentation, "segmentation_scores": scores}
+                           if return_segmentation_scores else segmentation)
+        return results
+
+    def post_process_normal_estimation(
+        self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
+        paddings: Any = None,
+    ) -> list[dict[str, torch.Tensor]]:
+        r"""
+        Raw normals -> unit normals at the original size: normalise (eps 1e-8), unpad, bilinear.
+
+        Official quirk kept: vectors are not re-normalised after the resize (slightly shorter than 1 at edges).
+
+        Args:
+            outputs: model output with `normals` (`(batch_size, 3, height, width)`).
+            source_sizes: per image original `(height, width)`; enables unpadding and is the default final size.
+            target_sizes: optional final sizes overriding `source_sizes`.
+            paddings: optional `(left, right, top, bottom)` per image from `preprocess` (else recomputed).
+
+        Returns:
+            Per image `{"normals": (3, height, width) float32}`, camera frame, values in [-1, 1].
+        """
+        normals = outputs.normals if hasattr(outputs, "normals") else outputs
+        normals = normals / normals.norm(dim=1, keepdim=True).clamp(min=1e-8)
+        source_sizes, final_sizes, remove = self._dense_sizes(normals, source_sizes, target_sizes, do_remove_padding)
+        pads = self._paddings(normals, source_sizes, paddings, remove)
+        return [{"normals": n} for n in self._finish_maps(normals, pads, final_sizes, resize_maps_bilinear)]
+
+    def post_process_pointmap_estimation(
+        self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
+        paddings: Any = None, do_smooth: bool = True,
+    ) -> list[dict[str, torch.Tensor]]:
+        r"""
+        Canonical pointmap -> metric XYZ at the original size.
+
+        Steps (official order): divide by the predicted scale, unpad, when enlarging blur 4x (3x3 Gaussian, sigma
+        0.8, reflection padding), bilinear resize.
+
+        Args:
+            outputs: model output with `pointmaps` (`(batch_size, 3, height, width)`) and `scales` (`(batch_size, 1)`;
+                if `None` the canonical pointmap is returned).
+            source_sizes, target_sizes, paddings: as in `post_process_normal_estimation`.
+            do_smooth: apply the official smoothing before enlarging.
+
+        Returns:
+            Per image `{"pointmap": (3, height, width) float32 XYZ (X right, Y down, Z forward, training units
+            (metres)), "depth": (height, width) float32 (= Z), "scale": () float32 or None}`.
+        """
+        pointmaps = outputs.pointmaps if hasattr(outputs, "pointmaps") else outputs
+        scales = getattr(outputs, "scales", None)
+        if scales is not None:
+            pointmaps = pointmaps / scales[:, :, None, None]
+        source_sizes, final_sizes, remove = self._dense_sizes(pointmaps, source_sizes, target_sizes,
+                                                              do_remove_padding)
+        pads = self._paddings(pointmaps, source_sizes, paddings, remove)
+
+        def resize(maps, size):
+            if do_smooth:
+                return smooth_and_resize_pointmap(maps, size, self.pointmap_num_blurs, self.pointmap_blur_sigma)
+            return resize_maps_bilinear(maps, size)
+
+        maps = self._finish_maps(pointmaps, pads, final_sizes, resize)
+        return [{"pointmap": m, "depth": m[2], "scale": None if scales is None else scales[i, 0]}
+                for i, m in enumerate(maps)]
+
+    def post_process_albedo_estimation(
+        self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
+        paddings: Any = None,
+    ) -> list[dict[str, torch.Tensor]]:
+        r"""
+        Raw albedo -> RGB albedo in [0, 1] at the original size: clamp, unpad, bilinear.
+
+        Args:
+            outputs: model output with `albedos` (`(batch_size, 3, height, width)`, raw).
+            source_sizes, target_sizes, paddings: as in `post_process_normal_estimation`.
+
+        Returns:
+            Per image `{"albedo": (3, height, width) float32 RGB in [0, 1]}`. The official demo then saves
+            `(albedo * 255)` truncated to uint8.
+        """
+        albedos = getattr(outputs, "albedos", None)
+        if albedos is None:
+            albedos = getattr(outputs, "albedo", outputs)
+        albedos = albedos.clamp(0.0, 1.0)
+        source_sizes, final_sizes, remove = self._dense_sizes(albedos, source_sizes, target_sizes, do_remove_padding)
+        pads = self._paddings(albedos, source_sizes, paddings, remove)
+        return [{"albedo": a} for a in self._finish_maps(albedos, pads, final_sizes, resize_maps_bilinear)]
+
+
+def image_processor_for_task(task: str | None, **kwargs) -> Sapiens2HFImageProcessor:
+    """The official-policy processor for a task (`None` means the pretrained backbone: stretch resize)."""
+    return Sapiens2HFImageProcessor(task=task or "pretrain", **kwargs)
+
+
+def _split_boxes(boxes_xyxy: torch.Tensor, image_index: torch.Tensor, num_images: int) -> list[torch.Tensor]:
+    return [boxes_xyxy[image_index == i] for i in range(num_images)]
+
+
+__all__ = ["Sapiens2HFImageProcessor", "image_processor_for_task", "load_image_rgb", "TASKS"]

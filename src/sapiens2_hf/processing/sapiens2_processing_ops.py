@@ -1,0 +1,848 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
+"""Pure pre- and post-processing functions for Sapiens2 (layer 0, Hub-shippable).
+
+Every function here reproduces one step of the official Sapiens2 inference code
+(facebookresearch/sapiens2 @ 3098c14) numerically. The facts come from the project spec (section 4) and the
+official fixtures; the code is written from those descriptions.
+
+Geometry (pre-processing) works on ``uint8`` RGB images, channels-last ``(height, width, 3)``, because the official
+code warps and resizes ``uint8`` images with OpenCV and rounds to ``uint8`` before normalising. OpenCV is used when it
+can be imported (exact parity). Otherwise a torch implementation is used:
+
+* the pose crop (``cv2.warpAffine``, bilinear and bicubic) is emulated bit-exactly: OpenCV quantises source
+  coordinates to 1/32 pixel and uses 15-bit fixed-point weights, and the emulation does the same integer arithmetic;
+* ``cv2.resize`` INTER_LINEAR (letterbox) and INTER_AREA shrinks (segmentation) are emulated bit-exactly (OpenCV 4.x on
+  x86: fixed-point linear with its SIMD vertical rounding, float32 area accumulation in OpenCV's order);
+* ``cv2.resize`` INTER_CUBIC (segmentation enlargements) and INTER_AREA with a growing axis are computed in float and
+  rounded: at most one grey level off on some pixels (measured: see ``tests/test_processing_parity.py``).
+
+Post-processing works on torch tensors on their own device, batched.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+try:
+    import cv2  # optional: exact parity with the official pre-processing
+except ImportError:  # pragma: no cover - exercised by forcing backend="torch"
+    cv2 = None
+
+
+#: Official normalisation constants, RGB, on the 0-255 scale (spec 4.1).
+OFFICIAL_MEAN_255 = (123.675, 116.28, 103.53)
+OFFICIAL_STD_255 = (58.395, 57.12, 57.375)
+
+_VALID_BACKENDS = ("auto", "cv2", "torch")
+
+
+def resolve_backend(backend: str | None) -> str:
+    """Return ``"cv2"`` or ``"torch"`` for a requested geometry backend.
+
+    Args:
+        backend (`str` or `None`): ``"auto"`` (OpenCV when importable, else torch), ``"cv2"`` or ``"torch"``.
+    """
+    backend = "auto" if backend is None else backend
+    if backend not in _VALID_BACKENDS:
+        raise ValueError(f"backend={backend!r} is not valid; use one of {_VALID_BACKENDS}.")
+    if backend == "auto":
+        return "cv2" if cv2 is not None else "torch"
+    if backend == "cv2" and cv2 is None:
+        raise ValueError("backend='cv2' was requested but OpenCV is not installed; install opencv-python-headless "
+                         "or use backend='torch'.")
+    return backend
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pose: boxes, UDP affine crop
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def boxes_to_center_scale(
+    boxes_xyxy: np.ndarray, input_size: tuple[int, int], padding: float = 1.25
+) -> tuple[np.ndarray, np.ndarray]:
+    """Box -> (centre, padded and aspect-fixed size), exactly as the official test pipeline (spec 4.3).
+
+    The official code works in float32 numpy; so does this function, so that the centre and size are bit-identical.
+
+    Args:
+        boxes_xyxy (`np.ndarray` of shape `(num_boxes, 4)`): `(x_min, y_min, x_max, y_max)` in image pixels.
+        input_size (`tuple[int, int]`): model input `(height, width)`; the size is fixed to its aspect `width / height`.
+        padding (`float`, defaults to 1.25): multiplicative context padding.
+
+    Returns:
+        `(center, scale)`: two float32 arrays of shape `(num_boxes, 2)`, `(x, y)` and `(width, height)` in image pixels.
+    """
+    boxes = np.asarray(boxes_xyxy, dtype=np.float32).reshape(-1, 4)
+    x1, y1, x2, y2 = boxes[:, 0:1], boxes[:, 1:2], boxes[:, 2:3], boxes[:, 3:4]
+    center = np.hstack([x1 + x2, y1 + y2]) * np.float32(0.5)
+    scale = np.hstack([x2 - x1, y2 - y1]) * np.float32(padding)
+    aspect = np.float32(input_size[1] / input_size[0])
+    w, h = scale[:, 0:1], scale[:, 1:2]
+    scale = np.where(w > h * aspect, np.hstack([w, w / aspect]), np.hstack([h * aspect, h])).astype(np.float32)
+    return center.astype(np.float32), scale
+
+
+def udp_warp_matrices(center: np.ndarray, scale: np.ndarray, input_size: tuple[int, int]) -> np.ndarray:
+    """UDP affine matrices (image -> crop), rotation 0, float32 as the official code builds them.
+
+    The box's left/right edges map to crop pixel centres 0 and `width - 1` (unbiased data processing).
+
+    Args:
+        center (`np.ndarray` of shape `(num_boxes, 2)`): float32 box centres `(x, y)`.
+        scale (`np.ndarray` of shape `(num_boxes, 2)`): float32 box sizes `(width, height)` after padding/aspect fix.
+        input_size (`tuple[int, int]`): crop `(height, width)`.
+
+    Returns:
+        `np.ndarray` of shape `(num_boxes, 2, 3)`, float32.
+    """
+    center = np.asarray(center, dtype=np.float32).reshape(-1, 2)
+    scale = np.asarray(scale, dtype=np.float32).reshape(-1, 2)
+    out_h, out_w = input_size
+    mats = np.zeros((center.shape[0], 2, 3), dtype=np.float32)
+    for i in range(center.shape[0]):
+        sx = (out_w - 1) / scale[i, 0]  # float32 (numpy weak-scalar promotion)
+        sy = (out_h - 1) / scale[i, 1]
+        twice_center = center[i] * np.float32(2)
+        # cos(0) = 1 and -sin(0) = -0.0: the official matrix has a signed zero at [0, 1]; kept for bit-equality.
+        mats[i, 0, 0] = sx
+        mats[i, 0, 1] = -0.0 * sx
+        mats[i, 0, 2] = sx * (np.float32(-0.5) * twice_center[0] + np.float32(0.5) * scale[i, 0])
+        mats[i, 1, 0] = 0.0
+        mats[i, 1, 1] = sy
+        mats[i, 1, 2] = sy * (np.float32(-0.5) * twice_center[1] + np.float32(0.5) * scale[i, 1])
+    return mats
+
+
+def crop_interpolation(matrix: np.ndarray) -> str:
+    """Official kernel choice for a crop: ``"area"`` when the warp shrinks (smaller axis scale < 1), else ``"cubic"``.
+
+    OpenCV's warpAffine treats INTER_AREA as bilinear, so ``"area"`` means a bilinear warp.
+    """
+    return "area" if min(float(matrix[0, 0]), float(matrix[1, 1])) < 1.0 else "cubic"
+
+
+def _invert_affine_like_cv2(matrix: np.ndarray) -> list[float]:
+    m = [float(v) for v in np.asarray(matrix, dtype=np.float32).reshape(6)]
+    det = m[0] * m[4] - m[1] * m[3]
+    det = 1.0 / det if det != 0 else 0.0
+    a11, a22 = m[4] * det, m[0] * det
+    m[0], m[1], m[3], m[4] = a11, m[1] * -det, m[3] * -det, a22
+    b1 = -m[0] * m[2] - m[1] * m[5]
+    b2 = -m[3] * m[2] - m[4] * m[5]
+    m[2], m[5] = b1, b2
+    return m
+
+
+_CUBIC_TAB_CACHE: dict[str, torch.Tensor] = {}
+
+
+def _cv2_fixed_point_tab(kind: str) -> torch.Tensor:
+    """OpenCV's 15-bit fixed-point 2-D interpolation table, `(32 * 32, k, k)` int64 indexed `frac_y * 32 + frac_x`."""
+    if kind in _CUBIC_TAB_CACHE:
+        return _CUBIC_TAB_CACHE[kind]
+    one = np.float32(1.0)
+    tab1 = []
+    for i in range(32):
+        x = np.float32(i) * np.float32(1.0 / 32)
+        if kind == "linear":
+            tab1.append([one - x, x])
+        else:
+            a = np.float32(-0.75)
+            c0 = ((a * (x + one) - np.float32(5) * a) * (x + one) + np.float32(8) * a) * (x + one) - np.float32(4) * a
+            c1 = ((a + np.float32(2)) * x - (a + np.float32(3))) * x * x + one
+            c2 = ((a + np.float32(2)) * (one - x) - (a + np.float32(3))) * (one - x) * (one - x) + one
+            c3 = one - c0 - c1 - c2
+            tab1.append([c0, c1, c2, c3])
+    tab1 = np.asarray(tab1, dtype=np.float32)
+    ksize = tab1.shape[1]
+    itab = np.zeros((32, 32, ksize, ksize), dtype=np.int64)
+    for i in range(32):
+        for j in range(32):
+            weights = (tab1[i][:, None] * tab1[j][None, :]).astype(np.float32)
+            fixed = np.rint(weights * np.float32(32768)).astype(np.int64)
+            diff = int(fixed.sum()) - 32768
+            if diff != 0:
+                # OpenCV moves the rounding excess onto the largest / smallest of the central taps.
+                half = ksize // 2
+                lo = hi = (half, half)
+                for k1 in range(half, half + 2):
+                    for k2 in range(half, half + 2):
+                        if fixed[k1, k2] < fixed[lo]:
+                            lo = (k1, k2)
+                        elif fixed[k1, k2] > fixed[hi]:
+                            hi = (k1, k2)
+                if diff < 0:
+                    fixed[hi] -= diff
+                else:
+                    fixed[lo] -= diff
+            itab[i, j] = fixed
+    _CUBIC_TAB_CACHE[kind] = torch.from_numpy(itab).reshape(32 * 32, ksize, ksize)
+    return _CUBIC_TAB_CACHE[kind]
+
+
+def _warp_affine_torch(image: np.ndarray, matrix: np.ndarray, output_size: tuple[int, int], kind: str) -> np.ndarray:
+    """Bit-exact torch emulation of ``cv2.warpAffine`` on uint8 (bilinear or bicubic, constant-0 border)."""
+    out_h, out_w = output_size
+    m = _invert_affine_like_cv2(matrix)
+    xs = torch.arange(out_w, dtype=torch.float64)
+    ys = torch.arange(out_h, dtype=torch.float64)
+    # OpenCV: source coordinates in 1/1024 px (rounded half-to-even), then shifted down to 1/32 px.
+    x_delta = torch.round(m[0] * xs * 1024).long()
+    y_delta = torch.round(m[3] * xs * 1024).long()
+    x_row = torch.round((m[1] * ys + m[2]) * 1024).long() + 16
+    y_row = torch.round((m[4] * ys + m[5]) * 1024).long() + 16
+    src_x = (x_row[:, None] + x_delta[None, :]) >> 5  # (out_h, out_w), 1/32 px
+    src_y = (y_row[:, None] + y_delta[None, :]) >> 5
+    ix, fx, iy, fy = src_x >> 5, src_x & 31, src_y >> 5, src_y & 31
+    tab = _cv2_fixed_point_tab(kind).to(torch.int32)
+    ksize = tab.shape[-1]
+    first = 0 if ksize == 2 else -1
+    source = torch.from_numpy(np.ascontiguousarray(image))
+    in_h, in_w, channels = source.shape
+    # int32 accumulation is enough: |weights| < 2^16, at most 16 taps of 255
+    if m[1] == 0.0 and m[3] == 0.0:
+        # axis-aligned warp (rotation 0, always the case for pose crops): rows and columns are gathered separately
+        row_index, frac_y = iy[:, 0], fy[:, 0]
+        col_index, frac_x = ix[0], fx[0]
+        padded = torch.zeros(in_h + 1, in_w + 1, channels, dtype=torch.int32)  # last row / column: the zero border
+        padded[:in_h, :in_w] = source.to(torch.int32)
+        weights = tab.reshape(32, 32, ksize, ksize)[frac_y][:, frac_x]  # (out_h, out_w, ksize, ksize)
+        acc = torch.zeros(out_h, out_w, channels, dtype=torch.int32)
+        for k1 in range(ksize):
+            yy = row_index + (first + k1)
+            rows = padded[torch.where((yy >= 0) & (yy < in_h), yy, in_h)]  # (out_h, in_w + 1, channels)
+            for k2 in range(ksize):
+                xx = col_index + (first + k2)
+                values = rows[:, torch.where((xx >= 0) & (xx < in_w), xx, in_w)]
+                acc += values * weights[:, :, k1, k2, None]
+        return ((acc + (1 << 14)) >> 15).clamp(0, 255).to(torch.uint8).numpy()
+    flat = torch.cat([source.reshape(-1, channels).to(torch.int32), torch.zeros(1, channels, dtype=torch.int32)])
+    outside = in_h * in_w  # index of the zero row (constant border)
+    ix, iy = ix.reshape(-1), iy.reshape(-1)
+    weights = tab[(fy * 32 + fx).reshape(-1)]  # (out_h * out_w, ksize, ksize)
+    acc = torch.zeros(out_h * out_w, channels, dtype=torch.int32)
+    for k1 in range(ksize):
+        yy = iy + (first + k1)
+        row_ok = (yy >= 0) & (yy < in_h)
+        for k2 in range(ksize):
+            xx = ix + (first + k2)
+            index = torch.where(row_ok & (xx >= 0) & (xx < in_w), yy * in_w + xx, outside)
+            acc += flat[index] * weights[:, k1, k2, None]
+    acc = acc.reshape(out_h, out_w, channels)
+    return ((acc + (1 << 14)) >> 15).clamp(0, 255).to(torch.uint8).numpy()
+
+
+def warp_crops(
+    image: np.ndarray, matrices: np.ndarray, input_size: tuple[int, int], backend: str | None = "auto"
+) -> np.ndarray:
+    """Warp one image into one crop per matrix, as the official top-down affine step.
+
+    Args:
+        image (`np.ndarray` of shape `(height, width, 3)`, uint8): the image (channel order is kept).
+        matrices (`np.ndarray` of shape `(num_boxes, 2, 3)`): image -> crop matrices from `udp_warp_matrices`.
+        input_size (`tuple[int, int]`): crop `(height, width)`.
+        backend (`str`): ``"auto"``, ``"cv2"`` or ``"torch"`` (bit-exact emulation of OpenCV 4.x).
+
+    Returns:
+        `np.ndarray` of shape `(num_boxes, height, width, 3)`, uint8.
+    """
+    backend = resolve_backend(backend)
+    out_h, out_w = input_size
+    crops = np.zeros((len(matrices), out_h, out_w, image.shape[2]), dtype=np.uint8)
+    for i, matrix in enumerate(matrices):
+        kind = crop_interpolation(matrix)
+        if backend == "cv2":
+            flag = cv2.INTER_AREA if kind == "area" else cv2.INTER_CUBIC
+            crops[i] = cv2.warpAffine(image, np.asarray(matrix, dtype=np.float32), (out_w, out_h), flags=flag)
+        else:
+            crops[i] = _warp_affine_torch(image, matrix, input_size, "linear" if kind == "area" else "cubic")
+    return crops
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Dense: stretch resize (seg) and letterbox (normal / pointmap / albedo)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _area_taps(in_size: int, out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """OpenCV's INTER_AREA shrink table: per output pixel, source indices and float32 weights, in OpenCV's order."""
+    scale = in_size / out_size
+    taps = []
+    for dx in range(out_size):
+        start = dx * scale
+        stop = start + scale
+        cell = min(scale, in_size - start)
+        first, last = math.ceil(start), math.floor(stop)
+        last = min(last, in_size - 1)
+        first = min(first, last)
+        row = []
+        if first - start > 1e-3:
+            row.append((first - 1, (first - start) / cell))
+        row.extend((sx, 1.0 / cell) for sx in range(first, last))
+        if stop - last > 1e-3:
+            row.append((last, min(min(stop - last, 1.0), cell) / cell))
+        taps.append(row)
+    width = max(len(row) for row in taps)
+    index = torch.zeros(out_size, width, dtype=torch.long)
+    weight = torch.zeros(out_size, width, dtype=torch.float32)  # padded taps weigh 0: adding 0 is exact
+    for dx, row in enumerate(taps):
+        for j, (sx, alpha) in enumerate(row):
+            index[dx, j] = sx
+            weight[dx, j] = alpha
+    return index, weight
+
+
+def _resize_area_torch(image: torch.Tensor, output_size: tuple[int, int]) -> torch.Tensor:
+    """Bit-exact emulation of ``cv2.resize(INTER_AREA)`` for a uint8 shrink on both axes (OpenCV 4.x, x86)."""
+    out_h, out_w = output_size
+    in_h, in_w = image.shape[:2]
+    scale_x, scale_y = in_w / out_w, in_h / out_h
+    if abs(scale_x - round(scale_x)) < 2.2e-16 and abs(scale_y - round(scale_y)) < 2.2e-16:
+        # integer factors: OpenCV's fast path sums integers
+        ix, iy = int(round(scale_x)), int(round(scale_y))
+        blocks = image[: out_h * iy, : out_w * ix].long().reshape(out_h, iy, out_w, ix, -1).sum(dim=(1, 3))
+        if ix == 2 and iy == 2:
+            return ((blocks + 2) >> 2).to(torch.uint8)
+        return torch.round(blocks.to(torch.float32) * (1.0 / (ix * iy))).clamp(0, 255).to(torch.uint8)
+    x_index, x_weight = _area_taps(in_w, out_w)
+    y_index, y_weight = _area_taps(in_h, out_h)
+    source = image.to(torch.float32)
+    rows = torch.zeros(in_h, out_w, image.shape[2], dtype=torch.float32)
+    for j in range(x_index.shape[1]):  # float32 accumulation in OpenCV's tap order
+        rows = rows + source[:, x_index[:, j]] * x_weight[None, :, j, None]
+    out = rows[y_index[:, 0]] * y_weight[:, 0, None, None]
+    for j in range(1, y_index.shape[1]):
+        out = out + rows[y_index[:, j]] * y_weight[:, j, None, None]
+    return torch.round(out).clamp(0, 255).to(torch.uint8)
+
+
+def _linear_coefficients(in_size: int, out_size: int, clamp_fraction: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source index and 11-bit fixed-point weights of OpenCV's INTER_LINEAR resize along one axis."""
+    scale = in_size / out_size
+    index = torch.zeros(out_size, dtype=torch.long)
+    weight = torch.zeros(out_size, 2, dtype=torch.long)
+    for d in range(out_size):
+        f = np.float32((d + 0.5) * scale - 0.5)
+        s = math.floor(f)
+        f = np.float32(f - np.float32(s))
+        if clamp_fraction and s < 0:
+            f, s = np.float32(0), 0
+        if clamp_fraction and s >= in_size - 1:
+            f, s = np.float32(0), in_size - 1
+        index[d] = s
+        weight[d, 0] = int(np.rint((np.float32(1) - f) * np.float32(2048)))
+        weight[d, 1] = int(np.rint(f * np.float32(2048)))
+    return index, weight
+
+
+def _resize_linear_torch(image: torch.Tensor, output_size: tuple[int, int]) -> torch.Tensor:
+    """Bit-exact emulation of ``cv2.resize(INTER_LINEAR)`` on uint8 (OpenCV 4.x SIMD vertical pass, x86)."""
+    out_h, out_w = output_size
+    in_h, in_w = image.shape[:2]
+    # OpenCV zeroes the fraction at the left/right border but not at the top/bottom (rows are clamped instead)
+    x_index, x_weight = _linear_coefficients(in_w, out_w, clamp_fraction=True)
+    y_index, y_weight = _linear_coefficients(in_h, out_h, clamp_fraction=False)
+    source = image.long()
+    rows = (source[:, x_index] * x_weight[None, :, 0, None]
+            + source[:, (x_index + 1).clamp(max=in_w - 1)] * x_weight[None, :, 1, None])  # (in_h, out_w, 3)
+    top = rows[y_index.clamp(0, in_h - 1)] >> 4
+    bottom = rows[(y_index + 1).clamp(0, in_h - 1)] >> 4
+    mixed = ((top * y_weight[:, 0, None, None]) >> 16) + ((bottom * y_weight[:, 1, None, None]) >> 16)
+    return ((mixed + 2) >> 2).clamp(0, 255).to(torch.uint8)
+
+
+def _resize_torch(image: np.ndarray, output_size: tuple[int, int], interpolation: str) -> np.ndarray:
+    out_h, out_w = output_size
+    in_h, in_w = image.shape[:2]
+    source = torch.from_numpy(np.ascontiguousarray(image))
+    if interpolation == "area" and out_h <= in_h and out_w <= in_w:
+        return _resize_area_torch(source, output_size).numpy()
+    if interpolation == "linear":
+        return _resize_linear_torch(source, output_size).numpy()
+    if interpolation not in ("area", "cubic"):
+        raise ValueError(f"interpolation={interpolation!r}; use 'area', 'linear' or 'cubic'.")
+    # Approximations (float, then rounding): OpenCV's fixed-point cubic, and INTER_AREA when an axis grows
+    # (OpenCV then uses a linear-like kernel), differ by at most one grey level on some pixels.
+    x = source.permute(2, 0, 1)[None].to(torch.float64)  # (1, 3, in_h, in_w)
+    if interpolation == "area":
+        x = F.interpolate(x, size=(out_h, out_w), mode="bilinear", align_corners=False, antialias=False)
+    else:
+        x = F.interpolate(x, size=(out_h, out_w), mode="bicubic", align_corners=False, antialias=False)
+    return x.round().clamp(0, 255).to(torch.uint8)[0].permute(1, 2, 0).numpy()
+
+
+def resize_uint8(
+    image: np.ndarray, output_size: tuple[int, int], interpolation: str, backend: str | None = "auto"
+) -> np.ndarray:
+    """``cv2.resize`` on a uint8 image (or its torch approximation, within one grey level).
+
+    Args:
+        image (`np.ndarray` of shape `(height, width, 3)`, uint8).
+        output_size (`tuple[int, int]`): `(height, width)`.
+        interpolation (`str`): ``"area"``, ``"linear"`` or ``"cubic"`` (OpenCV semantics, no antialiasing).
+        backend (`str`): ``"auto"``, ``"cv2"`` or ``"torch"``.
+    """
+    backend = resolve_backend(backend)
+    if backend == "cv2":
+        flag = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "cubic": cv2.INTER_CUBIC}[interpolation]
+        out = cv2.resize(image, (int(output_size[1]), int(output_size[0])), interpolation=flag)
+        return out if out.ndim == 3 else out[..., None]
+    return _resize_torch(image, output_size, interpolation)
+
+
+def stretch_resize(image: np.ndarray, input_size: tuple[int, int], backend: str | None = "auto") -> np.ndarray:
+    """Official segmentation resize: stretch to `input_size` without keeping the aspect ratio.
+
+    The official kernel choice looks at the width only: INTER_AREA when the new width is smaller, else INTER_CUBIC.
+    """
+    interpolation = "area" if input_size[1] < image.shape[1] else "cubic"
+    return resize_uint8(image, input_size, interpolation, backend)
+
+
+def letterbox_geometry(image_size: tuple[int, int], input_size: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
+    """Resized size and padding of the official letterbox.
+
+    Args:
+        image_size (`tuple[int, int]`): original `(height, width)`.
+        input_size (`tuple[int, int]`): model input `(height, width)`.
+
+    Returns:
+        `((new_height, new_width), (left, right, top, bottom))`: the new size truncates `size * scale`
+        (scale = min of the two axis ratios; at least 1) and the padding is centred, the odd pixel going right /
+        bottom.
+    """
+    in_h, in_w = image_size
+    out_h, out_w = input_size
+    scale = min(out_w / in_w, out_h / in_h)
+    # at least one pixel: for extreme aspect ratios the official code would hand OpenCV an empty size and fail
+    new_w, new_h = max(1, int(in_w * scale)), max(1, int(in_h * scale))
+    pad_w, pad_h = out_w - new_w, out_h - new_h
+    return (new_h, new_w), (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2)
+
+
+def letterbox(
+    image: np.ndarray, input_size: tuple[int, int], backend: str | None = "auto"
+) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """Official normal / pointmap / albedo letterbox: INTER_LINEAR aspect resize, centred zero padding (uint8).
+
+    Returns:
+        `(image, padding)`: `(input_height, input_width, 3)` uint8 and `(left, right, top, bottom)`.
+    """
+    (new_h, new_w), padding = letterbox_geometry(image.shape[:2], input_size)
+    resized = resize_uint8(image, (new_h, new_w), "linear", backend)
+    left, _, top, _ = padding
+    out = np.zeros((input_size[0], input_size[1], image.shape[2]), dtype=np.uint8)
+    out[top : top + new_h, left : left + new_w] = resized
+    return out, padding
+
+
+def normalize_uint8(
+    images: np.ndarray | torch.Tensor,
+    mean_255: Sequence[float] = OFFICIAL_MEAN_255,
+    std_255: Sequence[float] = OFFICIAL_STD_255,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """`(x - mean) / std` on the 0-255 scale in float32, like the official preprocessor.
+
+    Args:
+        images (`np.ndarray` or `torch.Tensor` of shape `(batch_size, height, width, 3)`, uint8, RGB).
+
+    Returns:
+        `torch.Tensor` of shape `(batch_size, 3, height, width)`, float32.
+    """
+    x = torch.as_tensor(np.ascontiguousarray(images) if isinstance(images, np.ndarray) else images, device=device)
+    x = x.permute(0, 3, 1, 2).to(torch.float32)
+    mean = torch.tensor(mean_255, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    std = torch.tensor(std_255, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    return ((x - mean) / std).contiguous()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pose decoding (batched, torch, on the heatmaps' device)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def flip_back_heatmaps(heatmaps_flipped: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """Undo a horizontal input flip on heatmaps: flip along width, then channel `k` takes channel `flip_indices[k]`.
+
+    Args:
+        heatmaps_flipped (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`): model output on
+            horizontally flipped crops.
+        flip_indices (sequence of `int` of length `num_keypoints`).
+
+    No pixel shift is applied (UDP). Applying it twice is the identity when `flip_indices` is an involution.
+    """
+    index = torch.as_tensor(flip_indices, dtype=torch.long, device=heatmaps_flipped.device)
+    if index.numel() != heatmaps_flipped.shape[1]:
+        raise ValueError(f"flip_indices has {index.numel()} entries but the heatmaps have "
+                         f"{heatmaps_flipped.shape[1]} channels; pass the model's flip pairs.")
+    return heatmaps_flipped.index_select(1, index).flip(-1)
+
+
+def flip_pairs_to_indices(flip_pairs: Sequence[Sequence[int]], num_keypoints: int) -> list[int]:
+    """Unordered left/right pairs -> a full permutation (identity for centre-line keypoints)."""
+    indices = list(range(num_keypoints))
+    for left, right in flip_pairs:
+        if not (0 <= left < num_keypoints and 0 <= right < num_keypoints):
+            raise ValueError(f"flip pair ({left}, {right}) is out of range for {num_keypoints} keypoints.")
+        indices[left], indices[right] = right, left
+    return indices
+
+
+def flip_test_average(
+    heatmaps: torch.Tensor, heatmaps_on_flipped_input: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor
+) -> torch.Tensor:
+    """Official flip test: `(heatmaps + flip_back(heatmaps_on_flipped_input)) / 2`, in the heatmaps' dtype."""
+    flipped_back = flip_back_heatmaps(heatmaps_on_flipped_input, flip_indices).to(heatmaps.dtype)
+    return flipped_back.add_(heatmaps).mul_(0.5)  # in place on the fresh copy: same values, two passes fewer
+
+
+def opencv_gaussian_kernel1d(kernel_size: int, device=None) -> torch.Tensor:
+    """The 1-D kernel of ``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` for float32 images (sigma from the size)."""
+    if kernel_size % 2 == 0 or kernel_size <= 1:
+        raise ValueError(f"blur kernel size must be an odd integer > 1, got {kernel_size}.")
+    sigma = ((kernel_size - 1) * 0.5 - 1) * 0.3 + 0.8
+    scale2 = -0.5 / (sigma * sigma)
+    values = [math.exp(scale2 * (i - (kernel_size - 1) * 0.5) ** 2) for i in range(kernel_size)]
+    inv_sum = 1.0 / sum(values)
+    return torch.tensor([v * inv_sum for v in values], dtype=torch.float32, device=device)
+
+
+def _band_matrix(kernel: torch.Tensor, size_in: int, size_out: int, offset: int) -> torch.Tensor:
+    """`(size_in, size_out)` matrix `M[q, p] = kernel[q - p - offset + half]` (zero outside the kernel's support).
+
+    `x @ M` is a 1-D correlation along the last axis: `offset = 0` with `size_in == size_out` is the zero-padded
+    "same" blur, `offset = half` with `size_in = size_out + 2 * half` the "valid" blur of an already padded signal.
+    """
+    half = kernel.numel() // 2
+    q = torch.arange(size_in, device=kernel.device)[:, None]
+    p = torch.arange(size_out, device=kernel.device)[None, :]
+    tap = q - p - offset + half
+    inside = (tap >= 0) & (tap < kernel.numel())
+    return torch.where(inside, kernel[tap.clamp(0, kernel.numel() - 1)], torch.zeros((), dtype=kernel.dtype,
+                                                                                       device=kernel.device))
+
+
+class _full_fp32_matmul:
+    """Disable TF32 for the blur's matrix products on CUDA (a 1e-3 relative error would spoil the refinement)."""
+
+    def __enter__(self):
+        self.saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.matmul.allow_tf32 = self.saved
+
+
+def gaussian_blur_zero_padded(maps: torch.Tensor, kernel_size: int = 11, valid: bool = False) -> torch.Tensor:
+    """``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` of maps surrounded by zeros (separable: rows, then columns).
+
+    Computed as two banded matrix products (fast on CPU BLAS and on GPUs; TF32 is disabled for them).
+
+    Args:
+        maps (`torch.Tensor` of shape `(..., height, width)`), float32.
+        valid (`bool`): if set, `maps` already carry a `kernel_size // 2` zero border and only the interior is
+            returned (`(..., height - 2 * half, width - 2 * half)`).
+    """
+    kernel = opencv_gaussian_kernel1d(kernel_size, maps.device)
+    half = kernel_size // 2
+    height, width = maps.shape[-2:]
+    out_h, out_w = (height - 2 * half, width - 2 * half) if valid else (height, width)
+    offset = half if valid else 0
+    with _full_fp32_matmul():
+        rows = maps @ _band_matrix(kernel, width, out_w, offset)  # (..., height, out_w)
+        return _band_matrix(kernel, height, out_h, offset).transpose(0, 1) @ rows  # (..., out_h, out_w)
+
+
+def gaussian_blur_preserve_max(heatmaps: torch.Tensor, kernel_size: int = 11) -> torch.Tensor:
+    """Official DARK pre-blur: zero-padded Gaussian blur per channel, rescaled so each channel keeps its maximum.
+
+    Args:
+        heatmaps (`torch.Tensor` of shape `(num_maps, height, width)`, float32).
+
+    Returns:
+        `torch.Tensor` of the same shape. A channel whose blurred maximum is 0 becomes non-finite, as officially.
+    """
+    blurred = gaussian_blur_zero_padded(heatmaps, kernel_size)
+    original_max = heatmaps.amax(dim=(-2, -1))
+    blurred_max = blurred.amax(dim=(-2, -1))
+    return blurred * (original_max / blurred_max)[..., None, None]
+
+
+def _gather_windows(maps: torch.Tensor, map_index: torch.Tensor, top: torch.Tensor, left: torch.Tensor,
+                    height: int, width: int) -> torch.Tensor:
+    """`(..., height, width)` windows of `maps[map_index]` starting at `(top, left)`, zero outside the maps."""
+    num_rows, num_cols = maps.shape[-2:]
+    rows = top[..., None] + torch.arange(height, device=maps.device)  # (..., height)
+    cols = left[..., None] + torch.arange(width, device=maps.device)  # (..., width)
+    inside = ((rows >= 0) & (rows < num_rows))[..., :, None] & ((cols >= 0) & (cols < num_cols))[..., None, :]
+    values = maps[map_index[..., None, None], rows.clamp(0, num_rows - 1)[..., :, None],
+                  cols.clamp(0, num_cols - 1)[..., None, :]]
+    return values * inside
+
+
+def _blurred_maxima(maps: torch.Tensor, row_max: torch.Tensor, lower_bound: torch.Tensor,
+                    kernel_size: int) -> torch.Tensor:
+    """Exact maximum of each zero-padded Gaussian-blurred map, blurring only a small box around the peak if possible.
+
+    A blurred pixel is a weighted mean (weights summing to 1) of its `kernel_size` window, so it can reach
+    `lower_bound` (a blurred value of that map) only if its window holds a pixel >= `lower_bound`. For a peaked map
+    the pixels >= the bound sit in a small box; blurring that box grown by the kernel radius gives the same maximum as
+    blurring the whole map. Maps without such a small box are blurred whole.
+
+    Args:
+        maps (`(num_maps, height, width)`), row_max (`(num_maps, height)`: the maximum of each row),
+        lower_bound (`(num_maps,)`): a blurred value of each map (its value at the raw maximum).
+    """
+    num_maps, height, width = maps.shape
+    half = kernel_size // 2
+    device = maps.device
+    # 1e-5 slack covers float32 rounding of the kernel weights (their sum is 1 only up to rounding)
+    threshold = torch.where(lower_bound > 0, lower_bound * (1 - 1e-5), lower_bound * (1 + 1e-5))
+    rows = torch.arange(height, device=device)
+    row_hit = row_max >= threshold[:, None]  # (num_maps, height)
+    first_row = torch.where(row_hit, rows, height).amin(dim=1)
+    last_row = torch.where(row_hit, rows, -1).amax(dim=1)
+    band = (last_row - first_row + 1).clamp(min=1)
+    maxima = torch.empty(num_maps, dtype=maps.dtype, device=device)
+    small = (lower_bound > 0) & (band * 4 <= height)
+    if small.any():
+        index = small.nonzero().squeeze(1)
+        band_h = int(band[index].max())
+        top = first_row[index].clamp(max=height - band_h)
+        strip = _gather_windows(maps, index, top, torch.zeros_like(top), band_h, width)  # (n, band_h, width)
+        col_hit = (strip >= threshold[index, None, None]).any(dim=1)  # (n, width)
+        cols = torch.arange(width, device=device)
+        first_col = torch.where(col_hit, cols, width).amin(dim=1)
+        last_col = torch.where(col_hit, cols, -1).amax(dim=1)
+        # the box of candidate blurred pixels, then the same box grown by the radius for the blur's input
+        box_h = int((last_row[index] - first_row[index] + 1 + 2 * half).max())
+        box_w = int((last_col - first_col + 1 + 2 * half).clamp(min=1).max())
+        windows = _gather_windows(maps, index, first_row[index] - 2 * half, first_col - 2 * half,
+                                  box_h + 2 * half, box_w + 2 * half)
+        blurred = gaussian_blur_zero_padded(windows, kernel_size, valid=True)  # (n, box_h, box_w)
+        # only blurred pixels of the map itself count (the box may stick out of the map)
+        out_rows = first_row[index, None] - half + torch.arange(box_h, device=device)
+        out_cols = first_col[:, None] - half + torch.arange(box_w, device=device)
+        real = ((out_rows >= 0) & (out_rows < height))[:, :, None] & ((out_cols >= 0) & (out_cols < width))[:, None]
+        maxima[index] = torch.where(real, blurred, torch.full_like(blurred, -math.inf)).amax(dim=(-2, -1))
+    if (~small).any():
+        index = (~small).nonzero().squeeze(1)
+        maxima[index] = gaussian_blur_zero_padded(maps[index], kernel_size).amax(dim=(-2, -1))
+    return maxima
+
+
+def _argmax_with_row_max(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One pass over the maps: row maxima, then the first maximum in row-major order (numpy's argmax)."""
+    num_crops, num_keypoints, height, width = heatmaps.shape
+    row_max = heatmaps.amax(dim=-1)  # (num_crops, num_keypoints, height)
+    scores = row_max.amax(dim=-1)
+    row = (row_max == scores[..., None]).to(torch.uint8).argmax(dim=-1)  # first row holding the maximum
+    values = heatmaps.gather(2, row[..., None, None].expand(-1, -1, 1, width))[:, :, 0]  # (..., width)
+    col = (values == scores[..., None]).to(torch.uint8).argmax(dim=-1)
+    return row_max, scores, torch.stack([col, row], dim=-1)
+
+
+def heatmap_argmax(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Integer maxima of heatmaps.
+
+    Args:
+        heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`).
+
+    Returns:
+        `locations` (`(num_crops, num_keypoints, 2)` float32, `(x, y)` heatmap pixels of the first maximum in
+        row-major order, `(-1, -1)` where the maximum is <= 0) and `scores` (`(num_crops, num_keypoints)`, the maxima,
+        heatmap dtype).
+    """
+    _, scores, index = _argmax_with_row_max(heatmaps)
+    locations = index.to(torch.float32)
+    locations = torch.where((scores > 0)[..., None], locations, torch.full_like(locations, -1.0))
+    return locations, scores
+
+
+def refine_keypoints_dark_udp(
+    locations: torch.Tensor, heatmaps: torch.Tensor, blur_kernel_size: int = 11, row_max: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Official DARK-UDP refinement: one Newton step on the blurred log-heatmap at the integer maximum.
+
+    Steps: max-preserving Gaussian blur (kernel `blur_kernel_size`), clip to [1e-3, 50], log, edge-pad by 1, central
+    differences at the maximum, `offset = -(H + eps I)^-1 grad` (float32 eps), applied in float64 and rounded back to
+    float32 as the official in-place numpy update does.
+
+    Only what the step reads is computed: the blurred values at the 3x3 neighbourhood of each maximum and each
+    map's blurred maximum (for the max-preserving rescale), found by blurring a small box around the peak (see
+    `_blurred_maxima`); the result equals blurring whole maps up to float32 summation order.
+
+    Official quirk reproduced: a keypoint at `(-1, -1)` (maximum <= 0) reads its neighbours from the flattened padded
+    maps of the same crop, wrapping around at index 0 exactly like numpy's negative indexing.
+
+    Args:
+        locations (`torch.Tensor` of shape `(num_crops, num_keypoints, 2)`): integer `(x, y)` from `heatmap_argmax`.
+        heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`).
+        row_max (`torch.Tensor` of shape `(num_crops, num_keypoints, height)`, *optional*): the maps' row maxima if
+            already known (saves one pass over the maps).
+
+    Returns:
+        `torch.Tensor` of shape `(num_crops, num_keypoints, 2)`, float32, refined `(x, y)` in heatmap pixels.
+    """
+    num_crops, num_keypoints, height, width = heatmaps.shape
+    device = heatmaps.device
+    maps = heatmaps.to(torch.float32).reshape(-1, height, width)  # (num_maps, height, width)
+    half = blur_kernel_size // 2
+    kernel1d = opencv_gaussian_kernel1d(blur_kernel_size, device)
+    kernel2d = kernel1d[:, None] * kernel1d[None, :]
+    padded_w, padded_h = width + 2, height + 2
+    per_crop = num_keypoints * padded_h * padded_w
+    xs = locations[..., 0].to(torch.long)
+    ys = locations[..., 1].to(torch.long)
+    keypoint = torch.arange(num_keypoints, device=device)[None, :]
+    centre = xs + 1 + (ys + 1) * padded_w + keypoint * padded_h * padded_w
+    offsets = torch.tensor(
+        [0, 1, -1, padded_w, -padded_w, padded_w + 1, -padded_w - 1], dtype=torch.long, device=device
+    )
+    flat_index = torch.remainder(centre[..., None] + offsets, per_crop)  # (num_crops, num_keypoints, 7)
+    # flat index in the edge-padded maps of a crop -> (channel, row, col) -> clamped source pixel (edge padding)
+    channel = flat_index // (padded_h * padded_w)
+    rest = flat_index % (padded_h * padded_w)
+    row = (rest // padded_w - 1).clamp(0, height - 1)
+    col = (rest % padded_w - 1).clamp(0, width - 1)
+    map_index = torch.arange(num_crops, device=device)[:, None, None] * num_keypoints + channel
+    windows = _gather_windows(maps, map_index, row - half, col - half, blur_kernel_size, blur_kernel_size)
+    blurred = (windows * kernel2d).sum(dim=(-2, -1))  # (num_crops, num_keypoints, 7) blurred values
+    row_max = maps.amax(dim=-1) if row_max is None else row_max.reshape(-1, height).to(torch.float32)
+    original_max = row_max.amax(dim=-1)
+    blurred_max = _blurred_maxima(maps, row_max, blurred[..., 0].reshape(-1), blur_kernel_size)
+    scale = (original_max / blurred_max)[map_index]  # the rescale of the map each value comes from
+    values = (blurred * scale).clamp(1e-3, 50.0).log()
+    i_, ix1, ix1_, iy1, iy1_, ix1y1, ix1_y1_ = values.unbind(-1)
+    dx = 0.5 * (ix1 - ix1_)
+    dy = 0.5 * (iy1 - iy1_)
+    dxx = ix1 - 2 * i_ + ix1_
+    dyy = iy1 - 2 * i_ + iy1_
+    dxy = 0.5 * (ix1y1 - ix1 - iy1 + i_ + i_ - ix1_ - iy1_ + ix1_y1_)
+    # float64 Newton step (the official code adds a float64 eps*I, which promotes the 2x2 inverse to float64)
+    step_device = device if device.type != "mps" else torch.device("cpu")  # MPS has no float64
+    eps = float(np.finfo(np.float32).eps)
+    a = dxx.to(step_device, torch.float64) + eps
+    d = dyy.to(step_device, torch.float64) + eps
+    b = dxy.to(step_device, torch.float64)
+    gx, gy = dx.to(step_device, torch.float64), dy.to(step_device, torch.float64)
+    det = a * d - b * b
+    offset_x = (d * gx - b * gy) / det
+    offset_y = (a * gy - b * gx) / det
+    refined = locations.to(step_device, torch.float64) - torch.stack([offset_x, offset_y], dim=-1)
+    return refined.to(torch.float32).to(device)
+
+
+def decode_udp_heatmaps(
+    heatmaps: torch.Tensor, input_size: tuple[int, int], blur_kernel_size: int = 11
+) -> dict[str, torch.Tensor]:
+    """Official UDP heatmap decoding, batched over crops.
+
+    Args:
+        heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`): raw (or flip-averaged)
+            heatmaps; any float dtype (decoded in float32).
+        input_size (`tuple[int, int]`): crop `(height, width)` the heatmaps belong to.
+        blur_kernel_size (`int`, defaults to 11): the official DARK blur kernel.
+
+    Returns:
+        dict with
+        - `keypoints_heatmap` (`(num_crops, num_keypoints, 2)` float32): refined `(x, y)` in heatmap pixels;
+        - `keypoints_input` (`(num_crops, num_keypoints, 2)` float64, on CPU for MPS inputs): crop pixels
+          `x * W / (w - 1)`, `y * H / (h - 1)` (official quirk: input size over heatmap size minus one);
+        - `scores` (`(num_crops, num_keypoints)` float32): the heatmap maxima.
+    """
+    heatmaps = heatmaps.to(torch.float32)
+    height, width = heatmaps.shape[-2:]
+    row_max, scores, index = _argmax_with_row_max(heatmaps)
+    locations = torch.where((scores > 0)[..., None], index.to(torch.float32), torch.full(index.shape, -1.0,
+                                                                                          device=index.device))
+    refined = refine_keypoints_dark_udp(locations, heatmaps, blur_kernel_size, row_max=row_max)
+    step_device = refined.device if refined.device.type != "mps" else torch.device("cpu")
+    denominator = torch.tensor([width - 1, height - 1], dtype=torch.float64, device=step_device)
+    crop_size = torch.tensor([input_size[1], input_size[0]], dtype=torch.float64, device=step_device)
+    keypoints_input = refined.to(step_device, torch.float64) / denominator * crop_size
+    return {"keypoints_heatmap": refined, "keypoints_input": keypoints_input, "scores": scores}
+
+
+def crop_to_image(
+    keypoints_input: torch.Tensor, center: torch.Tensor, scale: torch.Tensor, input_size: tuple[int, int]
+) -> torch.Tensor:
+    """Official crop -> image mapping: `kp / input_size * scale + center - scale / 2` (float64).
+
+    Official quirk reproduced: it divides by the input size, not by input size - 1.
+
+    Args:
+        keypoints_input (`torch.Tensor` of shape `(num_crops, num_keypoints, 2)`): crop pixels.
+        center, scale (`torch.Tensor` of shape `(num_crops, 2)`): float32 box centre and size from
+            `boxes_to_center_scale`.
+        input_size (`tuple[int, int]`): crop `(height, width)`.
+
+    Returns:
+        `torch.Tensor` of shape `(num_crops, num_keypoints, 2)`, float64, `(x, y)` in original-image pixels.
+    """
+    device = keypoints_input.device
+    crop_size = torch.tensor([input_size[1], input_size[0]], dtype=torch.float64, device=device)
+    scale = scale.to(device, torch.float32)
+    center = center.to(device, torch.float32).to(torch.float64)[:, None, :]
+    half = (scale * 0.5).to(torch.float64)[:, None, :]
+    return keypoints_input.to(torch.float64) / crop_size * scale.to(torch.float64)[:, None, :] + center - half
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Dense post-processing (batched, torch)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def remove_padding(maps: torch.Tensor, padding: Sequence[int]) -> torch.Tensor:
+    """Crop `(left, right, top, bottom)` letterbox padding from `(..., height, width)` maps."""
+    left, right, top, bottom = (int(v) for v in padding)
+    height, width = maps.shape[-2:]
+    return maps[..., top : height - bottom, left : width - right]
+
+
+def resize_maps_bilinear(maps: torch.Tensor, output_size: tuple[int, int]) -> torch.Tensor:
+    """`F.interpolate(bilinear, align_corners=False, antialias=False)` on `(batch, channels, h, w)` maps."""
+    if tuple(maps.shape[-2:]) == tuple(output_size):
+        return maps
+    return F.interpolate(maps, size=tuple(int(v) for v in output_size), mode="bilinear", align_corners=False,
+                         antialias=False)
+
+
+def gaussian_blur_reflect(maps: torch.Tensor, kernel_size: int = 3, sigma: float = 0.8) -> torch.Tensor:
+    """Gaussian blur with reflection padding, numerically the same as torchvision's tensor `gaussian_blur`.
+
+    Args:
+        maps (`torch.Tensor` of shape `(batch, channels, height, width)`), floating point.
+    """
+    half = (kernel_size - 1) * 0.5
+    x = torch.linspace(-half, half, steps=kernel_size, dtype=maps.dtype, device=maps.device)
+    pdf = torch.exp(-0.5 * (x / sigma).pow(2))
+    kernel1d = pdf / pdf.sum()
+    kernel2d = torch.mm(kernel1d[:, None], kernel1d[None, :])
+    channels = maps.shape[1]
+    weight = kernel2d.expand(channels, 1, kernel_size, kernel_size)
+    pad = kernel_size // 2
+    return F.conv2d(F.pad(maps, [pad, pad, pad, pad], mode="reflect"), weight, groups=channels)
+
+
+def smooth_and_resize_pointmap(
+    pointmap: torch.Tensor, output_size: tuple[int, int], num_blurs: int = 4, sigma: float = 0.8
+) -> torch.Tensor:
+    """Official pointmap resize: when upsampling in either direction, blur 4x (3x3, sigma 0.8), then bilinear.
+
+    Args:
+        pointmap (`torch.Tensor` of shape `(batch, 3, height, width)`).
+        output_size (`tuple[int, int]`): target `(height, width)`.
+    """
+    if output_size[0] > pointmap.shape[-2] or output_size[1] > pointmap.shape[-1]:
+        for _ in range(num_blurs):
+            pointmap = gaussian_blur_reflect(pointmap, 3, sigma)
+    return resize_maps_bilinear(pointmap, output_size)

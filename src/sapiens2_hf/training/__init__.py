@@ -1,0 +1,35 @@
+"""Fine-tuning with `transformers.Trainer`: task wiring, the official optimiser rules, LoRA, evaluation."""
+
+from .evaluation import TaskEvaluator, flip_test_heatmaps
+from .lora import (
+    MultiTaskLoraModel,
+    apply_lora,
+    load_task_adapters,
+    lora_config,
+    save_lora_adapter,
+    trainable_parameter_count,
+)
+from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone, layer_id, official_schedule, parameter_groups
+from .tasks import TASKS, default_loss, task_loss
+from .trainer import Sapiens2Trainer
+
+
+__all__ = [
+    "OFFICIAL_LAYER_DECAY",
+    "TASKS",
+    "MultiTaskLoraModel",
+    "Sapiens2Trainer",
+    "TaskEvaluator",
+    "apply_lora",
+    "default_loss",
+    "flip_test_heatmaps",
+    "freeze_backbone",
+    "layer_id",
+    "load_task_adapters",
+    "lora_config",
+    "official_schedule",
+    "parameter_groups",
+    "save_lora_adapter",
+    "task_loss",
+    "trainable_parameter_count",
+]

@@ -1,0 +1,146 @@
+"""Bounded-memory evaluation inside `transformers.Trainer`.
+
+`TaskEvaluator.batch_statistics` turns one batch of model outputs into fixed-size per-sample statistics (the same
+packed vectors the official evaluators gather across GPUs); the Trainer gathers them across processes, and
+`TaskEvaluator.compute_metrics` (a `batch_eval_metrics=True` compute function) accumulates them and returns the
+dataset metrics on the last batch. Nothing proportional to the dataset's pixels or heatmaps is ever kept.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..data.label_tables import KEYPOINT_FLIP_INDICES
+from ..metrics import (
+    AlbedoMetric,
+    KeypointOksAP,
+    KeypointPCK,
+    NormalMetric,
+    PointmapMetric,
+    PoseHeatmapAccuracy,
+    SegmentationMetric,
+)
+from ..processing.sapiens2_processing_ops import crop_to_image, decode_udp_heatmaps, flip_back_heatmaps
+from .tasks import check_task
+
+
+def flip_test_heatmaps(model, pixel_values: torch.Tensor, heatmaps: torch.Tensor, flip_indices=KEYPOINT_FLIP_INDICES):
+    """Official pose flip test: average the heatmaps with those of the horizontally flipped crop, flipped back and
+    re-ordered with `flip_indices` (no pixel shift, UDP)."""
+    flipped = model(pixel_values=pixel_values.flip(-1)).heatmaps
+    return 0.5 * (heatmaps + flip_back_heatmaps(flipped, flip_indices))
+
+
+class TaskEvaluator:
+    """Streaming task metrics for the Trainer (see the module docstring).
+
+    Metrics per task:
+    * pose: `acc_pose` (official training-log PCK@0.05 on heatmap arg-max), `pck_0_05` / `pck_0_1` / `pck_0_2`
+      (DARK-UDP decoded keypoints in image pixels, normalised by the larger side of the ground-truth box) and the
+      COCO OKS AP/AR family with the 308 sigmas (`oks_ap`, ...), one detection per ground-truth box as in the
+      official validation (crowd regions of the annotation file are not part of the crop dataset);
+    * seg: `miou`, `aacc`, `macc` (percent) at the label's resolution;
+    * normal: angular errors (`mean_angular_error_deg`, ...);
+    * pointmap: canonical distance and normal metrics;
+    * albedo: `mae`, `rmse`, `psnr`, `ssim`, `grad_l1`.
+
+    Args:
+        task (`str`): One of `pose`, `seg`, `normal`, `pointmap`, `albedo`.
+        input_size (`tuple[int, int]`, *optional*): Pose crop `(height, width)`, needed to decode keypoints; taken
+            from the batch's `pixel_values` when omitted.
+        oks (`bool`, *optional*, defaults to `True`): Compute OKS AP for pose (needs the metadata of
+            `PoseTransform`).
+    """
+
+    def __init__(self, task: str, input_size: tuple[int, int] | None = None, oks: bool = True):
+        self.task = check_task(task)
+        self.input_size = input_size
+        self.oks = oks
+        self.reset()
+
+    def reset(self) -> None:
+        self.metrics = {
+            "pose": lambda: {"acc_pose": PoseHeatmapAccuracy(), "pck": KeypointPCK(), "oks": KeypointOksAP()},
+            "seg": lambda: {"seg": SegmentationMetric()},
+            "normal": lambda: {"normal": NormalMetric()},
+            "pointmap": lambda: {"pointmap": PointmapMetric()},
+            "albedo": lambda: {"albedo": AlbedoMetric()},
+        }[self.task]()
+
+    @torch.no_grad()
+    def batch_statistics(self, outputs, batch: dict, heatmaps: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Fixed-size per-sample statistics of one batch (every value has the batch as its first dimension).
+
+        Args:
+            outputs: The model output of the batch.
+            batch (`dict`): The collated batch.
+            heatmaps (`torch.Tensor`, *optional*): Pose heatmaps to evaluate instead of `outputs.heatmaps` (e.g. the
+                flip-test average).
+        """
+        if self.task == "pose":
+            heatmaps = (outputs.heatmaps if heatmaps is None else heatmaps).float()
+            stats = {"acc_pose": self.metrics["acc_pose"].statistics(heatmaps, batch["labels"], batch["label_weights"])}
+            if "gt_keypoints" not in batch:
+                return stats
+            input_size = self.input_size or tuple(batch["pixel_values"].shape[-2:])
+            decoded = decode_udp_heatmaps(heatmaps, input_size)
+            keypoints = crop_to_image(decoded["keypoints_input"], batch["crop_center"], batch["crop_scale"], input_size)
+            gt = batch["gt_keypoints"].double()
+            side = batch["gt_bbox"][:, 2:].double().amax(dim=1, keepdim=True).expand(-1, 2)
+            stats["pck"] = self.metrics["pck"].statistics(keypoints, gt[..., :2], gt[..., 2] > 0, side)
+            stats.update(pred_keypoints=keypoints, pred_scores=decoded["scores"].double(), gt_keypoints=gt,
+                         gt_area=batch["gt_area"].double(), gt_bbox=batch["gt_bbox"].double(),
+                         image_id=batch["image_id"], instance_id=batch["instance_id"])
+            return {name: value.to(heatmaps.device) for name, value in stats.items()}
+        if self.task == "seg":
+            logits, labels = outputs.logits.float(), batch["labels"]
+            sizes = batch.get("label_size")
+            metric = self.metrics["seg"]
+            if sizes is None or bool((sizes == torch.tensor(labels.shape[1:], device=sizes.device)).all()):
+                return {"seg": metric.statistics(logits, labels)}
+            rows = []
+            for b in range(len(labels)):  # padded original-resolution labels: resize logits to each true size
+                height, width = (int(v) for v in sizes[b])
+                rows.append(metric.statistics(logits[b : b + 1], labels[b : b + 1, :height, :width]))
+            return {"seg": torch.cat(rows)}
+        if self.task == "normal":
+            return {"normal": self.metrics["normal"].statistics(outputs.normals.float(), batch["labels"], batch["mask"])}
+        if self.task == "pointmap":
+            pointmaps = outputs.pointmaps.float()
+            return {"pointmap": self.metrics["pointmap"].statistics(pointmaps, batch["labels"], batch["mask"])}
+        return {"albedo": self.metrics["albedo"].statistics(outputs.albedos.float(), batch["labels"], batch["mask"])}
+
+    def accumulate(self, statistics: dict[str, torch.Tensor]) -> None:
+        """Add (gathered) statistics from `batch_statistics`."""
+        for name, metric in self.metrics.items():
+            if name == "oks":
+                if "pred_keypoints" not in statistics:
+                    continue
+                s = {k: v.detach().cpu() for k, v in statistics.items()}
+                metric.update(s["pred_keypoints"].numpy(), s["pred_scores"].numpy(), s["gt_keypoints"].numpy(),
+                              s["gt_area"].numpy(), s["gt_bbox"].numpy(), s["image_id"].numpy(),
+                              instance_ids=s["instance_id"].tolist())
+            elif name in statistics:
+                metric.accumulate(statistics[name])
+
+    def compute(self) -> dict[str, float]:
+        results = {}
+        for name, metric in self.metrics.items():
+            if name == "oks" and not (self.oks and metric._gts):
+                continue
+            if name == "pck" and metric._counts is None:
+                continue
+            results.update(metric.compute())
+        return results
+
+    def compute_metrics(self, eval_prediction, compute_result: bool = False) -> dict[str, float]:
+        """`compute_metrics` for `Trainer(args=TrainingArguments(batch_eval_metrics=True))`: accumulates the
+        gathered statistics of each batch (`eval_prediction.predictions`) and returns the metrics (and resets) when
+        `compute_result` is true."""
+        self.accumulate(eval_prediction.predictions)
+        if not compute_result:
+            return {}
+        results = self.compute()
+        self.reset()
+        return results
+

@@ -1,0 +1,140 @@
+"""Command-line pretraining: arguments and the run function behind `training_scripts/pretrain.py`.
+
+    python training_scripts/pretrain.py --image_folder path/to/images --output_dir runs/tiny --max_steps 100
+
+pretrains a tiny Sapiens2 from scratch on a folder of images (any size; jpg/png/...), then writes the full
+pretraining checkpoint (student, teacher, decoder, heads: resumable with `--resume_from_checkpoint`) to
+`output_dir` and the exported student backbone, a plain `Sapiens2Model` checkpoint ready for the fine-tuning
+scripts, to `output_dir/backbone`. `--variant 0.4b` (etc.) selects a real size with the real-scale defaults
+(see docs/pretraining.md); `--init_backbone` continues pretraining from a pretrained backbone; `--dataset_name`
+reads a `datasets` dataset (Hub name or a folder written by `save_to_disk`) instead of a folder.
+"""
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+from transformers import HfArgumentParser, TrainingArguments
+from transformers.utils import logging
+
+from ..pretraining import (
+    MultiCropAugmentation,
+    MultiCropCollator,
+    PretrainingImageDataset,
+    Sapiens2ForPreTraining,
+    Sapiens2PreTrainingConfig,
+    tiny_pretraining_config,
+)
+from .pretrain_trainer import Sapiens2PreTrainingTrainer
+
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class PretrainingArguments:
+    """Data, model and objective arguments of the pretraining script (optimisation is in `TrainingArguments`)."""
+
+    image_folder: str | None = field(default=None, metadata={"help": "Folder of images (searched recursively)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "A `datasets` dataset: Hub name, or a folder written by `save_to_disk`."}
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration of `dataset_name`."})
+    dataset_split: str = field(default="train", metadata={"help": "Split of `dataset_name`."})
+    image_column: str = field(default="image", metadata={"help": "Image column of `dataset_name`."})
+    variant: str = field(
+        default="tiny", metadata={"help": "'tiny' (tests, CPU) or an official size: 0.1b, 0.4b, 0.8b, 1b, 5b."}
+    )
+    init_backbone: str | None = field(
+        default=None,
+        metadata={"help": "Continue pretraining from this backbone (official pretrain .safetensors or HF folder)."},
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": 'JSON dict of Sapiens2PreTrainingConfig fields, e.g. \'{"mask_ratio": 0.6}\'.'},
+    )
+    augmentation_overrides: str | None = field(
+        default=None,
+        metadata={"help": 'JSON dict of MultiCropAugmentation fields, e.g. \'{"num_local_crops": 4}\'.'},
+    )
+    export_dir: str | None = field(
+        default=None, metadata={"help": "Where to export the backbone (default: <output_dir>/backbone)."}
+    )
+    export_which: str = field(default="student", metadata={"help": "Backbone to export: 'student' or 'teacher'."})
+
+
+def _json_dict(text: str | None, name: str) -> dict:
+    if not text:
+        return {}
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"`{name}` must be a JSON object, got {text!r}.")
+    return value
+
+
+def build_dataset(args: PretrainingArguments, seed: int) -> PretrainingImageDataset:
+    """The training images of `args` (exactly one of `image_folder` and `dataset_name`)."""
+    if (args.image_folder is None) == (args.dataset_name is None):
+        raise ValueError("Pass exactly one of --image_folder and --dataset_name.")
+    if args.image_folder is not None:
+        return PretrainingImageDataset.from_folder(args.image_folder, seed=seed)
+    import datasets
+
+    if os.path.isdir(args.dataset_name) and os.path.isfile(os.path.join(args.dataset_name, "dataset_info.json")):
+        dataset = datasets.load_from_disk(args.dataset_name)
+        if isinstance(dataset, datasets.DatasetDict):
+            dataset = dataset[args.dataset_split]
+    else:
+        dataset = datasets.load_dataset(args.dataset_name, args.dataset_config_name, split=args.dataset_split)
+    return PretrainingImageDataset(dataset, image_column=args.image_column, seed=seed)
+
+
+def build_config(args: PretrainingArguments) -> Sapiens2PreTrainingConfig:
+    overrides = _json_dict(args.config_overrides, "config_overrides")
+    if args.variant == "tiny":
+        return tiny_pretraining_config(**overrides)
+    return Sapiens2PreTrainingConfig.from_preset(args.variant, **overrides)
+
+
+def build_augmentation(args: PretrainingArguments) -> MultiCropAugmentation:
+    overrides = _json_dict(args.augmentation_overrides, "augmentation_overrides")
+    for key in ("global_crop_size", "local_crop_size", "global_crop_scale", "local_crop_scale", "crop_aspect_jitter", "blur_sigma"):
+        if key in overrides:
+            overrides[key] = tuple(overrides[key])
+    if args.variant == "tiny":
+        return MultiCropAugmentation.tiny(**overrides)
+    return MultiCropAugmentation(**overrides)
+
+
+def run_pretraining(args: PretrainingArguments, training_args: TrainingArguments) -> Sapiens2PreTrainingTrainer:
+    """Builds model, data and trainer from the arguments, trains, saves the checkpoint and exports the backbone."""
+    if args.export_which not in ("student", "teacher"):
+        raise ValueError(f"--export_which must be 'student' or 'teacher', got {args.export_which!r}.")
+    config = build_config(args)
+    if args.init_backbone is not None:
+        model = Sapiens2ForPreTraining.from_backbone(args.init_backbone, config=config)
+    else:
+        model = Sapiens2ForPreTraining(config)
+    dataset = build_dataset(args, seed=training_args.seed)
+    collator = MultiCropCollator.from_config(config, build_augmentation(args), seed=training_args.seed)
+    trainer = Sapiens2PreTrainingTrainer(
+        model=model, args=training_args, train_dataset=dataset, data_collator=collator
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model()
+    export_dir = args.export_dir or os.path.join(training_args.output_dir, "backbone")
+    trainer.save_backbone(export_dir, which=args.export_which)
+    logger.info("Exported the %s backbone to %s", args.export_which, export_dir)
+    return trainer
+
+
+def main(argv: list[str] | None = None) -> Sapiens2PreTrainingTrainer:
+    """Entry point: parses `PretrainingArguments` and `TrainingArguments` (or one JSON file holding both)."""
+    parser = HfArgumentParser((PretrainingArguments, TrainingArguments))
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        args, training_args = parser.parse_json_file(os.path.abspath(argv[0]))
+    else:
+        args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    return run_pretraining(args, training_args)

@@ -1,0 +1,153 @@
+"""`Sapiens2PreTrainingTrainer`: transformers' Trainer for `Sapiens2ForPreTraining`, and its EMA callback.
+
+What it adds to `transformers.Trainer`:
+
+- The teacher temperature schedule gets the optimizer step: the model is called with
+  `schedule_step=state.global_step` (constant over the micro-batches of one accumulated step).
+- Gradient accumulation: every loss term is a per-micro-batch mean, so the Trainer's division by the number of
+  accumulation steps gives the mean over the accumulated batch (`loss_is_scaled_for_ga = False`).
+- `EmaTeacherCallback` updates the teacher once per optimizer step (`on_step_end`, which the Trainer calls only after
+  an optimizer step, never per micro-batch), with the momentum of that step's index, and keeps the prototypes frozen
+  for the first `freeze_prototypes_steps` steps.
+- Every loss term, the teacher prototype entropy, the teacher temperature and the EMA momentum are logged next to
+  `loss` (means over the micro-batches since the last log, averaged over processes).
+- The dataset's `set_epoch` is called at each epoch start, so the per-example augmentation seeds (and therefore the
+  loss curve) are the same after a resume as in an uninterrupted run.
+- `save_backbone` exports the student (or teacher) backbone as a plain `Sapiens2Model` checkpoint.
+
+The teacher is part of the model's state dict, so checkpoints carry it and a resume restores it; its parameters
+never require gradients (re-applied at load and on every `train()` call), so the optimizer never holds them.
+"""
+
+import math
+
+import torch
+from transformers import Trainer, TrainerCallback
+from transformers.utils import logging
+
+from ..pretraining.meta_arch import LOSS_NAMES, Sapiens2ForPreTraining
+from ..pretraining.schedules import ema_momentum, teacher_temperature
+
+
+logger = logging.get_logger(__name__)
+
+_LOGGED_EXTRAS = ("teacher_prototype_entropy",)
+
+
+def _unwrap(model) -> Sapiens2ForPreTraining:
+    while not isinstance(model, Sapiens2ForPreTraining) and hasattr(model, "module"):
+        model = model.module
+    if not isinstance(model, Sapiens2ForPreTraining):
+        raise ValueError(f"Expected a Sapiens2ForPreTraining model, got {type(model).__name__}.")
+    return model
+
+
+class EmaTeacherCallback(TrainerCallback):
+    """Applies the teacher EMA once per optimizer step and freezes the prototypes early in training.
+
+    After optimizer step `k` (0-based, i.e. `state.global_step == k + 1` in `on_step_end`) the teacher moves by
+    `teacher <- m_k * teacher + (1 - m_k) * student` with `m_k = ema_momentum(k, state.max_steps, config)`.
+
+    Attributes:
+        last_momentum (`float` or `None`): momentum of the latest update.
+        num_updates (`int`): updates applied by this callback (in this process, since construction).
+    """
+
+    def __init__(self):
+        self.last_momentum: float | None = None
+        self.num_updates = 0
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        pretraining_model = _unwrap(model)
+        if state.global_step < pretraining_model.config.freeze_prototypes_steps:
+            # DINO freezes the last layer early on, which stabilises training; a parameter without gradient is left
+            # untouched by the optimizer (weight decay included).
+            pretraining_model.cls_head.prototypes.grad = None
+            pretraining_model.patch_head.prototypes.grad = None
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        pretraining_model = _unwrap(model)
+        momentum = ema_momentum(state.global_step - 1, max(state.max_steps, 1), pretraining_model.config)
+        pretraining_model.update_teacher(momentum)
+        self.last_momentum = momentum
+        self.num_updates += 1
+
+
+class _DatasetEpochCallback(TrainerCallback):
+    """Calls `train_dataset.set_epoch(epoch)` at each epoch start (accelerate does not reliably forward it to a
+    map-style dataset)."""
+
+    def __init__(self, trainer: "Sapiens2PreTrainingTrainer"):
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        dataset = self.trainer.train_dataset
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(math.floor(state.epoch + 1e-9))
+
+
+class Sapiens2PreTrainingTrainer(Trainer):
+    """Trainer for [`Sapiens2ForPreTraining`] (see the module docstring). Use it like `transformers.Trainer`,
+    with a `MultiCropCollator` as `data_collator` and a `PretrainingImageDataset` as `train_dataset`.
+
+    `remove_unused_columns` is switched off (the collator, not the model, consumes the dataset's columns).
+    """
+
+    def __init__(self, *args, callbacks=None, **kwargs):
+        self.ema_callback = EmaTeacherCallback()
+        callbacks = [*(callbacks or []), self.ema_callback]
+        super().__init__(*args, callbacks=callbacks, **kwargs)
+        # The dataloader is built at train time, so switching this off here is enough.
+        self.args.remove_unused_columns = False
+        self.add_callback(_DatasetEpochCallback(self))
+        _unwrap(self.model).freeze_teacher()
+        # Each term is a mean over its micro-batch: the Trainer must divide by the accumulation steps.
+        self.loss_is_scaled_for_ga = False
+        self.model_accepts_loss_kwargs = False
+        self._term_sums: dict[str, torch.Tensor] = {}
+        self._term_count = 0
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs, schedule_step=self.state.global_step)
+        if model.training:
+            for name in (*LOSS_NAMES, *_LOGGED_EXTRAS):
+                value = getattr(outputs, name)
+                if value is not None:
+                    value = value.detach().float()
+                    self._term_sums[name] = self._term_sums.get(name, torch.zeros_like(value)) + value
+            self._term_count += 1
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._term_count:
+            names = sorted(self._term_sums)
+            means = torch.stack([self._term_sums[name] for name in names]) / self._term_count
+            means = self.accelerator.reduce(means, reduction="mean")
+            for name, value in zip(names, means.tolist()):
+                logs[name] = round(value, 6)
+            logs["teacher_temperature"] = teacher_temperature(self.state.global_step, _unwrap(self.model).config)
+            if self.ema_callback.last_momentum is not None:
+                logs["ema_momentum"] = self.ema_callback.last_momentum
+            self._term_sums, self._term_count = {}, 0
+        super().log(logs, start_time)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """Evaluation returns the total loss only (no labels, no predictions)."""
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    def save_backbone(self, output_dir: str, which: str = "student") -> None:
+        """Exports the student (default) or teacher backbone as a plain `Sapiens2Model` checkpoint in `output_dir`.
+
+        Collective under distributed training (the full state dict is gathered from every process), so call it on
+        every process; only the main process writes.
+        """
+        model = _unwrap(self.model)
+        prefix = "model." if which == "student" else "teacher.model."
+        model.get_backbone(which)  # validates `which`
+        state_dict = self.accelerator.get_state_dict(self.model)
+        if self.args.should_save:
+            backbone_state = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
+            model.get_backbone(which).save_pretrained(output_dir, state_dict=backbone_state)

@@ -1,0 +1,140 @@
+"""`Sapiens2Trainer`: `transformers.Trainer` with the official task losses, per-term loss logging, correct gradient
+accumulation, layer-wise learning-rate decay, the official schedule and bounded-memory evaluation."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from torch import nn
+from transformers import Trainer
+
+from ..data.collators import Sapiens2DataCollator
+from ..data.label_tables import KEYPOINT_FLIP_INDICES
+from .evaluation import TaskEvaluator, flip_test_heatmaps
+from .optim import official_schedule, parameter_groups
+from .tasks import check_task, default_loss, task_loss
+
+
+class Sapiens2Trainer(Trainer):
+    """Trainer for one Sapiens2 task.
+
+    * **Loss**: the official task loss (`sapiens2_hf.losses`) on the model output; only `pixel_values` is passed to
+      the model, so no stock transformers loss can run. Each weighted term is logged next to `loss` (mean over the
+      micro-batches since the last log, averaged across processes).
+    * **Gradient accumulation**: the task losses are per-micro-batch means, so the Trainer divides them by the number
+      of accumulation steps (`loss_is_scaled_for_ga = False`). Without this, transformers treats any custom loss as
+      already normalised over the accumulated batch and the gradients grow with the accumulation count.
+    * **Optimiser**: AdamW groups with the official no-decay rule and, with `layer_decay_rate`, the official per-layer
+      learning-rate multipliers; `official_schedule=True` uses the official warm-up (from 1e-3 x) and linear decay
+      (warm-up length = `args.warmup_steps`).
+    * **Evaluation**: `evaluator` (default `TaskEvaluator(task)`) turns every batch into fixed-size statistics that
+      are gathered and accumulated (`args.batch_eval_metrics` must be true); `pose_flip_test` averages the heatmaps
+      of the flipped crop, as the official validation does.
+
+    Args:
+        task (`str`): `pose`, `seg`, `normal`, `pointmap` or `albedo`.
+        loss_fn (`nn.Module`, *optional*): Loss module; default the official one for `task`.
+        evaluator (`TaskEvaluator`, *optional*): Metric accumulator; `None` uses `TaskEvaluator(task)`.
+        layer_decay_rate (`float`, *optional*): Layer-wise learning-rate decay (official 0.8 / 0.85 / 0.9 / 0.94 for
+            0.4b / 0.8b / 1b / 5b); `None` disables it.
+        official_schedule (`bool`, *optional*, defaults to `False`): Replace `args.lr_scheduler_type` by the official
+            schedule.
+        pose_flip_test (`bool`, *optional*, defaults to `True`): Flip-test averaging during pose evaluation.
+        Other arguments are those of `transformers.Trainer` (`data_collator` defaults to `Sapiens2DataCollator`).
+    """
+
+    def __init__(self, *args, task: str, loss_fn: nn.Module | None = None, evaluator: TaskEvaluator | None = None,
+                 layer_decay_rate: float | None = None, official_schedule: bool = False, pose_flip_test: bool = True,
+                 **kwargs):
+        self.task = check_task(task)
+        self.loss_fn = loss_fn if loss_fn is not None else default_loss(task)
+        self.evaluator = evaluator if evaluator is not None else TaskEvaluator(task)
+        self.layer_decay_rate = layer_decay_rate
+        self.use_official_schedule = official_schedule
+        self.pose_flip_test = pose_flip_test
+        kwargs.setdefault("data_collator", Sapiens2DataCollator())
+        if kwargs.get("compute_metrics") is None:
+            kwargs["compute_metrics"] = self.evaluator.compute_metrics
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if training_args is not None and kwargs["compute_metrics"] == self.evaluator.compute_metrics:
+            if not training_args.batch_eval_metrics:
+                raise ValueError(
+                    "Sapiens2Trainer evaluates in bounded memory by accumulating per-batch statistics: set "
+                    "`TrainingArguments(batch_eval_metrics=True)` (or pass your own `compute_metrics`)."
+                )
+        super().__init__(*args, **kwargs)
+        self.loss_is_scaled_for_ga = False
+        self.model_accepts_loss_kwargs = False  # no token counting: our losses are per-batch means
+        self._term_sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
+        self._term_count = 0
+
+    # Every batch key is needed (targets and evaluation metadata): never drop "unused" columns.
+    def _remove_unused_columns(self, dataset, description=None):
+        return dataset
+
+    def _get_collator_with_removed_columns(self, data_collator, description=None):
+        return data_collator
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(pixel_values=inputs["pixel_values"])
+        loss, terms = task_loss(self.task, self.loss_fn, outputs, inputs)
+        if model.training:
+            for name, value in terms.items():
+                self._term_sums[name] = self._term_sums[name] + value.detach().to(torch.float64).cpu()
+            self._term_count += 1
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._term_count:
+            names = sorted(self._term_sums)
+            means = torch.stack([self._term_sums[name] / self._term_count for name in names]).to(self.args.device)
+            means = self.accelerator.reduce(means.float(), reduction="mean")
+            logs.update({name: round(float(value), 6) for name, value in zip(names, means)})
+            self._term_sums.clear()
+            self._term_count = 0
+        super().log(logs, start_time)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
+            heatmaps = None
+            if self.task == "pose" and self.pose_flip_test and not prediction_loss_only:
+                heatmaps = flip_test_heatmaps(model, inputs["pixel_values"], outputs.heatmaps, KEYPOINT_FLIP_INDICES)
+        loss = loss.detach()
+        if prediction_loss_only:
+            return loss, None, None
+        statistics = self.evaluator.batch_statistics(outputs, inputs, heatmaps=heatmaps)
+        # The statistics are the "predictions"; a per-sample placeholder stands in for the labels so that the
+        # Trainer calls compute_metrics (the targets already went into the statistics).
+        placeholder = torch.zeros(inputs["pixel_values"].shape[0], device=inputs["pixel_values"].device)
+        return loss, statistics, placeholder
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is not None:
+            return self.optimizer
+        opt_model = self.model if model is None else model
+        num_layers = getattr(getattr(opt_model, "config", None), "num_hidden_layers", None)
+        if num_layers is None and hasattr(opt_model, "get_base_model"):
+            num_layers = opt_model.get_base_model().config.num_hidden_layers
+        groups = parameter_groups(opt_model, self.args.learning_rate, self.args.weight_decay,
+                                  self.layer_decay_rate, num_layers)
+        for group in groups:
+            group.pop("param_names")
+            group.pop("lr_scale")
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
+        optimizer_kwargs.pop("lr", None)
+        self.optimizer = optimizer_cls(groups, lr=self.args.learning_rate, **optimizer_kwargs)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if not self.use_official_schedule:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            self.lr_scheduler = official_schedule(
+                self.optimizer if optimizer is None else optimizer, num_training_steps,
+                self.args.get_warmup_steps(num_training_steps),
+            )
+            self._created_lr_scheduler = True
+        return self.lr_scheduler

@@ -1,0 +1,44 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
+"""Visualisation of Sapiens2 predictions (layer 1): pure functions returning PIL images, plus atomic writers."""
+
+from .drawing import (
+    albedo_to_image,
+    colorize_segmentation,
+    depth_to_rgb,
+    draw_keypoints,
+    normals_to_rgb,
+    overlay_segmentation,
+    pointmap_to_depth_image,
+    read_ply_header,
+    save_ply,
+)
+from .io import atomic_write, save_image, save_json, save_npy
+from .styles import (
+    KEYPOINT_COLORS_RGB,
+    SEGMENTATION_CLASS_NAMES,
+    SEGMENTATION_PALETTE_RGB,
+    SKELETON_LINK_COLORS_RGB,
+    SKELETON_LINKS,
+)
+
+
+__all__ = [
+    "KEYPOINT_COLORS_RGB",
+    "SEGMENTATION_CLASS_NAMES",
+    "SEGMENTATION_PALETTE_RGB",
+    "SKELETON_LINKS",
+    "SKELETON_LINK_COLORS_RGB",
+    "albedo_to_image",
+    "atomic_write",
+    "colorize_segmentation",
+    "depth_to_rgb",
+    "draw_keypoints",
+    "normals_to_rgb",
+    "overlay_segmentation",
+    "pointmap_to_depth_image",
+    "read_ply_header",
+    "save_image",
+    "save_json",
+    "save_npy",
+    "save_ply",
+]

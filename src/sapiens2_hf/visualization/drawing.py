@@ -1,0 +1,301 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
+"""Pure functions that turn Sapiens2 predictions into images (PIL) and point clouds (PLY).
+
+Inputs are numpy arrays (or torch tensors) in original-image coordinates, as returned by the pipelines:
+keypoints `(num_keypoints, 2)` `(x, y)` pixels; class maps `(height, width)`; normals, pointmaps and albedo
+`(height, width, 3)` channels-last. Images are RGB uint8.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from .io import atomic_write
+from .styles import (
+    KEYPOINT_COLORS_RGB,
+    SEGMENTATION_CLASS_NAMES,
+    SEGMENTATION_PALETTE_RGB,
+    SKELETON_LINK_COLORS_RGB,
+    SKELETON_LINKS,
+)
+
+
+def _numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _rgb_image(image: Any) -> Image.Image:
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    array = _numpy(image)
+    if array.ndim == 2:
+        array = np.repeat(array[..., None], 3, axis=-1)
+    if array.dtype != np.uint8:
+        raise ValueError(f"expected a uint8 RGB image array, got dtype {array.dtype}.")
+    return Image.fromarray(np.ascontiguousarray(array[..., :3]))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# pose
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def draw_keypoints(
+    image: Any,
+    people: Sequence[dict],
+    score_threshold: float = 0.3,
+    radius: int | None = None,
+    thickness: int | None = None,
+    draw_bbox: bool = True,
+    keypoint_colors: Sequence[Sequence[int]] = KEYPOINT_COLORS_RGB,
+    skeleton_links: Sequence[Sequence[int]] = SKELETON_LINKS,
+    link_colors: Sequence[Sequence[int]] = SKELETON_LINK_COLORS_RGB,
+) -> Image.Image:
+    """Draw skeletons in the official colours.
+
+    Args:
+        image: RGB image (PIL or `(height, width, 3)` uint8).
+        people: pose pipeline results for this image: dicts with `keypoints` `(num_keypoints, 2)`, `scores`
+            `(num_keypoints,)` and optionally `bbox` `(4,)` xyxy.
+        score_threshold: keypoints (and links) with a score at or below it are not drawn.
+        radius, thickness: in pixels; default scales with the image size.
+
+    Returns:
+        A new RGB `PIL.Image` of the same size.
+    """
+    canvas = _rgb_image(image).copy()
+    width, height = canvas.size
+    scale = max(width, height)
+    radius = radius if radius is not None else max(1, round(scale / 300))
+    thickness = thickness if thickness is not None else max(1, round(scale / 400))
+    draw = ImageDraw.Draw(canvas)
+    for person in people:
+        keypoints = _numpy(person["keypoints"]).astype(np.float64)
+        scores = _numpy(person.get("scores", np.ones(len(keypoints)))).astype(np.float64)
+        visible = np.isfinite(keypoints).all(axis=1) & (scores > score_threshold)
+        if draw_bbox and person.get("bbox") is not None:
+            x0, y0, x1, y1 = (float(v) for v in _numpy(person["bbox"]))
+            draw.rectangle([x0, y0, x1, y1], outline=(0, 255, 0), width=thickness)
+        for (a, b), color in zip(skeleton_links, link_colors):
+            if a < len(keypoints) and b < len(keypoints) and visible[a] and visible[b]:
+                draw.line([tuple(keypoints[a]), tuple(keypoints[b])], fill=tuple(int(c) for c in color),
+                          width=thickness)
+        for index in np.flatnonzero(visible):
+            x, y = keypoints[index]
+            color = tuple(int(c) for c in keypoint_colors[index % len(keypoint_colors)])
+            draw.ellipse([x - radius, y - radius, x + radius, y + radius], fill=color)
+    return canvas
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# segmentation
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def colorize_segmentation(
+    segmentation: Any, palette: Sequence[Sequence[int]] = SEGMENTATION_PALETTE_RGB
+) -> Image.Image:
+    """Class map `(height, width)` (ids) -> RGB image in the official palette (ids outside the palette are black)."""
+    seg = _numpy(segmentation).astype(np.int64)
+    table = np.zeros((len(palette) + 1, 3), dtype=np.uint8)  # last row: black for unknown ids
+    table[: len(palette)] = np.asarray(palette, dtype=np.uint8)
+    return Image.fromarray(table[np.where((seg >= 0) & (seg < len(palette)), seg, len(palette))])
+
+
+def overlay_segmentation(
+    image: Any,
+    segmentation: Any,
+    alpha: float = 0.5,
+    legend: bool = True,
+    class_names: Sequence[str] = SEGMENTATION_CLASS_NAMES,
+    palette: Sequence[Sequence[int]] = SEGMENTATION_PALETTE_RGB,
+    skip_background: bool = True,
+) -> Image.Image:
+    """Blend the coloured class map over the image, with an optional legend of the classes present.
+
+    Args:
+        alpha: weight of the colours (0 = image only). Background (id 0) is left unblended when `skip_background`.
+        legend: append a panel on the right with a swatch and the name of each class present (in columns, so the
+            height stays the image's).
+
+    Returns:
+        RGB `PIL.Image`: the image size, widened by the legend panel when `legend` is set.
+    """
+    base = _rgb_image(image)
+    seg = _numpy(segmentation).astype(np.int64)
+    if seg.shape != (base.size[1], base.size[0]):
+        raise ValueError(f"segmentation {seg.shape} does not match the image (height, width) "
+                         f"{(base.size[1], base.size[0])}; resize it to the image first.")
+    colours = np.asarray(colorize_segmentation(seg, palette), dtype=np.float32)
+    pixels = np.asarray(base, dtype=np.float32)
+    mask = (seg != 0)[..., None] if skip_background else np.ones(seg.shape + (1,), bool)
+    blended = np.where(mask, pixels * (1 - alpha) + colours * alpha, pixels)
+    out = Image.fromarray(np.clip(np.round(blended), 0, 255).astype(np.uint8))
+    if not legend:
+        return out
+    present = [int(c) for c in np.unique(seg) if 0 <= c < len(palette)]
+    if not present:
+        return out
+    font = ImageFont.load_default()
+    row = 14
+    # columns of legend entries, so that the legend never makes the picture taller than the image (if >= 1 row)
+    rows_per_column = max(1, (out.size[1] - 8) // row)
+    columns = -(-len(present) // rows_per_column)
+    longest = max(len(class_names[c]) if c < len(class_names) else len(str(c)) for c in present)
+    column_width = 12 + 6 + longest * 6 + 10
+    canvas = Image.new("RGB", (out.size[0] + 8 + columns * column_width,
+                               max(out.size[1], 8 + row * min(len(present), rows_per_column))), (255, 255, 255))
+    canvas.paste(out, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    for k, class_id in enumerate(present):
+        column, line = divmod(k, rows_per_column)
+        x = out.size[0] + 8 + column * column_width
+        y = 4 + line * row
+        draw.rectangle([x, y, x + 11, y + 11], fill=tuple(int(v) for v in palette[class_id]), outline=(0, 0, 0))
+        name = class_names[class_id] if class_id < len(class_names) else str(class_id)
+        draw.text((x + 18, y), name, fill=(0, 0, 0), font=font)
+    return canvas
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# normals, depth, pointmap, albedo
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def normals_to_rgb(normals: Any) -> Image.Image:
+    """Normals `(height, width, 3)` in [-1, 1] -> RGB image `(n + 1) / 2 * 255` (x, y, z as R, G, B; truncated)."""
+    n = _numpy(normals).astype(np.float32)
+    if n.ndim != 3 or n.shape[-1] != 3:
+        raise ValueError(f"normals must be (height, width, 3), got {n.shape}.")
+    n = np.nan_to_num(n, nan=0.0)
+    return Image.fromarray(np.clip((n + 1.0) / 2.0 * 255.0, 0, 255).astype(np.uint8))
+
+
+def _turbo(x: np.ndarray) -> np.ndarray:
+    """Turbo colour map (polynomial approximation), `x` in [0, 1] -> float RGB in [0, 1]."""
+    x = np.clip(x, 0.0, 1.0)[..., None]
+    powers = np.concatenate([np.ones_like(x), x, x**2, x**3, x**4, x**5], axis=-1)
+    coefficients = np.array([
+        [0.13572138, 4.61539260, -42.66032258, 132.13108234, -152.94239396, 59.28637943],
+        [0.09140261, 2.19418839, 4.84296658, -14.18503333, 4.27729857, 2.82956604],
+        [0.10667330, 12.64194608, -60.58204836, 110.36276771, -89.90310912, 27.34824973],
+    ])
+    return np.clip(powers @ coefficients.T, 0.0, 1.0)
+
+
+def depth_to_rgb(depth: Any, mask: Any = None, percentiles: tuple[float, float] = (1.0, 99.0)) -> Image.Image:
+    """Depth `(height, width)` -> turbo-coloured RGB image, near = red/warm, far = blue; masked-out pixels black.
+
+    The range is taken from the given percentiles of the valid (finite, masked-in) depths.
+    """
+    d = _numpy(depth).astype(np.float64)
+    valid = np.isfinite(d)
+    if mask is not None:
+        valid &= _numpy(mask).astype(bool)
+    out = np.zeros(d.shape + (3,), dtype=np.uint8)
+    if valid.any():
+        lo, hi = np.percentile(d[valid], percentiles)
+        t = (d - lo) / (hi - lo) if hi > lo else np.zeros_like(d)
+        colours = (_turbo(1.0 - t) * 255.0).astype(np.uint8)
+        out[valid] = colours[valid]
+    return Image.fromarray(out)
+
+
+def pointmap_to_depth_image(pointmap: Any, mask: Any = None) -> Image.Image:
+    """Pointmap `(height, width, 3)` XYZ -> coloured depth image of its Z channel."""
+    p = _numpy(pointmap)
+    if p.ndim != 3 or p.shape[-1] != 3:
+        raise ValueError(f"pointmap must be (height, width, 3), got {p.shape}.")
+    return depth_to_rgb(p[..., 2], mask)
+
+
+def albedo_to_image(albedo: Any) -> Image.Image:
+    """Albedo `(height, width, 3)` RGB in [0, 1] -> uint8 RGB image, `albedo * 255` truncated as the official demo."""
+    a = _numpy(albedo).astype(np.float32)
+    if a.ndim != 3 or a.shape[-1] != 3:
+        raise ValueError(f"albedo must be (height, width, 3), got {a.shape}.")
+    return Image.fromarray((np.clip(a, 0.0, 1.0) * 255.0).astype(np.uint8))
+
+
+def save_ply(
+    path: str | os.PathLike,
+    points: Any,
+    colors: Any = None,
+    mask: Any = None,
+    binary: bool = True,
+) -> int:
+    """Write a point cloud as PLY (atomically).
+
+    Args:
+        points: `(num_points, 3)` or a pointmap `(height, width, 3)` (XYZ, float).
+        colors: optional uint8 RGB with the same leading shape (e.g. the original image).
+        mask: optional boolean mask with the same leading shape; non-finite points are always dropped.
+        binary: binary little-endian (compact) or ASCII.
+
+    Returns:
+        The number of points written.
+    """
+    xyz = _numpy(points).astype(np.float32).reshape(-1, 3)
+    keep = np.isfinite(xyz).all(axis=1)
+    if mask is not None:
+        keep &= _numpy(mask).astype(bool).reshape(-1)
+    rgb = None
+    if colors is not None:
+        rgb = _numpy(colors).astype(np.uint8).reshape(-1, 3)
+        if len(rgb) != len(xyz):
+            raise ValueError(f"colors hold {len(rgb)} points but points hold {len(xyz)}.")
+        rgb = rgb[keep]
+    xyz = xyz[keep]
+    header = ["ply", f"format {'binary_little_endian' if binary else 'ascii'} 1.0", f"element vertex {len(xyz)}",
+              "property float x", "property float y", "property float z"]
+    if rgb is not None:
+        header += ["property uchar red", "property uchar green", "property uchar blue"]
+    header.append("end_header")
+    head = ("\n".join(header) + "\n").encode("ascii")
+
+    def write(file):
+        file.write(head)
+        if binary:
+            if rgb is None:
+                file.write(xyz.astype("<f4").tobytes())
+            else:
+                record = np.empty(len(xyz), dtype=[("xyz", "<f4", 3), ("rgb", "u1", 3)])
+                record["xyz"], record["rgb"] = xyz, rgb
+                file.write(record.tobytes())
+        else:
+            lines = (" ".join(f"{v:.6g}" for v in p) + ("" if rgb is None else " " + " ".join(str(int(c)) for c in rgb[i]))
+                     for i, p in enumerate(xyz))
+            file.write(("\n".join(lines) + ("\n" if len(xyz) else "")).encode("ascii"))
+
+    atomic_write(path, write)
+    return len(xyz)
+
+
+def read_ply_header(path: str | os.PathLike) -> list[str]:
+    """The header lines of a PLY file (helper for checks)."""
+    lines = []
+    with open(path, "rb") as file:
+        while True:
+            line = file.readline().decode("ascii").rstrip("\n")
+            lines.append(line)
+            if line == "end_header" or not line:
+                return lines
+
+
+__all__ = [
+    "albedo_to_image",
+    "colorize_segmentation",
+    "depth_to_rgb",
+    "draw_keypoints",
+    "normals_to_rgb",
+    "overlay_segmentation",
+    "pointmap_to_depth_image",
+    "read_ply_header",
+    "save_ply",
+]

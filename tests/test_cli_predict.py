@@ -1,0 +1,131 @@
+"""`sapiens2-hf {pose,seg,normal,pointmap,albedo}`: folders with a corrupt file, videos, outputs and the summary."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import sapiens2_hf
+from sapiens2_hf.cli.main import main
+from sapiens2_hf.processing import Sapiens2HFImageProcessor
+
+
+MODEL_CLASSES = {
+    "pose": sapiens2_hf.Sapiens2ForPoseEstimation,
+    "seg": sapiens2_hf.Sapiens2ForSemanticSegmentation,
+    "normal": sapiens2_hf.Sapiens2ForNormalEstimation,
+    "pointmap": sapiens2_hf.Sapiens2ForPointmapEstimation,
+    "albedo": sapiens2_hf.Sapiens2ForAlbedoEstimation,
+}
+
+
+def _model_folder(tmp_path, task, with_processor=True):
+    torch.manual_seed(0)
+    folder = tmp_path / f"model_{task}"
+    MODEL_CLASSES[task](sapiens2_hf.tiny_config(task)).save_pretrained(folder)
+    if with_processor:
+        Sapiens2HFImageProcessor(task=task, size={"height": 64, "width": 48}).save_pretrained(folder)
+    return folder
+
+
+def _inputs(tmp_path):
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (70, 50, 3), dtype=np.uint8)).save(folder / "a.png")
+    Image.fromarray(rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(folder / "b.jpg")
+    (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    (folder / "notes.txt").write_text("ignored")
+    return folder
+
+
+def _video(tmp_path, frames=5):
+    cv2 = pytest.importorskip("cv2")
+    path = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 5, (48, 32))
+    assert writer.isOpened()
+    for k in range(frames):
+        writer.write(np.full((32, 48, 3), 40 * k, np.uint8))
+    writer.release()
+    return path
+
+
+def test_seg_over_a_folder_with_a_corrupt_file_and_a_video(tmp_path, capsys):
+    model = _model_folder(tmp_path, "seg")
+    inputs = _inputs(tmp_path)
+    video = _video(tmp_path)
+    out = tmp_path / "out"
+    code = main(["seg", str(inputs), str(video), str(tmp_path / "missing.png"), "--model", str(model),
+                 "--out", str(out), "--batch-size", "2", "--device", "cpu", "--video-stride", "2"])
+    captured = capsys.readouterr()
+    assert code == 1  # something was skipped
+    assert "broken.png" in captured.err and "missing.png" in captured.err
+    assert "processed 5 image(s) (3 video frame(s))" in captured.out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["processed"] == 5 and summary["video_frames"] == 3
+    assert sorted(Path_name(s["input"]) for s in summary["skipped"]) == ["broken.png", "missing.png"]
+    seg = np.load(out / "a_seg.npy")
+    assert seg.shape == (70, 50) and seg.dtype == np.uint8 and seg.max() < 29
+    assert Image.open(out / "a_seg.png").size[1] == 70
+    assert np.load(out / "b_seg.npy").shape == (40, 60)
+    assert sorted(p.name for p in (out / "clip").iterdir()) == [
+        f"frame_{i:06d}_seg.{ext}" for i in (0, 2, 4) for ext in ("npy", "png")]
+    assert not list(out.rglob("*.tmp"))
+
+
+def Path_name(value):
+    return value.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def test_pose_with_a_boxes_file_writes_coco_json(tmp_path, capsys):
+    model = _model_folder(tmp_path, "pose")
+    inputs = _inputs(tmp_path)
+    (inputs / "broken.png").unlink()
+    boxes = tmp_path / "boxes.json"
+    boxes.write_text(json.dumps({"a.png": [[2, 3, 40, 60], [10, 10, 30, 50]], "b.jpg": []}))
+    out = tmp_path / "out"
+    code = main(["pose", str(inputs), "--model", str(model), "--out", str(out), "--boxes", str(boxes),
+                 "--device", "cpu", "--no-flip-test", "--quiet", "--batch-size", "2"])
+    assert code == 0, capsys.readouterr().err
+    coco = json.loads((out / "a.json").read_text())
+    assert coco["images"][0]["height"] == 70 and coco["images"][0]["width"] == 50
+    assert coco["categories"][0]["keypoints"][:2] == ["nose", "left_eye"]
+    assert len(coco["categories"][0]["skeleton"]) == 65
+    annotations = coco["annotations"]
+    assert [a["bbox"] for a in annotations] == [[2.0, 3.0, 38.0, 57.0], [10.0, 10.0, 20.0, 40.0]]
+    assert len(annotations[0]["keypoints"]) == 3 * 308
+    assert annotations[0]["keypoints"][2] == annotations[0]["keypoint_scores"][0]
+    assert json.loads((out / "b.json").read_text())["annotations"] == []
+    assert Image.open(out / "a_pose.png").size == (50, 70)
+
+
+@pytest.mark.parametrize("task", ["normal", "pointmap", "albedo"])
+def test_dense_tasks_write_arrays_and_images(tmp_path, task, capsys):
+    model = _model_folder(tmp_path, task, with_processor=task != "albedo")  # albedo: default processor
+    image = tmp_path / "x.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 20, 3), dtype=np.uint8)).save(image)
+    out = tmp_path / "out"
+    extra = ["--ply"] if task == "pointmap" else []
+    assert main([task, str(image), "--model", str(model), "--out", str(out), "--device", "cpu", "--quiet",
+                 *extra]) == 0, capsys.readouterr().err
+    if task == "normal":
+        assert np.load(out / "x_normal.npy").shape == (30, 20, 3)
+        assert Image.open(out / "x_normal.png").size == (20, 30)
+    elif task == "pointmap":
+        pointmap, depth = np.load(out / "x_pointmap.npy"), np.load(out / "x_depth.npy")
+        assert pointmap.shape == (30, 20, 3) and np.array_equal(depth, pointmap[..., 2])
+        assert (out / "x.ply").read_bytes().startswith(b"ply\nformat binary_little_endian 1.0\nelement vertex 600")
+    else:
+        albedo = np.load(out / "x_albedo.npy")
+        assert np.array_equal(np.asarray(Image.open(out / "x_albedo.png")), (albedo * 255).astype(np.uint8))
+
+
+def test_wrong_processor_task_is_a_clear_error(tmp_path, capsys):
+    model = _model_folder(tmp_path, "seg")
+    Sapiens2HFImageProcessor(task="normal").save_pretrained(model)
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    assert main(["seg", str(image), "--model", str(model), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "not 'seg'" in capsys.readouterr().err

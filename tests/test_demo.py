@@ -1,0 +1,23 @@
+"""The README's main job (`sapiens2-hf demo`), shortened: every stage runs and writes its outputs."""
+
+import json
+
+import pytest
+from huggingface_hub import ModelCard
+
+from sapiens2_hf.cli.main import main
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_offline(tmp_path):
+    code = main(["demo", "--out", str(tmp_path), "--pretrain-steps", "2", "--finetune-steps", "60"])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert code == 0 and report["pck_0_1_after"] > report["pck_0_1_before"]
+    assert report["reload_max_abs_difference"] == 0.0
+    assert report["reloaded_class"].startswith("transformers_modules.")  # loaded through remote code
+    assert {p.name for p in (tmp_path / "overlays").iterdir()} >= {"astronaut.png", "synthetic_0.png"}
+    people = json.loads((tmp_path / "keypoints.json").read_text())
+    assert len(people[0]["people"][0]["keypoints"]) == 308
+    card = ModelCard.load(tmp_path / "sapiens2-tiny-pose-synthetic" / "README.md")
+    assert card.data.eval_results[0].metric_type == "pck_0_1"
+    assert "PCK@0.1" in (tmp_path / "report.md").read_text()

@@ -1,0 +1,74 @@
+"""The import layers of docs STYLE B2: Hub-shippable folders are flat and self-contained; lower layers never import
+higher ones."""
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sapiens2_hf"
+LAYERS = {
+    "modeling": 0, "processing": 0, "pipelines": 0,
+    "data": 1, "losses": 1, "metrics": 1, "visualization": 1, "conversion": 1,
+    "pretraining": 2, "training": 2, "hub": 2,
+    "cli": 3, "demo": 3,
+}
+HUB_ALLOWED = {"torch", "numpy", "PIL", "huggingface_hub", "transformers", "safetensors"}
+
+
+def _python_files(folder):
+    return sorted((PACKAGE / folder).rglob("*.py"))
+
+
+def _imports(tree):
+    """(module, level, inside a try/except ImportError) for every import statement."""
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+            isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError") for h in node.handlers
+        ):
+            for child in node.body:
+                for inner in ast.walk(child):
+                    guarded.add(id(inner))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, 0, id(node) in guarded
+        elif isinstance(node, ast.ImportFrom):
+            yield node.module or "", node.level, id(node) in guarded
+
+
+@pytest.mark.parametrize("folder", [f for f, layer in LAYERS.items() if layer == 0])
+def test_hub_folders_are_self_contained(folder):
+    for path in _python_files(folder):
+        text = path.read_text()
+        for module, level, guarded in _imports(ast.parse(text)):
+            where = f"{path.relative_to(PACKAGE)} imports {'.' * level}{module}"
+            if level:
+                assert level == 1 and module and "." not in module, f"{where}: only `from .sibling import` is shipped"
+                assert (path.parent / f"{module}.py").is_file(), f"{where}: not a sibling file"
+                continue
+            top = module.split(".")[0]
+            assert top != "sapiens2_hf", f"{where}: Hub code must not import the package"
+            if top in sys.stdlib_module_names or top in HUB_ALLOWED:
+                continue
+            assert top == "cv2" and guarded, f"{where}: Hub code may import only stdlib/torch/numpy/PIL/hf/transformers"
+
+
+def test_lower_layers_never_import_higher_ones():
+    for folder, layer in LAYERS.items():
+        paths = [PACKAGE / f"{folder}.py"] if (PACKAGE / f"{folder}.py").is_file() else _python_files(folder)
+        for path in paths:
+            depth = len(path.relative_to(PACKAGE).parts) - 1
+            for module, level, _ in _imports(ast.parse(path.read_text())):
+                if level == 0:
+                    if not module.startswith("sapiens2_hf."):
+                        continue
+                    target = module.split(".")[1]
+                elif level > depth:
+                    target = module.split(".")[0]
+                else:
+                    continue
+                if target in LAYERS:
+                    assert LAYERS[target] <= layer, f"{path.relative_to(PACKAGE)} (layer {layer}) imports {target} (layer {LAYERS[target]})"
