@@ -14,6 +14,7 @@ from huggingface_hub import ModelCard
 
 import sapiens2_hf
 from sapiens2_hf.hub import push_to_hub
+from sapiens2_hf.processing import image_processor_for_task
 
 TASKS = [None, "pose", "seg", "normal", "pointmap", "albedo"]
 FIELDS = {None: "last_hidden_state", "pose": "heatmaps", "seg": "logits", "normal": "normals", "pointmap": "pointmaps", "albedo": "albedos"}
@@ -64,7 +65,8 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
         torch.manual_seed(0)
         model = sapiens2_hf.model_class_for_task(task)(sapiens2_hf.tiny_config(task)).eval()
         repo_id = f"me/sapiens2-tiny-{task or 'backbone'}"
-        push_to_hub(model, repo_id, api=api)
+        processor = image_processor_for_task(task, size={"height": 64, "width": 48}) if task else None
+        push_to_hub(model, repo_id, api=api, image_processor=processor)
         with torch.no_grad():
             expected[task] = getattr(model(pixel_values), FIELDS[task])
         folder = api.root / repo_id
@@ -109,6 +111,29 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
     """, tmp_path)
     assert remote.returncode == 0 and "ok" in remote.stdout, remote.stderr
 
+    # ... and the pipelines ship too: `pipeline(task, trust_remote_code=True)` runs model, processor and pipeline
+    # from the repository's own files.
+    remote_pipeline = _run_isolated(f"""
+        import numpy as np
+        from transformers import pipeline
+        image = np.random.default_rng(0).integers(0, 255, (80, 60, 3), dtype=np.uint8)
+        for task, key in (("pose", None), ("seg", "segmentation"), ("albedo", "albedo")):
+            runner = pipeline(model={str(api.root)!r} + f"/me/sapiens2-tiny-{{task}}", trust_remote_code=True)
+            assert type(runner).__module__.startswith("transformers_modules"), type(runner)
+            result = runner(image, boxes=[[5.0, 5.0, 50.0, 70.0]]) if task == "pose" else runner(image)
+            shape = np.asarray(result[0]["keypoints"]).shape if task == "pose" else result[key].shape[:2]
+            assert shape == ((308, 2) if task == "pose" else (80, 60)), (task, shape)
+        print("ok")
+    """, tmp_path)
+    assert remote_pipeline.returncode == 0 and "ok" in remote_pipeline.stdout, remote_pipeline.stderr
+
+    # With sapiens2_hf installed, the registered pipeline runs on the same repository without any remote code.
+    from transformers import pipeline
+
+    local = pipeline("sapiens2-pose", model=str(api.root / "me" / "sapiens2-tiny-pose"))
+    assert type(local).__module__ == "sapiens2_hf.pipelines.pipeline_sapiens2_hf"
+    assert type(local.model) is sapiens2_hf.Sapiens2ForPoseEstimation
+
     # 3. ... and vanilla transformers loads the tasks it supports with no remote code at all (float32 RoPE there).
     vanilla = _run_isolated(f"""
         import torch, transformers
@@ -134,3 +159,25 @@ def test_save_for_hub_replaces_a_folder_atomically(tmp_path):
     save_for_hub(model, tmp_path / "repo")
     assert not (tmp_path / "repo" / "old.txt").exists() and (tmp_path / "repo" / "model.safetensors").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["repo"]  # no staging or backup folders left behind
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_card_snippets_run_against_a_tiny_model(task, tmp_path):
+    """Every Python snippet of the rendered card runs, with the repo id pointing at a local tiny-model repository."""
+    import re
+
+    from sapiens2_hf.hub import save_for_hub
+
+    repo_id = f"me/sapiens2-tiny-{task or 'backbone'}"
+    model = sapiens2_hf.model_class_for_task(task)(sapiens2_hf.tiny_config(task)).eval()
+    processor = image_processor_for_task(task, size={"height": 64, "width": 48}) if task else None
+    folder = save_for_hub(model, tmp_path / "repo", image_processor=processor, card_kwargs={"repo_id": repo_id})
+    card = ModelCard.load(folder / "README.md")
+    snippets = re.findall(r"```python\n(.*?)```", card.text, flags=re.DOTALL)
+    assert len(snippets) == (1 if task == "albedo" else 2)  # ours, plus plain transformers where it has the class
+    for snippet in snippets:
+        namespace = {}
+        exec(snippet.replace(repr(repo_id), repr(str(folder))), namespace)
+        assert namespace["model"].config.hidden_size == 32
+        if "predictor" in namespace:
+            assert namespace["predictor"].model.config.task == task

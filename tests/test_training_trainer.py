@@ -207,3 +207,22 @@ def test_pose_evaluation_reports_oks_and_pck(tmp_path):
 def test_trainer_requires_batch_eval_metrics(tmp_path):
     with pytest.raises(ValueError, match="batch_eval_metrics"):
         Sapiens2Trainer(model=_pose_model(), args=_args(tmp_path, batch_eval_metrics=False), task="pose")
+
+
+def test_trainer_writes_the_sapiens2_model_card(tmp_path):
+    """`push_to_hub` uploads `output_dir`; the card it writes there is ours, with the last evaluation metrics."""
+    from huggingface_hub import ModelCard
+    from transformers import TrainingArguments
+
+    import sapiens2_hf
+    from sapiens2_hf.training import Sapiens2Trainer
+
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation(sapiens2_hf.tiny_config("seg"))
+    args = TrainingArguments(str(tmp_path), report_to=[], use_cpu=True, batch_eval_metrics=True, hub_model_id="me/seg")
+    trainer = Sapiens2Trainer(model=model, args=args, task="seg")
+    trainer.state.log_history.append({"eval_miou": 12.5, "eval_loss": 1.0, "step": 3})
+    trainer.create_model_card(dataset="synthetic humans")
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.pipeline_tag == "image-segmentation" and card.data.datasets == ["synthetic humans"]
+    assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [("miou", 12.5)]
+    assert "Background" in card.text

@@ -145,8 +145,8 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
     report["reload_max_abs_difference"] = reload_error
 
     print("5/5 running pipeline('sapiens2-pose') on held-out synthetic people and on the bundled photo")
-    # Our pipeline class loads the folder with our model class; its shipped remote code is not needed here.
-    pose = pipeline("sapiens2-pose", model=str(repo), trust_remote_code=False)
+    # The registered pipeline loads the folder with our model class; its shipped remote code is not needed here.
+    pose = pipeline("sapiens2-pose", model=str(repo))
     overlays = out / "overlays"
     results, correct, counted = [], 0, 0
     for index in tqdm(range(4), desc="    pipeline on held-out images", unit="img"):

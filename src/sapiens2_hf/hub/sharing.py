@@ -8,6 +8,7 @@ transformers also loads them without remote code.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -47,6 +48,31 @@ def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> 
         image_processor.register_for_auto_class("AutoImageProcessor")
 
 
+def _ship_pipeline(folder: Path, task: str) -> None:
+    """Adds the task's pipeline as remote code: `pipeline(model=repo, trust_remote_code=True)` then works without
+    sapiens2_hf (the task is inferred from the single entry). The model is resolved through `AutoModel`, whose
+    `auto_map` entry names our class.
+
+    The entry is named `<pipeline task>-remote-code`, not `<pipeline task>`: transformers gives a config's custom
+    pipeline precedence over a registered one of the same name and then demands `trust_remote_code=True`, which would
+    break `pipeline("sapiens2-pose", model=repo)` for users who have sapiens2_hf installed."""
+    from ..pipelines import PIPELINE_CLASSES, PIPELINE_TASKS
+    from ..pipelines import pipeline_sapiens2_hf as pipeline_module
+
+    pipeline_task = next(name for name, short in PIPELINE_TASKS.items() if short == task)
+    shutil.copy(pipeline_module.__file__, folder / "pipeline_sapiens2_hf.py")
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    config["custom_pipelines"] = {
+        f"{pipeline_task}-remote-code": {
+            "impl": f"pipeline_sapiens2_hf.{PIPELINE_CLASSES[pipeline_task].__name__}",
+            "pt": ["AutoModel"],
+            "type": "image",
+        }
+    }
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def save_for_hub(
     model: Sapiens2PreTrainedModel,
     folder: str | os.PathLike,
@@ -74,6 +100,8 @@ def save_for_hub(
         model.save_pretrained(staging)
         if image_processor is not None:
             image_processor.save_pretrained(staging)
+        if remote_code and model.config.task is not None:
+            _ship_pipeline(staging, model.config.task)
         if card is None:
             card = render_model_card(
                 model.config, num_parameters=sum(p.numel() for p in model.parameters()), **(card_kwargs or {})

@@ -79,6 +79,7 @@ class _Sapiens2PipelineBase(Pipeline):
     _load_image_processor = None
     _load_feature_extractor = False
     _load_tokenizer = False
+    _load_video_processor = False
     task_name: str = ""
 
     def __init__(self, *args, **kwargs):

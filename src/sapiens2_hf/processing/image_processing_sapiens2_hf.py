@@ -524,7 +524,15 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
             paddings = paddings.tolist() if isinstance(paddings, torch.Tensor) else list(paddings)
             if len(paddings) != maps.shape[0]:
                 raise ValueError(f"{len(paddings)} paddings for {maps.shape[0]} outputs.")
-            return [tuple(int(v) for v in p) for p in paddings]
+            paddings = [tuple(int(v) for v in p) for p in paddings]
+            input_height, input_width = self.input_size
+            map_height, map_width = maps.shape[-2:]
+            if (map_height, map_width) != (input_height, input_width):
+                # Heads that decode below the input resolution (the 4K models' heads decode to half of it): the
+                # padding, recorded in input pixels, is scaled to the map.
+                sy, sx = map_height / input_height, map_width / input_width
+                paddings = [(round(l * sx), round(r * sx), round(t * sy), round(b * sy)) for l, r, t, b in paddings]
+            return paddings
         if source_sizes is None:
             raise ValueError("source_sizes (or the paddings returned by preprocess) are needed to remove the "
                              "letterbox padding.")

@@ -138,3 +138,35 @@ class Sapiens2Trainer(Trainer):
             )
             self._created_lr_scheduler = True
         return self.lr_scheduler
+
+    def create_model_card(self, model_name: str | None = None, dataset: str | list[str] | None = None, **kwargs):
+        """Writes the sapiens2_hf model card (task, labels, usage, the last evaluation metrics in the YAML
+        model-index) to `output_dir/README.md`; `push_to_hub` uploads it with the weights."""
+        import os
+
+        from ..hub.model_card import render_model_card
+
+        if not self.is_world_process_zero():
+            return
+        model = self.model
+        config = getattr(model, "config", None)
+        if config is None or not hasattr(config, "rope_dtype"):  # e.g. a PEFT wrapper: its base model carries it
+            config = model.get_base_model().config
+        metrics = {}
+        for entry in reversed(self.state.log_history):
+            found = {k[len("eval_"):]: v for k, v in entry.items() if k.startswith("eval_") and isinstance(v, (int, float))
+                     and k not in ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second")}
+            if found:
+                metrics = found
+                break
+        repo_id = self.args.hub_model_id or model_name or os.path.basename(os.path.abspath(self.args.output_dir))
+        card = render_model_card(
+            config,
+            repo_id=repo_id if "/" in repo_id else f"<your-namespace>/{repo_id}",
+            num_parameters=sum(p.numel() for p in model.parameters()),
+            source=f"fine-tuned with sapiens2_hf.training.Sapiens2Trainer ({self.task})",
+            datasets=[dataset] if isinstance(dataset, str) else dataset,
+            eval_results=metrics or None,
+            eval_dataset=(dataset if isinstance(dataset, str) else None) or "evaluation set",
+        )
+        card.save(os.path.join(self.args.output_dir, "README.md"))
