@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoImageProcessor, pipeline
 
 import sapiens2_hf
-from sapiens2_hf.pipelines import PIPELINE_CLASSES, register_pipelines
+from sapiens2_hf.pipelines import PIPELINE_CLASSES
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
 
@@ -32,11 +32,13 @@ RESULT_KEYS = {"seg": {"segmentation"}, "normal": {"normals"}, "pointmap": {"poi
 
 @pytest.fixture(scope="module", autouse=True)
 def registered():
-    # `import sapiens2_hf` is expected to do both (its _registration module); done here explicitly so these tests
-    # do not depend on it.
-    register_pipelines({"albedo": sapiens2_hf.AutoModelForAlbedoEstimation})
-    AutoImageProcessor.register(sapiens2_hf.Sapiens2Config,
-                                image_processor_classes={"torchvision": Sapiens2HFImageProcessor}, exist_ok=True)
+    """`import sapiens2_hf` registered the pipelines (with our model classes) and the image processor."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    assert PIPELINE_REGISTRY.supported_tasks["sapiens2-pose"]["pt"] == (sapiens2_hf.Sapiens2ForPoseEstimation,)
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
+
+    assert IMAGE_PROCESSOR_MAPPING[sapiens2_hf.Sapiens2Config]["torchvision"] is Sapiens2HFImageProcessor
 
 
 def _tiny_model(task, seed=0):

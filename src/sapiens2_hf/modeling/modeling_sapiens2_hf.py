@@ -709,6 +709,14 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         outputs = self.model(pixel_values, **kwargs)
         return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid), outputs
 
+    def _decode(self, pixel_values: torch.Tensor, labels, output_class, field: str, **kwargs):
+        """Backbone -> feature map -> decode head, wrapped in `output_class` with the prediction under `field`."""
+        self._refuse_labels(labels)
+        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
+        return output_class(
+            **{field: self.decode_head(feature_map)}, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
     @staticmethod
     def _refuse_labels(labels) -> None:
         if labels is not None:
@@ -792,11 +800,7 @@ class Sapiens2ForPoseEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPoseEstimat
             `Sapiens2PoseEstimatorOutput` with `heatmaps` of shape `(batch_size, num_keypoints, height / 4,
             width / 4)`: raw heatmaps (targets peak at 1); decode them with the image processor.
         """
-        self._refuse_labels(labels)
-        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
-        return Sapiens2PoseEstimatorOutput(
-            heatmaps=self.decode_head(feature_map), hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return self._decode(pixel_values, labels, Sapiens2PoseEstimatorOutput, "heatmaps", **kwargs)
 
 
 class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel, _port.Sapiens2ForSemanticSegmentation):
@@ -814,11 +818,7 @@ class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel, _port.Sapiens2ForSeman
         Returns:
             `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
         """
-        self._refuse_labels(labels)
-        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
-        return SemanticSegmenterOutput(
-            logits=self.decode_head(feature_map), hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return self._decode(pixel_values, labels, SemanticSegmenterOutput, "logits", **kwargs)
 
 
 class Sapiens2ForNormalEstimation(_Sapiens2TaskModel, _port.Sapiens2ForNormalEstimation):
@@ -837,11 +837,7 @@ class Sapiens2ForNormalEstimation(_Sapiens2TaskModel, _port.Sapiens2ForNormalEst
             `Sapiens2NormalEstimatorOutput` with `normals` of shape `(batch_size, 3, height, width)`: camera-frame
             normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
         """
-        self._refuse_labels(labels)
-        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
-        return Sapiens2NormalEstimatorOutput(
-            normals=self.decode_head(feature_map), hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return self._decode(pixel_values, labels, Sapiens2NormalEstimatorOutput, "normals", **kwargs)
 
 
 class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPointmapEstimation):
@@ -911,11 +907,7 @@ class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
             `Sapiens2AlbedoEstimatorOutput` with `albedos` of shape `(batch_size, 3, height, width)`: raw RGB albedo
             (target range `[0, 1]`, not clamped).
         """
-        self._refuse_labels(labels)
-        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
-        return Sapiens2AlbedoEstimatorOutput(
-            albedos=self.decode_head(feature_map), hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return self._decode(pixel_values, labels, Sapiens2AlbedoEstimatorOutput, "albedos", **kwargs)
 
 
 TASK_MODEL_CLASSES = {
