@@ -7,6 +7,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ._dense import dense_inputs
+
 
 def gaussian_window(size: int = 11, sigma: float = 1.5, dtype=torch.float64) -> torch.Tensor:
     """Normalised 2-D Gaussian window of shape `(size, size)`."""
@@ -89,16 +91,7 @@ class AlbedoMetric:
             count, gradient-error sum and pair count, SSIM sums for R = 1 and R = 255, SSIM window count, and the
             sample's target maximum (used for the data-range rule).
         """
-        if predictions.shape[2:] != targets.shape[2:]:
-            predictions = F.interpolate(predictions.float(), size=targets.shape[2:], mode="bilinear", align_corners=False)
-        if predictions.shape != targets.shape or predictions.shape[1] != 3:
-            raise ValueError(
-                f"`predictions` {tuple(predictions.shape)} and `targets` {tuple(targets.shape)} must both be "
-                "(batch_size, 3, height, width)."
-            )
-        if mask is None:
-            mask = torch.ones_like(targets[:, 0], dtype=torch.bool)
-        valid = (mask[:, 0] if mask.dim() == 4 else mask) > 0
+        predictions, valid = dense_inputs(predictions, targets, mask)  # valid: (B, H, W)
         pred, target = predictions.double(), targets.double()
         rows = []
         for b in range(pred.shape[0]):

@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
+
+from ._dense import dense_inputs
 
 
 def _threshold_name(threshold: float) -> str:
@@ -62,16 +63,7 @@ class NormalMetric:
             `torch.Tensor` of shape `(batch_size, 3 + num_thresholds + num_bins)`, float64: sum of angles, sum of
             squared angles, pixel count, counts below each threshold, angle histogram.
         """
-        if predictions.shape[2:] != targets.shape[2:]:
-            predictions = F.interpolate(predictions.float(), size=targets.shape[2:], mode="bilinear", align_corners=False)
-        if predictions.shape != targets.shape or predictions.shape[1] != 3:
-            raise ValueError(
-                f"`predictions` {tuple(predictions.shape)} and `targets` {tuple(targets.shape)} must both be "
-                "(batch_size, 3, height, width)."
-            )
-        if mask is None:
-            mask = torch.ones_like(targets[:, 0], dtype=torch.bool)
-        valid = (mask[:, 0] if mask.dim() == 4 else mask) > 0  # (B, H, W)
+        predictions, valid = dense_inputs(predictions, targets, mask)  # valid: (B, H, W)
         rows = []
         for b in range(targets.shape[0]):
             angles = angular_error_deg(predictions[b].permute(1, 2, 0)[valid[b]], targets[b].permute(1, 2, 0)[valid[b]])

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from ._dense import dense_inputs
 from .normal import _threshold_name, angular_error_deg
 
 
@@ -86,16 +87,7 @@ class PointmapMetric:
             of distance, |dx|, |dy|, |dz|, squared distance, angle, squared angle, the pixel count, then the counts
             below each threshold.
         """
-        if predictions.shape[2:] != targets.shape[2:]:
-            predictions = F.interpolate(predictions.float(), size=targets.shape[2:], mode="bilinear", align_corners=False)
-        if predictions.shape != targets.shape or predictions.shape[1] != 3:
-            raise ValueError(
-                f"`predictions` {tuple(predictions.shape)} and `targets` {tuple(targets.shape)} must both be "
-                "(batch_size, 3, height, width)."
-            )
-        if mask is None:
-            mask = torch.ones_like(targets[:, 0], dtype=torch.bool)
-        valid = (mask[:, 0] if mask.dim() == 4 else mask) > 0  # (B, H, W)
+        predictions, valid = dense_inputs(predictions, targets, mask)  # valid: (B, H, W)
         pred, target = predictions.double(), targets.double()
         pred_normals = sobel5_normals(pred).permute(0, 2, 3, 1)
         target_normals = sobel5_normals(target).permute(0, 2, 3, 1)
