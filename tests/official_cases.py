@@ -45,3 +45,55 @@ def compare(actual: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
 
 def within(stats: dict[str, float], tolerance: dict[str, float]) -> bool:
     return all(stats[key] <= tolerance[key] for key in ("max_abs", "mean_abs", "rel_l2"))
+
+
+# Cases whose official Hub repo also carries transformers-format files (transformers has no albedo or 4K classes).
+HUB_LAYOUT_CASES = {
+    "pretrain": "Sapiens2Model",
+    "pose": "Sapiens2ForPoseEstimation",
+    "seg": "Sapiens2ForSemanticSegmentation",
+    "normal": "Sapiens2ForNormalEstimation",
+    "pointmap": "Sapiens2ForPointmapEstimation",
+}
+
+
+def make_official_hub_folder(case: str, folder: Path, files: tuple[str, ...] = ("hf", "official")) -> Path:
+    """Lays out `folder` like Meta's official Hub repos (facebook/sapiens2-<task>-<size>).
+
+    - `"hf"`: config.json and model.safetensors written by transformers' own classes, and preprocessor_config.json
+      written by transformers' stock `Sapiens2ImageProcessor`;
+    - `"official"`: the original `sapiens2_<size>_<task>.safetensors` file.
+    Without `"hf"`, config.json and preprocessor_config.json are still written (an official repo with only the
+    original weights file beside transformers' configs), unless `files` is `("official",)` alone and `bare` is wanted:
+    pass `files=("official", "bare")` for a folder holding the original file only.
+    """
+    import shutil
+
+    import transformers
+
+    import sapiens2_hf
+
+    meta, _, weights = load_case(case)
+    folder.mkdir(parents=True, exist_ok=True)
+    ours = getattr(sapiens2_hf, HUB_LAYOUT_CASES[case]).from_pretrained(weights)
+    if "bare" not in files:
+        # What transformers' conversion script writes: its own config class (no rope_dtype/task fields), its own
+        # model class's save_pretrained, and the stock processor at the model's input size.
+        known = set(transformers.Sapiens2Config.__dataclass_fields__)
+        fields = {k: v for k, v in ours.config.to_dict().items() if k in known and k not in ("model_type", "architectures", "transformers_version")}
+        head = fields.pop("head_config", None)
+        if head is not None:
+            head_known = set(transformers.models.sapiens2.configuration_sapiens2.Sapiens2HeadConfig.__dataclass_fields__)
+            fields["head_config"] = {k: v for k, v in head.items() if k in head_known and k not in ("model_type", "transformers_version")}
+        fields.pop("pos_embed_rescale", None)  # transformers' own default (2.0) is what its files carry
+        config = transformers.Sapiens2Config(**fields)
+        model = getattr(transformers, HUB_LAYOUT_CASES[case])(config)
+        model.load_state_dict(ours.state_dict(), strict=True)
+        model.save_pretrained(folder)
+        if "hf" not in files:
+            (folder / "model.safetensors").unlink()
+        height, width = ours.config.image_size_hw
+        transformers.Sapiens2ImageProcessor(size={"height": height, "width": width}).save_pretrained(folder)
+    if "official" in files:
+        shutil.copy(weights, folder / weights.name)
+    return folder

@@ -11,7 +11,7 @@ import torch
 from huggingface_hub import ModelCard
 
 import sapiens2_hf
-from official_cases import MODEL_CASES, compare, load_case, within
+from official_cases import MODEL_CASES, compare, load_case, make_official_hub_folder, within
 
 CASES = {"pretrain": None, "pose": "pose", "seg": "seg", "normal": "normal", "pointmap": "pointmap", "albedo": "albedo"}
 
@@ -50,10 +50,14 @@ def test_convert_reproduces_official_outputs(case, tmp_path, capsys):
     for ours, theirs in fields.items():
         stats = compare(outputs[ours], reference[theirs])
         assert within(stats, meta["noise_floor"]["recommended_tolerance"][theirs]), (case, ours, stats)
+    direct_model = getattr(sapiens2_hf, class_name).from_pretrained(weights)
+    direct_state = direct_model.state_dict()
+    assert all(torch.equal(tensor, direct_state[name]) for name, tensor in model.state_dict().items())
     with torch.no_grad():
-        direct = getattr(sapiens2_hf, class_name).from_pretrained(weights)(reference["pixel_values"])
+        direct = direct_model(reference["pixel_values"])
     for ours in fields:
-        assert torch.equal(outputs[ours], direct[ours])
+        # Two loads of the same tensors may run different kernel paths (memory layout): float rounding only.
+        assert compare(outputs[ours], direct[ours])["rel_l2"] < 1e-5, ours
 
 
 def test_convert_refuses_a_wrong_task_and_a_non_empty_folder(tmp_path, capsys):
@@ -65,10 +69,93 @@ def test_convert_refuses_a_wrong_task_and_a_non_empty_folder(tmp_path, capsys):
     result = _convert([str(weights), "--out", str(tmp_path / "full")], capsys)
     assert result.returncode == 2 and "not empty" in result.stderr
     assert (tmp_path / "full" / "keep.txt").read_text() == "user data"
-    # The pointmap scale branch is tied to its input size: a file at a non-native size needs --image-size.
+    # The pointmap scale branch is tied to its input size: a size it does not fit is refused, naming --image-size.
     _, _, pointmap = load_case("pointmap")
-    result = _convert([str(pointmap), "--out", str(tmp_path / "pm")], capsys)
+    result = _convert([str(pointmap), "--out", str(tmp_path / "pm"), "--image-size", "64", "48"], capsys)
     assert result.returncode == 2 and "--image-size" in result.stderr
+
+
+def test_convert_infers_the_pointmap_input_size(tmp_path, capsys):
+    """The tiny pointmap file's scale branch does not fit 1024x768: the official-aspect size it fits is used."""
+    meta, reference, pointmap = load_case("pointmap")
+    result = _convert([str(pointmap), "--out", str(tmp_path / "pm")], capsys)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "pm" / "config.json").read_text())["image_size"] == [256, 192]
+    processor = json.loads((tmp_path / "pm" / "preprocessor_config.json").read_text())
+    assert processor["size"] == {"height": 256, "width": 192}
+    model = sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(tmp_path / "pm")
+    with torch.no_grad():
+        scales = model(reference["pixel_values"]).scales
+    assert within(compare(scales, reference["scales"]), meta["noise_floor"]["recommended_tolerance"]["scales"])
+
+
+def test_convert_a_4k_file(tmp_path, capsys):
+    """The verification input follows the config (multiples of the 64-pixel 4K feature stride)."""
+    meta, reference, weights = load_case("pretrain_4k")
+    renamed = tmp_path / "sapiens2_custom_4k_pretrain.safetensors"
+    renamed.write_bytes(weights.read_bytes())
+    result = _convert([str(renamed), "--out", str(tmp_path / "4k")], capsys)
+    assert result.returncode == 0, result.stderr
+    model = sapiens2_hf.Sapiens2Model.from_pretrained(tmp_path / "4k")
+    assert model.config.num_tokenizer_layers == 2
+    with torch.no_grad():
+        hidden = model(reference["pixel_values"]).last_hidden_state
+    tolerance = meta["noise_floor"]["recommended_tolerance"]["last_hidden_state"]
+    assert within(compare(hidden, reference["last_hidden_state"]), tolerance)
+
+
+@pytest.mark.parametrize("layout", [("hf", "official"), ("hf",), ("official",)])
+def test_convert_an_official_hub_layout_folder(layout, tmp_path, capsys):
+    meta, reference, _ = load_case("seg")
+    folder = make_official_hub_folder("seg", tmp_path / "repo", layout)
+    result = _convert([str(folder), "--out", str(tmp_path / "out")], capsys)
+    assert result.returncode == 0, result.stderr
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["rope_dtype"] == "bfloat16" and config["task"] == "seg"
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(tmp_path / "out")
+    with torch.no_grad():
+        logits = model(reference["pixel_values"]).logits
+    assert within(compare(logits, reference["logits"]), meta["noise_floor"]["recommended_tolerance"]["logits"])
+
+
+def test_expected_failures_are_one_line_and_exit_2(tmp_path, capsys):
+    _, _, weights = load_case("seg")
+    corrupt = tmp_path / "sapiens2_x_seg.safetensors"
+    corrupt.write_bytes(weights.read_bytes()[:1000])
+    cases = {
+        "corrupt": [str(corrupt), "--out", str(tmp_path / "a")],
+        "wrong task": [str(weights), "--out", str(tmp_path / "b"), "--task", "normal"],
+        "bad size": [str(weights), "--out", str(tmp_path / "c"), "--image-size", "100", "70"],
+        "missing": [str(tmp_path / "nothing.safetensors"), "--out", str(tmp_path / "d")],
+        "not a checkpoint": [str(tmp_path), "--out", str(tmp_path / "e")],
+    }
+    for name, args in cases.items():
+        result = _convert(args, capsys)
+        assert result.returncode == 2, (name, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("sapiens2-hf convert: error: "), (name, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no staging folder left behind
+
+
+def test_verification_catches_a_broken_reload():
+    """Control of `verify_reload`: a swapped tensor, a changed config field and a changed output are each caught."""
+    from sapiens2_hf.hub.convert_official import ConversionCheckError, verify_reload
+
+    _, _, weights = load_case("normal")
+    model = sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights)
+    assert set(verify_reload(model, sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights), "x")) == {"normals"}
+    broken = sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights)
+    with torch.no_grad():
+        broken.decode_head.predictor.weight.mul_(-1)
+    with pytest.raises(ConversionCheckError, match="tensor `decode_head.predictor.weight`"):
+        verify_reload(model, broken, "x")
+    other = sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights, rope_dtype="float32")
+    with pytest.raises(ConversionCheckError, match="config field `rope_dtype`"):
+        verify_reload(model, other, "x")
+    other.config.rope_dtype = "bfloat16"  # same config text, but the module still runs fp32 RoPE: outputs differ
+    with pytest.raises(ConversionCheckError, match="output `normals`"):
+        verify_reload(model, other, "x")
 
 
 def test_installed_command_runs_from_outside_the_repo(tmp_path):

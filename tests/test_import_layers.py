@@ -12,6 +12,7 @@ LAYERS = {
     "modeling": 0, "processing": 0, "pipelines": 0,
     "data": 1, "losses": 1, "metrics": 1, "visualization": 1, "conversion": 1,
     "pretraining": 2, "training": 2, "hub": 2,
+    "pipeline_factory": 1,
     "cli": 3, "demo": 3,
 }
 HUB_ALLOWED = {"torch", "numpy", "PIL", "huggingface_hub", "transformers", "safetensors"}

@@ -99,13 +99,25 @@ def test_float32_rope_is_not_mistaken_for_bfloat16():
     assert not to_bf16["rel_l2"] < 0.5 * to_fp32["rel_l2"]
 
 
-def test_default_mode_is_official_bfloat16_and_bit_exact_where_order_allows():
-    """Default loading uses bf16 RoPE; for these cases the operation order matches the official one exactly."""
+def test_default_mode_is_official_bfloat16():
+    """Default loading uses bf16 RoPE: within the official bf16 outputs' tolerance and much nearer them than the fp32
+    ones. (On the machine the fixtures were made on, pretrain/seg/normal are bit-exact; stored outputs from another
+    machine are only compared within tolerances: kernels differ between CPUs.)"""
     for case in ("pretrain", "seg", "normal"):
         class_name, fields = MODEL_CASES[case]
-        _, reference, weights = load_case(case)
+        meta, reference, weights = load_case(case)
         model = getattr(sapiens2_hf, class_name).from_pretrained(weights)
         assert model.config.rope_dtype == "bfloat16"
         outputs = _run(model, reference["pixel_values"])
         for ours, theirs in fields.items():
-            assert torch.equal(outputs[ours], reference[theirs]), case
+            stats = compare(outputs[ours], reference[theirs])
+            assert within(stats, meta["noise_floor"]["recommended_tolerance"][theirs]), (case, stats)
+            assert stats["rel_l2"] < 0.5 * compare(outputs[ours], reference[theirs + "_rope_fp32"])["rel_l2"], case
+
+
+def test_same_weights_same_process_are_bit_identical():
+    """Bit-exactness where it is meaningful: the same computation twice in one process, on the same kernels."""
+    _, reference, weights = load_case("seg")
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(weights)
+    first, second = _run(model, reference["pixel_values"]), _run(model, reference["pixel_values"])
+    assert torch.equal(first["logits"], second["logits"])

@@ -20,6 +20,8 @@ from .modeling import (
     tiny_config,
 )
 
+from .pipeline_factory import pipeline
+
 __version__ = "0.1.0"
 
 _registration.register()

@@ -12,14 +12,28 @@ def add_convert_subparser(subparsers) -> None:
         description="Convert an official Sapiens2 checkpoint into a folder with config.json, model.safetensors, "
         "preprocessor_config.json and a model card; the architecture is inferred from the tensor shapes.",
     )
-    parser.add_argument("source", help="official .safetensors file")
+    parser.add_argument(
+        "source",
+        help="official sapiens2_<size>_<task>.safetensors file, or a folder or Hub repo holding one (Meta's official "
+        "repos, with or without transformers-format files beside it)",
+    )
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--task", default="auto", choices=["auto", "pretrain", "pose", "seg", "normal", "pointmap", "albedo"])
     parser.add_argument("--rope-dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None)
+    parser.add_argument(
+        "--image-size", type=_positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
+        help="input size the model is meant for (default: the checkpoint's own; see Sapiens2 infer_image_size)",
+    )
     parser.add_argument("--no-verify", action="store_true", help="skip the reload-and-compare check")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     parser.set_defaults(handler=run_convert)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive size in pixels")
+    return value
 
 
 def run_convert(args: argparse.Namespace) -> int:

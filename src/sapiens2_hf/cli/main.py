@@ -18,12 +18,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """Failures that come from what the user passed (a corrupt or mismatched file, a bad size, a wrong task, a
+    missing folder, an unreachable Hub): one line and exit code 2, never a traceback. Anything else is a bug and
+    keeps its traceback."""
+    from ..hub.convert_official import ConversionCheckError
+
+    return ValueError, OSError, ConversionCheckError
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (ValueError, OSError, FileExistsError) as error:
-        print(f"sapiens2-hf {args.command}: error: {error}", file=sys.stderr)
+    except _expected_errors() as error:
+        message = " ".join(str(error).split()) or type(error).__name__
+        print(f"sapiens2-hf {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

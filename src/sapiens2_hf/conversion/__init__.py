@@ -3,21 +3,18 @@
 
 import os
 
-from safetensors import safe_open
-
 from ..modeling.convert_official_sapiens2 import (
     OfficialCheckpointError,
     convert_official_state_dict,
     detect_official_kind,
     infer_config_kwargs,
 )
+from ..modeling.loading_sapiens2_hf import safetensors_keys_and_dtypes
 
 
 def official_checkpoint_kind(path: str | os.PathLike) -> str:
     """`"pretrain"` or the task of an official file, read from its tensor names only (no tensor is loaded)."""
-    with safe_open(str(path), framework="pt") as handle:
-        keys = {key: None for key in handle.keys()}
-    return detect_official_kind(keys)
+    return detect_official_kind(safetensors_keys_and_dtypes([path]))
 
 
 __all__ = [

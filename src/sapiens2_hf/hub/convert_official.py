@@ -16,6 +16,9 @@ from pathlib import Path
 import torch
 
 from ..conversion import official_checkpoint_kind
+from ..modeling.configuration_sapiens2_hf import pointmap_image_sizes
+from ..modeling.convert_official_sapiens2 import OFFICIAL_ASPECT
+from ..modeling.loading_sapiens2_hf import resolve_checkpoint
 from .model_card import render_model_card
 from ..visualization.io import current_umask
 from ..modeling import Sapiens2Config, model_class_for_task
@@ -24,14 +27,76 @@ logger = logging.getLogger(__name__)
 
 
 def _verification_input(config: Sapiens2Config) -> torch.Tensor:
-    """A small deterministic input: the model's own size for the size-locked pointmap scale branch, else 4x3 patches."""
-    patch_h, patch_w = config.patch_size_hw
-    if config.task == "pointmap" and config.head_config.scale_conv_out_channels is not None:
-        height, width = config.image_size_hw
-    else:
-        height, width = 4 * patch_h, 3 * patch_w
+    """A small deterministic input the model accepts: 4x3 encoder tokens (the feature stride: the patch, or the
+    patch times the tokenizer window for 4K models); for a pointmap scale branch, the smallest official-aspect size
+    it fits (else the configured size)."""
+    stride_h, stride_w = config.feature_stride
+    height, width = 4 * stride_h, 3 * stride_w
+    head = config.head_config
+    if config.task == "pointmap" and head.scale_conv_out_channels is not None:
+        fitting = pointmap_image_sizes(head.to_dict(), config.feature_stride, OFFICIAL_ASPECT)
+        height, width = fitting[0] if fitting else config.image_size_hw
     generator = torch.Generator().manual_seed(0)
     return torch.randn(1, config.num_channels, height, width, generator=generator)
+
+
+# Outputs of a reloaded model may differ from the original by float rounding: the kernels choose code paths by memory
+# layout and alignment, which differ between a model built from an official file and one read from a folder (seen:
+# 1 ulp in pointmap `scales` with identical state dicts), and in bf16 RoPE mode such a difference can flip one bf16
+# rounding. A conversion bug (a swapped or missing tensor, a wrong config field) moves outputs by O(1).
+VERIFY_REL_L2 = 1e-3
+
+
+# Bookkeeping fields that saving rewrites (versions, paths, the storage dtype) and that do not change the model.
+_BOOKKEEPING_CONFIG_FIELDS = {"transformers_version", "_name_or_path", "architectures", "auto_map", "custom_pipelines", "dtype"}
+
+
+def _comparable_config(config_dict: dict) -> dict:
+    return {
+        key: _comparable_config(value) if isinstance(value, dict) else value
+        for key, value in config_dict.items()
+        if key not in _BOOKKEEPING_CONFIG_FIELDS
+    }
+
+
+class ConversionCheckError(RuntimeError):
+    """A converted folder that does not reproduce its source model."""
+
+
+def verify_reload(model, reloaded, source: str) -> dict[str, float]:
+    """Checks that `reloaded` is `model`: every tensor bit-identical, the same config, and outputs on a fixed input
+    within float rounding (relative L2 <= `VERIFY_REL_L2`). Returns the relative L2 distance per output field.
+
+    Raises:
+        ConversionCheckError: naming the tensor, config field or output that differs.
+    """
+    theirs = reloaded.state_dict()
+    for name, tensor in model.state_dict().items():
+        if name not in theirs or theirs[name].dtype != tensor.dtype or not torch.equal(theirs[name], tensor):
+            raise ConversionCheckError(f"Conversion check failed: tensor `{name}` differs after reloading {source}.")
+    ours, reread = _comparable_config(model.config.to_dict()), _comparable_config(reloaded.config.to_dict())
+    for key in sorted(set(ours) | set(reread)):
+        if ours.get(key) != reread.get(key):
+            raise ConversionCheckError(
+                f"Conversion check failed: config field `{key}` is {reread.get(key)!r} after reloading {source}, "
+                f"not {ours.get(key)!r}."
+            )
+    pixel_values = _verification_input(model.config)
+    with torch.no_grad():
+        expected, actual = model(pixel_values), reloaded(pixel_values)
+    distances = {}
+    for name, value in expected.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        other = actual[name]
+        distance = ((other.double() - value.double()).norm() / value.double().norm().clamp_min(1e-30)).item()
+        if not torch.isfinite(other).all() or not distance <= VERIFY_REL_L2:
+            raise ConversionCheckError(
+                f"Conversion check failed: output `{name}` of {source} differs from the source model's (relative "
+                f"L2 {distance:.3g} > {VERIFY_REL_L2})."
+            )
+        distances[name] = distance
+    return distances
 
 
 def _save_image_processor(folder: Path, config: Sapiens2Config) -> None:
@@ -45,6 +110,16 @@ def _save_image_processor(folder: Path, config: Sapiens2Config) -> None:
     factory(config.task, size={"height": height, "width": width}).save_pretrained(folder)
 
 
+def _checkpoint_task(source: str) -> tuple[str | None, str]:
+    """`(task, description)` of any `from_pretrained` source: an official file, or a folder or Hub repo in any of the
+    layouts `resolve_checkpoint` reads (Meta's official repos included)."""
+    resolved = resolve_checkpoint(source)
+    if resolved.kind == "official":
+        kind = official_checkpoint_kind(resolved.location)
+        return (None if kind == "pretrain" else kind), f"the official file `{Path(resolved.location).name}`"
+    return Sapiens2Config.from_pretrained(resolved.location).task, f"`{source}`"
+
+
 def convert_official_checkpoint(
     source: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -55,43 +130,53 @@ def convert_official_checkpoint(
     overwrite: bool = False,
     card_kwargs: dict | None = None,
 ) -> Path:
-    """Converts an official `sapiens2_<size>_<task>.safetensors` file into a folder that `from_pretrained` loads.
+    """Converts an official Sapiens2 checkpoint into a folder that `from_pretrained` and the pipelines load.
 
     Args:
-        source: the official file.
+        source: an official `sapiens2_<size>_<task>.safetensors` file, or a folder or Hub repo holding one (Meta's
+            official repos, with or without transformers-format files beside it).
         out_dir: the folder to create (written to a temporary folder first, then moved into place).
-        task: `"auto"` (read from the file), `None`/`"pretrain"` for the backbone, or a task name, which must agree
-            with the file.
+        task: `"auto"` (read from the checkpoint), `None`/`"pretrain"` for the backbone, or a task name, which must
+            agree with the checkpoint.
         rope_dtype: RoPE dtype recorded in the config (`"bfloat16"`, official).
-        image_size: `(height, width)` recorded in the config and the processor (default 1024x768).
-        verify: reload the folder and check that it gives exactly the same outputs as the official file.
+        image_size: `(height, width)` recorded in the config and the processor; by default the checkpoint's own
+            (1024x768, 4096x3072 for 4K, or what a pointmap scale branch fits, see `infer_image_size`).
+        verify: reload the folder and check it (`verify_reload`: tensors exact, config equal, outputs within float
+            rounding of the source model's).
         overwrite: replace an existing non-empty `out_dir`.
         card_kwargs: extra arguments of `render_model_card` (repo id, base model, evaluation results).
 
     Returns:
         The output folder.
     """
-    source, out_dir = Path(source), Path(out_dir)
-    kind = official_checkpoint_kind(source)
-    file_task = None if kind == "pretrain" else kind
+    source_name = os.fspath(source)
+    out_dir = Path(out_dir)
+    checkpoint_task, description = _checkpoint_task(source_name)
     if task == "auto":
-        task = file_task
+        task = checkpoint_task
     elif task == "pretrain":
         task = None
-    if task != file_task and task is not None:
-        raise ValueError(f"{source.name} is a `{kind}` checkpoint; --task {task} does not match it.")
+    if task is not None and task != checkpoint_task:
+        what = "backbone" if checkpoint_task is None else f"`{checkpoint_task}`"
+        raise ValueError(f"{source_name} is a {what} checkpoint; --task {task} does not match it.")
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
     overrides = {"rope_dtype": rope_dtype}
     if image_size is not None:
         overrides["image_size"] = list(image_size)
-    model = model_class_for_task(task).from_pretrained(source, **overrides)
+    model = model_class_for_task(task).from_pretrained(source_name, **overrides)
+    stride = model.config.feature_stride
+    if any(size % step for size, step in zip(model.config.image_size_hw, stride)):
+        raise ValueError(
+            f"--image-size {model.config.image_size_hw[0]} {model.config.image_size_hw[1]} is not a multiple of the "
+            f"model's feature stride {stride[0]}x{stride[1]} (patch size{' x tokenizer window' if model.config.uses_tokenizer else ''})."
+        )
     if task == "pointmap" and model.config.head_config.scale_conv_out_channels is not None:
         try:
             model._check_scale_input(torch.zeros(1, 1, *(s // p for s, p in zip(model.config.image_size_hw, model.config.feature_stride))))
         except ValueError as error:
             raise ValueError(
-                f"{source.name}: the pointmap scale branch does not fit the input size {model.config.image_size_hw}; "
+                f"{source_name}: the pointmap scale branch does not fit the input size {model.config.image_size_hw}; "
                 "pass the size the model was trained at (--image-size HEIGHT WIDTH)."
             ) from error
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -103,17 +188,11 @@ def convert_official_checkpoint(
         card = render_model_card(
             model.config,
             num_parameters=sum(p.numel() for p in model.parameters()),
-            **{"source": f"converted from the official file `{source.name}` with `sapiens2-hf convert`", **(card_kwargs or {})},
+            **{"source": f"converted from {description} with `sapiens2-hf convert`", **(card_kwargs or {})},
         )
         card.save(staging / "README.md")
         if verify:
-            reloaded = model_class_for_task(task).from_pretrained(staging)
-            pixel_values = _verification_input(model.config)
-            with torch.no_grad():
-                expected, actual = model(pixel_values), reloaded(pixel_values)
-            for name, value in expected.items():
-                if isinstance(value, torch.Tensor) and not torch.equal(value, actual[name]):
-                    raise RuntimeError(f"Conversion check failed: `{name}` differs after reloading {staging}.")
+            verify_reload(model, model_class_for_task(task).from_pretrained(staging), str(out_dir))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(staging, out_dir)

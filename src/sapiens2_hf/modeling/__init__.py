@@ -12,5 +12,5 @@ from .modeling_sapiens2_hf import (
     Sapiens2Model,
     Sapiens2PreTrainedModel,
     model_class_for_task,
-    resolve_checkpoint,
 )
+from .loading_sapiens2_hf import ResolvedCheckpoint, resolve_checkpoint

@@ -143,6 +143,38 @@ def task_label_kwargs(task: str | None) -> dict:
     return {}
 
 
+def pointmap_scale_features(grid_hw: tuple[int, int], kernel_sizes, out_channels) -> int:
+    """Features the pointmap scale MLP receives for a `grid_hw` token grid.
+
+    The scale branch runs stride-2 convolutions (padding `(k - 1) // 2`) on the feature map and flattens the result,
+    so its MLP is tied to the token grid it was trained on.
+    """
+    height, width = grid_hw
+    for kernel_size in kernel_sizes:
+        padding = (kernel_size - 1) // 2
+        height = (height + 2 * padding - kernel_size) // 2 + 1
+        width = (width + 2 * padding - kernel_size) // 2 + 1
+    return height * width * out_channels[-1]
+
+
+def pointmap_image_sizes(head: dict, feature_stride: tuple[int, int], aspect=(4, 3), max_scale: int = 512) -> list:
+    """Input sizes `[height, width]` of aspect `aspect` (token grid `aspect * m`) whose token grid fits a pointmap
+    scale branch (`head` is a head-config dict with `scale_conv_*` and `scale_final_input_size`), smallest first.
+
+    The flatten makes the branch fit a contiguous range of sizes; the largest one divides evenly through every
+    stride-2 conv, which is how the official 1024x768 models were trained.
+    """
+    sizes = []
+    for scale in range(1, max_scale + 1):
+        grid = (aspect[0] * scale, aspect[1] * scale)
+        features = pointmap_scale_features(grid, head["scale_conv_kernel_sizes"], head["scale_conv_out_channels"])
+        if features == head["scale_final_input_size"]:
+            sizes.append([grid[0] * feature_stride[0], grid[1] * feature_stride[1]])
+        elif features > head["scale_final_input_size"]:
+            break
+    return sizes
+
+
 @strict
 class Sapiens2HeadConfig(_TransformersSapiens2HeadConfig):
     r"""

@@ -13,7 +13,14 @@ import re
 
 import torch
 
-from .configuration_sapiens2_hf import NATIVE_IMAGE_SIZES, VARIANTS, head_kwargs_for_task, task_label_kwargs
+from .configuration_sapiens2_hf import (
+    NATIVE_IMAGE_SIZES,
+    VARIANTS,
+    head_kwargs_for_task,
+    pointmap_image_sizes,
+    pointmap_scale_features,
+    task_label_kwargs,
+)
 
 
 # Name of the last 1x1 conv of each official head, which tells the task of a checkpoint.
@@ -24,9 +31,14 @@ PREDICTOR_TASKS = {
     "conv_pointmap": "pointmap",
     "conv_albedo": "albedo",
 }
+# `sapiens2_<size>_<task>.safetensors`. The size token is free-form (`1b`, `1b_4k`, `custom_4k`, `tinyp`): files of
+# sizes the table does not know are found and loaded like the others; known sizes are cross-checked with the tensors.
 OFFICIAL_FILENAME_PATTERN = re.compile(
-    r"^sapiens2_(?P<variant>[0-9.]+b(?:_4k)?|[a-z0-9]+?)_(?P<task>pretrain|pose|seg|normal|pointmap|albedo)\.safetensors$"
+    r"^sapiens2_(?P<variant>[A-Za-z0-9.]+(?:[_-][A-Za-z0-9.]+)*?)_(?P<task>pretrain|pose|seg|normal|pointmap|albedo)"
+    r"\.safetensors$"
 )
+# The aspect ratio (height:width) of the official input size, 1024x768.
+OFFICIAL_ASPECT = (4, 3)
 
 _BACKBONE_RENAMES = (
     (re.compile(r"^cls_token$"), "embeddings.cls_token"),
@@ -46,11 +58,6 @@ _BACKBONE_RENAMES = (
 )
 # The fused SwiGLU input projection: the first half of its rows is the SiLU-gated branch.
 _FUSED_GATE_UP = re.compile(r"^blocks\.(\d+)\.ffn\.w12\.(weight|bias)$")
-
-
-def _official_sequential_index(index: int) -> int:
-    """Official heads interleave conv, norm and activation in one Sequential: conv `i` sits at index `3 * i`."""
-    return 3 * index
 
 
 def _deconv_head_renames():
@@ -226,11 +233,58 @@ def match_variant(backbone_kwargs: dict) -> str | None:
     return None
 
 
-def infer_config_kwargs(state_dict: dict[str, torch.Tensor], filename: str | None = None) -> tuple[str, dict]:
+def _metadata_image_size(metadata: dict | None) -> list[int] | None:
+    """`[height, width]` from a safetensors header's `image_size` entry (`"[1024, 768]"` or `"1024x768"`), if any."""
+    value = (metadata or {}).get("image_size")
+    if not value:
+        return None
+    numbers = [int(n) for n in re.findall(r"\d+", str(value))]
+    if len(numbers) != 2:
+        raise OfficialCheckpointError(f"The file's metadata image_size {value!r} is not `[height, width]`.")
+    return numbers
+
+
+def infer_image_size(kwargs: dict, metadata: dict | None = None) -> list[int]:
+    """The input size `[height, width]` a checkpoint is meant for.
+
+    The native size (1024x768, or 4096x3072 for the 4K model) unless the file says otherwise: an `image_size` entry
+    in the safetensors metadata wins; a pointmap scale branch that does not fit the native size (its MLP is tied to
+    the token grid) gets the size of the official aspect ratio that it fits.
+    """
+    stride = (kwargs["patch_size"] if isinstance(kwargs["patch_size"], list) else [kwargs["patch_size"]] * 2)
+    window = kwargs.get("tokenizer_window_size", 4) if kwargs["num_tokenizer_layers"] else 1
+    stride = (stride[0] * window, stride[1] * window)
+    native = NATIVE_IMAGE_SIZES.get(kwargs.get("variant"), [4096, 3072] if kwargs["num_tokenizer_layers"] else [1024, 768])
+    size = _metadata_image_size(metadata)
+    if size is not None:
+        return size
+    head = kwargs.get("head_config") or {}
+    if not head.get("scale_conv_out_channels"):
+        return native
+    grid = (native[0] // stride[0], native[1] // stride[1])
+    if pointmap_scale_features(grid, head["scale_conv_kernel_sizes"], head["scale_conv_out_channels"]) == head["scale_final_input_size"]:
+        return native
+    fitting = pointmap_image_sizes(head, stride, OFFICIAL_ASPECT)
+    if not fitting:
+        raise OfficialCheckpointError(
+            f"The pointmap scale branch (MLP input {head['scale_final_input_size']}) fits no input size of the "
+            f"official {OFFICIAL_ASPECT[0]}:{OFFICIAL_ASPECT[1]} aspect; pass the size it was trained at "
+            "(`image_size=[height, width]`, or `--image-size HEIGHT WIDTH` on the command line)."
+        )
+    return fitting[-1]
+
+
+def infer_config_kwargs(
+    state_dict: dict[str, torch.Tensor],
+    filename: str | None = None,
+    metadata: dict | None = None,
+    image_size: list[int] | None = None,
+) -> tuple[str, dict]:
     """Returns `(kind, config_kwargs)` for an official state dict; `kind` is `"pretrain"` or the task.
 
     When `filename` follows the official pattern `sapiens2_<size>_<task>.safetensors` and names a known size or
-    task, the inferred architecture is cross-checked against it.
+    task, the inferred architecture is cross-checked against it. `metadata` (the safetensors header) may carry the
+    input size (see `infer_image_size`); an explicit `image_size` overrides both.
     """
     kind = detect_official_kind(state_dict)
     backbone_state = (
@@ -256,8 +310,6 @@ def infer_config_kwargs(state_dict: dict[str, torch.Tensor], filename: str | Non
                     f"heads, {kwargs['num_tokenizer_layers']} tokenizer layers."
                 )
     kwargs["variant"] = variant
-    # Native input size: what the processors resize to (the 4K model reads 4096x3072, the others 1024x768).
-    kwargs["image_size"] = NATIVE_IMAGE_SIZES.get(variant, [4096, 3072] if kwargs["num_tokenizer_layers"] else [1024, 768])
     if kind != "pretrain":
         head_state = {k[len("decode_head."):]: v for k, v in state_dict.items() if k.startswith("decode_head.")}
         kwargs["head_config"] = infer_head_config_kwargs(kind, head_state)
@@ -270,6 +322,8 @@ def infer_config_kwargs(state_dict: dict[str, torch.Tensor], filename: str | Non
         elif "id2label" not in label_kwargs:
             label_kwargs["num_labels"] = num_outputs
         kwargs.update(label_kwargs)
+    # The input size the processors resize to (and the pointmap scale branch is tied to).
+    kwargs["image_size"] = list(image_size) if image_size is not None else infer_image_size(kwargs, metadata)
     return kind, kwargs
 
 

@@ -20,9 +20,7 @@ Hub-shippable: imports only stdlib, torch, huggingface_hub, transformers and sib
 
 import math
 import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -31,8 +29,9 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.sapiens2 import modeling_sapiens2 as _port
 from transformers.utils import logging
 
-from .configuration_sapiens2_hf import ARCHITECTURE_TASKS, TASKS, Sapiens2Config
-from .convert_official_sapiens2 import OFFICIAL_FILENAME_PATTERN, OfficialCheckpointError, convert_official_state_dict, infer_config_kwargs
+from .configuration_sapiens2_hf import ARCHITECTURE_TASKS, TASKS, Sapiens2Config, pointmap_scale_features
+from .convert_official_sapiens2 import OfficialCheckpointError, convert_official_state_dict, infer_config_kwargs
+from .loading_sapiens2_hf import HUB_KWARGS, check_tensor_dtypes, read_safetensors, resolve_checkpoint
 
 
 logger = logging.get_logger(__name__)
@@ -330,87 +329,6 @@ def tokens_to_feature_map(hidden_states: torch.Tensor, num_prefix_tokens: int, g
 
 _TASK_CLASS_NAMES = {task: name for name, task in ARCHITECTURE_TASKS.items()}
 _TASK_CLASS_NAMES[None] = "Sapiens2Model"
-_HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
-
-
-def _find_official_file(folder: Path) -> Path | None:
-    candidates = sorted(p for p in folder.glob("*.safetensors") if OFFICIAL_FILENAME_PATTERN.match(p.name))
-    if len(candidates) > 1:
-        raise ValueError(
-            f"{folder} holds several official checkpoint files ({[p.name for p in candidates]}); pass the path of "
-            "the one to load."
-        )
-    return candidates[0] if candidates else None
-
-
-def _download_from_hub(repo_id: str, hub_kwargs: dict) -> tuple[str, str]:
-    """Resolves a Hub repo to `("hf", repo_id)` when it has a config.json, else to `("official", local_file)`."""
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
-
-    download_kwargs = {k: hub_kwargs[k] for k in ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder") if hub_kwargs.get(k) is not None}
-    try:
-        hf_hub_download(repo_id, "config.json", **download_kwargs)
-        return "hf", repo_id
-    except EntryNotFoundError:
-        pass
-    except LocalEntryNotFoundError as error:
-        raise OSError(
-            f"Cannot reach the Hub to resolve {repo_id!r} and it is not in the local cache. Connect, or pass a local "
-            "folder or an official .safetensors file path."
-        ) from error
-    files = HfApi().list_repo_files(repo_id, revision=hub_kwargs.get("revision"), token=hub_kwargs.get("token"))
-    official = [name for name in files if OFFICIAL_FILENAME_PATTERN.match(os.path.basename(name))]
-    if len(official) != 1:
-        raise OSError(f"{repo_id} has no config.json and {len(official)} official sapiens2_*.safetensors files: {official}.")
-    return "official", hf_hub_download(repo_id, official[0], **download_kwargs)
-
-
-def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = None) -> tuple[str, str]:
-    """Tells what a `from_pretrained` argument points to.
-
-    Returns:
-        `("hf", path_or_repo_id)` for a folder or Hub repo with a config.json (saved by this library or by
-        transformers), or `("official", local_file)` for an official checkpoint file (given directly, alone in a
-        folder, or in a Hub repo without config.json).
-    """
-    hub_kwargs = hub_kwargs or {}
-    path = Path(os.fspath(pretrained_model_name_or_path))
-    if path.is_file():
-        if path.suffix != ".safetensors":
-            raise ValueError(
-                f"{path} is not a .safetensors file. sapiens2_hf reads only safetensors checkpoints, never pickled "
-                "(.pth/.bin) ones, which can run arbitrary code when loaded."
-            )
-        if path.name == "model.safetensors" and (path.parent / "config.json").is_file():
-            return "hf", str(path.parent)
-        return "official", str(path)
-    if path.is_dir():
-        subfolder = hub_kwargs.get("subfolder") or ""
-        folder = path / subfolder
-        if (folder / "config.json").is_file():
-            return "hf", str(path)
-        official = _find_official_file(folder)
-        if official is not None:
-            return "official", str(official)
-        raise OSError(f"{folder} has neither a config.json nor an official sapiens2_<size>_<task>.safetensors file.")
-    if re.match(r"^[\w.-]+/[\w.-]+$", str(pretrained_model_name_or_path)):
-        return _download_from_hub(str(pretrained_model_name_or_path), hub_kwargs)
-    raise OSError(f"{pretrained_model_name_or_path} is neither a local file or folder nor a Hub repo id.")
-
-
-def _load_safetensors(path: str) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(path)
-    except (SafetensorError, OSError, ValueError) as error:
-        raise OfficialCheckpointError(
-            f"Cannot read {path} as a safetensors file ({error}). The file is truncated or corrupt: download it again."
-        ) from error
-
-
 class Sapiens2PreTrainedModel(_port.Sapiens2PreTrainedModel):
     """Base of the sapiens2_hf models: strict loading from official files and HF folders."""
 
@@ -449,36 +367,60 @@ class Sapiens2PreTrainedModel(_port.Sapiens2PreTrainedModel):
         Args:
             pretrained_model_name_or_path (`str` or `os.PathLike`): one of
                 - an official file such as `sapiens2_1b_pose.safetensors`, or a folder or Hub repo holding only such a
-                  file: the architecture is read from the tensor shapes (and cross-checked against the file name);
-                - a folder or Hub repo saved by this library or by transformers' Sapiens2 classes.
+                  file (config.json optional): the architecture is read from the tensor shapes (and cross-checked
+                  against the file name);
+                - a folder or Hub repo with a config.json and model.safetensors: saved by this library, by
+                  transformers' Sapiens2 classes, or Meta's official repos (whose weights use the original tensor
+                  names; the original file beside them is then not needed).
             rope_dtype (`str`, *optional*): override the RoPE dtype (`"bfloat16"`, the official default, or `"float32"`).
             image_size (`list[int]`, *optional*): `[height, width]` the model is meant for (pointmap scale branch).
-            dtype, device_map, and the usual Hub arguments are accepted.
+            dtype, device_map, attn_implementation and the usual Hub arguments are accepted.
 
         Loading is strict: a missing, unexpected or mis-shaped tensor raises a `ValueError` that names the keys.
+        Floating tensors stored in another precision are cast to float32 (with a logged note); integer or quantized
+        tensors are refused.
         """
-        hub_kwargs = {key: kwargs.get(key) for key in _HUB_KWARGS}
-        kind, location = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
-        if kind == "official":
-            return cls._from_official_file(location, **kwargs)
-
+        hub_kwargs = {key: kwargs.get(key) for key in HUB_KWARGS}
+        source = str(pretrained_model_name_or_path)
+        resolved = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
         config = kwargs.pop("config", None)
-        config_overrides = {key: kwargs.pop(key) for key in ("rope_dtype", "image_size") if key in kwargs}
+        if config is not None and not isinstance(config, Sapiens2Config):
+            # transformers' pipeline factory reads config.json with its own config class: read it as ours (the
+            # official RoPE dtype, no RoPE rescale, the task from `architectures`).
+            config = Sapiens2Config.from_dict(config.to_dict())
+        if resolved.kind == "official":
+            if config is None and resolved.config_folder is not None:
+                config = Sapiens2Config.from_pretrained(resolved.config_folder)
+            if config is not None:
+                cls._apply_config_overrides(config, kwargs)
+            return cls._from_official_file(resolved.location, config=config, **kwargs)
+
         if config is None:
             config = Sapiens2Config.from_pretrained(
-                location, **{key: value for key, value in hub_kwargs.items() if value is not None}
+                resolved.location, **{key: value for key, value in hub_kwargs.items() if value is not None}
             )
-        for key, value in config_overrides.items():
-            setattr(config, key, value)
-        cls._check_task(config, str(pretrained_model_name_or_path))
+        cls._apply_config_overrides(config, kwargs)
+        cls._check_task(config, source)
+        check_tensor_dtypes(resolved.tensor_dtypes, source)
+        if resolved.original_names:
+            state_dict, _ = read_safetensors(resolved.weights_files, source)
+            return cls._from_original_state_dict(state_dict, source, config=config, **kwargs)
+
         want_loading_info = kwargs.pop("output_loading_info", False)
         # transformers would raise a bare "see the report above"; let it collect the mismatches, we raise with names.
         kwargs["ignore_mismatched_sizes"] = True
         model, loading_info = super().from_pretrained(
-            location, *model_args, config=config, output_loading_info=True, **kwargs
+            resolved.location, *model_args, config=config, output_loading_info=True, **kwargs
         )
-        cls._raise_on_loading_problems(loading_info, str(pretrained_model_name_or_path))
+        cls._raise_on_loading_problems(loading_info, source)
         return (model, loading_info) if want_loading_info else model
+
+    @staticmethod
+    def _apply_config_overrides(config: Sapiens2Config, kwargs: dict) -> None:
+        """`from_pretrained(..., rope_dtype=..., image_size=...)` set these config fields (popped from `kwargs`)."""
+        for key in ("rope_dtype", "image_size"):
+            if key in kwargs:
+                setattr(config, key, kwargs.pop(key))
 
     @classmethod
     def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
@@ -504,43 +446,74 @@ class Sapiens2PreTrainedModel(_port.Sapiens2PreTrainedModel):
             )
 
     @classmethod
-    def _from_official_file(cls, path: str, **kwargs):
+    def _from_official_file(cls, path: str, config: Sapiens2Config | None = None, **kwargs):
         filename = os.path.basename(path)
-        state_dict = _load_safetensors(path)
-        kind, config_kwargs = infer_config_kwargs(state_dict, filename=filename)
+        state_dict, metadata = read_safetensors(path, filename)
+        return cls._from_original_state_dict(
+            state_dict, filename, config=config, filename=filename, metadata=metadata, **kwargs
+        )
+
+    @classmethod
+    def from_official_state_dict(cls, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):
+        """Builds the model from an official state dict already in memory (same rules as `from_pretrained`)."""
+        return cls._from_original_state_dict(dict(state_dict), filename or "the state dict", filename=filename, **kwargs)
+
+    @classmethod
+    def _from_original_state_dict(cls, state_dict, source, config=None, filename=None, metadata=None, **kwargs):
+        """The one path for every state dict with the original tensor names: official files, folders written by
+        transformers, state dicts in memory.
+
+        Without `config`, the architecture is read from the tensor shapes; with one (a folder's config.json), the
+        tensors must match it exactly.
+        """
+        kind, config_kwargs = infer_config_kwargs(
+            state_dict, filename=filename, metadata=metadata, image_size=kwargs.get("image_size")
+        )
         task = None if kind == "pretrain" else kind
         if cls.task is not None and task != cls.task:
             if task is None:
                 raise ValueError(
-                    f"{filename} is a pretrained backbone (no decode head), not a `{cls.task}` checkpoint: start a "
-                    f"new {cls.task} model from it with {cls.__name__}.from_backbone({filename!r}, ...), or load it "
+                    f"{source} is a pretrained backbone (no decode head), not a `{cls.task}` checkpoint: start a "
+                    f"new {cls.task} model from it with {cls.__name__}.from_backbone({source!r}, ...), or load it "
                     "with Sapiens2Model."
                 )
             raise ValueError(
-                f"{filename} is a `{task}` checkpoint (decode_head.conv_{task}), not a `{cls.task}` one: load it "
+                f"{source} is a `{task}` checkpoint (decode_head.conv_{task}), not a `{cls.task}` one: load it "
                 f"with {_TASK_CLASS_NAMES[task]}."
             )
-        for key in ("rope_dtype", "image_size"):
-            if key in kwargs:
-                config_kwargs[key] = kwargs.pop(key)
-        config = Sapiens2Config(**config_kwargs)
-        if cls.task is None:
-            config.task = None
+        if config is None:
+            config = Sapiens2Config(**config_kwargs)
+            cls._apply_config_overrides(config, kwargs)
         periods = state_dict.get("rope_embed.periods", state_dict.get("backbone.rope_embed.periods"))
         converted = convert_official_state_dict(state_dict, kind)
-        if cls.task is None and task is not None:
-            # The backbone class takes the backbone of a task checkpoint.
-            converted = {k[len("model."):]: v for k, v in converted.items() if k.startswith("model.")}
-            config.head_config = None
-            config.id2label, config.flip_pairs = None, None
-        return cls._from_converted_state_dict(config, converted, source=filename, official_periods=periods, **kwargs)
+        if cls.task is None:
+            config.task = None
+            if task is not None:
+                # The backbone class takes the backbone of a task checkpoint.
+                converted = {k[len("model."):]: v for k, v in converted.items() if k.startswith("model.")}
+                config.head_config = None
+                config.id2label, config.flip_pairs = None, None
+        return cls._from_converted_state_dict(config, converted, source=source, official_periods=periods, **kwargs)
+
+    # Arguments of transformers' `from_pretrained` (and its pipeline factory) that have no effect on a state dict
+    # that is already in memory.
+    _IGNORED_LOADING_KWARGS = frozenset(
+        {*HUB_KWARGS, "torch_dtype", "low_cpu_mem_usage", "trust_remote_code", "use_safetensors", "_from_pipeline",
+         "_commit_hash", "code_revision", "local_files_only"}
+    )
 
     @classmethod
-    def _from_converted_state_dict(cls, config, state_dict, source, official_periods=None, dtype=None, device_map=None, **kwargs):
-        unused = sorted(set(kwargs) - set(_HUB_KWARGS) - {"torch_dtype", "low_cpu_mem_usage", "trust_remote_code"})
+    def _from_converted_state_dict(
+        cls, config, state_dict, source, official_periods=None, dtype=None, device_map=None, **kwargs
+    ):
+        want_loading_info = kwargs.pop("output_loading_info", False)
+        attn_implementation = kwargs.pop("attn_implementation", None)
+        unused = sorted(set(kwargs) - cls._IGNORED_LOADING_KWARGS)
         if unused:
             raise TypeError(f"Unexpected arguments for loading an official file: {unused}.")
         dtype = dtype if dtype is not None else kwargs.get("torch_dtype")
+        if attn_implementation is not None:
+            config._attn_implementation = attn_implementation
         with torch.device("meta"):
             model = cls(config)
         expected = set(model.state_dict())
@@ -563,26 +536,14 @@ class Sapiens2PreTrainedModel(_port.Sapiens2PreTrainedModel):
                             f"The RoPE periods stored in {source} differ from the official formula "
                             f"(base {config.rope_theta}, head dim {module.head_dim}); the file is not a Sapiens2 one."
                         )
-        if dtype is not None:
+        if dtype is not None and dtype != "auto":  # "auto" (the pipeline default): keep the float32 weights
             model = model.to(dtype=_TORCH_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
         if device_map is not None:
             model = model.to(device_map if not isinstance(device_map, dict) else device_map.get("", "cpu"))
         model.eval()
+        if want_loading_info:
+            return model, {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
         return model
-
-    @classmethod
-    def from_official_state_dict(cls, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):
-        """Builds the model from an official state dict already in memory (same rules as `from_pretrained`)."""
-        kind, config_kwargs = infer_config_kwargs(state_dict, filename=filename)
-        task = None if kind == "pretrain" else kind
-        if cls.task is not None and task != cls.task:
-            raise ValueError(f"The state dict is a `{kind}` checkpoint, not a `{cls.task}` one.")
-        config = Sapiens2Config(**config_kwargs, **{k: kwargs.pop(k) for k in ("rope_dtype", "image_size") if k in kwargs})
-        converted = convert_official_state_dict(state_dict, kind)
-        if cls.task is None and task is not None:
-            converted = {k[len("model."):]: v for k, v in converted.items() if k.startswith("model.")}
-            config.task, config.head_config = None, None
-        return cls._from_converted_state_dict(config, converted, source=filename or "state dict", **kwargs)
 
 
 class Sapiens2Model(Sapiens2PreTrainedModel, _port.Sapiens2Model):
@@ -853,12 +814,8 @@ class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPointma
         self.post_init()
 
     def _check_scale_input(self, feature_map: torch.Tensor) -> None:
-        height, width = feature_map.shape[-2:]
-        for kernel_size in self.config.head_config.scale_conv_kernel_sizes:
-            padding = (kernel_size - 1) // 2
-            height = (height + 2 * padding - kernel_size) // 2 + 1
-            width = (width + 2 * padding - kernel_size) // 2 + 1
-        flat = height * width * self.config.head_config.scale_conv_out_channels[-1]
+        head = self.config.head_config
+        flat = pointmap_scale_features(feature_map.shape[-2:], head.scale_conv_kernel_sizes, head.scale_conv_out_channels)
         expected = self.config.head_config.scale_final_input_size
         if flat != expected:
             raise ValueError(

@@ -39,8 +39,20 @@ PIPELINE_TASKS = {
 }
 
 
-def _default_image_processor(model, task: str):
-    """Build the registered image processor for the model's config class, at the model's configured input size."""
+def _is_sapiens2_hf_processor(processor) -> bool:
+    """Duck-typed: our processors carry a task policy and the albedo post-processing transformers' stock one lacks."""
+    return hasattr(processor, "post_process_albedo_estimation") and hasattr(processor, "task")
+
+
+def _default_image_processor(model, task: str, like=None):
+    """Build the registered Sapiens2 image processor for the model's config class and `task`.
+
+    Args:
+        like: an image processor whose settings to keep, typically transformers' stock `Sapiens2ImageProcessor`
+            loaded from an official repo's preprocessor_config.json: its input size and normalisation carry over,
+            while our class adds the task's official pre- and post-processing policy. Without it (or without a size
+            in it) the input size is the model's configured one.
+    """
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
 
     try:
@@ -54,9 +66,13 @@ def _default_image_processor(model, task: str):
             f"no Sapiens2 image processor is registered for {type(model.config).__name__}; pass "
             "image_processor=Sapiens2HFImageProcessor(task=...) or `import sapiens2_hf` first."
         )
-    kwargs = {"task": task}
+    kwargs = {}
+    if like is not None:
+        kwargs = {key: value for key, value in like.to_dict().items()
+                  if key not in ("image_processor_type", "processor_class", "_processor_class", "task")}
+    kwargs["task"] = task
     size = getattr(model.config, "image_size", None)
-    if isinstance(size, (list, tuple)) and len(size) == 2:
+    if "size" not in kwargs and isinstance(size, (list, tuple)) and len(size) == 2:
         kwargs["size"] = {"height": int(size[0]), "width": int(size[1])}
     return candidates[0](**kwargs)
 
@@ -90,8 +106,10 @@ class _Sapiens2PipelineBase(Pipeline):
         if isinstance(dtype, torch.dtype) and self.model.dtype != dtype:
             self.model.to(dtype)
         self.model.eval()
-        if self.image_processor is None:
-            self.image_processor = _default_image_processor(self.model, self.task_name)
+        if self.image_processor is None or not _is_sapiens2_hf_processor(self.image_processor):
+            # No processor, or transformers' stock one (an official repo's preprocessor_config.json): ours, with the
+            # task's official policy and the stock one's size and normalisation.
+            self.image_processor = _default_image_processor(self.model, self.task_name, like=self.image_processor)
         processor_task = getattr(self.image_processor, "task", None)
         if processor_task != self.task_name:
             raise ValueError(f"the image processor is for task {processor_task!r} but this pipeline runs "

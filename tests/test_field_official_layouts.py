@@ -1,0 +1,201 @@
+"""What users bring from the field: Meta's official Hub layout (transformers-written config.json, model.safetensors
+with the original tensor names, transformers' stock preprocessor_config.json, and the original file beside them),
+folders with only some of those files, Hub ids offline, free-form file names and weights stored in other dtypes.
+
+The folders are written by transformers itself (`official_cases.make_official_hub_folder`), so they change when
+transformers' own save format changes.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from official_cases import HUB_LAYOUT_CASES, MODEL_CASES, compare, load_case, make_official_hub_folder, within
+from safetensors.torch import load_file, save_file
+from transformers import pipeline
+
+import sapiens2_hf
+from sapiens2_hf.modeling import resolve_checkpoint
+from sapiens2_hf.processing import Sapiens2HFImageProcessor
+
+
+LAYOUTS = {"both": ("hf", "official"), "hf_only": ("hf",), "official_only": ("official",)}
+PIPELINE_TASKS = {"pose": "sapiens2-pose", "seg": "sapiens2-segmentation", "normal": "sapiens2-normal",
+                  "pointmap": "sapiens2-pointmap"}
+RESULT_FIELD = {"seg": "segmentation", "normal": "normals", "pointmap": "pointmap"}
+
+
+def _outputs(model, pixel_values):
+    with torch.no_grad():
+        return dict(model(pixel_values))
+
+
+def _assert_reproduces_official(case, model):
+    meta, reference, _ = load_case(case)
+    assert model.config.rope_dtype == "bfloat16" and model.config.pos_embed_rescale is None
+    outputs = _outputs(model, reference["pixel_values"])
+    for ours, theirs in MODEL_CASES[case][1].items():
+        stats = compare(outputs[ours], reference[theirs])
+        tolerance = meta["noise_floor"]["recommended_tolerance"][theirs]
+        assert within(stats, tolerance), (case, ours, stats, tolerance)
+        # the official bf16 RoPE mode, not transformers' fp32 one
+        assert stats["rel_l2"] < 0.5 * compare(outputs[ours], reference[theirs + "_rope_fp32"])["rel_l2"]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("case", list(HUB_LAYOUT_CASES))
+def test_official_hub_layout_loads_with_our_exact_numerics(case, layout, tmp_path):
+    folder = make_official_hub_folder(case, tmp_path / "repo", LAYOUTS[layout])
+    if layout != "official_only":  # transformers writes the original tensor names back on save
+        assert "model.safetensors" in {p.name for p in folder.iterdir()}
+        assert any(k.startswith(("backbone.", "cls_token")) for k in load_file(folder / "model.safetensors"))
+    model = getattr(sapiens2_hf, HUB_LAYOUT_CASES[case]).from_pretrained(folder)
+    assert type(model) is getattr(sapiens2_hf, HUB_LAYOUT_CASES[case])
+    assert model.config.task == (None if case == "pretrain" else case)
+    _assert_reproduces_official(case, model)
+    # the folder's config.json applies (its input size), also when only the original file is beside it
+    assert model.config.image_size_hw == tuple(json.loads((folder / "config.json").read_text())["image_size"])
+
+
+def test_official_hub_layout_control_with_swapped_mlp_halves_fails(tmp_path):
+    """Control: the layout test can fail. A conversion bug (SwiGLU halves swapped in the fused w12) breaks parity."""
+    folder = make_official_hub_folder("seg", tmp_path / "repo", ("hf",))
+    state = load_file(folder / "model.safetensors")
+    key = next(k for k in state if k.endswith("ffn.w12.weight"))
+    gate, up = state[key].chunk(2)
+    state[key] = torch.cat((up, gate))
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(folder)
+    with pytest.raises(AssertionError):
+        _assert_reproduces_official("seg", model)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("case", list(PIPELINE_TASKS))
+def test_pipelines_accept_the_official_hub_layout(case, layout, tmp_path):
+    folder = make_official_hub_folder(case, tmp_path / "repo", LAYOUTS[layout])
+    assert json.loads((folder / "preprocessor_config.json").read_text())["image_processor_type"] == "Sapiens2ImageProcessor"
+    pipe = pipeline(PIPELINE_TASKS[case], model=str(folder), device="cpu")
+    assert type(pipe.model) is getattr(sapiens2_hf, HUB_LAYOUT_CASES[case])  # ours, never transformers' fallback
+    assert isinstance(pipe.image_processor, Sapiens2HFImageProcessor) and pipe.image_processor.task == case
+    assert pipe.image_processor.input_size == pipe.model.config.image_size_hw
+    # the same pipeline built by hand from the official file and our processor
+    _, _, weights = load_case(case)
+    reference_pipe = pipeline(PIPELINE_TASKS[case], model=getattr(sapiens2_hf, HUB_LAYOUT_CASES[case]).from_pretrained(weights),
+                              device="cpu")
+    image = np.random.default_rng(0).integers(0, 256, (90, 70, 3), dtype=np.uint8)
+    kwargs = {"boxes": [[5, 5, 60, 85]]} if case == "pose" else {}
+    ours, expected = pipe(image, **kwargs), reference_pipe(image, **kwargs)
+    if case == "pose":
+        np.testing.assert_allclose(ours[0]["keypoints"], expected[0]["keypoints"], atol=1e-3)
+    elif case == "seg":
+        assert (ours["segmentation"] == expected["segmentation"]).mean() > 0.999
+    else:
+        field = RESULT_FIELD[case]
+        np.testing.assert_allclose(ours[field], expected[field], atol=1e-4 * np.abs(expected[field]).max())
+
+
+def test_sapiens2_hf_pipeline_takes_an_official_file(tmp_path):
+    _, _, weights = load_case("seg")
+    pipe = sapiens2_hf.pipeline("sapiens2-segmentation", model=weights, device="cpu")
+    assert type(pipe.model) is sapiens2_hf.Sapiens2ForSemanticSegmentation and pipe.image_processor.task == "seg"
+    # and a folder holding only that file, which transformers' own factory cannot read (no config.json)
+    shutil.copy(weights, tmp_path / weights.name)
+    image = np.zeros((40, 30, 3), dtype=np.uint8)
+    assert np.array_equal(sapiens2_hf.pipeline("sapiens2-segmentation", model=tmp_path)(image)["segmentation"],
+                          pipe(image)["segmentation"])
+
+
+# ------------------------------------------------------------------------------------------ Hub ids, offline
+
+
+def _fake_cache(cache, repo_id, folder):
+    """Lays out `folder`'s files as huggingface_hub's cache of `repo_id` at revision main."""
+    commit = "0" * 40
+    root = cache / f"models--{repo_id.replace('/', '--')}"
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text(commit)
+    shutil.copytree(folder, root / "snapshots" / commit)
+
+
+@pytest.mark.parametrize("layout", ["both", "official_only"])
+def test_cached_official_hub_repo_loads_offline(layout, tmp_path):
+    folder = make_official_hub_folder("pose", tmp_path / "repo", LAYOUTS[layout])
+    _fake_cache(tmp_path / "cache", "facebook/sapiens2-pose-tiny", folder)
+    model = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained("facebook/sapiens2-pose-tiny", cache_dir=tmp_path / "cache")
+    _assert_reproduces_official("pose", model)
+
+
+def test_uncached_hub_id_offline_is_a_clear_error(tmp_path):
+    with pytest.raises(OSError, match="offline mode.*HF_HUB_OFFLINE=1.*local folder"):
+        sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained("facebook/sapiens2-pose-1b", cache_dir=tmp_path)
+
+
+# ------------------------------------------------------------------------------------------- names and dtypes
+
+
+def test_folder_with_a_free_form_official_file_name(tmp_path):
+    _, reference, weights = load_case("pretrain_4k")
+    shutil.copy(weights, tmp_path / "sapiens2_custom_4k_pretrain.safetensors")
+    assert resolve_checkpoint(tmp_path).kind == "official"
+    model = sapiens2_hf.Sapiens2Model.from_pretrained(tmp_path)
+    direct = sapiens2_hf.Sapiens2Model.from_pretrained(weights)
+    assert model.config.num_tokenizer_layers == 2
+    torch.testing.assert_close(_outputs(model, reference["pixel_values"])["last_hidden_state"],
+                               _outputs(direct, reference["pixel_values"])["last_hidden_state"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_official_file_in_another_float_dtype_is_cast_with_a_note(dtype, tmp_path, caplog):
+    meta, reference, weights = load_case("normal")
+    state = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in load_file(weights).items()}
+    path = tmp_path / weights.name
+    save_file(state, path, metadata={"format": "pt"})
+    model = sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(path)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert "to float32" in caplog.text
+    outputs = _outputs(model, reference["pixel_values"])
+    if dtype is torch.float64:  # lossless: the official outputs within their tolerance
+        assert within(compare(outputs["normals"], reference["normals"]), meta["noise_floor"]["recommended_tolerance"]["normals"])
+    else:  # rounded weights: near, not exact
+        assert compare(outputs["normals"], reference["normals"])["rel_l2"] < 5e-2
+
+
+def test_integer_tensors_are_refused_by_name(tmp_path):
+    _, _, weights = load_case("normal")
+    state = load_file(weights)
+    state["decode_head.conv_normal.weight"] = state["decode_head.conv_normal.weight"].to(torch.int8)
+    save_file(state, tmp_path / weights.name, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"decode_head\.conv_normal\.weight \(I8\)"):
+        sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(tmp_path / weights.name)
+    # the same in a transformers-layout folder (int8 would otherwise silently become zeros)
+    folder = tmp_path / "hf"
+    sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights).save_pretrained(folder)
+    hf_state = load_file(folder / "model.safetensors")
+    hf_state["decode_head.predictor.weight"] = hf_state["decode_head.predictor.weight"].to(torch.int8)
+    save_file(hf_state, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"decode_head\.predictor\.weight \(I8\)"):
+        sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(folder)
+
+
+# ---------------------------------------------------------------------------------------- pointmap input size
+
+
+def test_pointmap_input_size_is_inferred_from_the_scale_branch():
+    """The tiny pointmap case's scale MLP does not fit 1024x768; the official 4:3 size it fits is inferred."""
+    meta, reference, weights = load_case("pointmap")
+    model = sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(weights)
+    assert model.config.image_size == [256, 192]
+    model._check_scale_input(torch.zeros(1, 1, 256 // 16, 192 // 16))  # fits
+    outputs = _outputs(model, reference["pixel_values"])  # the case's own 160x144 input fits the branch too
+    tolerance = meta["noise_floor"]["recommended_tolerance"]["scales"]
+    assert within(compare(outputs["scales"], reference["scales"]), tolerance)
+
+
+def test_pointmap_input_size_from_file_metadata_wins(tmp_path):
+    _, _, weights = load_case("pointmap")
+    path = tmp_path / weights.name
+    save_file(load_file(weights), path, metadata={"format": "pt", "image_size": "[160, 144]"})
+    assert sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(path).config.image_size == [160, 144]
