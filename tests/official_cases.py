@@ -62,10 +62,10 @@ def make_official_hub_folder(case: str, folder: Path, files: tuple[str, ...] = (
 
     - `"hf"`: config.json and model.safetensors written by transformers' own classes, and preprocessor_config.json
       written by transformers' stock `Sapiens2ImageProcessor`;
-    - `"official"`: the original `sapiens2_<size>_<task>.safetensors` file.
-    Without `"hf"`, config.json and preprocessor_config.json are still written (an official repo with only the
-    original weights file beside transformers' configs), unless `files` is `("official",)` alone and `bare` is wanted:
-    pass `files=("official", "bare")` for a folder holding the original file only.
+    - `"official"`: the original `sapiens2_<size>_<task>.safetensors` file;
+    - `"bare"`: no config.json or preprocessor_config.json at all (with `"official"`: the original file alone).
+    Without `"hf"` but not bare, the two configs are still written beside the original file (a repo whose
+    transformers-format weights were not uploaded).
     """
     import shutil
 

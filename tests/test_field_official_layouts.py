@@ -199,3 +199,64 @@ def test_pointmap_input_size_from_file_metadata_wins(tmp_path):
     path = tmp_path / weights.name
     save_file(load_file(weights), path, metadata={"format": "pt", "image_size": "[160, 144]"})
     assert sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(path).config.image_size == [160, 144]
+
+
+# --------------------------------------------------------------------------- held-out, unseen tiny architectures
+
+UNSEEN_HEADS = {
+    "pose": dict(upsample_out_channels=[16, 8], conv_out_channels=[8, 8], num_labels=308),
+    "seg": dict(upsample_out_channels=[16, 8], conv_out_channels=[8], num_labels=29),
+    "normal": dict(upsample_out_channels=[16, 8], conv_out_channels=[8], use_pixel_shuffle=True, num_labels=3),
+    # one more scale conv than the fixtures and a 192x144 training size that 1024x768 does not fit
+    "pointmap": dict(upsample_out_channels=[16, 8], conv_out_channels=[8], use_pixel_shuffle=True, num_labels=3,
+                     scale_conv_out_channels=[8, 4], scale_conv_kernel_sizes=[1, 1], scale_final_input_size=36,
+                     scale_final_hidden_sizes=[16, 8]),
+}
+
+
+def _unseen_official_file(task, folder):
+    """An official-format file of an architecture no fixture has (hidden 48, head dim 12, 4 registers, per-layer GQA
+    4/2/4), written by transformers' own save (which uses the original tensor names), renamed as Meta names files."""
+    import transformers
+
+    torch.manual_seed(0)
+    head = dict(UNSEEN_HEADS.get(task, {}))
+    num_labels = head.pop("num_labels", None)
+    config = transformers.Sapiens2Config(
+        hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_attention_heads=2, num_first_full_attention_layers=1, num_last_full_attention_layers=1,
+        num_register_tokens=4, image_size=[192, 144], layerscale_value=0.5,
+        **({"head_config": head, "num_labels": num_labels} if task != "pretrain" else {}),
+    )
+    vanilla = getattr(transformers, HUB_LAYOUT_CASES[task])(config).eval()
+    vanilla.save_pretrained(folder)
+    path = folder / f"sapiens2_heldout_{task}.safetensors"
+    (folder / "model.safetensors").rename(path)
+    (folder / "config.json").unlink()
+    return vanilla, path
+
+
+@pytest.mark.parametrize("task", ["pretrain", "pose", "seg", "normal", "pointmap"])
+def test_held_out_unseen_architectures_load_and_convert(task, tmp_path, capsys):
+    vanilla, path = _unseen_official_file(task, tmp_path / "files")
+    cls = getattr(sapiens2_hf, HUB_LAYOUT_CASES[task])
+    ours = cls.from_pretrained(path, rope_dtype="float32")  # transformers' numbers: the comparable mode
+    assert ours.config.num_key_value_heads_per_layer == [4, 2, 4] and ours.config.num_register_tokens == 4
+    if task == "pointmap":
+        assert ours.config.image_size == [192, 144]  # inferred from the scale branch
+    pixel_values = torch.randn(2, 3, 192, 144, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected, actual = dict(vanilla(pixel_values)), _outputs(ours, pixel_values)
+    fields = [name for name, value in actual.items() if isinstance(value, torch.Tensor)]
+    assert fields
+    distances = {name: compare(actual[name], expected[name])["rel_l2"] for name in fields}
+    assert max(distances.values()) < 1e-5, distances
+    # control: the official bf16 RoPE mode is measurably farther from transformers' fp32 RoPE than rounding
+    bf16 = _outputs(cls.from_pretrained(path), pixel_values)
+    assert compare(bf16[fields[0]], expected[fields[0]])["rel_l2"] > 10 * max(distances[fields[0]], 1e-7)
+    # and the file converts (verified inside convert)
+    from sapiens2_hf.cli.main import main
+
+    assert main(["convert", str(path), "--out", str(tmp_path / "converted")]) == 0, capsys.readouterr().err
+    reloaded = cls.from_pretrained(tmp_path / "converted")
+    assert compare(_outputs(reloaded, pixel_values)[fields[0]], bf16[fields[0]])["rel_l2"] < 1e-5
