@@ -298,7 +298,10 @@ def test_e2e_normal_stage3():
     processor = _e2e_processor("normal", meta)
     normals = processor.post_process_normal_estimation(_outputs(normals=ref["normals"]),
                                                        source_sizes=[(120, 96)])[0]["normals"]
-    assert torch.equal(normals.permute(1, 2, 0), ref["normal_image"])
+    # not bit-equality: the rounding of PyTorch's CPU bilinear kernel at this size depends on the thread count (one
+    # float32 ulp on a third of the pixels with OMP_NUM_THREADS=1), so bit-equality with numbers stored on another
+    # machine is no property of this code; 1e-6 is 8 ulp at 1.0, far below the broken control's error
+    assert _max_abs(normals.permute(1, 2, 0), ref["normal_image"]) <= 1e-6
     # broken control: re-normalising after the resize (the official demo does not)
     renormalised = torch.nn.functional.normalize(normals, dim=0).permute(1, 2, 0)
     assert _max_abs(renormalised, ref["normal_image"]) > meta["noise_floor"]["recommended_tolerance"][
@@ -310,8 +313,10 @@ def test_e2e_pointmap_stage3():
     processor = _e2e_processor("pointmap", meta)
     out = processor.post_process_pointmap_estimation(_outputs(pointmaps=ref["pointmap"], scales=ref["scale"]),
                                                      source_sizes=[(200, 160)])[0]
-    assert torch.equal(out["pointmap"].permute(1, 2, 0), ref["pointmap_metric_image"])
-    assert torch.equal(out["depth"].half(), ref["depth_float16"])
+    # a few float32 ulp, not bit-equality: the bilinear resize's rounding depends on the thread count (see
+    # test_e2e_normal_stage3); the noise floor and the broken control are 1000x larger
+    assert torch.allclose(out["pointmap"].permute(1, 2, 0), ref["pointmap_metric_image"], rtol=1e-6, atol=1e-6)
+    assert torch.allclose(out["depth"].half().float(), ref["depth_float16"].float(), rtol=2**-10, atol=0)
     metric = ops.remove_padding(ref["pointmap"] / ref["scale"][:, :, None, None], ref["padding_lrtb"].tolist())
     assert torch.equal(metric, ref["pointmap_metric_cropped"])
     smoothed = metric
@@ -320,7 +325,7 @@ def test_e2e_pointmap_stage3():
     assert torch.equal(smoothed, ref["pointmap_metric_smoothed"])
     raw = processor.post_process_pointmap_estimation(_outputs(pointmaps=ref["pointmap"], scales=None),
                                                      source_sizes=[(200, 160)])[0]
-    assert torch.equal(raw["pointmap"].permute(1, 2, 0), ref["pointmap_image"])
+    assert torch.allclose(raw["pointmap"].permute(1, 2, 0), ref["pointmap_image"], rtol=1e-6, atol=1e-6)
     # broken control: no smoothing before the enlargement
     plain = processor.post_process_pointmap_estimation(_outputs(pointmaps=ref["pointmap"], scales=ref["scale"]),
                                                        source_sizes=[(200, 160)], do_smooth=False)[0]
@@ -333,8 +338,12 @@ def test_e2e_albedo_stage3():
     processor = _e2e_processor("albedo", meta)
     albedo = processor.post_process_albedo_estimation(_outputs(albedos=ref["albedo"]),
                                                       source_sizes=[(120, 96)])[0]["albedo"].permute(1, 2, 0)
-    assert torch.equal(albedo, ref["albedo_image"])
-    assert torch.equal((albedo * 255).to(torch.uint8), ref["albedo_image_uint8"])
+    # a float32 ulp, not bit-equality (thread-count-dependent rounding, see test_e2e_normal_stage3); after the
+    # official truncation to uint8 such an ulp can move a value sitting on a grey-level boundary by one level
+    assert _max_abs(albedo, ref["albedo_image"]) <= 1e-6
+    as_uint8 = (albedo * 255).to(torch.uint8)
+    assert (as_uint8.int() - ref["albedo_image_uint8"].int()).abs().max() <= 1
+    assert (as_uint8 != ref["albedo_image_uint8"]).float().mean().item() <= 1e-4
     # broken control: rounding instead of the official truncation
     rounded = (albedo * 255).round().to(torch.uint8)
     tolerance = meta["noise_floor"]["recommended_tolerance"]["albedo_image_uint8"]["frac_differing"]

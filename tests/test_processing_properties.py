@@ -178,7 +178,8 @@ def test_pose_boxes_empty_edge_and_tiny():
 def test_decode_keeps_device_and_float64_output():
     processor = Sapiens2HFImageProcessor(task="pose", size={"height": 64, "width": 48})
     heatmaps = torch.rand(1, 308, 16, 12, dtype=torch.bfloat16)
-    out = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=[[[0, 0, 30, 40]]])
+    out = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=[[[0, 0, 30, 40]]],
+                                                 box_format="xywh")
     person = out[0][0]
     assert person["keypoints"].dtype == torch.float64 and person["keypoints"].device == heatmaps.device
     assert person["scores"].dtype == torch.float32
@@ -187,9 +188,11 @@ def test_decode_keeps_device_and_float64_output():
 def test_target_sizes_rescale_keypoints():
     processor = Sapiens2HFImageProcessor(task="pose", size={"height": 64, "width": 48})
     heatmaps = torch.rand(1, 308, 16, 12, generator=torch.Generator().manual_seed(0))
-    base = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=[[[0, 0, 30, 40]]])[0][0]
+    base = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=[[[0, 0, 30, 40]]],
+                                                  box_format="xywh")[0][0]
     scaled = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=[[[0, 0, 30, 40]]],
-                                                    source_sizes=[(100, 50)], target_sizes=[(200, 150)])[0][0]
+                                                    box_format="xywh", source_sizes=[(100, 50)],
+                                                    target_sizes=[(200, 150)])[0][0]
     assert torch.allclose(scaled["keypoints"], base["keypoints"] * torch.tensor([3.0, 2.0], dtype=torch.float64))
 
 

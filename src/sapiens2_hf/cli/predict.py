@@ -11,9 +11,18 @@ For each input image (or video frame) the command writes, atomically, into `--ou
 | pointmap | `<name>_pointmap.npy` (float32 XYZ), `<name>_depth.npy` (float32 Z), `<name>_depth.png`, `<name>.ply` with `--ply` |
 | albedo | `<name>_albedo.png` (uint8 RGB, truncated like the official demo), `<name>_albedo.npy` (float32 in [0, 1]) |
 
-Video frames go to `<out>/<video name>/frame_<index>...`. Unreadable inputs are reported and skipped; a summary is
-printed at the end and written to `<out>/summary.json`. Exit status: 0 when every input was processed, 1 when some
-were skipped.
+Video frames go to `<out>/<video name>/frame_<index>...`. An input that fails (unreadable or truncated file, bad
+boxes, no detector for an image without boxes, ...) is reported on stderr and in `<out>/summary.json` (`skipped`:
+input and reason) and skipped; the run goes on with the rest. A summary is printed at the end and written to
+`<out>/summary.json`. Exit status: 0 when every input was processed, 1 when some were skipped, 2 for usage errors
+(bad arguments, unreadable model or boxes file) before any input is processed.
+
+Pose boxes (`--boxes FILE.json`): `{key: [[x_min, y_min, x_max, y_max], ...]}` in image pixels (xyxy, like the
+pipeline), `[]` for no people. Keys are image file names (`a.jpg`) or the paths as given; a video frame's key is
+`<video file name>#<frame index>` (e.g. `clip.mp4#0`, `clip.mp4#30`; the index counts every decoded frame, before
+`--video-stride`) or `<video path>#<frame index>`. Inputs without an entry go through the person detector
+(`--detector`, default `PekingU/rtdetr_r50vd`, which needs the Hub or a local copy). JSON is written without NaN or
+infinity (`allow_nan=False`): boxes are checked before use.
 """
 
 from __future__ import annotations
@@ -67,10 +76,15 @@ def add_predict_subparsers(subparsers) -> None:
         parser.add_argument("--max-frames", type=int, default=None, help="at most this many frames per video")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
         if task == "pose":
-            parser.add_argument("--boxes", default=None,
-                                help="JSON file {image file name: [[x0, y0, x1, y1], ...]}; images not listed use "
-                                     "the detector")
-            parser.add_argument("--detector", default=None, help="object-detection model id or folder")
+            parser.add_argument("--boxes", default=None, metavar="FILE.json",
+                                help="JSON file {key: [[x_min, y_min, x_max, y_max], ...]} of person boxes in "
+                                     "pixels ([] = nobody). Keys: image file names ('a.jpg') or paths as given; "
+                                     "video frames: '<video file name>#<frame index>' (e.g. 'clip.mp4#0', "
+                                     "'clip.mp4#30'; the index counts every decoded frame, before --video-stride) "
+                                     "or '<video path>#<frame index>'. Inputs not listed use the detector")
+            parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
+                                help="object-detection model id or local folder for inputs without boxes (default "
+                                     "PekingU/rtdetr_r50vd: needs the Hub or a cached copy)")
             parser.add_argument("--detector-threshold", type=float, default=0.3)
             parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
             parser.add_argument("--kpt-threshold", type=float, default=0.3, help="keypoint score for drawing")
@@ -271,7 +285,7 @@ def _write_outputs(args, item: _Item, image: np.ndarray, result: Any) -> int:
         return base.parent / f"{base.name}{suffix}"
 
     if args.task == "pose":
-        vis.save_json(_coco_pose(item, image, result, args.kpt_threshold), out(".json"))
+        _save_json(_coco_pose(item, image, result, args.kpt_threshold), out(".json"))
         written += 1
         if not args.no_overlay:
             vis.save_image(vis.draw_keypoints(image, result, score_threshold=args.kpt_threshold), out("_pose.png"))
@@ -316,31 +330,71 @@ def _write_outputs(args, item: _Item, image: np.ndarray, result: Any) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _save_json(data: Any, path: Path, indent: int | None = None) -> None:
+    """Write JSON atomically; NaN / infinity are an error (`allow_nan=False`), never written as invalid JSON."""
+    from ..visualization import atomic_write
+
+    text = json.dumps(data, indent=indent, allow_nan=False)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
 def _load_boxes(path: str | None) -> dict[str, list]:
     if path is None:
         return {}
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--boxes {path} is not valid JSON: {error}.") from error
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON object {{image file name: [[x0, y0, x1, y1], ...]}}.")
     return data
 
 
-def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: _Report) -> None:
+def _reason(error: BaseException) -> str:
+    return str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"
+
+
+def _boxes_for(item: _Item, boxes: dict) -> Any:
+    return boxes.get(Path(item.source).name, boxes.get(item.source))
+
+
+def _predict(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict) -> list:
+    """Run the pipeline on one batch of images (pose: with their boxes, if the file lists them)."""
     images = [image for _, image in batch]
     kwargs: dict[str, Any] = {}
     if args.task == "pose":
         kwargs["flip_test"] = not args.no_flip_test
         kwargs["detector_threshold"] = args.detector_threshold
-        per_image = [boxes.get(Path(item.source).name, boxes.get(item.source)) for item, _ in batch]
-        if all(b is not None for b in per_image):
+        per_image = [_boxes_for(item, boxes) for item, _ in batch]
+        if all(b is not None for b in per_image):  # else none is listed: `_run_batch` splits mixed batches
             kwargs["boxes"] = per_image
-        elif any(b is not None for b in per_image):  # mixed: run the images one at a time
+    return pipe(images, batch_size=len(images), **kwargs)
+
+
+def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: _Report) -> None:
+    """Process one batch. A failing input is skipped and reported, the others are processed: a failed batch is
+    retried one input at a time to find which input failed."""
+    if args.task == "pose" and len(batch) > 1:
+        listed = [_boxes_for(item, boxes) is not None for item, _ in batch]
+        if any(listed) and not all(listed):  # some use --boxes, some the detector: one at a time
             for pair in batch:
                 _run_batch(args, pipe, [pair], boxes, report)
             return
-    results = pipe(images, batch_size=len(images), **kwargs)
+    try:
+        results = _predict(args, pipe, batch, boxes)
+    except Exception as error:  # noqa: BLE001 - a per-input failure must not end the run
+        if len(batch) > 1:
+            for pair in batch:
+                _run_batch(args, pipe, [pair], boxes, report)
+            return
+        report.skipped.append({"input": batch[0][0].source, "reason": _reason(error)})
+        return
     for (item, image), result in zip(batch, results):
-        report.written += _write_outputs(args, item, image, result)
+        try:
+            report.written += _write_outputs(args, item, image, result)
+        except Exception as error:  # noqa: BLE001 - e.g. NaN in the results, a full disk
+            report.skipped.append({"input": item.source, "reason": _reason(error)})
+            continue
         report.processed += 1
 
 
@@ -350,6 +404,8 @@ def run_predict(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1 or args.video_stride < 1:
         raise ValueError("--batch-size and --video-stride must be >= 1.")
+    if args.max_frames is not None and args.max_frames < 1:
+        raise ValueError("--max-frames must be >= 1.")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = _Report()
@@ -373,43 +429,44 @@ def run_predict(args: argparse.Namespace) -> int:
 
     progress = tqdm(total=total, disable=args.quiet, unit="img", desc=f"sapiens2-hf {args.task}", file=sys.stderr)
     batch: list[tuple[_Item, np.ndarray]] = []
-    for item in all_items():
-        try:
-            image = item.load()
-        except (ValueError, OSError) as error:
-            report.skipped.append({"input": item.source, "reason": str(error)})
-            progress.update(1)
-            continue
-        batch.append((item, image))
-        if len(batch) == args.batch_size:
+    try:
+        for item in all_items():
+            try:
+                image = item.load()
+            except Exception as error:  # noqa: BLE001 - unreadable / truncated: skip this input
+                report.skipped.append({"input": item.source, "reason": _reason(error)})
+                progress.update(1)
+                continue
+            batch.append((item, image))
+            if len(batch) == args.batch_size:
+                _run_batch(args, pipe, batch, boxes, report)
+                progress.update(len(batch))
+                batch = []
+        if batch:
             _run_batch(args, pipe, batch, boxes, report)
             progress.update(len(batch))
-            batch = []
-    if batch:
-        _run_batch(args, pipe, batch, boxes, report)
-        progress.update(len(batch))
-    progress.close()
-
-    elapsed = time.perf_counter() - start
-    summary = {
-        "task": args.task,
-        "model": str(args.model),
-        "processed": report.processed,
-        "video_frames": report.frames,
-        "skipped": report.skipped,
-        "files_written": report.written,
-        "seconds": round(elapsed, 3),
-    }
-    from ..visualization import save_json
-
-    save_json(summary, out / "summary.json", indent=2)
+    finally:
+        # written even when the run is interrupted, so that what was done and skipped is on record
+        progress.close()
+        elapsed = time.perf_counter() - start
+        summary = {
+            "task": args.task,
+            "model": str(args.model),
+            "processed": report.processed,
+            "video_frames": report.frames,
+            "skipped": report.skipped,
+            "files_written": report.written,
+            "seconds": round(elapsed, 3),
+        }
+        _save_json(summary, out / "summary.json", indent=2)
     print(f"sapiens2-hf {args.task}: processed {report.processed} image(s)"
           + (f" ({report.frames} video frame(s))" if report.frames else "")
           + f", wrote {report.written} file(s) to {out} in {elapsed:.1f} s")
     if report.skipped:
-        print(f"skipped {len(report.skipped)} input(s):", file=sys.stderr)
+        print(f"sapiens2-hf {args.task}: skipped {len(report.skipped)} input(s) (listed in {out / 'summary.json'}):",
+              file=sys.stderr)
         for entry in report.skipped:
-            print(f"  {entry['input']}: {entry['reason']}", file=sys.stderr)
+            print(f"  skipped {entry['input']}: {entry['reason']}", file=sys.stderr)
         return 1
     return 0
 

@@ -77,6 +77,15 @@ def _default_image_processor(model, task: str, like=None):
     return candidates[0](**kwargs)
 
 
+def _positive_int(name: str, value: Any, default: int) -> int:
+    """`value` as an int >= 1 (`None` gives `default`); 0, negatives, fractions and booleans are errors."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+    return int(value)
+
+
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     chunk: list[Any] = []
     for item in items:
@@ -154,9 +163,8 @@ class _Sapiens2PipelineBase(Pipeline):
         """
         _, _, params = self._sanitize_parameters(**kwargs)
         params = {**self._postprocess_params, **params}
-        batch_size = int(batch_size or self._batch_size or 1)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        # `is None`, not `or`: batch_size=0 is an error, not a request for the default
+        batch_size = _positive_int("batch_size", batch_size if batch_size is not None else self._batch_size, 1)
         if isinstance(inputs, types.GeneratorType):
             return self._run(inputs, batch_size, params, single=False)
         single = not isinstance(inputs, (list, tuple))
@@ -269,22 +277,111 @@ def _nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> lis
     return keep
 
 
+_XYXY = "[x_min, y_min, x_max, y_max]"
+
+
+def _nesting_depth(value: Any) -> int:
+    """Depth of nested lists / arrays, following first elements: a number is 0, an empty list 1."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return value.ndim
+    if isinstance(value, (list, tuple)):
+        return 1 + (_nesting_depth(value[0]) if len(value) else 0)
+    return 0
+
+
+def _is_empty(value: Any) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray, torch.Tensor)) and _nesting_depth(value) >= 1 \
+        and len(value) == 0
+
+
+def _one_image(value: Any, depth_of_one: int, name: str, example: str) -> list:
+    """A single image's `value` -> `[value]`, accepting a list of items `example` or the nesting `[example]`."""
+    if not isinstance(value, (list, tuple, np.ndarray, torch.Tensor)) or (
+            _nesting_depth(value) < depth_of_one and not _is_empty(value)):
+        raise ValueError(f"{name}={value!r} is not nested as expected; for one image pass {example} or the "
+                         f"per-image nesting [{example}].")
+    depth = _nesting_depth(value)
+    # `[[...]]` is one image's entry when its only element is itself a list of items (or empty)
+    if len(value) == 1 and (depth > depth_of_one or _is_empty(value[0])):
+        return [value[0]]
+    if depth > depth_of_one:
+        raise ValueError(f"{name} for one image is nested {depth} deep with {len(value)} entries at the top; pass "
+                         f"{example} or [{example}] (a single entry: the one image).")
+    return [value]
+
+
+def _boxes_per_image(boxes: Any, box_scores: Any, num_images: int, single: bool) -> tuple[list, list | None]:
+    """The pose pipeline's `boxes` / `box_scores` -> one entry per image (nesting rules: `Sapiens2PosePipeline`).
+
+    Only the nesting and the scores are checked here; the boxes' values are checked by the image processor
+    (`validate_pose_boxes`) once the images' sizes are known.
+    """
+    if single:
+        boxes = _one_image(boxes, 2, "boxes", f"[{_XYXY}, ...]")
+        if box_scores is not None:
+            box_scores = _one_image(box_scores, 1, "box_scores", "[score, ...]")
+    else:
+        if not isinstance(boxes, (list, tuple, np.ndarray, torch.Tensor)) or len(boxes) != num_images:
+            count = len(boxes) if hasattr(boxes, "__len__") else "no"
+            raise ValueError(f"boxes has {count} entries for {num_images} images; pass one list of {_XYXY} boxes "
+                             "per image (an empty list for an image without people).")
+        for i, entry in enumerate(boxes):
+            if _nesting_depth(entry) < 2 and not _is_empty(entry):
+                raise ValueError(f"boxes[{i}] = {entry!r} is not a list of boxes; with a list of images pass one "
+                                 f"list of boxes per image, e.g. [[{_XYXY}], []].")
+        if box_scores is not None and (not isinstance(box_scores, (list, tuple, np.ndarray, torch.Tensor))
+                                       or len(box_scores) != num_images):
+            count = len(box_scores) if hasattr(box_scores, "__len__") else "no"
+            raise ValueError(f"box_scores has {count} entries for {num_images} images; pass one list of scores per "
+                             "image, nested like boxes.")
+    if box_scores is None:
+        return list(boxes), None
+    scores = []
+    for i, (image_boxes, image_scores) in enumerate(zip(boxes, box_scores)):
+        try:
+            values = np.asarray(image_scores.detach().cpu() if isinstance(image_scores, torch.Tensor)
+                                else image_scores, dtype=np.float64)
+        except (TypeError, ValueError):
+            values = None
+        if values is None or values.ndim != 1 and values.size:
+            raise ValueError(f"box_scores for image {i} is {image_scores!r}; pass one number per box, nested like "
+                             "boxes.")
+        if values.size != len(image_boxes):
+            raise ValueError(f"box_scores for image {i} has {values.size} score(s) for {len(image_boxes)} box(es); "
+                             "pass one score per box, nested like boxes.")
+        if not np.isfinite(values).all():
+            raise ValueError(f"box_scores for image {i} holds non-finite values {values.tolist()}; scores must be "
+                             "finite numbers.")
+        scores.append(values.reshape(-1).tolist())
+    return list(boxes), scores
+
+
 class Sapiens2PosePipeline(_Sapiens2PipelineBase):
     """`pipeline("sapiens2-pose")`: top-down 308-keypoint pose estimation.
 
     Call arguments:
-        boxes: person boxes per image, each `[x_min, y_min, x_max, y_max]` in pixels (for a single image: a list of
-            boxes). No detector is loaded then. An empty list means no people.
-        box_scores: optional scores for `boxes` (default 1.0).
+        boxes: person boxes in image pixels, always `[x_min, y_min, x_max, y_max]` (box_format `"xyxy"`; the image
+            processor's own default is COCO xywh, so the pipeline names the format in every processor call). No
+            detector is loaded then.
+            - one image: a list of boxes `[[x0, y0, x1, y1], ...]`, or the per-image nesting
+              `[[[x0, y0, x1, y1], ...]]`; `[]` (or `[[]]`) means no people;
+            - a list of images: one list of boxes per image, `[[box, ...], [], ...]`.
+            Arrays / tensors of shape `(num_boxes, 4)` (one image) or one such entry per image work the same way.
+            Boxes may stick out of the image (as officially), but a box that is NaN or infinite, has zero or
+            negative width or height, or lies entirely outside its image raises a `ValueError` naming the image,
+            the box, its value and the box format.
+        box_scores: optional scores for `boxes` (default 1.0), nested exactly like `boxes`: for one image a list of
+            numbers (or `[[...]]`), for a list of images one list per image; one finite score per box.
         detector: used when `boxes` is not given: a transformers object-detection pipeline, a model id / folder for
-            one (default `DEFAULT_DETECTOR`), or a callable with the same output format.
+            one (default `DEFAULT_DETECTOR`, which needs the Hub or a local copy), or a callable with the same output
+            format. If it cannot be loaded, the error names the default detector, `boxes=` and `detector=`.
         detector_threshold (`float`, defaults to 0.3), person_label (`str`, defaults to `"person"`),
             nms_threshold (`float`, defaults to 0.3): the official demo's filtering.
         fallback_to_full_image (`bool`, defaults to `True`): official demo behaviour when no person is detected:
             the whole image becomes one box (its `bbox_score` is 0.0).
         flip_test (`bool`, defaults to `True`): the official flip test (averaged heatmaps).
-        batch_size: number of images per chunk; the crops of a chunk are batched `crop_batch_size` at a time
-            (default: `batch_size`).
+        batch_size (`int` >= 1): number of images per chunk; the crops of a chunk are batched `crop_batch_size`
+            (`int` >= 1, default: `batch_size`) at a time.
 
     Result per image: a list of people, in box order, each `{"bbox": np.ndarray (4,) float32 xyxy, "bbox_score":
     float, "keypoints": np.ndarray (num_keypoints, 2) float64 (x, y) image pixels, "scores": np.ndarray
@@ -304,29 +401,40 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase):
     def _run(self, inputs, batch_size, params, single) -> Iterator[Any]:
         boxes = params.get("boxes")
         scores = params.get("box_scores")
-        if boxes is not None and single:
-            boxes = [boxes]
-            scores = None if scores is None else [scores]
+        if scores is not None and boxes is None:
+            raise ValueError("box_scores= needs boxes=; detected boxes come with the detector's scores.")
         if boxes is not None and not isinstance(inputs, list):
             raise ValueError("boxes= needs a list of images (not a generator), one list of boxes per image.")
-        if boxes is not None and len(boxes) != len(inputs):
-            raise ValueError(f"boxes has {len(boxes)} entries for {len(inputs)} images; pass one list of "
-                             "[x_min, y_min, x_max, y_max] boxes per image.")
+        if boxes is not None:
+            boxes, scores = _boxes_per_image(boxes, scores, len(inputs), single)
+        crop_batch_size = _positive_int("crop_batch_size", params.get("crop_batch_size"), batch_size)
         start = 0
         for chunk in _chunks(inputs, batch_size):
-            chunk_params = dict(params)
+            chunk_params = dict(params, crop_batch_size=crop_batch_size)
             if boxes is not None:
                 chunk_params["boxes"] = boxes[start : start + len(chunk)]
                 chunk_params["box_scores"] = None if scores is None else scores[start : start + len(chunk)]
+            yield from self._process_chunk(chunk, chunk_params, single, first_image=start)
             start += len(chunk)
-            yield from self._process_chunk(chunk, chunk_params, single, batch_size)
 
     def _get_detector(self, detector):
         detector = detector if detector is not None else self._detector
         if detector is None or isinstance(detector, str):
             from transformers import pipeline as make_pipeline
 
-            detector = make_pipeline("object-detection", model=detector or DEFAULT_DETECTOR, device=self.device)
+            name = detector or DEFAULT_DETECTOR
+            try:
+                detector = make_pipeline("object-detection", model=name, device=self.device)
+            except (OSError, ValueError, ImportError) as error:
+                message = (
+                    f"no person boxes were given, so the pose pipeline needs a person detector, but {name!r} could "
+                    f"not be loaded ({type(error).__name__}: {error}). Either pass the boxes (boxes=[[x_min, y_min, "
+                    "x_max, y_max], ...]; CLI: --boxes BOXES.json), or a detector available here: "
+                    "detector=<local folder of an object-detection model, an object-detection pipeline or a callable> "
+                    f"(CLI: --detector FOLDER). The default detector is {DEFAULT_DETECTOR!r}; it needs Hub access "
+                    "once (or a copy in the Hugging Face cache) when HF_HUB_OFFLINE is set or the machine is offline."
+                )
+                raise (OSError(message) if isinstance(error, OSError) else ValueError(message)) from error
             self._detector = detector
         return detector
 
@@ -345,6 +453,12 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase):
                 xyxy = torch.tensor([[d["box"]["xmin"], d["box"]["ymin"], d["box"]["xmax"], d["box"]["ymax"]]
                                      for d in kept], dtype=torch.float32)
                 score = torch.tensor([float(d["score"]) for d in kept], dtype=torch.float32)
+                # a detector may return an empty (zero-width) box; it has no person to crop
+                usable = (torch.isfinite(xyxy).all(dim=1) & (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+                          & (xyxy[:, 2] > 0) & (xyxy[:, 3] > 0) & (xyxy[:, 0] < image.shape[1])
+                          & (xyxy[:, 1] < image.shape[0]))
+                xyxy, score = xyxy[usable], score[usable]
+            if kept and len(xyxy):
                 keep = _nms(xyxy, score, nms_threshold)
                 boxes.append(xyxy[keep].tolist())
                 scores.append(score[keep].tolist())
@@ -360,16 +474,21 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase):
         images = inputs if isinstance(inputs, list) else [inputs]
         return self.image_processor(images, boxes=boxes, box_format="xyxy", task="pose")
 
-    def _process_chunk(self, images: list, params: dict, single: bool, crop_batch_size: int | None = None) -> list:
+    def _process_chunk(self, images: list, params: dict, single: bool, first_image: int = 0) -> list:
         load = getattr(self.image_processor, "load_image_rgb", None)
         arrays = [load(image) for image in images] if load is not None else images
         boxes, scores = params.get("boxes"), params.get("box_scores")
         if boxes is None:
             boxes, scores = self._detect(arrays, params)
+        else:
+            validate = getattr(self.image_processor, "validate_pose_boxes", None)
+            if validate is not None:
+                # checked here, before any crop, so that errors give the images' numbers in the whole call
+                validate(boxes, "xyxy", [a.shape[:2] for a in arrays], range(first_image, first_image + len(arrays)))
         if scores is None:
             scores = [[1.0] * len(b) for b in boxes]
         model_inputs = self.preprocess(arrays, boxes=boxes)
-        crop_batch_size = int(params.get("crop_batch_size") or crop_batch_size or 1)
+        crop_batch_size = _positive_int("crop_batch_size", params.get("crop_batch_size"), len(arrays))
         flip_test = bool(params.get("flip_test", True))
         pixel_values = model_inputs["pixel_values"]
         heatmaps, heatmaps_flipped = [], []

@@ -42,6 +42,7 @@ from .sapiens2_processing_ops import (
     letterbox_geometry,
     normalize_uint8,
     remove_padding,
+    resize_logits_argmax,
     resize_maps_bilinear,
     resolve_backend,
     smooth_and_resize_pointmap,
@@ -61,7 +62,9 @@ class Sapiens2HFImageProcessorKwargs(Sapiens2ImageProcessorKwargs, total=False):
     task (`str`, *optional*, defaults to `"pose"`):
         Which official policy to apply: `"pose"`, `"seg"`, `"normal"`, `"pointmap"` or `"albedo"`.
     box_format (`str`, *optional*, defaults to `"xywh"`):
-        Format of pose `boxes`: `"xywh"` (COCO `(x, y, width, height)`, transformers' convention) or `"xyxy"`.
+        Format of the pose `boxes` given to `preprocess` / `__call__`: `"xywh"` (COCO `[x_min, y_min, width,
+        height]`, transformers' convention) or `"xyxy"` (`[x_min, y_min, x_max, y_max]`). Not used by
+        `post_process_pose_estimation`, which needs the format named in each call that passes `boxes`.
     bbox_padding (`float`, *optional*, defaults to 1.25):
         Context padding of pose boxes.
     blur_kernel_size (`int`, *optional*, defaults to 11):
@@ -86,37 +89,87 @@ class Sapiens2HFImageProcessorKwargs(Sapiens2ImageProcessorKwargs, total=False):
     pointmap_blur_sigma: float
 
 
-def load_image_rgb(image: Any) -> np.ndarray:
-    """Any supported image -> `(height, width, 3)` uint8 RGB numpy array.
+def _jpeg_is_complete(data: bytes) -> bool:
+    """Whether JPEG bytes reach the end-of-image marker of the main image.
 
-    Accepts a path or URL (`str` / `os.PathLike`), a PIL image, a numpy array or a torch tensor. Local files are read
-    with OpenCV when available, like the official demos (the same decoder and EXIF handling), else with PIL plus EXIF
-    transposition. Arrays: `(height, width)`, `(height, width, 1|3|4)` or channels-first `(1|3|4, height, width)`,
-    assumed RGB(A); floating arrays with a maximum <= 1 are taken as [0, 1] and scaled to 0-255.
+    Decoders fill a JPEG cut short (an interrupted download or copy) with grey rows and only print a warning, so the
+    file is checked here: marker segments are skipped by their length and entropy-coded scans byte by byte (a 0xFF
+    there is followed by a stuffed 0x00 or a restart marker) until the end-of-image marker. Data appended after it
+    (motion photos, maker trailers) is ignored; the markers of an embedded EXIF thumbnail sit inside the APP1
+    segment and are skipped with it.
     """
-    if isinstance(image, (str,)) or hasattr(image, "__fspath__"):
-        path = str(image)
-        if path.startswith(("http://", "https://", "data:")):
-            from transformers.image_utils import load_image
+    size, pos = len(data), 2  # after the start-of-image marker
+    while pos + 1 < size:
+        if data[pos] != 0xFF:  # stray bytes before a marker: decoders skip them (with a warning), so do we
+            pos = data.find(b"\xff", pos)
+            if pos < 0:
+                return False
+            continue
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+            continue
+        if marker == 0xD9:  # end of image
+            return True
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
+            pos += 2
+            continue
+        if pos + 4 > size:
+            return False
+        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if pos > size:
+            return False
+        if marker == 0xDA:  # start of scan: entropy-coded data runs to the next marker that is not a restart
+            while True:
+                pos = data.find(b"\xff", pos)
+                if pos < 0 or pos + 1 >= size:
+                    return False
+                following = data[pos + 1]
+                if following == 0x00 or 0xD0 <= following <= 0xD7:
+                    pos += 2
+                elif following == 0xFF:
+                    pos += 1
+                else:
+                    break
+    return False
 
-            return load_image_rgb(load_image(path))
-        if cv2 is not None:
-            bgr = cv2.imread(path, cv2.IMREAD_COLOR)
-            if bgr is None:
-                raise ValueError(f"could not read an image from {path!r} (missing, unreadable or not an image).")
-            return np.ascontiguousarray(bgr[..., ::-1])
-        try:
-            with Image.open(path) as pil:
-                return np.asarray(ImageOps.exif_transpose(pil).convert("RGB")).copy()
-        except (OSError, ValueError) as error:
-            raise ValueError(f"could not read an image from {path!r}: {error}") from error
-    if isinstance(image, Image.Image):
-        return np.asarray(image.convert("RGB")).copy()
-    if isinstance(image, torch.Tensor):
-        image = image.detach().cpu().numpy()
-    if not isinstance(image, np.ndarray):
-        raise ValueError(f"unsupported image type {type(image).__name__}; pass a path, URL, PIL image, numpy array "
-                         "or torch tensor.")
+
+def _check_not_truncated(path: str) -> None:
+    with open(path, "rb") as handle:
+        if handle.read(2) != b"\xff\xd8":
+            return  # not a JPEG: truncated PNG / WebP / TIFF files fail to decode instead
+        data = b"\xff\xd8" + handle.read()
+    if not _jpeg_is_complete(data):
+        raise ValueError(f"{path!r} is a truncated or corrupt JPEG (it ends before its end-of-image marker); "
+                         "re-download or re-export the file.")
+
+
+def _uint16_to_uint8(array: np.ndarray) -> np.ndarray:
+    """Full 16-bit range -> 8 bit, `round(value * 255 / 65535)` (computed in float64: no uint16 overflow)."""
+    return np.round(array.astype(np.float64) * (255.0 / 65535.0)).astype(np.uint8)
+
+
+def _pil_to_rgb(pil: Image.Image, name: str) -> np.ndarray:
+    """PIL image -> `(height, width, 3)` uint8 RGB; 16-bit modes are scaled, not clipped (see `load_image_rgb`)."""
+    try:
+        pil.load()  # decode now, so that a truncated file fails here with its name
+    except (OSError, SyntaxError, ValueError) as error:
+        raise ValueError(f"could not decode the image {name}: {error}; the file is truncated or corrupt, "
+                         "re-download it.") from error
+    if pil.mode.startswith("I;16") or pil.mode == "I":
+        # PIL's convert("RGB") clips these modes at 255, which turns most of a 16-bit image white
+        values = np.asarray(pil)
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            raise ValueError(f"the mode {pil.mode!r} image {name} holds values in [{values.min()}, {values.max()}], "
+                             "outside the 16-bit range [0, 65535] this function scales from; convert it to 8 bit "
+                             "first.")
+        return np.repeat(_uint16_to_uint8(values)[..., None], 3, axis=-1)
+    if pil.mode == "F":
+        return _array_to_rgb(np.asarray(pil), name)
+    return np.asarray(pil.convert("RGB")).copy()
+
+
+def _array_to_rgb(image: np.ndarray, name: str = "image array") -> np.ndarray:
     array = image
     if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
         array = np.transpose(array, (1, 2, 0))
@@ -127,12 +180,139 @@ def load_image_rgb(image: Any) -> np.ndarray:
     if array.shape[-1] == 1:
         array = np.repeat(array, 3, axis=-1)
     array = array[..., :3]
+    if array.dtype == np.uint16:
+        return np.ascontiguousarray(_uint16_to_uint8(array))
     if array.dtype != np.uint8:
+        if np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.complexfloating):
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            if bad:
+                raise ValueError(f"{name} holds {bad} non-finite value(s) (NaN or inf) out of {array.size}; replace "
+                                 "them (e.g. np.nan_to_num) before passing the image.")
         array = array.astype(np.float64)
         if array.size and array.max() <= 1.0:
             array = array * 255.0
         array = np.clip(np.round(array), 0, 255).astype(np.uint8)
     return np.ascontiguousarray(array)
+
+
+def load_image_rgb(image: Any) -> np.ndarray:
+    """Any supported image -> `(height, width, 3)` uint8 RGB numpy array.
+
+    Accepts a path or URL (`str` / `os.PathLike`), a PIL image, a numpy array or a torch tensor.
+
+    - Local files are read with OpenCV when available, like the official demos (the same decoder and EXIF
+      handling; 16-bit files become 8 bit as OpenCV does, `value >> 8`), else with PIL plus EXIF transposition.
+      A JPEG that ends before its end-of-image marker (cut short) raises a `ValueError` naming the file instead of
+      being decoded with grey rows.
+    - Arrays: `(height, width)`, `(height, width, 1|3|4)` or channels-first `(1|3|4, height, width)`, assumed
+      RGB(A). uint8 is used as is; uint16 is 16-bit data scaled to 8 bit, `round(value * 255 / 65535)`; floating
+      arrays with a maximum <= 1 are taken as [0, 1] and scaled to 0-255, others rounded and clipped to 0-255, and
+      NaN or inf raises a `ValueError` giving their count; other integer types are clipped to 0-255 (a maximum
+      <= 1 is scaled by 255).
+    - PIL images: 16-bit modes (`I;16*`, and `I` with values in [0, 65535]) are scaled like uint16 arrays, `F` like
+      float arrays, every other mode goes through `convert("RGB")`.
+    """
+    if isinstance(image, (str,)) or hasattr(image, "__fspath__"):
+        path = str(image)
+        if path.startswith(("http://", "https://", "data:")):
+            from transformers.image_utils import load_image
+
+            return load_image_rgb(load_image(path))
+        try:
+            _check_not_truncated(path)
+        except OSError as error:
+            raise ValueError(f"could not read an image from {path!r}: {error}") from error
+        if cv2 is not None:
+            bgr = cv2.imread(path, cv2.IMREAD_COLOR)
+            if bgr is None:
+                raise ValueError(f"could not read an image from {path!r} (missing, unreadable or not an image).")
+            return np.ascontiguousarray(bgr[..., ::-1])
+        try:
+            with Image.open(path) as pil:
+                return _pil_to_rgb(ImageOps.exif_transpose(pil), repr(path))
+        except (OSError, SyntaxError) as error:
+            raise ValueError(f"could not read an image from {path!r}: {error}") from error
+    if isinstance(image, Image.Image):
+        filename = getattr(image, "filename", None)
+        return _pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)")
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu()
+        image = (image.float() if image.dtype == torch.bfloat16 else image).numpy()  # numpy has no bfloat16
+    if not isinstance(image, np.ndarray):
+        raise ValueError(f"unsupported image type {type(image).__name__}; pass a path, URL, PIL image, numpy array "
+                         "or torch tensor.")
+    return _array_to_rgb(image)
+
+
+_BOX_LAYOUT = {"xyxy": "[x_min, y_min, x_max, y_max]", "xywh": "[x_min, y_min, width, height] (COCO)"}
+
+
+def validate_pose_boxes(
+    boxes: Any, box_format: str, image_sizes: Sequence[tuple[int, int]] | None = None,
+    image_numbers: Sequence[int] | None = None,
+) -> list[np.ndarray]:
+    """Check person boxes and convert them to `(x_min, y_min, x_max, y_max)`.
+
+    Args:
+        boxes: one entry per image, each a list (or `(num_boxes, 4)` array / tensor) of boxes in `box_format`, image
+            pixels; an empty entry means no person in that image.
+        box_format (`str`): `"xywh"` (COCO `[x_min, y_min, width, height]`) or `"xyxy"`
+            (`[x_min, y_min, x_max, y_max]`).
+        image_sizes: per image `(height, width)`; when given, a box must overlap its image (it may stick out of it,
+            as in the official demo, but a box entirely outside crops only padding).
+        image_numbers: the image numbers to name in errors (default `0, 1, ...`; pipelines pass their global ones).
+
+    Returns:
+        Per image a float32 `(num_boxes, 4)` xyxy array (xywh is converted in float32 as the official code does).
+
+    Raises:
+        ValueError naming the image, the box, its value and `box_format` when a box is not a 4-number row, is NaN or
+        infinite, has zero or negative width or height (an inverted box), or lies entirely outside its image.
+    """
+    if box_format not in BOX_FORMATS:
+        raise ValueError(f"box_format={box_format!r}; use one of {BOX_FORMATS}.")
+    layout = _BOX_LAYOUT[box_format]
+    other = "xyxy" if box_format == "xywh" else "xywh"  # named in errors: the usual cause of an inverted box
+    numbers = list(image_numbers) if image_numbers is not None else list(range(len(boxes)))
+    result = []
+    for position, image_boxes in enumerate(boxes):
+        image = numbers[position]
+        if isinstance(image_boxes, torch.Tensor):
+            image_boxes = image_boxes.detach().cpu().numpy()
+        try:
+            given = np.asarray(image_boxes, dtype=np.float64)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"the boxes of image {image} are not a list of 4-number boxes ({error}); pass "
+                             f"[{layout}, ...] per image (box_format={box_format!r}).") from None
+        if given.size == 0:
+            result.append(np.zeros((0, 4), np.float32))
+            continue
+        if given.ndim != 2 or given.shape[1] != 4:
+            raise ValueError(f"the boxes of image {image} have shape {tuple(given.shape)}; pass a list of boxes "
+                             f"[{layout}, ...] per image, i.e. shape (num_boxes, 4) (box_format={box_format!r}).")
+        array = given.astype(np.float32)
+        if box_format == "xywh":
+            array = np.concatenate([array[:, :2], array[:, :2] + array[:, 2:]], axis=1)
+        for k in range(len(array)):
+            value = [float(v) for v in given[k]]
+            where = f"box {k} of image {image}, {value} (box_format={box_format!r}, {layout})"
+            x0, y0, x1, y1 = (float(v) for v in array[k])
+            if not np.isfinite(given[k]).all() or not np.isfinite(array[k]).all():
+                raise ValueError(f"{where} is not finite; boxes must be finite pixel coordinates.")
+            if x1 <= x0 or y1 <= y0:
+                rule = ("x_max must exceed x_min and y_max exceed y_min" if box_format == "xyxy"
+                        else "width and height must be > 0")
+                raise ValueError(f"{where} has zero or negative width or height ({rule}); fix or drop the box "
+                                 f"(boxes are read as box_format={box_format!r}; {_BOX_LAYOUT[other]} boxes are "
+                                 f"box_format={other!r}).")
+            if image_sizes is not None:
+                height, width = image_sizes[position]
+                if x1 <= 0 or y1 <= 0 or x0 >= width or y0 >= height:
+                    raise ValueError(f"{where} lies entirely outside the {width}x{height} (width x height) image; a "
+                                     "box may stick out of the image but must overlap it. Check that the box "
+                                     f"belongs to this image and is written as {layout}.")
+        result.append(array)
+    return result
 
 
 def _as_size_tuple(size: Any) -> tuple[int, int]:
@@ -168,6 +348,11 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
     Differences from the parent class: the official OpenCV geometry (parent: torch bilinear/bicubic grid sampling),
     the official letterbox truncation and padding split, the official DARK decoder including its quirks, a pose
     `box_format` option, decoded keypoints in float64, an albedo post-processor and a depth output for pointmaps.
+
+    Pose boxes: `preprocess` / `__call__` read `boxes` in `box_format` (default `"xywh"`, COCO, like transformers;
+    the pipeline and CLI use `"xyxy"` and say so in each call). `post_process_pose_estimation(boxes=...)` requires
+    `box_format=` in the call (or the format-free `bbox_center` / `bbox_scale` / `image_index` from `preprocess`),
+    so that the two steps cannot silently read the same numbers in two formats.
     """
 
     valid_kwargs = Sapiens2HFImageProcessorKwargs
@@ -183,6 +368,8 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
 
     #: `load_image_rgb` as a method, so that pipelines can read inputs without importing this module.
     load_image_rgb = staticmethod(load_image_rgb)
+    #: `validate_pose_boxes` as a method, for the same reason.
+    validate_pose_boxes = staticmethod(validate_pose_boxes)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -234,14 +421,6 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
             return list(KEYPOINT_NAMES_308)
         return [f"keypoint_{i}" for i in range(num_keypoints)]
 
-    def _boxes_to_xyxy(self, boxes: Any, box_format: str) -> np.ndarray:
-        array = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
-        if box_format == "xywh":
-            array = np.concatenate([array[:, :2], array[:, :2] + array[:, 2:]], axis=1)
-        elif box_format != "xyxy":
-            raise ValueError(f"box_format={box_format!r}; use one of {BOX_FORMATS}.")
-        return array.astype(np.float32)
-
     # ------------------------------------------------------------------------------------------------------------
     # pre-processing
     # ------------------------------------------------------------------------------------------------------------
@@ -269,8 +448,12 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
             images: one image or a list of images (path, URL, PIL, numpy `(height, width, 3)` uint8 RGB, tensor).
             segmentation_maps: optional label maps `(height, width)` (seg / letterbox tasks), resized with nearest;
                 letterbox padding gets the ignore index 255.
-            boxes: pose only. Per image a list of boxes in `box_format`, image pixels. `None` uses the whole image
-                as one box per image (the official demo's fallback). An empty list gives no crop for that image.
+            boxes: pose only. Per image a list of boxes `(num_boxes, 4)` in `box_format` (this call's, else the
+                processor's, default `"xywh"`: COCO `[x_min, y_min, width, height]`), image pixels. `None` uses the
+                whole image as one box per image (the official demo's fallback). An empty list gives no crop for
+                that image. Boxes are checked with `validate_pose_boxes`: NaN / inf, zero or negative width or
+                height and boxes entirely outside their image raise a `ValueError` naming the box and `box_format`
+                (boxes sticking partly out of the image are fine, as officially).
             keypoints: pose only, for training targets: per image, per person, `[[x, y, visibility], ...]`.
             task, box_format, size, geometry_backend: override the processor's fields for this call.
             return_geometry_images (`bool`): also return the uint8 RGB crops / resized images (`geometry_images`).
@@ -345,8 +528,7 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
             if len(boxes) != len(arrays):
                 raise ValueError(f"boxes has {len(boxes)} entries for {len(arrays)} images; pass one list of "
                                  "boxes per image (an empty list for an image without people).")
-            per_image = [self._boxes_to_xyxy(b, box_format) if len(b) else np.zeros((0, 4), np.float32)
-                         for b in boxes]
+            per_image = validate_pose_boxes(boxes, box_format, [a.shape[:2] for a in arrays])
         all_boxes, image_index, centers, scales, matrices, crops = [], [], [], [], [], []
         for i, (array, image_boxes) in enumerate(zip(arrays, per_image)):
             if len(image_boxes) == 0:
@@ -427,16 +609,23 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
 
         Args:
             outputs: model output with `heatmaps` (`(num_crops, num_keypoints, height/4, width/4)`).
-            boxes: per image, the boxes given to `preprocess` (in `box_format`); alternatively pass the
-                `bbox_center`, `bbox_scale`, `image_index` (and `boxes_xyxy`, else the reported `bbox` is the crop
-                window `center -/+ scale / 2`) returned by `preprocess`.
+            boxes: per image, a list of the boxes given to `preprocess`, in the `box_format` named in this call
+                (required with `boxes`, see below). Alternatively (format-free, recommended) pass the `bbox_center`,
+                `bbox_scale`, `image_index` (and `boxes_xyxy`, else the reported `bbox` is the crop window
+                `center -/+ scale / 2`) returned by `preprocess`. Given both, they must describe the same boxes.
+            box_format (`str`): `"xywh"` (COCO `[x_min, y_min, width, height]`, transformers' convention and the
+                default of `preprocess`) or `"xyxy"` (`[x_min, y_min, x_max, y_max]`, the pipeline's and CLI's
+                convention). Required with `boxes` and never taken from the processor: heatmaps cannot tell which
+                format `preprocess` used, and reading the boxes in the other one moves every keypoint silently (by
+                half the box's offset and more).
             outputs_flipped: transformers' convention: outputs on flipped crops ALREADY flipped back
                 (the model was called with `flip_pairs`); averaged with `outputs`.
             outputs_on_flipped_input: raw outputs on horizontally flipped crops; flipped back here with
                 `flip_indices` / `flip_pairs` (default: official 308 table) and averaged (official flip test).
             kernel_size: DARK blur kernel (default `blur_kernel_size`, 11).
             threshold: keep only keypoints with a score above it.
-            source_sizes / target_sizes: optionally rescale coordinates from source to target image sizes.
+            source_sizes / target_sizes: optionally rescale coordinates from source to target image sizes;
+                `source_sizes` also lets `boxes` be checked against their images (see `validate_pose_boxes`).
             input_size: crop `(height, width)`; defaults to the processor size.
 
         Returns:
@@ -462,19 +651,34 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
             indices = flip_indices if flip_indices is not None else self.get_flip_indices(heatmaps.shape[1], flip_pairs)
             heatmaps = flip_test_average(heatmaps, raw.float(), indices)
 
-        if bbox_center is None or bbox_scale is None:
-            if boxes is None:
-                raise ValueError("pass the boxes given to preprocess (boxes=) or its bbox_center, bbox_scale and "
-                                 "image_index outputs.")
-            box_format = box_format or self.box_format
-            per_image = [self._boxes_to_xyxy(b, box_format) if len(b) else np.zeros((0, 4), np.float32)
-                         for b in boxes]
+        from_boxes = None
+        if boxes is not None:
+            if box_format is None:
+                raise ValueError(
+                    "post_process_pose_estimation got boxes= without box_format=. Name the format the boxes were "
+                    "given to preprocess in: box_format='xywh' (COCO [x_min, y_min, width, height], preprocess's "
+                    "default) or box_format='xyxy' ([x_min, y_min, x_max, y_max], as in the pipeline and README); "
+                    "decoding in the other format shifts the keypoints without any error. Or pass the bbox_center, "
+                    "bbox_scale, image_index and boxes_xyxy returned by preprocess instead of boxes.")
+            sizes = None if source_sizes is None else _sizes_list(source_sizes, len(boxes), "source_sizes")
+            per_image = validate_pose_boxes(boxes, box_format, sizes)
             flat = np.concatenate(per_image) if per_image else np.zeros((0, 4), np.float32)
             center, scale = boxes_to_center_scale(flat, input_size, self.bbox_padding)
-            bbox_center, bbox_scale = torch.from_numpy(center), torch.from_numpy(scale)
-            boxes_xyxy = torch.from_numpy(flat)
-            image_index = torch.tensor([i for i, b in enumerate(per_image) for _ in range(len(b))], dtype=torch.long)
-            num_images = len(per_image)
+            from_boxes = (torch.from_numpy(center), torch.from_numpy(scale), torch.from_numpy(flat),
+                          torch.tensor([i for i, b in enumerate(per_image) for _ in range(len(b))], dtype=torch.long),
+                          len(per_image))
+            if bbox_center is not None and bbox_scale is not None and not (
+                    bbox_center.shape == from_boxes[0].shape and bbox_scale.shape == from_boxes[1].shape
+                    and torch.allclose(bbox_center.cpu().float(), from_boxes[0], rtol=1e-5, atol=1e-3)
+                    and torch.allclose(bbox_scale.cpu().float(), from_boxes[1], rtol=1e-5, atol=1e-3)):
+                raise ValueError(f"boxes= read with box_format={box_format!r} do not match the bbox_center / "
+                                 "bbox_scale given (those preprocess cropped); pass the box_format preprocess used, "
+                                 "or only one of the two.")
+        if bbox_center is None or bbox_scale is None:
+            if from_boxes is None:
+                raise ValueError("pass the boxes given to preprocess (boxes= with box_format=) or its bbox_center, "
+                                 "bbox_scale and image_index outputs.")
+            bbox_center, bbox_scale, boxes_xyxy, image_index, num_images = from_boxes
         else:
             if image_index is None:
                 image_index = torch.zeros(len(bbox_center), dtype=torch.long)
@@ -567,6 +771,11 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
         r"""
         Logits -> class maps, the official way: bilinear resize of the logits (align_corners=False), then argmax.
 
+        Memory: the class maps are computed a few channels at a time (`resize_logits_argmax`), so an 8000x6000 photo
+        needs well under 2 GB instead of the 5.6 GB of resizing all 29 channels at once; the labels are
+        bit-identical. `return_segmentation_scores=True` materialises all resized logits
+        (`num_labels * height * width` float32) and so costs that memory again.
+
         Args:
             outputs: model output with `logits` (`(batch_size, num_labels, height, width)`).
             target_sizes: per image `(height, width)` (the original sizes); `None` keeps the model resolution.
@@ -578,15 +787,13 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
         """
         logits = outputs.logits if hasattr(outputs, "logits") else outputs
         sizes = _sizes_list(target_sizes, logits.shape[0], "target_sizes")
-        paddings = [(0, 0, 0, 0)] * logits.shape[0]
-        resized = self._finish_maps(logits, paddings, sizes, resize_maps_bilinear)
-        results = []
-        for scores in resized:
+        if return_segmentation_scores:
+            paddings = [(0, 0, 0, 0)] * logits.shape[0]
+            resized = self._finish_maps(logits, paddings, sizes, resize_maps_bilinear)
             # max(dim).indices: the first maximum like argmax, but ~2x faster over the channel axis on CPU
-            segmentation = scores.max(dim=0).indices
-            results.append({"segmentation": segmentation, "segmentation_scores": scores}
-                           if return_segmentation_scores else segmentation)
-        return results
+            return [{"segmentation": scores.max(dim=0).indices, "segmentation_scores": scores} for scores in resized]
+        return [resize_logits_argmax(logits[i], sizes[i] if sizes is not None else tuple(logits.shape[-2:]))
+                for i in range(logits.shape[0])]
 
     def post_process_normal_estimation(
         self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
@@ -682,4 +889,6 @@ def _split_boxes(boxes_xyxy: torch.Tensor, image_index: torch.Tensor, num_images
     return [boxes_xyxy[image_index == i] for i in range(num_images)]
 
 
-__all__ = ["Sapiens2HFImageProcessor", "image_processor_for_task", "load_image_rgb", "TASKS"]
+__all__ = [
+    "Sapiens2HFImageProcessor", "image_processor_for_task", "load_image_rgb", "validate_pose_boxes", "TASKS",
+]

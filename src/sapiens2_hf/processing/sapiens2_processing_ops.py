@@ -530,21 +530,13 @@ def _band_matrix(kernel: torch.Tensor, size_in: int, size_out: int, offset: int)
                                                                                        device=kernel.device))
 
 
-class _full_fp32_matmul:
-    """Disable TF32 for the blur's matrix products on CUDA (a 1e-3 relative error would spoil the refinement)."""
-
-    def __enter__(self):
-        self.saved = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-
-    def __exit__(self, *exc):
-        torch.backends.cuda.matmul.allow_tf32 = self.saved
-
-
 def gaussian_blur_zero_padded(maps: torch.Tensor, kernel_size: int = 11, valid: bool = False) -> torch.Tensor:
     """``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` of maps surrounded by zeros (separable: rows, then columns).
 
-    Computed as two banded matrix products (fast on CPU BLAS and on GPUs; TF32 is disabled for them).
+    Computed as two banded matrix products (fast on CPU BLAS and on GPUs). On CUDA they run in float64 and are
+    rounded back to float32: CUDA may run float32 products in TF32 (a 1e-3 relative error would spoil the DARK
+    refinement), and that switch is process-wide (`torch.backends.cuda.matmul`), so it is neither read nor changed
+    here. TF32 does not exist on the CPU or MPS, where the products stay in float32.
 
     Args:
         maps (`torch.Tensor` of shape `(..., height, width)`), float32.
@@ -556,9 +548,11 @@ def gaussian_blur_zero_padded(maps: torch.Tensor, kernel_size: int = 11, valid: 
     height, width = maps.shape[-2:]
     out_h, out_w = (height - 2 * half, width - 2 * half) if valid else (height, width)
     offset = half if valid else 0
-    with _full_fp32_matmul():
-        rows = maps @ _band_matrix(kernel, width, out_w, offset)  # (..., height, out_w)
-        return _band_matrix(kernel, height, out_h, offset).transpose(0, 1) @ rows  # (..., out_h, out_w)
+    compute_dtype = torch.float64 if maps.device.type == "cuda" else maps.dtype
+    kernel = kernel.to(compute_dtype)
+    rows = maps.to(compute_dtype) @ _band_matrix(kernel, width, out_w, offset)  # (..., height, out_w)
+    blurred = _band_matrix(kernel, height, out_h, offset).transpose(0, 1) @ rows  # (..., out_h, out_w)
+    return blurred.to(maps.dtype)
 
 
 def gaussian_blur_preserve_max(heatmaps: torch.Tensor, kernel_size: int = 11) -> torch.Tensor:
@@ -814,6 +808,85 @@ def resize_maps_bilinear(maps: torch.Tensor, output_size: tuple[int, int]) -> to
         return maps
     return F.interpolate(maps, size=tuple(int(v) for v in output_size), mode="bilinear", align_corners=False,
                          antialias=False)
+
+
+#: Resized-logit elements held at once by `resize_logits_argmax` (2**25 float32 = 128 MiB per chunk).
+SEGMENTATION_CHUNK_ELEMENTS = 2**25
+
+
+def resize_logits_argmax(
+    logits: torch.Tensor, output_size: tuple[int, int], max_chunk_elements: int = SEGMENTATION_CHUNK_ELEMENTS
+) -> torch.Tensor:
+    """Class map of bilinearly resized logits, `resize_maps_bilinear(logits[None], size)[0].max(0).indices`, with
+    bounded memory.
+
+    Resizing all channels of a photo-sized output at once costs `num_labels * height * width * 4` bytes (29 channels
+    of an 8000x6000 photo: 5.6 GB). Here the channels are resized a group at a time (at most `max_chunk_elements`
+    resized values per group) and a running maximum keeps the first best class, so the peak is about
+    `(group + 2) * height * width * 4` bytes plus the int64 result (8000x6000, 29 classes: about 0.5 GB, measured
+    1.4 GB RSS for the whole process instead of 6.8 GB). The labels are bit-identical to the one-shot computation:
+    each output value of a bilinear resize depends only on its own channel, so resizing a group of channels yields
+    the same values as resizing all of them (given the group sizes chosen below). Chunking by channel rather than by
+    output row is what makes this exact: a band of rows cannot be given to `F.interpolate` with the source
+    coordinates of the full resize, and recomputing them by hand would round differently.
+
+    Ties resolve to the lowest class and NaN wins, as in `torch.max(dim=0)` (`argmax` semantics).
+
+    Args:
+        logits (`torch.Tensor` of shape `(num_labels, height, width)`), floating point.
+        output_size (`tuple[int, int]`): `(height, width)` of the class map.
+        max_chunk_elements (`int`, defaults to `SEGMENTATION_CHUNK_ELEMENTS`): resized values held at once; at
+            least one channel is always resized at a time.
+
+    Returns:
+        `torch.Tensor` of shape `output_size`, int64, class ids in `[0, num_labels)`, on the logits' device.
+    """
+    if max_chunk_elements < 1:
+        raise ValueError(f"max_chunk_elements must be >= 1, got {max_chunk_elements}.")
+    num_labels = logits.shape[0]
+    out_h, out_w = (int(v) for v in output_size)
+    group = max(1, min(num_labels, max_chunk_elements // max(1, out_h * out_w)))
+    # PyTorch's CPU bilinear kernel has its own path for exactly 3 channels (one thread: channels-last, as for RGB
+    # images; see upsample_bilinear2d_kernel_impl_float in ATen's UpSampleKernel.cpp), which rounds differently, so
+    # no group (nor the last, partial one) may hold 3 channels; every other channel count takes the generic path,
+    # whose value for one output element does not depend on the other channels (so do CUDA's kernels). Outputs with
+    # height + width <= 128 take a channels-last path for any count, but they never need chunking.
+    while 1 < group < num_labels and (group == 3 or num_labels % group == 3):
+        group -= 1
+    if group >= num_labels or num_labels <= 3:
+        return resize_maps_bilinear(logits[None], (out_h, out_w))[0].max(dim=0).indices
+    # uint8 / int16 running indices: 1-2 bytes per pixel instead of int64's 8 while looping
+    index_dtype = torch.uint8 if num_labels <= 256 else torch.int16 if num_labels <= 32768 else torch.int64
+    # bilinear weights are in [0, 1]: finite logits give finite resized values, so the NaN rule costs nothing then
+    nan_possible = not bool(torch.isfinite(logits).all())
+    best_value = best_index = None
+    for start in range(0, num_labels, group):
+        scores = resize_maps_bilinear(logits[None, start : start + group], (out_h, out_w))[0]  # (group, H, W)
+        if scores.shape[0] == 1:
+            value, index = scores[0], None
+        else:
+            value, index = scores.max(dim=0)
+            index = (index + start).to(index_dtype)
+        del scores
+        if best_value is None:
+            # a same-size "resize" returns the logits themselves; the running maximum is updated in place
+            best_value = value.clone() if (out_h, out_w) == tuple(logits.shape[-2:]) and index is None else value
+            best_index = torch.full_like(value, start, dtype=index_dtype) if index is None else index
+            continue
+        # strictly greater: an equal value keeps the earlier class (first maximum); NaN beats any number
+        better = value > best_value
+        if nan_possible:
+            better |= value.isnan() & ~best_value.isnan()
+            best_value = torch.where(better, value, best_value)
+        else:
+            torch.maximum(best_value, value, out=best_value)
+        if index is None:
+            best_index.masked_fill_(better, start)
+        else:
+            best_index = torch.where(better, index, best_index)
+        del value, index, better
+    del best_value
+    return best_index.to(torch.int64)
 
 
 def gaussian_blur_reflect(maps: torch.Tensor, kernel_size: int = 3, sigma: float = 0.8) -> torch.Tensor:
