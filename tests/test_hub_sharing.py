@@ -150,14 +150,18 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
     assert vanilla.returncode == 0 and "ok" in vanilla.stdout, vanilla.stderr
 
 
-def test_save_for_hub_replaces_a_folder_atomically(tmp_path):
+def test_save_for_hub_replaces_only_its_own_files(tmp_path):
     from sapiens2_hf.hub import save_for_hub
 
     model = sapiens2_hf.Sapiens2ForSemanticSegmentation(sapiens2_hf.tiny_config("seg"))
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "old.txt").write_text("previous version")
-    save_for_hub(model, tmp_path / "repo")
-    assert not (tmp_path / "repo" / "old.txt").exists() and (tmp_path / "repo" / "model.safetensors").is_file()
+    with pytest.raises(FileExistsError, match="not empty"):
+        save_for_hub(model, tmp_path / "repo")
+    save_for_hub(model, tmp_path / "repo", overwrite=True)
+    # Files save_for_hub did not write are never deleted (see tests/test_field_training.py for .git and stale shards).
+    assert (tmp_path / "repo" / "old.txt").read_text() == "previous version"
+    assert (tmp_path / "repo" / "model.safetensors").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["repo"]  # no staging or backup folders left behind
 
 

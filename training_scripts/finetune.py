@@ -5,7 +5,15 @@
         --dataset folder --train_images data/img --train_targets data/seg --output_dir runs/seg --bf16
     accelerate launch --config_file training_scripts/accelerate_configs/fsdp.yaml training_scripts/finetune.py ...
 
-Every option: `python training_scripts/finetune.py --help` (ours plus all of transformers.TrainingArguments).
+    # LoRA: the adapter folder records its base and loads with from_pretrained / pipeline; merge it for plain use
+    python training_scripts/finetune.py --task pose --backbone_name_or_path runs/pretrain/backbone --use_lora \
+        --output_dir runs/pose_lora
+    sapiens2-hf merge runs/pose_lora/adapter --out runs/pose_merged
+
+`--seed` is applied before the model and data are built; `--resume_from_checkpoint True` resumes from the latest
+checkpoint in --output_dir; bad records are skipped and listed in <output_dir>/skipped_samples.json (`--strict`
+stops at the first one). Every option: `python training_scripts/finetune.py --help` (ours plus all of
+transformers.TrainingArguments).
 """
 
 import sys

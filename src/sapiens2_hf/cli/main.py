@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_demo_subparser(subparsers)
     add_predict_subparsers(subparsers)
+    from .merge import add_merge_subparser; add_merge_subparser(subparsers)  # noqa: E702 (one line: shared file)
     return parser
 
 

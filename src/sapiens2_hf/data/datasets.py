@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .validation import SampleLoadError, sample_file
+
 
 def sample_generator(seed: int, epoch: int, index: int, attempt: int = 0) -> torch.Generator:
     """A `torch.Generator` seeded from `(seed, epoch, index, attempt)` through numpy's `SeedSequence` (well mixed,
@@ -51,7 +53,16 @@ class Sapiens2TaskDataset(Dataset):
         record_index = int(index)
         for attempt in range(self.max_attempts):
             generator = sample_generator(self.seed, self.epoch, index, attempt)
-            example = self.transform(dict(self.source[record_index]), generator)
+            record = self.source[record_index]
+            try:
+                example = self.transform(dict(record), generator)
+            except Exception as error:
+                # Decoders and transforms rarely say which file they were given; the message must, or one corrupt
+                # file among millions cannot be found.
+                raise SampleLoadError(
+                    f"Could not load sample {record_index} ({sample_file(record) or 'in-memory record'}): "
+                    f"{type(error).__name__}: {error}"
+                ) from error
             if example is not None:
                 return example
             record_index = int(torch.randint(len(self.source), (), generator=generator))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 
 from huggingface_hub import ModelCard, ModelCardData
@@ -26,6 +27,11 @@ _PIPELINE_TASKS = {None: None, "pose": "sapiens2-pose", "seg": "sapiens2-segment
                    "pointmap": "sapiens2-pointmap", "albedo": "sapiens2-albedo"}
 _TRANSFORMERS_AUTO = {None: "AutoModel", "pose": "AutoModelForPoseEstimation", "seg": "AutoModelForSemanticSegmentation",
                       "normal": "AutoModelForNormalEstimation", "pointmap": "AutoModelForPointmapEstimation"}
+
+
+def _is_hub_id(name: str) -> bool:
+    """`namespace/name` that is not a local path (the only form the card's `base_model` field takes)."""
+    return name.count("/") == 1 and not os.path.isabs(name) and not os.path.exists(name)
 
 
 def _template(name: str = "sapiens2_task.md") -> str:
@@ -54,10 +60,19 @@ def render_model_card(
     eval_results: dict[str, float] | None = None,
     eval_dataset: str | None = None,
     limitations: str = "",
+    adapter_base: str | None = None,
 ) -> ModelCard:
-    """Fills the card template from a config. `eval_results` (metric name -> value) go to the YAML model-index."""
+    """Fills the card template from a config. `eval_results` (metric name -> value) go to the YAML model-index.
+
+    With `adapter_base` the card describes a LoRA adapter of that base (a Hub id or a local path): loading, the
+    pipeline and `sapiens2-hf merge`. A Hub id also becomes the YAML `base_model` (a local path cannot).
+    """
     pipeline_tag, task_description, class_name, output_description = _TASK_FACTS[config.task]
     tags = ["sapiens2", "sapiens2_hf", "human-centric", "vision"] + ([config.task] if config.task else [])
+    if adapter_base is not None:
+        tags += ["lora", "peft"]
+        if base_model is None and _is_hub_id(adapter_base):
+            base_model = adapter_base
     eval_kwargs = {}
     if eval_results:
         from huggingface_hub import EvalResult
@@ -69,7 +84,7 @@ def render_model_card(
         ]
         eval_kwargs["model_name"] = repo_id.split("/")[-1]
     card_data = ModelCardData(
-        library_name="transformers" if config.task != "albedo" else "sapiens2_hf",
+        library_name="transformers" if config.task != "albedo" and adapter_base is None else "sapiens2_hf",
         pipeline_tag=pipeline_tag,
         tags=tags,
         license="other",
@@ -98,14 +113,29 @@ def render_model_card(
     else:
         transformers_usage = ("transformers has no class for this model; load it with `sapiens2_hf`, or with "
                               "`trust_remote_code=True` when the repository ships the sapiens2_hf modeling files.")
+    title = f"Sapiens2 {config.variant or 'custom-size'} - {task_description}"
+    summary = (f"A Sapiens2 model ({task_description.lower()}) in the Hugging Face format, loadable with "
+               "`sapiens2_hf` (exact official numerics) and, for the tasks it supports, plain transformers.")
+    if adapter_base is not None:
+        title += " (LoRA adapter)"
+        summary = (
+            f"A LoRA adapter (peft format) for Sapiens2 {task_description.lower()}, trained on top of `{adapter_base}` "
+            "(recorded as `base_model_name_or_path` in adapter_config.json); the decode head is stored in full. "
+            f"`sapiens2_hf.{class_name}.from_pretrained` and the pipeline load the base, apply the adapter and merge "
+            "it; `sapiens2-hf merge <this adapter> --out <folder>` writes the merged model as a plain model folder."
+        )
+        transformers_usage = (
+            "transformers alone does not rebuild this adapter's model (a fresh Sapiens2 head trained in full on top of "
+            "the LoRA backbone). Merge it first with `sapiens2-hf merge <this adapter> --out <folder>`; the merged "
+            "folder loads with plain transformers like any Sapiens2 checkpoint."
+        )
     evaluation = (
         "\n".join(f"- {name}: {value:.4g}" for name, value in eval_results.items()) if eval_results else "Not evaluated yet."
     )
     values = {
         "card_data": card_data.to_yaml(),
-        "title": f"Sapiens2 {config.variant or 'custom-size'} - {task_description}",
-        "summary": (f"A Sapiens2 model ({task_description.lower()}) in the Hugging Face format, loadable with "
-                    "`sapiens2_hf` (exact official numerics) and, for the tasks it supports, plain transformers."),
+        "title": title,
+        "summary": summary,
         "task_description": task_description,
         "hidden_size": config.hidden_size,
         "num_layers": config.num_hidden_layers,

@@ -8,7 +8,10 @@ transformers also loads them without remote code.
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -19,6 +22,9 @@ from huggingface_hub import HfApi, ModelCard
 from ..visualization.io import current_umask
 from ..modeling import Sapiens2PreTrainedModel
 from .model_card import render_model_card
+
+
+logger = logging.getLogger(__name__)
 
 # The transformers Auto class a model of each task registers under for remote code (albedo has none: AutoModel).
 _AUTO_CLASS = {
@@ -73,6 +79,33 @@ def _ship_pipeline(folder: Path, task: str) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+# Weight files of ours: on `overwrite=True`, any of them not written this time (the shards of an earlier, larger save,
+# or an index that would point transformers at them) are removed as stale. Everything else that is not written this
+# time (.git, .gitattributes, the user's own files, an older processor config or modeling file) is left untouched;
+# what is written (weights, config.json, preprocessor_config.json, README.md, modeling files) replaces its old copy.
+_WEIGHT_FILE_PATTERNS = (
+    "model.safetensors",
+    "model-?????-of-?????.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model-?????-of-?????.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def _move_into(source: Path, destination: Path) -> None:
+    """Atomically puts `source` at `destination` (a reader sees the old file or the new one, never a partial one)."""
+    try:
+        os.replace(source, destination)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        # Staging is on another filesystem: copy next to the destination first, so the final rename stays atomic.
+        temporary = destination.with_name(f".{destination.name}.tmp-{os.getpid()}")
+        shutil.copyfile(source, temporary)
+        os.replace(temporary, destination)
+
+
 def save_for_hub(
     model: Sapiens2PreTrainedModel,
     folder: str | os.PathLike,
@@ -80,20 +113,42 @@ def save_for_hub(
     card: ModelCard | None = None,
     remote_code: bool = True,
     card_kwargs: dict | None = None,
+    overwrite: bool = False,
 ) -> Path:
-    """Writes a complete repository folder (atomically: into a temporary folder, then moved into place).
+    """Writes a complete repository folder: weights, config.json, preprocessor_config.json (with `image_processor`),
+    README.md and, with `remote_code`, the modeling files.
+
+    Everything is first written to a staging folder beside `folder`. A new folder is then moved into place as a
+    whole; into an existing one each file is moved with an atomic rename, so a reader never sees a partly written
+    file. Nothing we did not write is ever deleted: an existing non-empty folder (a git clone of the Hub repo, an
+    earlier save) is refused unless `overwrite=True`, and even then only our own files are replaced (stale ones of
+    ours, the weight shards of an earlier save, removed); `.git` and any other file stay.
 
     Args:
         model: the model to save.
-        folder: destination; an existing folder is replaced only after the new one is fully written.
+        folder: destination.
         image_processor: saved as preprocessor_config.json when given.
         card: a ready model card; by default one is rendered from the config (`render_model_card(**card_kwargs)`).
         remote_code: ship the modeling files with an `auto_map` (see `enable_remote_code`).
+        overwrite: write into a non-empty `folder`, replacing the files listed above.
     """
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"{folder} exists and is not a folder.")
+    if folder.is_dir() and any(folder.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"{folder} exists and is not empty; choose another folder or pass overwrite=True, which replaces only "
+            "the files save_for_hub writes (weights, config.json, preprocessor_config.json, README.md, modeling "
+            "files) and keeps .git and every other file."
+        )
+    leftover = folder.with_name(f".{folder.name}.old")
+    if leftover.exists():
+        logger.warning("%s is left over from an interrupted save; it is not used any more and can be deleted.",
+                       leftover)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    staging.chmod(0o777 & ~current_umask())  # mkdtemp makes an owner-only folder; the result is a normal one
+    # A unique name, so leftovers of an interrupted save never collide with this one.
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
+    staging.chmod(0o777 & ~current_umask())  # mkdtemp makes an owner-only folder; a new repo is a normal one
     try:
         if remote_code:
             enable_remote_code(model, image_processor)
@@ -107,13 +162,18 @@ def save_for_hub(
                 model.config, num_parameters=sum(p.numel() for p in model.parameters()), **(card_kwargs or {})
             )
         card.save(staging / "README.md")
-        if folder.exists():
-            backup = folder.with_name(f".{folder.name}.old")
-            os.replace(folder, backup)
+        if not folder.exists():
             os.replace(staging, folder)
-            shutil.rmtree(backup)
-        else:
-            os.replace(staging, folder)
+            return folder
+        written = sorted(p.relative_to(staging) for p in staging.rglob("*") if p.is_file())
+        for relative in written:
+            (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+            _move_into(staging / relative, folder / relative)
+        written_names = {str(relative) for relative in written}
+        for path in folder.iterdir():
+            stale = any(fnmatch.fnmatchcase(path.name, pattern) for pattern in _WEIGHT_FILE_PATTERNS)
+            if stale and path.is_file() and path.name not in written_names:
+                path.unlink()
     finally:
         if staging.exists():
             shutil.rmtree(staging)

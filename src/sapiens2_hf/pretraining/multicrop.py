@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..data.validation import SampleLoadError, SkippedSample, describe_skipped, validate_image_files
 from ..processing.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
 from .masking import num_kept_patches, random_patch_masks
 
@@ -338,30 +339,45 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
             `{"bytes", "path"}` cells).
         image_column (`str`, defaults to `"image"`): the column of a `datasets.Dataset` holding the images.
         seed (`int`, defaults to 0): base seed of the per-example seeds.
+        validate (`bool`, defaults to `True`): check a list of image files up front (missing, empty, unreadable or
+            truncated files; see `sapiens2_hf.data.validation`) and leave the bad ones out, listed in `skipped`.
+            In-memory images and `datasets` sources are not checked here (that would decode every image); a bad one
+            fails when it is read, with an error naming it.
+        strict (`bool`, defaults to `False`): with `validate`, raise `BadSampleError` on the first bad file instead.
+
+    Attributes:
+        skipped (`list[SkippedSample]`): the files left out by the up-front check.
     """
 
-    def __init__(self, source, image_column: str = "image", seed: int = 0):
-        self.source = source
+    def __init__(self, source, image_column: str = "image", seed: int = 0, validate: bool = True,
+                 strict: bool = False):
         self.image_column = image_column
         self.seed = seed
         self.epoch = 0
+        self.skipped: list[SkippedSample] = []
         if hasattr(source, "column_names") and image_column not in source.column_names:
             raise ValueError(
                 f"The dataset has no column {image_column!r} (columns: {source.column_names}); pass image_column=..."
             )
+        is_file_list = isinstance(source, (list, tuple)) and all(isinstance(i, (str, os.PathLike)) for i in source)
+        if validate and is_file_list and len(source):
+            source, self.skipped = validate_image_files(source, strict=strict)
+        self.source = source
         if len(self) == 0:
-            raise ValueError("The pretraining dataset is empty.")
+            detail = f" ({describe_skipped(self.skipped)})" if self.skipped else ""
+            raise ValueError(f"The pretraining dataset is empty{detail}.")
 
     @classmethod
-    def from_folder(cls, folder: str | os.PathLike, seed: int = 0, extensions: tuple[str, ...] = IMAGE_EXTENSIONS):
-        """All image files under `folder` (recursively, sorted by path)."""
+    def from_folder(cls, folder: str | os.PathLike, seed: int = 0, extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
+                    strict: bool = False):
+        """All image files under `folder` (recursively, sorted by path), checked up front (see `validate`)."""
         root = Path(folder)
         if not root.is_dir():
             raise ValueError(f"{root} is not a folder.")
         paths = sorted(str(p) for p in root.rglob("*") if p.is_file() and p.suffix.lower() in extensions)
         if not paths:
             raise ValueError(f"No image files ({', '.join(extensions)}) found under {root}.")
-        return cls(paths, seed=seed)
+        return cls(paths, seed=seed, strict=strict)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -379,8 +395,13 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
         if isinstance(item, (str, os.PathLike, io.BytesIO)):
             from PIL import Image
 
-            with Image.open(item) as pil_image:
-                item = pil_image.convert("RGB")
+            name = f"image {index}" if isinstance(item, io.BytesIO) else str(item)
+            try:
+                with Image.open(item) as pil_image:
+                    item = pil_image.convert("RGB")
+            except (OSError, ValueError, SyntaxError) as error:
+                # PIL's "image file is truncated" names no file; among millions of images the message must.
+                raise SampleLoadError(f"Could not read pretraining image {index} ({name}): {error}") from error
         image = to_float_image(item).round().clamp(0, 255).to(torch.uint8)
         return {"image": image, "seed": example_seed(self.seed, self.epoch, index)}
 

@@ -6,6 +6,7 @@ from .lora import (
     apply_lora,
     load_task_adapters,
     lora_config,
+    merge_lora,
     save_lora_adapter,
     trainable_parameter_count,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "layer_id",
     "load_task_adapters",
     "lora_config",
+    "merge_lora",
     "official_schedule",
     "parameter_groups",
     "save_lora_adapter",

@@ -26,8 +26,10 @@ class ModelArguments:
     )
     head_preset: str | None = field(
         default=None,
-        metadata={"help": "With --backbone_name_or_path: the head layout (`tiny` or an official size id); default "
-                          "the official head of the backbone's own size."},
+        metadata={"help": "With --backbone_name_or_path: the head layout (`tiny`, an official size id, or a JSON "
+                          "head-config object); default the official head of the backbone's own size, and for a "
+                          "backbone of no official size `tiny` (smaller than every official size) or the head of the "
+                          "nearest official size (logged)."},
     )
     layer_decay_rate: float | None = field(
         default=None,
@@ -74,7 +76,19 @@ class DataArguments:
     synthetic_image_size: int = field(
         default=256, metadata={"help": "Longer side of the rendered synthetic images (pixels)."}
     )
-    input_height: int | None = field(default=None, metadata={"help": "Network input height (default: config)."})
-    input_width: int | None = field(default=None, metadata={"help": "Network input width (default: config)."})
+    input_height: int | None = field(
+        default=None,
+        metadata={"help": "Network input height (default: the model's / backbone's config image_size; 256 for a model "
+                          "of no official size whose config only has the native 1024x768)."},
+    )
+    input_width: int | None = field(
+        default=None, metadata={"help": "Network input width (default: see --input_height)."}
+    )
     augment: bool = field(default=True, metadata={"help": "Official training augmentations."})
     data_seed_offset: int = field(default=0, metadata={"help": "Added to --seed for the augmentation streams."})
+    strict: bool = field(
+        default=False,
+        metadata={"help": "Stop at start on the first bad record (zero-size box, non-finite keypoints, missing or "
+                          "truncated file). Default: skip bad records and list them in "
+                          "<output_dir>/skipped_samples.json."},
+    )

@@ -43,12 +43,107 @@ def apply_lora(model: nn.Module, task: str, **kwargs) -> PeftModel:
     return get_peft_model(model, lora_config(task, **kwargs))
 
 
-def save_lora_adapter(peft_model: PeftModel, output_dir: str | Path) -> None:
-    """Save the adapter (peft format: `adapter_config.json`, `adapter_model.safetensors`, heads included) plus the
-    task model's `config.json`, so `load_task_adapters` can rebuild the head without the original model."""
+def save_lora_adapter(
+    peft_model: PeftModel,
+    output_dir: str | Path,
+    base_model_name_or_path: str | None = None,
+    image_processor=None,
+    eval_results: dict[str, float] | None = None,
+) -> None:
+    """Save a self-describing adapter folder.
+
+    It holds the peft adapter (`adapter_config.json` with `base_model_name_or_path`, `adapter_model.safetensors`
+    with the LoRA weights and the heads in full), the task model's `config.json` (the head layout, labels, input
+    size), the image processor's `preprocessor_config.json` when given, and a model card (README.md). With the base
+    recorded, `Sapiens2For<Task>.from_pretrained(output_dir)`, `pipeline("sapiens2-<task>", model=output_dir)` and
+    `merge_lora` rebuild base + adapter; `load_task_adapters` needs only the config.
+
+    Args:
+        peft_model (`PeftModel`): A model wrapped by `apply_lora`.
+        output_dir (`str` or `Path`): The adapter folder.
+        base_model_name_or_path (`str`, *optional*): What the adapter applies to: the backbone or task model the
+            run started from (Hub id or path; a relative path is read relative to the adapter folder). Without it,
+            peft records the base model's `name_or_path`, which is empty for a model built from a backbone, and
+            nothing can load the adapter.
+        image_processor (*optional*): Saved beside the adapter (the pipeline reads it).
+        eval_results (`dict[str, float]`, *optional*): Metrics for the card.
+    """
+    from ..hub.model_card import render_model_card
+
     output_dir = Path(output_dir)
+    base_model = peft_model.get_base_model()
+    if base_model_name_or_path is not None:
+        for adapter_config in peft_model.peft_config.values():
+            adapter_config.base_model_name_or_path = str(base_model_name_or_path)
     peft_model.save_pretrained(output_dir, safe_serialization=True)
-    peft_model.get_base_model().config.save_pretrained(output_dir)
+    config = base_model.config
+    config.architectures = [type(base_model).__name__]
+    config.save_pretrained(output_dir)
+    if image_processor is not None:
+        image_processor.save_pretrained(output_dir)
+    base = peft_model.peft_config[peft_model.active_adapter].base_model_name_or_path
+    num_parameters = sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" not in n)
+    card = render_model_card(
+        config,
+        num_parameters=num_parameters,
+        source=f"LoRA fine-tuned with sapiens2_hf.training ({config.task})",
+        eval_results=eval_results,
+        eval_dataset="evaluation set" if eval_results else None,
+        adapter_base=base or "unknown base (set base_model_name_or_path in adapter_config.json)",
+    )
+    card.save(output_dir / "README.md")  # replaces peft's placeholder card
+
+
+def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False, remote_code: bool = True) -> Path:
+    """Merge a LoRA adapter folder (or Hub repo) written by `save_lora_adapter` into a plain model folder.
+
+    The base named in the adapter's `adapter_config.json` is loaded, the adapter applied and merged into its weights
+    (the heads, trained in full, are kept), and the result saved with `sapiens2_hf.hub.save_for_hub`: weights,
+    config, the adapter's image processor, a card and the remote-code files. The folder loads with
+    `Sapiens2For<Task>.from_pretrained` and gives the outputs of base + adapter (up to float rounding of the merge).
+
+    Args:
+        adapter (`str` or `Path`): The adapter folder or Hub repo id.
+        out_dir (`str` or `Path`): Destination; an existing non-empty folder needs `overwrite=True` (see
+            `save_for_hub`: only the files it writes are replaced).
+        overwrite (`bool`, *optional*, defaults to `False`): Replace our files in a non-empty `out_dir`.
+        remote_code (`bool`, *optional*, defaults to `True`): Ship the modeling files (`trust_remote_code`).
+
+    Returns:
+        `Path`: `out_dir`.
+    """
+    import json
+
+    from huggingface_hub import hf_hub_download
+
+    from ..hub.sharing import save_for_hub
+    from ..processing import Sapiens2HFImageProcessor, image_processor_for_task
+
+    adapter = str(adapter)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:  # fail before the (slow) load
+        raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True "
+                              "(--overwrite).")
+    config = Sapiens2Config.from_pretrained(adapter)
+    if config.task is None:
+        raise ValueError(f"{adapter}: the adapter's config.json names no task.")
+    model = model_class_for_task(config.task).from_pretrained(adapter)
+    if isinstance(model, PeftModel):
+        raise ValueError(f"{adapter} did not load as a LoRA adapter folder (adapter_config.json + config.json).")
+    try:
+        processor = Sapiens2HFImageProcessor.from_pretrained(adapter)
+    except OSError:  # adapters saved before the processor travelled with them
+        height, width = config.image_size_hw
+        processor = image_processor_for_task(config.task, size={"height": height, "width": width})
+    adapter_config_file = Path(adapter) / "adapter_config.json"
+    if not adapter_config_file.is_file():
+        adapter_config_file = Path(hf_hub_download(adapter, "adapter_config.json"))
+    base = json.loads(adapter_config_file.read_text()).get("base_model_name_or_path")
+    card_kwargs = {"source": f"LoRA adapter {adapter} merged into {base} with sapiens2_hf.training.merge_lora"}
+    if base and base.count("/") == 1 and not Path(base).exists():
+        card_kwargs["base_model"] = base
+    return save_for_hub(model, out_dir, image_processor=processor, remote_code=remote_code, overwrite=overwrite,
+                        card_kwargs=card_kwargs)
 
 
 def set_lora_adapter(module: nn.Module, adapter_name: str) -> None:

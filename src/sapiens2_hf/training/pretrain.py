@@ -26,7 +26,9 @@ from ..pretraining import (
     Sapiens2PreTrainingConfig,
     tiny_pretraining_config,
 )
+from ..data.validation import describe_skipped, write_skipped_samples
 from .pretrain_trainer import Sapiens2PreTrainingTrainer
+from .run_setup import resolve_resume_checkpoint, seed_run
 
 
 logger = logging.get_logger(__name__)
@@ -62,6 +64,11 @@ class PretrainingArguments:
         default=None, metadata={"help": "Where to export the backbone (default: <output_dir>/backbone)."}
     )
     export_which: str = field(default="student", metadata={"help": "Backbone to export: 'student' or 'teacher'."})
+    strict: bool = field(
+        default=False,
+        metadata={"help": "Stop at start on the first missing, unreadable or truncated image of --image_folder. "
+                          "Default: skip bad images and list them in <output_dir>/skipped_samples.json."},
+    )
 
 
 def _json_dict(text: str | None, name: str) -> dict:
@@ -78,7 +85,7 @@ def build_dataset(args: PretrainingArguments, seed: int) -> PretrainingImageData
     if (args.image_folder is None) == (args.dataset_name is None):
         raise ValueError("Pass exactly one of --image_folder and --dataset_name.")
     if args.image_folder is not None:
-        return PretrainingImageDataset.from_folder(args.image_folder, seed=seed)
+        return PretrainingImageDataset.from_folder(args.image_folder, seed=seed, strict=args.strict)
     import datasets
 
     if os.path.isdir(args.dataset_name) and os.path.isfile(os.path.join(args.dataset_name, "dataset_info.json")):
@@ -111,17 +118,24 @@ def run_pretraining(args: PretrainingArguments, training_args: TrainingArguments
     """Builds model, data and trainer from the arguments, trains, saves the checkpoint and exports the backbone."""
     if args.export_which not in ("student", "teacher"):
         raise ValueError(f"--export_which must be 'student' or 'teacher', got {args.export_which!r}.")
+    seed_run(training_args)
+    resume_from = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     config = build_config(args)
     if args.init_backbone is not None:
         model = Sapiens2ForPreTraining.from_backbone(args.init_backbone, config=config)
     else:
         model = Sapiens2ForPreTraining(config)
     dataset = build_dataset(args, seed=training_args.seed)
+    if args.image_folder is not None and training_args.should_save:
+        path = write_skipped_samples(training_args.output_dir, dataset.skipped)
+        if dataset.skipped:
+            logger.warning("%s. The full list is in %s (pass --strict to stop at the first bad image instead).",
+                           describe_skipped(dataset.skipped), path)
     collator = MultiCropCollator.from_config(config, build_augmentation(args), seed=training_args.seed)
     trainer = Sapiens2PreTrainingTrainer(
         model=model, args=training_args, train_dataset=dataset, data_collator=collator
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model()
     export_dir = args.export_dir or os.path.join(training_args.output_dir, "backbone")
     trainer.save_backbone(export_dir, which=args.export_which)

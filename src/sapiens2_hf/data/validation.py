@@ -1,0 +1,243 @@
+"""Up-front checks of training records, so that one bad sample is found when the dataset is built, not hours into a
+run: a zero-size box (the UDP crop divides by the box size), non-finite or absent keypoints (the sample trains at loss
+0), a missing, empty, unreadable or truncated image or target file.
+
+`validate_records` returns the usable records and one `SkippedSample` per dropped record; with `strict=True` it raises
+`BadSampleError` naming the first bad record instead. The file checks are cheap: they read the image header and the
+last bytes of PNG and JPEG files (a truncated file lacks its end marker); only a file without its end marker is
+decoded in full, to tell a truncated file from one with trailing bytes. A file broken in a way only a full decode shows
+still fails when it is read, with an error naming it (`SampleLoadError`, raised by the datasets).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+
+class BadSampleError(ValueError):
+    """A record fails the up-front checks and the run is strict (`--strict`)."""
+
+
+class SampleLoadError(ValueError):
+    """A sample that passed the up-front checks fails when it is read; the message names its file."""
+
+
+@dataclass(frozen=True)
+class SkippedSample:
+    """One record left out of a dataset.
+
+    Attributes:
+        index (`int`): Position of the record in the source (before skipping).
+        file (`str` or `None`): The record's image file (or the offending target file), `None` for in-memory data.
+        reason (`str`): What is wrong, in words.
+        split (`str`): `"train"`, `"eval"` or `"pretrain"`.
+    """
+
+    index: int
+    file: str | None
+    reason: str
+    split: str = "train"
+
+
+# The last bytes of a complete file of each format (PNG: the IEND chunk with its CRC; JPEG: the EOI marker).
+_END_MARKERS = {"PNG": b"IEND\xaeB`\x82", "JPEG": b"\xff\xd9"}
+_TAIL_BYTES = 64
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif")
+
+
+def image_file_problem(path: str | os.PathLike) -> str | None:
+    """Why the image file at `path` cannot be trained on, or `None` when it looks complete.
+
+    Reads the header (format and size) and, for PNG and JPEG, the file's end marker. A file without its end marker is
+    decoded in full: cameras append trailers after a JPEG's end marker, and such files are fine.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return "missing file"
+    size = path.stat().st_size
+    if size == 0:
+        return "empty file"
+    try:
+        with Image.open(path) as image:
+            image_format, (width, height) = image.format, image.size
+    except (OSError, ValueError, Image.DecompressionBombError) as error:
+        return f"not a readable image ({error})"
+    if width == 0 or height == 0:
+        return "zero-size image"
+    marker = _END_MARKERS.get(image_format)
+    if marker is None:
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(max(0, size - _TAIL_BYTES))
+        if marker in handle.read():
+            return None
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except (OSError, ValueError, SyntaxError) as error:
+        return f"truncated or corrupt {image_format} file ({error})"
+    return None
+
+
+def _target_file_problem(path: Path) -> str | None:
+    if not path.is_file():
+        return "missing file"
+    if path.stat().st_size == 0:
+        return "empty file"
+    suffix = path.suffix.lower()
+    if suffix in _IMAGE_SUFFIXES:
+        return image_file_problem(path)
+    try:
+        if suffix == ".npy":
+            np.load(path, mmap_mode="r", allow_pickle=False)  # header + size check, no data read
+        elif suffix == ".npz":
+            with zipfile.ZipFile(path) as archive:  # a truncated archive has no readable central directory
+                archive.namelist()
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
+        return f"unreadable {suffix} file ({error})"
+    return None
+
+
+def _pose_problem(record: dict) -> str | None:
+    bbox = np.asarray(record.get("bbox", ()), dtype=np.float64).reshape(-1)
+    if bbox.shape != (4,) or not np.isfinite(bbox).all():
+        return f"bbox must be 4 finite numbers (x, y, width, height), got {bbox.tolist()}"
+    if bbox[2] <= 0 or bbox[3] <= 0:
+        return f"zero-size bbox (width {bbox[2]:g}, height {bbox[3]:g})"
+    keypoints = np.asarray(record.get("keypoints", ()), dtype=np.float64)
+    if keypoints.ndim != 2 or keypoints.shape[1] < 2 or len(keypoints) == 0:
+        return f"keypoints must be (num_keypoints, 3), got shape {keypoints.shape}"
+    if not np.isfinite(keypoints).all():
+        bad = np.flatnonzero(~np.isfinite(keypoints).all(axis=1))
+        return f"non-finite keypoints (NaN or inf) at keypoint indices {bad[:10].tolist()}"
+    if keypoints.shape[1] > 2 and not (keypoints[:, 2] > 0).any():
+        return "no labelled keypoint (the sample would train at loss 0)"
+    return None
+
+
+# Record fields that hold file paths, in the order their problems are reported.
+_FILE_FIELDS = ("label", "normal", "albedo", "pointmap_file", "mask")
+
+
+def record_problem(record: dict, task: str) -> tuple[str | None, str] | None:
+    """The first problem of one record as `(file, reason)`, or `None` when it passes.
+
+    `file` is the record's image path (or the target file at fault), `None` for in-memory images.
+    """
+    image = record.get("image")
+    image_file = str(image) if isinstance(image, (str, os.PathLike)) else None
+    if image is None:
+        return image_file, "no image"
+    if image_file is not None:
+        problem = image_file_problem(image_file)
+        if problem is not None:
+            return image_file, problem
+    if task == "pose":
+        problem = _pose_problem(record)
+        if problem is not None:
+            return image_file, problem
+    for field in _FILE_FIELDS:
+        value = record.get(field)
+        if isinstance(value, (str, os.PathLike)):
+            problem = _target_file_problem(Path(value))
+            if problem is not None:
+                return str(value), f"{field}: {problem}"
+    return None
+
+
+def validate_records(records: Sequence[dict], task: str, strict: bool = False,
+                     split: str = "train") -> tuple[list[dict], list[SkippedSample]]:
+    """Check every record of a task dataset (see the module docstring).
+
+    Args:
+        records (`Sequence[dict]`): Records in the schema of the task transform.
+        task (`str`): `pose`, `seg`, `normal`, `pointmap` or `albedo` (pose records also get box and keypoint checks).
+        strict (`bool`, *optional*, defaults to `False`): Raise `BadSampleError` on the first bad record.
+        split (`str`, *optional*, defaults to `"train"`): Name used in messages and in the skipped entries.
+
+    Returns:
+        `tuple[list[dict], list[SkippedSample]]`: the good records (in order) and the skipped ones.
+    """
+    kept, skipped = [], []
+    for index in range(len(records)):
+        record = records[index]
+        problem = record_problem(record, task)
+        if problem is None:
+            kept.append(record)
+            continue
+        file, reason = problem
+        if strict:
+            raise BadSampleError(
+                f"Bad {split} record {index} ({file or 'in-memory image'}): {reason}. Fix or remove it, or run without "
+                "--strict to skip bad records (they are then listed in <output_dir>/skipped_samples.json)."
+            )
+        skipped.append(SkippedSample(index=index, file=file, reason=reason, split=split))
+    return kept, skipped
+
+
+def validate_image_files(paths: Sequence[str | os.PathLike], strict: bool = False,
+                         split: str = "pretrain") -> tuple[list[str], list[SkippedSample]]:
+    """`validate_records` for a plain list of image files (pretraining)."""
+    kept, skipped = [], []
+    for index, path in enumerate(paths):
+        problem = image_file_problem(path)
+        if problem is None:
+            kept.append(path)
+            continue
+        if strict:
+            raise BadSampleError(
+                f"Bad {split} image {index} ({path}): {problem}. Fix or remove it, or run without --strict to skip "
+                "bad images (they are then listed in <output_dir>/skipped_samples.json)."
+            )
+        skipped.append(SkippedSample(index=index, file=str(path), reason=problem, split=split))
+    return kept, skipped
+
+
+def write_skipped_samples(output_dir: str | os.PathLike, skipped: Sequence[SkippedSample],
+                          filename: str = "skipped_samples.json") -> Path:
+    """Write `{"num_skipped": n, "skipped": [{index, file, reason, split}, ...]}` to `output_dir/filename`
+    (atomically: a temporary file, then `os.replace`), so each run's file describes that run."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / filename
+    payload = {"num_skipped": len(skipped), "skipped": [asdict(sample) for sample in skipped]}
+    temporary = path.with_name(f".{filename}.tmp-{os.getpid()}")
+    temporary.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(temporary, path)
+    return path
+
+
+def describe_skipped(skipped: Sequence[SkippedSample], limit: int = 3) -> str:
+    """One line for the log: the count and the first few reasons."""
+    shown = "; ".join(f"{s.split} {s.index} ({s.file}): {s.reason}" for s in skipped[:limit])
+    more = f"; and {len(skipped) - limit} more" if len(skipped) > limit else ""
+    return f"{len(skipped)} bad sample(s) skipped: {shown}{more}"
+
+
+def sample_file(record) -> str | None:
+    """The file a record is read from (for error messages), if it names one."""
+    if isinstance(record, dict):
+        record = record.get("image", record.get("path"))
+    return str(record) if isinstance(record, (str, os.PathLike)) else None
+
+
+__all__ = [
+    "BadSampleError",
+    "SampleLoadError",
+    "SkippedSample",
+    "describe_skipped",
+    "image_file_problem",
+    "record_problem",
+    "sample_file",
+    "validate_image_files",
+    "validate_records",
+    "write_skipped_samples",
+]
