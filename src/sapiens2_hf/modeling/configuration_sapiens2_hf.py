@@ -1,19 +1,28 @@
 """Configuration of the sapiens2_hf models.
 
-`Sapiens2Config` extends transformers' own `Sapiens2Config` with the few fields the official model needs and the port
-lacks: the RoPE arithmetic dtype (the official model runs RoPE in bfloat16), the task the config describes, the head
-normalisation (the albedo head uses a channel RMSNorm) and the variant table of the official sizes and heads.
+`Sapiens2Config` and `Sapiens2HeadConfig` declare the same fields, defaults and derived values as transformers' own
+Sapiens2 configs (transformers/models/sapiens2/configuration_sapiens2.py), so a config.json written by either side
+reads on the other, plus the few fields the official model needs and the port lacks: the RoPE arithmetic dtype (the
+official model runs RoPE in bfloat16), the task the config describes, the head normalisation (the albedo head uses a
+channel RMSNorm), the 4K tokenizer, and the variant table of the official sizes and heads.
 
-Hub-shippable: imports only transformers, huggingface_hub and siblings of this folder.
+They are written here rather than subclassed from the port, so that a repository shipped with these files as remote
+code works with any transformers whose public config API matches (`PreTrainedConfig` with `@strict` dataclass fields,
+`BackboneConfigMixin`); tests/test_modeling_interop.py checks that both sides still agree.
+
+Hub-shippable: imports only transformers' public API, huggingface_hub and siblings of this folder.
 """
 
 from huggingface_hub.dataclasses import strict
-from transformers.models.sapiens2.configuration_sapiens2 import Sapiens2Config as _TransformersSapiens2Config
-from transformers.models.sapiens2.configuration_sapiens2 import Sapiens2HeadConfig as _TransformersSapiens2HeadConfig
+from transformers import BackboneConfigMixin, PreTrainedConfig
 
 from .sapiens2_label_data import POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
 
 
+# transformers' own model types: config.json files of the tasks it supports are written with them, so that vanilla
+# transformers loads our checkpoints; both are also read back as ours.
+TRANSFORMERS_MODEL_TYPE = "sapiens2"
+TRANSFORMERS_HEAD_MODEL_TYPE = "sapiens2_head"
 TASKS = ("pose", "seg", "normal", "pointmap", "albedo")
 # Tasks whose checkpoints vanilla transformers can also load (it has no albedo head).
 TRANSFORMERS_COMPATIBLE_TASKS = (None, "pose", "seg", "normal", "pointmap")
@@ -176,10 +185,37 @@ def pointmap_image_sizes(head: dict, feature_stride: tuple[int, int], aspect=(4,
 
 
 @strict
-class Sapiens2HeadConfig(_TransformersSapiens2HeadConfig):
+class Sapiens2HeadConfig(PreTrainedConfig):
     r"""
-    Decode-head configuration. Extends transformers' `Sapiens2HeadConfig` with:
+    Decode-head configuration: the fields of transformers' `Sapiens2HeadConfig`, plus the head normalisation.
 
+    upsample_out_channels (`list[int]`, *optional*):
+        Output channels of each upsampling block; the first block takes the backbone's `hidden_size` channels.
+    upsample_kernel_sizes (`list[int]`, *optional*):
+        Kernel size of each upsampling block (same length as `upsample_out_channels`). Filled with
+        `upsample_kernel_size` when `None`.
+    upsample_kernel_size (`int`, defaults to 4):
+        Kernel size used to fill `upsample_kernel_sizes`.
+    use_pixel_shuffle (`bool`, *optional*):
+        Pixel-shuffle upsampling (3x3 input conv, conv + `PixelShuffle(2)` blocks: normal, pointmap and albedo heads)
+        instead of stride-2 transposed convolutions (pose and seg heads). `None` means transposed convolutions.
+    conv_out_channels (`list[int]`, *optional*):
+        Output channels of the refinement convolutions after the upsampling blocks.
+    conv_kernel_sizes (`list[int]`, *optional*):
+        Kernel size of each refinement convolution. Filled with `conv_kernel_size` when `None`.
+    conv_kernel_size (`int`, defaults to 1):
+        Kernel size used to fill `conv_kernel_sizes`.
+    scale_conv_out_channels (`list[int]`, *optional*):
+        Output channels of the stride-2 convolutions of the pointmap scale branch; `None` builds no scale branch.
+    scale_conv_kernel_sizes (`list[int]`, *optional*):
+        Kernel size of each scale convolution. Filled with `scale_conv_kernel_size` when `None`.
+    scale_conv_kernel_size (`int`, defaults to 1):
+        Kernel size used to fill `scale_conv_kernel_sizes`.
+    scale_final_input_size (`int`, *optional*):
+        Features the scale MLP takes (the flattened output of the scale convolutions). Inferred by `Sapiens2Config`
+        from its `image_size` and `patch_size` when `None`.
+    scale_final_hidden_sizes (`list[int]`, *optional*):
+        The two hidden sizes of the scale MLP.
     norm_type (`str`, defaults to `"instance_norm"`):
         Normalisation after each head convolution: `"instance_norm"` (InstanceNorm2d without affine parameters, used
         by the official pose, seg, normal and pointmap heads) or `"rms_norm"` (an RMSNorm over the channels of each
@@ -188,32 +224,129 @@ class Sapiens2HeadConfig(_TransformersSapiens2HeadConfig):
         Epsilon of the `"rms_norm"` head normalisation.
     """
 
-    # Same model type as transformers' head config so that vanilla transformers reads our config.json unchanged.
-    model_type = "sapiens2_head"
+    # transformers' head model type, so that vanilla transformers reads our config.json unchanged.
+    model_type = TRANSFORMERS_HEAD_MODEL_TYPE
+    base_config_key = "head_config"
 
+    upsample_out_channels: list[int] | None = None
+    upsample_kernel_sizes: list[int] | None = None
+    upsample_kernel_size: int = 4
+    use_pixel_shuffle: bool | None = None
+    conv_out_channels: list[int] | None = None
+    conv_kernel_sizes: list[int] | None = None
+    conv_kernel_size: int = 1
+    scale_conv_out_channels: list[int] | None = None
+    scale_conv_kernel_sizes: list[int] | None = None
+    scale_conv_kernel_size: int = 1
+    scale_final_input_size: int | None = None
+    scale_final_hidden_sizes: list[int] | None = None
     norm_type: str = "instance_norm"
     norm_eps: float = 1e-6
+
+    def __post_init__(self, **kwargs):
+        if self.upsample_out_channels is not None and self.upsample_kernel_sizes is None:
+            self.upsample_kernel_sizes = [self.upsample_kernel_size] * len(self.upsample_out_channels)
+        if self.conv_out_channels is not None and self.conv_kernel_sizes is None:
+            self.conv_kernel_sizes = [self.conv_kernel_size] * len(self.conv_out_channels)
+        if self.scale_conv_out_channels is not None and self.scale_conv_kernel_sizes is None:
+            self.scale_conv_kernel_sizes = [self.scale_conv_kernel_size] * len(self.scale_conv_out_channels)
+        super().__post_init__(**kwargs)
 
     def validate_norm_type(self):
         if self.norm_type not in HEAD_NORM_TYPES:
             raise ValueError(f"`norm_type` must be one of {HEAD_NORM_TYPES}, got {self.norm_type!r}.")
 
+    def infer_scale_final_input_size(self, image_size, patch_size) -> None:
+        """Sets `scale_final_input_size` (when unset) to what the scale branch gives for an `image_size` input."""
+        if self.scale_final_input_size is not None or not self.scale_conv_out_channels:
+            return
+        image_h, image_w = _pair(image_size)
+        patch_h, patch_w = _pair(patch_size)
+        self.scale_final_input_size = pointmap_scale_features(
+            (image_h // patch_h, image_w // patch_w), self.scale_conv_kernel_sizes, self.scale_conv_out_channels
+        )
+
+
+def _pair(size) -> tuple[int, int]:
+    """`16` -> `(16, 16)`; `[1024, 768]` -> `(1024, 768)`."""
+    return (size, size) if isinstance(size, int) else (size[0], size[1])
+
 
 @strict
-class Sapiens2Config(_TransformersSapiens2Config):
+class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     r"""
-    Configuration of the Sapiens2 backbone and task models. Extends transformers' `Sapiens2Config`; every field of
-    that class keeps its meaning. The defaults of this class describe the official models: layer scale 1e-4 on the
-    attention branch, 8 register tokens, RoPE in bfloat16 and no RoPE coordinate augmentation.
+    Configuration of the Sapiens2 backbone and task models. It has every field of transformers' `Sapiens2Config`, with
+    the same meaning and default except two (below), plus the fields the official models need. The defaults describe
+    the official models: layer scale 1e-4 on the attention branch, 8 register tokens, RoPE in bfloat16 and no RoPE
+    coordinate augmentation.
 
+    patch_size (`int` or `list[int]`, defaults to 16):
+        Side of the square (or `[height, width]`) patches of the patch embedding.
+    hidden_size (`int`, defaults to 1024):
+        Width of the token embeddings and of every transformer block.
+    intermediate_size (`int`, defaults to 4096):
+        Hidden width of the MLPs.
+    num_hidden_layers (`int`, defaults to 24):
+        Transformer blocks of the encoder (the 4K tokenizer's blocks are counted in `num_tokenizer_layers`).
+    num_attention_heads (`int`, defaults to 16):
+        Query heads per block; the head dim `hidden_size / num_attention_heads` must be divisible by 4 (2-D RoPE).
+    hidden_act (`str`, defaults to `"silu"`):
+        Activation of the MLPs, the decode heads and the pointmap scale MLP.
+    attention_dropout (`float`, defaults to 0.0):
+        Dropout on the attention weights in training mode.
+    initializer_range (`float`, defaults to 0.02):
+        Standard deviation of the truncated-normal initialisation of linear and convolution weights and tokens.
+    rope_theta (`float`, defaults to 100.0):
+        Base of the RoPE periods `rope_theta ** (4 j / head_dim)`.
+    image_size (`int` or `list[int]`, defaults to 224):
+        `[height, width]` the model is meant for; the pointmap scale branch is sized from it.
+    num_channels (`int`, defaults to 3):
+        Input channels.
+    query_bias, key_bias, value_bias, proj_bias, mlp_bias (`bool`, default to `True`):
+        Biases of the query, key, value and output projections and of the MLP linears.
+    layerscale_value (`float`, defaults to 1e-4):
+        Initial value of the LayerScale on the attention branch (transformers' default is 1.0).
+    drop_path_rate (`float`, defaults to 0.0):
+        Stochastic-depth probability of every residual branch in training mode.
+    use_gated_mlp (`bool`, defaults to `True`):
+        SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`) instead of a plain two-layer MLP (`up_proj`, `down_proj`).
+    num_register_tokens (`int`, defaults to 8):
+        Register tokens between the CLS token and the patch tokens.
+    pos_embed_shift, pos_embed_jitter (`float`, *optional*):
+        Random shift in `[-shift, shift]` and log-uniform per-axis scaling in `[1/jitter, jitter]` of the RoPE
+        coordinates in training mode.
+    pos_embed_rescale (`float`, *optional*, defaults to `None`):
+        Random log-uniform rescaling of the RoPE coordinates in training mode. Off by default, as in the official
+        fine-tuning code (transformers' port defaults to 2.0).
+    reshape_hidden_states (`bool`, defaults to `True`), normalize_backbone_outputs (`bool`, defaults to `True`):
+        Options of transformers' `Sapiens2Backbone`; kept so that config.json round-trips, unused by our classes.
+    use_mask_token (`bool`, defaults to `False`):
+        A learned mask token that replaces the patch embeddings selected by `bool_masked_pos`.
+    rms_norm_eps (`float`, defaults to 1e-6):
+        Epsilon of the RMSNorms of the backbone.
+    use_qk_norm (`bool`, defaults to `True`):
+        RMSNorm on the queries and keys of each head before RoPE.
+    num_key_value_heads_per_layer (`list[int]`, *optional*):
+        Key/value heads of each block. When `None`, it is computed: `num_attention_heads` (full multi-head attention)
+        in the first `num_first_full_attention_layers` and the last `num_last_full_attention_layers` blocks, and
+        `num_key_value_attention_heads` (grouped-query attention) in the others.
+    num_key_value_attention_heads (`int`, defaults to 8):
+        Key/value heads of the grouped-query blocks, when `num_key_value_heads_per_layer` is computed.
+    num_first_full_attention_layers, num_last_full_attention_layers (`int`, default to 8):
+        Leading and trailing blocks with full multi-head attention, when `num_key_value_heads_per_layer` is computed.
+    semantic_loss_ignore_index (`int`, defaults to 255):
+        Label ignored by transformers' segmentation loss; kept so that config.json round-trips.
+    flip_pairs (`list[list[int]]`, *optional*):
+        Pairs `[left, right]` of keypoint indices that swap under a horizontal flip (pose).
+    head_config (`Sapiens2HeadConfig` or `dict`, *optional*):
+        The decode-head layout (see `Sapiens2HeadConfig`).
+    out_features (`list[str]`, *optional*), out_indices (`list[int]`, *optional*):
+        Stages (of `stage_names`: `"stem"`, `"stage1"`, ...) a backbone would return; default to the last one.
     rope_dtype (`str`, defaults to `"bfloat16"`):
         Dtype of the RoPE arithmetic: the periods, patch coordinates, angles, sin/cos, and the rotation of queries
         and keys (which are cast to this dtype and back). The official model always runs RoPE in bfloat16, also when
         the rest of the model is float32; `"float32"` reproduces the official model built with fp32 RoPE (and
         transformers' own port).
-    pos_embed_rescale (`float`, *optional*, defaults to `None`):
-        Random log-uniform rescaling of the RoPE coordinates in training mode. Off by default, as in the official
-        fine-tuning code (transformers' port defaults to 2.0).
     task (`str`, *optional*):
         The task the model solves: one of `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, or `None` for the
         bare backbone. Used to pick the model class and the head layout, and to refuse loading a checkpoint of one
@@ -237,14 +370,69 @@ class Sapiens2Config(_TransformersSapiens2Config):
     model_type = "sapiens2_hf"
     sub_configs_defaults = {"head_config": Sapiens2HeadConfig}
 
-    layerscale_value: float = 1e-4
-    pos_embed_rescale: float | None = None
+    # The fields of transformers' Sapiens2Config, in its order and with its defaults (except the two noted).
+    patch_size: int | list[int] | tuple[int, int] = 16
+    hidden_size: int = 1024
+    intermediate_size: int = 4096
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 16
+    hidden_act: str = "silu"
+    attention_dropout: float | int = 0.0
+    initializer_range: float = 0.02
+    rope_theta: float = 100.0
+    image_size: int | list[int] | tuple[int, int] = 224
+    num_channels: int = 3
+    query_bias: bool = True
+    key_bias: bool = True
+    value_bias: bool = True
+    proj_bias: bool = True
+    mlp_bias: bool = True
+    layerscale_value: float = 1e-4  # transformers: 1.0; the official models use 1e-4
+    drop_path_rate: float | int = 0.0
+    use_gated_mlp: bool = True
+    num_register_tokens: int = 8
+    pos_embed_shift: float | None = None
+    pos_embed_jitter: float | None = None
+    pos_embed_rescale: float | None = None  # transformers: 2.0; the official fine-tuning code never rescales
+    # Stored by `BackboneConfigMixin`; written to config.json as `out_features` and `out_indices`.
+    _out_features: list[str] | None = None
+    _out_indices: list[int] | None = None
+    reshape_hidden_states: bool = True
+    use_mask_token: bool = False
+    rms_norm_eps: float = 1e-6
+    normalize_backbone_outputs: bool = True
+    use_qk_norm: bool = True
+    num_key_value_heads_per_layer: list[int] | None = None
+    num_key_value_attention_heads: int = 8
+    num_first_full_attention_layers: int = 8
+    num_last_full_attention_layers: int = 8
+    semantic_loss_ignore_index: int = 255
+    flip_pairs: list[list[int]] | None = None
+    head_config: Sapiens2HeadConfig | dict | None = None
+    # Ours.
     rope_dtype: str = "bfloat16"
     task: str | None = None
     variant: str | None = None
     num_tokenizer_layers: int = 0
     tokenizer_window_size: int = 4
     tokenizer_chunk_size: int = 1024
+
+    def __post_init__(self, **kwargs):
+        self.stage_names = ["stem"] + [f"stage{index}" for index in range(1, self.num_hidden_layers + 1)]
+        self.set_output_features_output_indices(
+            out_indices=kwargs.pop("out_indices", None), out_features=kwargs.pop("out_features", None)
+        )
+        super().__post_init__(**kwargs)  # also turns a `head_config` dict into a Sapiens2HeadConfig
+        if self.num_key_value_heads_per_layer is None:
+            self.num_key_value_heads_per_layer = [
+                self.num_attention_heads
+                if index < self.num_first_full_attention_layers
+                or index >= self.num_hidden_layers - self.num_last_full_attention_layers
+                else self.num_key_value_attention_heads
+                for index in range(self.num_hidden_layers)
+            ]
+        if self.head_config is not None:
+            self.head_config.infer_scale_final_input_size(self.image_size, self.patch_size)
 
     def validate_sapiens2_hf_fields(self):
         if self.rope_dtype not in ROPE_DTYPES:
@@ -295,26 +483,24 @@ class Sapiens2Config(_TransformersSapiens2Config):
 
     @property
     def patch_size_hw(self) -> tuple[int, int]:
-        patch = self.patch_size
-        return (patch, patch) if isinstance(patch, int) else (patch[0], patch[1])
+        return _pair(self.patch_size)
 
     @property
     def image_size_hw(self) -> tuple[int, int]:
-        size = self.image_size
-        return (size, size) if isinstance(size, int) else (size[0], size[1])
+        return _pair(self.image_size)
 
     def to_dict(self):
         output = super().to_dict()
         # Checkpoints of the tasks transformers supports are written with its model type, so that vanilla
         # `AutoModelFor<Task>` loads them; our extra fields ride along as plain attributes it ignores.
         if self.task in TRANSFORMERS_COMPATIBLE_TASKS and not self.uses_tokenizer:
-            output["model_type"] = _TransformersSapiens2Config.model_type
+            output["model_type"] = TRANSFORMERS_MODEL_TYPE
         return output
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
         config_dict = dict(config_dict)
-        if config_dict.get("model_type") in (cls.model_type, _TransformersSapiens2Config.model_type):
+        if config_dict.get("model_type") in (cls.model_type, TRANSFORMERS_MODEL_TYPE):
             config_dict.pop("model_type")
         if "rope_dtype" not in config_dict:
             # Saved by vanilla transformers: its RoPE rescale default (2.0) is written out although the official
@@ -328,7 +514,7 @@ class Sapiens2Config(_TransformersSapiens2Config):
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
         config_dict, kwargs = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)
         model_type = config_dict.get("model_type")
-        if model_type not in (None, cls.model_type, _TransformersSapiens2Config.model_type):
+        if model_type not in (None, cls.model_type, TRANSFORMERS_MODEL_TYPE):
             raise ValueError(
                 f"{pretrained_model_name_or_path} holds a `{model_type}` config, not a Sapiens2 one; load it with "
                 "the class of that model type."

@@ -1,8 +1,11 @@
-"""Sapiens2 models for sapiens2_hf.
+"""Sapiens2 models for sapiens2_hf, self-contained.
 
-Built on transformers' own Sapiens2 port: embeddings, layer norms, MLPs, decode heads and the pointmap scale head are
-transformers' modules, and the state-dict layout is the same, so checkpoints move freely between the two. This file
-only adds what the port lacks or gets wrong:
+Every building block is written here, on torch and transformers' public API only (`PreTrainedModel`,
+`GradientCheckpointingLayer`, the `ALL_ATTENTION_FUNCTIONS` registry, `transformers.modeling_outputs`), so a repository
+shipped with these files as remote code does not depend on the internals of any transformers version. Module names,
+parameter names and tensor layouts are those of transformers' own Sapiens2 port
+(transformers/models/sapiens2/modeling_sapiens2.py), so checkpoints move freely between the two;
+tests/test_modeling_interop.py loads one state dict into both and compares outputs. Beyond the port, this file has:
 
 - RoPE in the official arithmetic. The official model keeps its RoPE periods in bfloat16, computes coordinates,
   angles, sin and cos in bfloat16, and casts queries and keys to bfloat16 for the rotation. transformers computes all
@@ -10,26 +13,35 @@ only adds what the port lacks or gets wrong:
 - No random RoPE coordinate rescaling in training unless the config asks for it.
 - Token removal for masked pretraining: `patch_keep_indices` keeps a subset of patch tokens, each with its own RoPE
   position, so a masked student pass costs only the kept tokens.
-- The albedo task (channel-RMSNorm head), which transformers does not have.
+- The albedo task (channel-RMSNorm head) and the windowed tokenizer of the 4K model, which transformers does not have.
 - Strict loading: a missing or unexpected tensor is an error naming the keys, and a checkpoint of one task refuses to
   load into the class of another. Official checkpoint files load directly, with the architecture read from the
   tensor shapes.
 
-Hub-shippable: imports only stdlib, torch, huggingface_hub, transformers and siblings of this folder.
+Hub-shippable: imports only stdlib, torch, huggingface_hub, transformers' public API and siblings of this folder.
 """
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling, ModelOutput, SemanticSegmenterOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.sapiens2 import modeling_sapiens2 as _port
 from transformers.utils import logging
 
-from .configuration_sapiens2_hf import ARCHITECTURE_TASKS, TASKS, Sapiens2Config, pointmap_scale_features
+from .configuration_sapiens2_hf import (
+    ARCHITECTURE_TASKS,
+    TASKS,
+    Sapiens2Config,
+    Sapiens2HeadConfig,
+    pointmap_scale_features,
+)
 from .convert_official_sapiens2 import OfficialCheckpointError, convert_official_state_dict, infer_config_kwargs
 from .loading_sapiens2_hf import HUB_KWARGS, check_tensor_dtypes, read_safetensors, resolve_checkpoint
 
@@ -38,10 +50,74 @@ logger = logging.get_logger(__name__)
 
 _TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
-# Output types shared with transformers' port (same fields, same meaning).
-Sapiens2PoseEstimatorOutput = _port.Sapiens2PoseEstimatorOutput
-Sapiens2NormalEstimatorOutput = _port.Sapiens2NormalEstimatorOutput
-Sapiens2PointmapEstimatorOutput = _port.Sapiens2PointmapEstimatorOutput
+
+# ----------------------------------------------------------------------------------------------------------- outputs
+
+
+@dataclass
+class Sapiens2PoseEstimatorOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForPoseEstimation`] (the fields of transformers' class of the same name).
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+        heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`):
+            Raw keypoint heatmaps (training targets peak at 1); decode them with the image processor.
+        hidden_states (`tuple(torch.Tensor)`, *optional*, returned with `output_hidden_states=True`):
+            The encoder input and the output of each encoder layer, each of shape
+            `(batch_size, sequence_length, hidden_size)`.
+        attentions (`tuple(torch.Tensor)`, *optional*, returned with `output_attentions=True`):
+            Attention weights of each layer, of shape `(batch_size, num_heads, sequence_length, sequence_length)`;
+            empty with attention backends that do not return weights (sdpa).
+    """
+
+    loss: torch.Tensor | None = None
+    heatmaps: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Sapiens2NormalEstimatorOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForNormalEstimation`] (the fields of transformers' class of the same name).
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+        normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+            Camera-frame normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
+        hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
+    """
+
+    loss: torch.Tensor | None = None
+    normals: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Sapiens2PointmapEstimatorOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForPointmapEstimation`] (the fields of transformers' class of the same name).
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+        pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+            XYZ in the canonical camera (focal length 768 px; X right, Y down, Z forward).
+        scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
+            Canonical focal / actual focal length of the network input (metric XYZ = pointmaps / scales); `None` for
+            a head without the scale branch.
+        hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
+    """
+
+    loss: torch.Tensor | None = None
+    pointmaps: torch.Tensor | None = None
+    scales: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
@@ -55,16 +131,160 @@ class Sapiens2AlbedoEstimatorOutput(ModelOutput):
         albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
             Raw RGB albedo as the official head returns it, with no activation or clamp: the training target range is
             `[0, 1]` and values slightly outside it occur. Post-processing clamps to `[0, 1]`.
-        hidden_states (`tuple(torch.Tensor)`, *optional*, returned with `output_hidden_states=True`):
-            Hidden states of the backbone layers, each of shape `(batch_size, sequence_length, hidden_size)`.
-        attentions (`tuple(torch.Tensor)`, *optional*, returned with `output_attentions=True`):
-            Attention weights of each layer, of shape `(batch_size, num_heads, sequence_length, sequence_length)`.
+        hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
     """
 
     loss: torch.Tensor | None = None
     albedos: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+
+
+# ------------------------------------------------------------------------------------------------ small layers
+
+
+# The activations a config may name (`hidden_act`), as the modules transformers' `ACT2FN` gives for them
+# (SiLU and erf-GELU are the same `torch.nn.functional` calls).
+_ACTIVATIONS = {"silu": nn.SiLU, "swish": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
+
+
+def activation_layer(name: str) -> nn.Module:
+    """A fresh activation module for the `hidden_act` name `name`."""
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"Unsupported activation {name!r}; choose one of {sorted(_ACTIVATIONS)}.")
+    return _ACTIVATIONS[name]()
+
+
+class Sapiens2RMSNorm(nn.Module):
+    """RMSNorm over the last dim, computed in float32 (T5 / Llama style: the weight multiplies after the cast back)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class ChannelRMSNorm(nn.Module):
+    """RMSNorm over the channels of each pixel of a `(batch_size, channels, height, width)` map (official albedo head)."""
+
+    def __init__(self, num_channels: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_channels))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.float()
+        hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(1, keepdim=True) + self.eps)
+        return (self.weight[:, None, None] * hidden_states).to(input_dtype)
+
+
+class Sapiens2LayerScale(nn.Module):
+    """Learned per-channel scale of a residual branch (`lambda1`, initialised to `init_value`)."""
+
+    def __init__(self, hidden_size: int, init_value: float):
+        super().__init__()
+        self.lambda1 = nn.Parameter(init_value * torch.ones(hidden_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states * self.lambda1
+
+
+class Sapiens2DropPath(nn.Module):
+    """Stochastic depth: in training, drops the whole residual branch of a sample with probability `drop_prob` and
+    scales the kept ones by `1 / (1 - drop_prob)` (Huang et al. 2016, https://arxiv.org/abs/1603.09382)."""
+
+    def __init__(self, drop_prob: float = 0.0):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.drop_prob == 0.0 or not self.training:
+            return hidden_states
+        keep_prob = 1 - self.drop_prob
+        shape = (hidden_states.shape[0],) + (1,) * (hidden_states.ndim - 1)  # one draw per sample
+        keep = torch.floor(torch.rand(shape, dtype=hidden_states.dtype, device=hidden_states.device) + keep_prob)
+        return hidden_states.div(keep_prob) * keep
+
+    def extra_repr(self) -> str:
+        return f"p={self.drop_prob}"
+
+
+class Sapiens2MLP(nn.Module):
+    """Two-layer MLP `down_proj(act(up_proj(x)))` (configs with `use_gated_mlp=False`)."""
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__()
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.act_fn = activation_layer(config.hidden_act)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.up_proj(hidden_states)))
+
+
+class Sapiens2GatedMLP(nn.Module):
+    """SwiGLU MLP `down_proj(act(gate_proj(x)) * up_proj(x))` (the official models; the official checkpoints fuse
+    `gate_proj` and `up_proj` into one `w12` projection, gate half first)."""
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.act_fn = activation_layer(config.hidden_act)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
+
+
+# ------------------------------------------------------------------------------------------------- embeddings
+
+
+class Sapiens2Embeddings(nn.Module):
+    """Patch embedding (a `patch_size`-stride convolution) with the CLS and register tokens prepended and an optional
+    learned mask token."""
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__()
+        # Parameters in the port's order and with its constructors, so seeded models draw the same random numbers.
+        self.cls_token = nn.Parameter(torch.randn(1, 1, config.hidden_size))
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size)) if config.use_mask_token else None
+        self.register_tokens = nn.Parameter(torch.empty(1, config.num_register_tokens, config.hidden_size))
+        self.patch_embeddings = nn.Conv2d(
+            config.num_channels, config.hidden_size, kernel_size=config.patch_size, stride=config.patch_size
+        )
+
+    def forward(self, pixel_values: torch.Tensor, bool_masked_pos: torch.Tensor | None = None) -> torch.Tensor:
+        """
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, num_channels, height, width)`)
+            bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*): patches to replace
+                by the mask token.
+        Returns:
+            `torch.Tensor` of shape `(batch_size, 1 + num_register_tokens + num_patches, hidden_size)`: CLS, registers,
+            patch tokens in row-major order.
+        """
+        if bool_masked_pos is not None and self.mask_token is None:
+            raise ValueError("`bool_masked_pos` needs a mask token: build the model with `use_mask_token=True`.")
+        batch_size = pixel_values.shape[0]
+        patches = self.patch_embeddings(pixel_values.to(dtype=self.patch_embeddings.weight.dtype))
+        patches = patches.flatten(2).transpose(1, 2)  # (batch, num_patches, hidden)
+        if bool_masked_pos is not None:
+            patches = torch.where(bool_masked_pos.unsqueeze(-1), self.mask_token.to(patches.dtype), patches)
+        cls_token = self.cls_token.expand(batch_size, -1, -1)
+        register_tokens = self.register_tokens.expand(batch_size, -1, -1)
+        return torch.cat([cls_token, register_tokens, patches], dim=1)
 
 
 def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torch.Tensor:
@@ -78,6 +298,32 @@ def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torc
     """
     num_periods = head_dim // 4
     return base ** (2 * torch.arange(num_periods, dtype=dtype) / (head_dim // 2))
+
+
+def augment_patch_coordinates(
+    coords: torch.Tensor, shift: float | None = None, jitter: float | None = None, rescale: float | None = None
+) -> torch.Tensor:
+    """Random RoPE coordinate augmentation of DINOv3 (training only), drawn from the global RNG like the official code.
+
+    Args:
+        coords (`torch.Tensor` of shape `(num_patches, 2)`): `(y, x)` patch centres in `[-1, 1]`.
+        shift: adds one uniform offset in `[-shift, shift]` per axis.
+        jitter: multiplies each axis by its own log-uniform factor in `[1 / jitter, jitter]`.
+        rescale: multiplies both axes by one log-uniform factor in `[1 / rescale, rescale]`.
+    Returns:
+        `torch.Tensor` of shape `(num_patches, 2)`, dtype of `coords`.
+    """
+    if shift is not None:
+        coords = coords + torch.empty((1, 2), device=coords.device, dtype=coords.dtype).uniform_(-shift, shift)
+    if jitter is not None:
+        log_jitter = math.log(jitter)
+        factor = torch.empty((1, 2), device=coords.device, dtype=coords.dtype).uniform_(-log_jitter, log_jitter)
+        coords = coords * factor.exp()
+    if rescale is not None:
+        log_rescale = math.log(rescale)
+        factor = torch.empty(1, device=coords.device, dtype=coords.dtype).uniform_(-log_rescale, log_rescale)
+        coords = coords * factor.exp()
+    return coords
 
 
 class Sapiens2RopePositionEmbedding(nn.Module):
@@ -118,7 +364,7 @@ class Sapiens2RopePositionEmbedding(nn.Module):
             value is not None
             for value in (self.config.pos_embed_shift, self.config.pos_embed_jitter, self.config.pos_embed_rescale)
         ):
-            coords = _port.augment_patches_center_coordinates(
+            coords = augment_patch_coordinates(
                 coords,
                 shift=self.config.pos_embed_shift,
                 jitter=self.config.pos_embed_jitter,
@@ -127,6 +373,15 @@ class Sapiens2RopePositionEmbedding(nn.Module):
         angles = 2 * math.pi * coords[:, :, None] / self.periods[None, None, :]  # (N, 2, head_dim / 4)
         angles = angles.flatten(1, 2).tile(2)  # (N, head_dim)
         return torch.cos(angles), torch.sin(angles)
+
+
+# -------------------------------------------------------------------------------------------------- attention
+
+
+def rotate_half(hidden_states: torch.Tensor) -> torch.Tensor:
+    """`(x1, x2) -> (-x2, x1)` over the two halves of the last dim (the "rotate-half" RoPE convention)."""
+    first, second = hidden_states.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
 
 
 def apply_rope_to_patch_tokens(
@@ -151,15 +406,99 @@ def apply_rope_to_patch_tokens(
     rotated = []
     for states in (query, key):
         prefix, patches = states.split((states.shape[-2] - num_patches, num_patches), dim=-2)
-        patches = (patches * cos) + (_port.rotate_half(patches) * sin)
+        patches = (patches * cos) + (rotate_half(patches) * sin)
         rotated.append(torch.cat((prefix, patches), dim=-2))
     return rotated[0].to(query_dtype), rotated[1].to(key_dtype)
 
 
-class Sapiens2Attention(_port.Sapiens2Attention):
-    """transformers' Sapiens2 attention with the official RoPE application (see `apply_rope_to_patch_tokens`)."""
+def repeat_kv(hidden_states: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """`(batch, num_kv_heads, seq, head_dim)` -> `(batch, num_kv_heads * num_groups, seq, head_dim)`, each key/value
+    head repeated for the `num_groups` query heads that share it."""
+    if num_groups == 1:
+        return hidden_states
+    batch_size, num_kv_heads, seq_len, head_dim = hidden_states.shape
+    hidden_states = hidden_states[:, :, None].expand(batch_size, num_kv_heads, num_groups, seq_len, head_dim)
+    return hidden_states.reshape(batch_size, num_kv_heads * num_groups, seq_len, head_dim)
 
-    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, **kwargs):
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain softmax attention with the signature of transformers' attention registry.
+
+    Args:
+        query (`torch.Tensor` of shape `(batch_size, num_heads, seq_len, head_dim)`)
+        key, value (`torch.Tensor` of shape `(batch_size, num_kv_heads, seq_len, head_dim)`)
+        attention_mask (`torch.Tensor`, *optional*): additive, broadcastable to the attention weights.
+    Returns:
+        `(output, weights)`: output of shape `(batch_size, seq_len, num_heads, head_dim)`, weights of shape
+        `(batch_size, num_heads, seq_len, seq_len)` (softmax in float32, cast back to the query dtype).
+    """
+    scaling = module.head_dim**-0.5 if scaling is None else scaling
+    key = repeat_kv(key, module.num_key_value_groups)
+    value = repeat_kv(value, module.num_key_value_groups)
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class Sapiens2Attention(nn.Module):
+    """Multi-head attention with grouped key/value heads, optional QK-norm and the official RoPE application
+    (see `apply_rope_to_patch_tokens`). The kernel comes from transformers' registry by `config._attn_implementation`.
+
+    Args:
+        config (`Sapiens2Config`): widths, biases, dropout, RMSNorm epsilon and the attention backend.
+        num_key_value_heads (`int`): key/value heads; `config.num_attention_heads` gives full multi-head attention.
+        use_qk_norm (`bool`): RMSNorm on each head's queries and keys before RoPE.
+    """
+
+    def __init__(self, config: Sapiens2Config, num_key_value_heads: int, use_qk_norm: bool = True):
+        super().__init__()
+        self.config = config
+        self.embed_dim = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.embed_dim // self.num_heads
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = False
+        self.dropout = config.attention_dropout
+        self.num_key_value_heads = num_key_value_heads
+        self.num_key_value_groups = self.num_heads // num_key_value_heads
+        # Built in the port's order (q, o, k, v), so seeded models draw the same random numbers.
+        self.q_proj = nn.Linear(self.embed_dim, self.embed_dim, bias=config.query_bias)
+        self.o_proj = nn.Linear(self.embed_dim, self.embed_dim, bias=config.proj_bias)
+        kv_dim = num_key_value_heads * self.head_dim
+        self.k_proj = nn.Linear(self.embed_dim, kv_dim, bias=config.key_bias)
+        self.v_proj = nn.Linear(self.embed_dim, kv_dim, bias=config.value_bias)
+        self.q_norm = Sapiens2RMSNorm(self.head_dim, eps=config.rms_norm_eps) if use_qk_norm else nn.Identity()
+        self.k_norm = Sapiens2RMSNorm(self.head_dim, eps=config.rms_norm_eps) if use_qk_norm else nn.Identity()
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """
+        Args:
+            hidden_states (`torch.Tensor` of shape `(batch_size, seq_len, hidden_size)`): prefix tokens, then patches.
+            position_embeddings (`(cos, sin)`, *optional*): RoPE of the patch tokens (see
+                `apply_rope_to_patch_tokens`); `None` applies no rotation.
+        Returns:
+            `(output, weights)`: output of shape `(batch_size, seq_len, hidden_size)`; weights of shape
+            `(batch_size, num_heads, seq_len, seq_len)`, or `None` from backends that do not return them.
+        """
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_norm(self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2))
@@ -167,8 +506,9 @@ class Sapiens2Attention(_port.Sapiens2Attention):
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         if position_embeddings is not None:
             query_states, key_states = apply_rope_to_patch_tokens(query_states, key_states, *position_embeddings)
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, _port.eager_attention_forward
+        implementation = self.config._attn_implementation or "eager"
+        attention_interface: Callable = (
+            eager_attention_forward if implementation == "eager" else ALL_ATTENTION_FUNCTIONS[implementation]
         )
         attn_output, attn_weights = attention_interface(
             self,
@@ -184,47 +524,218 @@ class Sapiens2Attention(_port.Sapiens2Attention):
         return attn_output, attn_weights
 
 
-class Sapiens2Layer(_port.Sapiens2Layer):
-    """transformers' Sapiens2 block (pre-RMSNorm, LayerScale on the attention branch only, SwiGLU) with our attention."""
+# ------------------------------------------------------------------------------------------- layer and encoder
 
-    def __init__(self, config: Sapiens2Config, layer_idx: int):
-        # The parent constructor would build (and allocate) its own attention; build the same parts here instead.
-        _port.GradientCheckpointingLayer.__init__(self)
-        self.norm1 = _port.Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.attention = Sapiens2Attention(config, layer_idx=layer_idx)
-        self.layer_scale1 = _port.Sapiens2LayerScale(config)
-        self.drop_path = _port.Sapiens2DropPath(config.drop_path_rate) if config.drop_path_rate > 0.0 else nn.Identity()
-        self.norm2 = _port.Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.mlp = _port.Sapiens2GatedMLP(config) if config.use_gated_mlp else _port.Sapiens2MLP(config)
+
+class Sapiens2Layer(GradientCheckpointingLayer):
+    """A Sapiens2 block: pre-RMSNorm attention and MLP residual branches, LayerScale on the attention branch only (as
+    in the official model; `layer_scale2` is an identity kept for the port's layout).
+
+    Args:
+        config (`Sapiens2Config`): widths, biases, epsilons, drop-path rate, MLP type and LayerScale init.
+        num_key_value_heads (`int`): key/value heads of this block's attention.
+        use_qk_norm (`bool`): QK-norm in the attention (the 4K tokenizer's blocks have none).
+        use_layer_scale (`bool`): LayerScale on the attention branch (the 4K tokenizer's blocks have none).
+    """
+
+    def __init__(
+        self, config: Sapiens2Config, num_key_value_heads: int, use_qk_norm: bool = True, use_layer_scale: bool = True
+    ):
+        super().__init__()
+        self.norm1 = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.attention = Sapiens2Attention(config, num_key_value_heads, use_qk_norm=use_qk_norm)
+        self.layer_scale1 = (
+            Sapiens2LayerScale(config.hidden_size, config.layerscale_value) if use_layer_scale else nn.Identity()
+        )
+        self.drop_path = Sapiens2DropPath(config.drop_path_rate) if config.drop_path_rate > 0.0 else nn.Identity()
+        self.norm2 = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = Sapiens2GatedMLP(config) if config.use_gated_mlp else Sapiens2MLP(config)
         self.layer_scale2 = nn.Identity()
 
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """`(batch_size, seq_len, hidden_size)` -> `(batch_size, seq_len, hidden_size)`."""
+        attention_output, _ = self.attention(
+            self.norm1(hidden_states), attention_mask=attention_mask, position_embeddings=position_embeddings, **kwargs
+        )
+        hidden_states = self.drop_path(self.layer_scale1(attention_output)) + hidden_states
+        mlp_output = self.layer_scale2(self.mlp(self.norm2(hidden_states)))
+        return self.drop_path(mlp_output) + hidden_states
 
-class ChannelRMSNorm(nn.Module):
-    """RMSNorm over the channels of each pixel of a `(batch_size, channels, height, width)` map (official albedo head)."""
 
-    def __init__(self, num_channels: int, eps: float = 1e-6):
+# ------------------------------------------------------------------------------------------------ decode heads
+
+
+class Sapiens2ConvLayer(nn.Module):
+    """Convolution (or transposed convolution), optional pixel shuffle, normalisation and activation.
+
+    Args:
+        in_channels (`int`), out_channels (`int`): channels in and out of the layer (after the pixel shuffle).
+        kernel_size (`int`), stride (`int`), padding (`int`), bias (`bool`): of the convolution.
+        transposed (`bool`): a transposed convolution (the deconvolution heads).
+        pixel_shuffle (`bool`): the convolution outputs `out_channels * scale_factor**2` channels, rearranged by
+            `PixelShuffle(scale_factor)` into `out_channels` channels at `scale_factor` times the resolution.
+        norm_layer (`Callable[[int], nn.Module]`): normalisation factory, called with `out_channels`.
+        activation (`str`): activation name (see `activation_layer`).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 1,
+        stride: int = 1,
+        padding: int = 0,
+        bias: bool = True,
+        transposed: bool = False,
+        pixel_shuffle: bool = False,
+        scale_factor: int = 2,
+        norm_layer: Callable[[int], nn.Module] = nn.InstanceNorm2d,
+        activation: str = "silu",
+    ):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(num_channels))
-        self.eps = eps
+        conv_channels = out_channels * scale_factor**2 if pixel_shuffle else out_channels
+        conv_class = nn.ConvTranspose2d if transposed else nn.Conv2d
+        self.convolution = conv_class(
+            in_channels, conv_channels, kernel_size=kernel_size, stride=stride, padding=padding, bias=bias
+        )
+        self.norm = norm_layer(out_channels)
+        self.act_fn = activation_layer(activation)
+        self.pixel_shuffle = nn.PixelShuffle(scale_factor) if pixel_shuffle else nn.Identity()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.float()
-        hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(1, keepdim=True) + self.eps)
-        return (self.weight[:, None, None] * hidden_states).to(input_dtype)
+        """`(batch_size, in_channels, height, width)` -> `(batch_size, out_channels, height', width')`."""
+        hidden_states = self.pixel_shuffle(self.convolution(hidden_states))
+        return self.act_fn(self.norm(hidden_states))
 
 
-class Sapiens2Head(_port.Sapiens2Head):
-    """transformers' decode head; with `head_config.norm_type == "rms_norm"` every InstanceNorm becomes a channel
-    RMSNorm, which gives the official albedo head."""
+def head_norm_layer(head_config: Sapiens2HeadConfig) -> Callable[[int], nn.Module]:
+    """The normalisation factory of a decode head: InstanceNorm2d without affine parameters (official pose, seg,
+    normal and pointmap heads) or a channel RMSNorm (official albedo head), by `head_config.norm_type`."""
+    if head_config.norm_type == "rms_norm":
+        return partial(ChannelRMSNorm, eps=head_config.norm_eps)
+    return nn.InstanceNorm2d
+
+
+class Sapiens2Head(nn.Module):
+    """The dense decode head of every task, on the `(batch_size, hidden_size, grid_h, grid_w)` feature map.
+
+    With `head_config.use_pixel_shuffle`: a 3x3 input conv, upsampling blocks (conv + `PixelShuffle(2)`), refinement
+    convs with "same" padding (normal, pointmap and albedo heads). Otherwise: stride-2 transposed convolutions
+    (padding 1, no bias), then refinement convs without padding (pose and seg heads). A 1x1 conv predicts
+    `config.num_labels` channels.
+
+    Args:
+        config (`Sapiens2Config`): `hidden_size`, `num_labels` and the layout in `head_config`.
+        norm_layer (`Callable[[int], nn.Module]`): normalisation after each conv (see `head_norm_layer`).
+    """
+
+    def __init__(self, config: Sapiens2Config, norm_layer: Callable[[int], nn.Module] = nn.InstanceNorm2d):
+        super().__init__()
+        head = config.head_config
+        pixel_shuffle = bool(head.use_pixel_shuffle)
+        conv = partial(Sapiens2ConvLayer, norm_layer=norm_layer)
+        self.input_conv = (
+            conv(config.hidden_size, config.hidden_size, kernel_size=3, padding=1) if pixel_shuffle else nn.Identity()
+        )
+        upsample_channels = list(head.upsample_out_channels or [])
+        conv_channels = list(head.conv_out_channels or [])
+        self.upsample_layers = nn.ModuleList(
+            conv(
+                in_channels,
+                out_channels,
+                kernel_size=kernel_size,
+                stride=1 if pixel_shuffle else 2,
+                padding=(kernel_size - 1) // 2 if pixel_shuffle else 1,
+                bias=pixel_shuffle,
+                transposed=not pixel_shuffle,
+                pixel_shuffle=pixel_shuffle,
+            )
+            for in_channels, out_channels, kernel_size in zip(
+                [config.hidden_size] + upsample_channels[:-1], upsample_channels, head.upsample_kernel_sizes or []
+            )
+        )
+        conv_inputs = [upsample_channels[-1] if upsample_channels else config.hidden_size] + conv_channels[:-1]
+        self.conv_layers = nn.ModuleList(
+            conv(
+                in_channels, out_channels, kernel_size=kernel_size, padding=(kernel_size - 1) // 2 if pixel_shuffle else 0
+            )
+            for in_channels, out_channels, kernel_size in zip(conv_inputs, conv_channels, head.conv_kernel_sizes or [])
+        )
+        predictor_in = (conv_channels or upsample_channels or [config.hidden_size])[-1]
+        self.predictor = nn.Conv2d(predictor_in, config.num_labels, kernel_size=1)
+
+    def forward(self, feature_map: torch.Tensor) -> torch.Tensor:
+        """`(batch_size, hidden_size, grid_h, grid_w)` -> `(batch_size, num_labels, height', width')`."""
+        hidden_states = self.input_conv(feature_map)
+        for layer in self.upsample_layers:
+            hidden_states = layer(hidden_states)
+        for layer in self.conv_layers:
+            hidden_states = layer(hidden_states)
+        return self.predictor(hidden_states)
+
+
+class Sapiens2LinearActivation(nn.Module):
+    """`act(linear(x))`, stored as `layers.0` (linear) and `layers.1` (activation) as in the official scale MLP."""
+
+    def __init__(self, in_features: int, out_features: int, activation: str):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(in_features, out_features), activation_layer(activation))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.layers(hidden_states)
+
+
+class Sapiens2PointmapScaleMLP(nn.Module):
+    """Flatten, two linear + activation blocks and a linear read-out of one value per sample."""
+
+    def __init__(self, in_features: int, hidden_sizes: list[int], activation: str):
+        super().__init__()
+        self.flatten = nn.Flatten()
+        self.block1 = Sapiens2LinearActivation(in_features, hidden_sizes[0], activation)
+        self.block2 = Sapiens2LinearActivation(hidden_sizes[0], hidden_sizes[1], activation)
+        self.proj = nn.Linear(hidden_sizes[1], 1)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """`(batch_size, ...)` -> `(batch_size, 1)`."""
+        return self.proj(self.block2(self.block1(self.flatten(hidden_states))))
+
+
+class Sapiens2PointmapScaleHead(nn.Module):
+    """The focal-scale branch of the pointmap model: stride-2 conv layers (InstanceNorm, SiLU) on the feature map,
+    then an MLP on the flattened result. The MLP's input size ties the branch to the token grid it was trained on
+    (`head_config.scale_final_input_size`)."""
 
     def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
-        if config.head_config.norm_type == "rms_norm":
-            conv_layers = [self.input_conv, *self.upsample_layers, *self.conv_layers]
-            for layer in conv_layers:
-                if isinstance(layer, _port.Sapiens2ConvLayer):
-                    layer.norm = ChannelRMSNorm(layer.norm.num_features, eps=config.head_config.norm_eps)
+        super().__init__()
+        head = config.head_config
+        channels = head.scale_conv_out_channels
+        self.conv_layers = nn.ModuleList(
+            Sapiens2ConvLayer(
+                in_channels, out_channels, kernel_size=kernel_size, stride=2, padding=(kernel_size - 1) // 2
+            )
+            for in_channels, out_channels, kernel_size in zip(
+                [config.hidden_size] + channels[:-1], channels, head.scale_conv_kernel_sizes
+            )
+        )
+        self.predictor = Sapiens2PointmapScaleMLP(
+            head.scale_final_input_size, head.scale_final_hidden_sizes, activation=config.hidden_act
+        )
+
+    def forward(self, feature_map: torch.Tensor) -> torch.Tensor:
+        """`(batch_size, hidden_size, grid_h, grid_w)` -> `(batch_size, 1)`."""
+        hidden_states = feature_map
+        for layer in self.conv_layers:
+            hidden_states = layer(hidden_states)
+        return self.predictor(hidden_states)
+
+
+# ------------------------------------------------------------------------------------------------ 4K tokenizer
 
 
 class Sapiens2WindowTokenizer(nn.Module):
@@ -245,25 +756,10 @@ class Sapiens2WindowTokenizer(nn.Module):
         self.chunk_size = config.tokenizer_chunk_size
         self.window_cls = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
         self.local_pos_embed = nn.Parameter(torch.zeros(1, 1 + window * window, config.hidden_size))
-        layer_config = Sapiens2Config(
-            **{
-                **{k: v for k, v in config.to_dict().items() if k not in ("model_type", "stage_names", "transformers_version")},
-                "num_hidden_layers": config.num_tokenizer_layers,
-                "num_key_value_heads_per_layer": [config.num_attention_heads] * config.num_tokenizer_layers,
-                "use_qk_norm": False,
-                "num_tokenizer_layers": 0,
-                "head_config": None,
-                "task": None,
-                "out_features": None,
-                "out_indices": None,
-            }
+        self.layer = nn.ModuleList(
+            Sapiens2Layer(config, config.num_attention_heads, use_qk_norm=False, use_layer_scale=False)
+            for _ in range(config.num_tokenizer_layers)
         )
-        layer_config._attn_implementation = config._attn_implementation
-        self.layer = nn.ModuleList()
-        for index in range(config.num_tokenizer_layers):
-            layer = Sapiens2Layer(layer_config, layer_idx=index)
-            layer.layer_scale1 = nn.Identity()
-            self.layer.append(layer)
         self.gradient_checkpointing = False
 
     def _pool_windows(self, patch_tokens: torch.Tensor) -> torch.Tensor:
@@ -329,24 +825,63 @@ def tokens_to_feature_map(hidden_states: torch.Tensor, num_prefix_tokens: int, g
 
 _TASK_CLASS_NAMES = {task: name for name, task in ARCHITECTURE_TASKS.items()}
 _TASK_CLASS_NAMES[None] = "Sapiens2Model"
-class Sapiens2PreTrainedModel(_port.Sapiens2PreTrainedModel):
-    """Base of the sapiens2_hf models: strict loading from official files and HF folders."""
+
+
+class Sapiens2PreTrainedModel(PreTrainedModel):
+    """Base of the sapiens2_hf models: weight initialisation, and strict loading from official files and HF folders."""
 
     config_class = Sapiens2Config
     config: Sapiens2Config
+    base_model_prefix = "model"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["Sapiens2Embeddings", "Sapiens2Layer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+    _input_embed_layer = "patch_embeddings"
+    # The RoPE periods are recomputed from the config, never loaded (some exported checkpoints carry them).
+    _keys_to_ignore_on_load_unexpected = [r"periods"]
+    # Loading is strict: nothing may be missing (transformers' port lets a missing mask token pass).
+    _keys_to_ignore_on_load_missing = None
     # The task this class solves (None: the bare backbone).
     task: str | None = None
-    _keys_to_ignore_on_load_missing = None
 
     def _init_weights(self, module) -> None:
+        """The port's initialisation: transformers' generic one (normal weights, zero biases, unit RMSNorm weights),
+        then truncated-normal linear/conv weights and tokens, Kaiming-normal transposed convs and decode-head layers,
+        LayerScale at `layerscale_value`; plus the RoPE periods and the 4K tokenizer's tokens. `torch.nn.init` calls
+        made here skip tensors transformers has already loaded."""
         super()._init_weights(module)
-        if isinstance(module, Sapiens2RopePositionEmbedding):
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            nn.init.trunc_normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.ConvTranspose2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(module, Sapiens2Embeddings):
+            nn.init.trunc_normal_(module.cls_token, mean=0.0, std=std)
+            if module.register_tokens.shape[1] > 0:
+                nn.init.trunc_normal_(module.register_tokens, mean=0.0, std=std)
+            if module.mask_token is not None:
+                nn.init.zeros_(module.mask_token)
+        elif isinstance(module, Sapiens2LayerScale):
+            nn.init.constant_(module.lambda1, self.config.layerscale_value)
+        elif isinstance(module, Sapiens2RopePositionEmbedding):
             module.reset_periods()
+        elif isinstance(module, (Sapiens2Head, Sapiens2PointmapScaleHead)):
+            for head_module in module.modules():
+                if isinstance(head_module, nn.Conv2d):
+                    nn.init.kaiming_normal_(head_module.weight, mode="fan_out", nonlinearity="relu")
+                elif isinstance(head_module, nn.Linear):
+                    nn.init.kaiming_normal_(head_module.weight, mode="fan_in", nonlinearity="linear")
         elif isinstance(module, ChannelRMSNorm):
             nn.init.ones_(module.weight)
         elif isinstance(module, Sapiens2WindowTokenizer):
-            nn.init.trunc_normal_(module.window_cls, std=self.config.initializer_range)
-            nn.init.trunc_normal_(module.local_pos_embed, std=self.config.initializer_range)
+            nn.init.trunc_normal_(module.window_cls, std=std)
+            nn.init.trunc_normal_(module.local_pos_embed, std=std)
 
     @classmethod
     def _check_task(cls, config: Sapiens2Config, source: str) -> None:
@@ -380,6 +915,11 @@ class Sapiens2PreTrainedModel(_port.Sapiens2PreTrainedModel):
         Floating tensors stored in another precision are cast to float32 (with a logged note); integer or quantized
         tensors are refused.
         """
+        from .adapter_loading import load_adapter_model  # LoRA adapter folders: base + adapter, merged
+
+        adapted = load_adapter_model(cls, pretrained_model_name_or_path, kwargs)
+        if adapted is not None:
+            return adapted
         hub_kwargs = {key: kwargs.get(key) for key in HUB_KWARGS}
         source = str(pretrained_model_name_or_path)
         resolved = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
@@ -546,17 +1086,20 @@ class Sapiens2PreTrainedModel(_port.Sapiens2PreTrainedModel):
         return model
 
 
-class Sapiens2Model(Sapiens2PreTrainedModel, _port.Sapiens2Model):
+class Sapiens2Model(Sapiens2PreTrainedModel):
     """The Sapiens2 backbone: patch embedding, CLS + register tokens, RoPE transformer blocks, final RMSNorm."""
 
     def __init__(self, config: Sapiens2Config):
-        Sapiens2PreTrainedModel.__init__(self, config)
-        self.embeddings = _port.Sapiens2Embeddings(config)
+        super().__init__(config)
+        self.embeddings = Sapiens2Embeddings(config)
         self.tokenizer = Sapiens2WindowTokenizer(config) if config.uses_tokenizer else None
         self.rope_embeddings = Sapiens2RopePositionEmbedding(config)
         self.model = Sapiens2Encoder(config)
-        self.norm = _port.Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_init()
+
+    def get_input_embeddings(self) -> nn.Conv2d:
+        return self.embeddings.patch_embeddings
 
     @classmethod
     def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
@@ -588,6 +1131,7 @@ class Sapiens2Model(Sapiens2PreTrainedModel, _port.Sapiens2Model):
         pixel_values: torch.Tensor,
         patch_keep_indices: torch.LongTensor | None = None,
         bool_masked_pos: torch.Tensor | None = None,
+        return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling:
         r"""
@@ -600,6 +1144,8 @@ class Sapiens2Model(Sapiens2PreTrainedModel, _port.Sapiens2Model):
                 register tokens are always kept.
             bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*):
                 Replaces the masked patch embeddings by a learned mask token (needs `config.use_mask_token`).
+            return_dict (`bool`, *optional*): `False` returns a tuple; defaults to `config.return_dict`.
+            kwargs: `output_hidden_states`, `output_attentions`, attention-backend arguments (see `Sapiens2Encoder`).
 
         Returns:
             `BaseModelOutputWithPooling`: `last_hidden_state` of shape `(batch_size, 1 + num_registers +
@@ -626,14 +1172,15 @@ class Sapiens2Model(Sapiens2PreTrainedModel, _port.Sapiens2Model):
             patches = patches.gather(1, index[..., None].expand(-1, -1, patches.shape[-1]))  # (batch, kept, hidden)
             hidden_states = torch.cat((prefix, patches), dim=1)
             cos, sin = cos[index], sin[index]  # (batch, kept, head_dim)
-        encoder_outputs: BaseModelOutput = self.model(hidden_states, position_embeddings=(cos, sin), **kwargs)
+        encoder_outputs = self.model(hidden_states, position_embeddings=(cos, sin), return_dict=True, **kwargs)
         sequence_output = self.norm(encoder_outputs.last_hidden_state)
-        return BaseModelOutputWithPooling(
+        output = BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,
             pooler_output=sequence_output[:, 0],
             hidden_states=encoder_outputs.hidden_states,
             attentions=encoder_outputs.attentions,
         )
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
 
     def get_feature_map(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
         """Patch tokens after the final norm on their grid: `(batch_size, hidden_size, height / 16, width / 16)`,
@@ -643,13 +1190,67 @@ class Sapiens2Model(Sapiens2PreTrainedModel, _port.Sapiens2Model):
         return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid)
 
 
-class Sapiens2Encoder(Sapiens2PreTrainedModel, _port.Sapiens2Encoder):
-    """The stack of Sapiens2 blocks (transformers' encoder with our layers)."""
+class Sapiens2Encoder(Sapiens2PreTrainedModel):
+    """The stack of Sapiens2 blocks, one per entry of `config.num_key_value_heads_per_layer`."""
 
     def __init__(self, config: Sapiens2Config):
-        Sapiens2PreTrainedModel.__init__(self, config)
-        self.layer = nn.ModuleList([Sapiens2Layer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        super().__init__(config)
+        self.layer = nn.ModuleList(
+            Sapiens2Layer(config, num_key_value_heads, use_qk_norm=config.use_qk_norm)
+            for num_key_value_heads in config.num_key_value_heads_per_layer
+        )
         self.post_init()
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        """
+        Args:
+            hidden_states (`torch.Tensor` of shape `(batch_size, seq_len, hidden_size)`): prefix tokens, then patches.
+            position_embeddings (`(cos, sin)`, *optional*): RoPE of the patch tokens; `None` for no RoPE.
+            output_hidden_states, output_attentions, return_dict (`bool`, *optional*): default to the config's.
+            kwargs: passed to every layer (and on to the attention backend).
+        Returns:
+            `BaseModelOutput`: `last_hidden_state` of shape `(batch_size, seq_len, hidden_size)` (no final norm);
+            `hidden_states`: the input and each layer's output (as transformers' port records them); `attentions`:
+            each layer's attention weights, from backends that return them.
+        """
+        config = self.config
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        return_dict = config.return_dict if return_dict is None else return_dict
+        all_hidden_states = [hidden_states] if output_hidden_states else None
+        all_attentions = []
+        # Weights are collected from the attention modules, so the layers keep returning plain tensors (and
+        # gradient checkpointing sees a single output).
+        record = partial(_record_attention_weights, all_attentions)
+        hooks = [layer.attention.register_forward_hook(record) for layer in self.layer] if output_attentions else []
+        try:
+            for layer in self.layer:
+                hidden_states = layer(hidden_states, position_embeddings=position_embeddings, **kwargs)
+                if all_hidden_states is not None:
+                    all_hidden_states.append(hidden_states)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        output = BaseModelOutput(
+            last_hidden_state=hidden_states,
+            hidden_states=tuple(all_hidden_states) if all_hidden_states is not None else None,
+            attentions=tuple(all_attentions) if output_attentions else None,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+def _record_attention_weights(collected: list, module: nn.Module, args, output) -> None:
+    """Forward hook of `Sapiens2Attention`: keeps its attention weights (sdpa and flash return none)."""
+    if output[1] is not None:
+        collected.append(output[1])
 
 
 class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
@@ -663,20 +1264,25 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
             )
         self.num_labels = config.num_labels
         self.model = Sapiens2Model(config)
-        self.decode_head = Sapiens2Head(config)
+        self.decode_head = Sapiens2Head(config, norm_layer=head_norm_layer(config.head_config))
 
     def _feature_map(self, pixel_values: torch.Tensor, **kwargs):
         grid = self.model._grid_size(pixel_values)
-        outputs = self.model(pixel_values, **kwargs)
+        outputs = self.model(pixel_values, return_dict=True, **kwargs)
         return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid), outputs
 
-    def _decode(self, pixel_values: torch.Tensor, labels, output_class, field: str, **kwargs):
+    def _decode(self, pixel_values: torch.Tensor, labels, output_class, field: str, return_dict=None, **kwargs):
         """Backbone -> feature map -> decode head, wrapped in `output_class` with the prediction under `field`."""
         self._refuse_labels(labels)
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
-        return output_class(
+        output = output_class(
             **{field: self.decode_head(feature_map)}, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
+        return self._maybe_tuple(output, return_dict)
+
+    def _maybe_tuple(self, output: ModelOutput, return_dict: bool | None):
+        """`output`, or its tuple of non-`None` fields when `return_dict` (default `config.return_dict`) is False."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
 
     @staticmethod
     def _refuse_labels(labels) -> None:
@@ -743,13 +1349,13 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         return Sapiens2Config(**fields)
 
 
-class Sapiens2ForPoseEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPoseEstimation):
+class Sapiens2ForPoseEstimation(_Sapiens2TaskModel):
     """Sapiens2 with the official top-down heatmap head (308 keypoints at 1/4 of the input resolution)."""
 
     task = "pose"
 
     def __init__(self, config: Sapiens2Config):
-        Sapiens2PreTrainedModel.__init__(self, config)
+        super().__init__(config)
         self._build(config)
         self.post_init()
 
@@ -764,13 +1370,13 @@ class Sapiens2ForPoseEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPoseEstimat
         return self._decode(pixel_values, labels, Sapiens2PoseEstimatorOutput, "heatmaps", **kwargs)
 
 
-class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel, _port.Sapiens2ForSemanticSegmentation):
+class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel):
     """Sapiens2 with the official body-part segmentation head (29 classes at full input resolution)."""
 
     task = "seg"
 
     def __init__(self, config: Sapiens2Config):
-        Sapiens2PreTrainedModel.__init__(self, config)
+        super().__init__(config)
         self._build(config)
         self.post_init()
 
@@ -782,13 +1388,13 @@ class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel, _port.Sapiens2ForSeman
         return self._decode(pixel_values, labels, SemanticSegmenterOutput, "logits", **kwargs)
 
 
-class Sapiens2ForNormalEstimation(_Sapiens2TaskModel, _port.Sapiens2ForNormalEstimation):
+class Sapiens2ForNormalEstimation(_Sapiens2TaskModel):
     """Sapiens2 with the official pixel-shuffle surface-normal head."""
 
     task = "normal"
 
     def __init__(self, config: Sapiens2Config):
-        Sapiens2PreTrainedModel.__init__(self, config)
+        super().__init__(config)
         self._build(config)
         self.post_init()
 
@@ -801,16 +1407,16 @@ class Sapiens2ForNormalEstimation(_Sapiens2TaskModel, _port.Sapiens2ForNormalEst
         return self._decode(pixel_values, labels, Sapiens2NormalEstimatorOutput, "normals", **kwargs)
 
 
-class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPointmapEstimation):
+class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel):
     """Sapiens2 with the official pointmap head and its focal-scale branch."""
 
     task = "pointmap"
 
     def __init__(self, config: Sapiens2Config):
-        Sapiens2PreTrainedModel.__init__(self, config)
+        super().__init__(config)
         self._build(config)
         has_scale = config.head_config.scale_conv_out_channels is not None
-        self.scale_head = _port.Sapiens2PointmapScaleHead(config) if has_scale else nn.Identity()
+        self.scale_head = Sapiens2PointmapScaleHead(config) if has_scale else nn.Identity()
         self.post_init()
 
     def _check_scale_input(self, feature_map: torch.Tensor) -> None:
@@ -824,7 +1430,9 @@ class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPointma
                 f"the model's size {self.config.image_size} (the image processor does this)."
             )
 
-    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> Sapiens2PointmapEstimatorOutput:
+    def forward(
+        self, pixel_values: torch.Tensor, labels=None, return_dict=None, **kwargs
+    ) -> Sapiens2PointmapEstimatorOutput:
         r"""
         Returns:
             `Sapiens2PointmapEstimatorOutput` with `pointmaps` of shape `(batch_size, 3, height, width)`: XYZ in the
@@ -838,12 +1446,13 @@ class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel, _port.Sapiens2ForPointma
         if not isinstance(self.scale_head, nn.Identity):
             self._check_scale_input(feature_map)
             scales = self.scale_head(feature_map)
-        return Sapiens2PointmapEstimatorOutput(
+        output = Sapiens2PointmapEstimatorOutput(
             pointmaps=self.decode_head(feature_map),
             scales=scales,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+        return self._maybe_tuple(output, return_dict)
 
 
 class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
@@ -852,7 +1461,7 @@ class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
     task = "albedo"
 
     def __init__(self, config: Sapiens2Config):
-        Sapiens2PreTrainedModel.__init__(self, config)
+        super().__init__(config)
         if config.head_config is not None and config.head_config.norm_type != "rms_norm":
             raise ValueError("The albedo head uses channel RMSNorms: set `head_config.norm_type='rms_norm'`.")
         self._build(config)
