@@ -74,11 +74,11 @@ def bench_pose_decode(args, device) -> list[dict]:
         heatmaps = synthetic_heatmaps(people, device=device)
         boxes = [[[40.0 + 30 * k, 60.0, 300.0, 700.0] for k in range(people)]]
         outputs = types.SimpleNamespace(heatmaps=heatmaps)
-        ours_t = timed(lambda: ours.post_process_pose_estimation(outputs, boxes=boxes), device, args.warmup,
+        ours_t = timed(lambda: ours.post_process_pose_estimation(outputs, boxes=boxes, box_format="xywh"), device, args.warmup,
                        args.repeats)
         theirs_t = timed(lambda: theirs.post_process_pose_estimation(outputs, boxes=boxes), device, 1,
                          max(1, args.repeats // 2))
-        a = torch.stack([p["keypoints"] for p in ours.post_process_pose_estimation(outputs, boxes=boxes)[0]])
+        a = torch.stack([p["keypoints"] for p in ours.post_process_pose_estimation(outputs, boxes=boxes, box_format="xywh")[0]])
         b = torch.stack([p["keypoints"] for p in theirs.post_process_pose_estimation(outputs, boxes=boxes)[0]])
         difference = (a.cpu().double() - b.cpu().double()).abs().max().item()
         rows.append({"people": people, "ours": ours_t, "transformers": theirs_t,

@@ -175,3 +175,15 @@ def test_installed_command_runs_from_outside_the_repo(tmp_path):
     assert result.returncode == 0, result.stderr
     pointmap_error, scale_error = map(float, result.stdout.split())
     assert pointmap_error < 0.02 and scale_error < 2e-4  # the case's recorded max-abs tolerances
+
+
+def test_convert_overwrite_keeps_what_it_did_not_write(tmp_path, capsys):
+    _, _, weights = load_case("seg")
+    out = tmp_path / "repo"
+    (out / ".git").mkdir(parents=True)
+    (out / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (out / "notes.txt").write_text("user data")
+    assert _convert([str(weights), "--out", str(out), "--overwrite"], capsys).returncode == 0
+    assert (out / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n" and (out / "notes.txt").read_text() == "user data"
+    assert (out / "model.safetensors").is_file()
+    sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(out)

@@ -132,7 +132,8 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
     print("4/5 merging the adapter, saving a Hub-ready repository and reloading it through the Auto class")
     model = lora_model.merge_and_unload().eval()
     processor = image_processor_for_task("pose", size={"height": INPUT_SIZE[0], "width": INPUT_SIZE[1]})
-    repo = save_for_hub(model, out / "sapiens2-tiny-pose-synthetic", image_processor=processor, card_kwargs={
+    # The demo owns this sub-folder of --out: a rerun replaces its files (and keeps anything else put there).
+    repo = save_for_hub(model, out / "sapiens2-tiny-pose-synthetic", image_processor=processor, overwrite=True, card_kwargs={
         "repo_id": "your-name/sapiens2-tiny-pose-synthetic", "eval_results": {"pck_0_1": after["eval_pck_0_1"]},
         "eval_dataset": "sapiens2_hf synthetic humans (held out)", "datasets": None,
         "source": "sapiens2_hf demo: pretrained and LoRA-fine-tuned on synthetic humans",

@@ -20,7 +20,9 @@ def pipeline(task: str, model=None, **kwargs):
     local folder without config.json. `model_kwargs` are passed to `from_pretrained` for those."""
     from transformers import pipeline as transformers_pipeline
 
-    if isinstance(model, (str, os.PathLike)) and task in PIPELINE_TASKS and Path(model).exists():
+    is_local = isinstance(model, (str, os.PathLike)) and Path(model).exists()
+    # A LoRA adapter folder is transformers' own business (its factory finds adapter_config.json).
+    if is_local and task in PIPELINE_TASKS and not (Path(model) / "adapter_config.json").is_file():
         resolved = resolve_checkpoint(model)
         if resolved.kind == "official" and resolved.config_folder is None:
             model = model_class_for_task(PIPELINE_TASKS[task]).from_pretrained(

@@ -21,7 +21,7 @@ def add_convert_subparser(subparsers) -> None:
     parser.add_argument("--task", default="auto", choices=["auto", "pretrain", "pose", "seg", "normal", "pointmap", "albedo"])
     parser.add_argument("--rope-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument(
-        "--image-size", type=_positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
+        "--image-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
         help="input size the model is meant for (default: the checkpoint's own; see Sapiens2 infer_image_size)",
     )
     parser.add_argument("--no-verify", action="store_true", help="skip the reload-and-compare check")
@@ -29,7 +29,7 @@ def add_convert_subparser(subparsers) -> None:
     parser.set_defaults(handler=run_convert)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{value} is not a positive size in pixels")

@@ -37,6 +37,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .convert import positive_int
+
 
 TASK_TO_PIPELINE = {
     "pose": "sapiens2-pose",
@@ -68,7 +70,7 @@ def add_predict_subparsers(subparsers) -> None:
         parser.add_argument("--device", default="auto", help="'auto' (cuda when available), 'cpu', 'cuda:0', ...")
         parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
         parser.add_argument("--batch-size", type=int, default=1, help="images per model batch")
-        parser.add_argument("--input-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
+        parser.add_argument("--input-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
                             help="model input size (default: the model's / the saved processor's)")
         parser.add_argument("--no-overlay", action="store_true", help="do not write visualisations")
         parser.add_argument("--no-arrays", action="store_true", help="do not write .npy arrays")

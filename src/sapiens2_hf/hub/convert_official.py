@@ -194,8 +194,15 @@ def convert_official_checkpoint(
         if verify:
             verify_reload(model, model_class_for_task(task).from_pretrained(staging), str(out_dir))
         if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
+            # --overwrite replaces the files the conversion writes, one atomic rename each; anything else in the
+            # folder (a .git, the user's own files) stays.
+            for item in staging.iterdir():
+                target = out_dir / item.name
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                os.replace(item, target)
+        else:
+            os.replace(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
