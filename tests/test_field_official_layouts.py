@@ -260,3 +260,27 @@ def test_held_out_unseen_architectures_load_and_convert(task, tmp_path, capsys):
     assert main(["convert", str(path), "--out", str(tmp_path / "converted")]) == 0, capsys.readouterr().err
     reloaded = cls.from_pretrained(tmp_path / "converted")
     assert compare(_outputs(reloaded, pixel_values)[fields[0]], bf16[fields[0]])["rel_l2"] < 1e-5
+
+
+def test_backbone_and_save_for_hub_accept_the_official_hub_layout(tmp_path):
+    """`from_backbone` (what finetune.py --backbone_name_or_path calls) and `save_for_hub` with the stock processor an
+    official repo carries."""
+    from transformers import AutoImageProcessor
+
+    from sapiens2_hf.hub import save_for_hub
+
+    _, reference, weights = load_case("pretrain")
+    folder = make_official_hub_folder("pretrain", tmp_path / "pretrain", ("hf", "official"))
+    seg = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_backbone(folder, head_config="tiny")
+    direct = sapiens2_hf.Sapiens2Model.from_pretrained(weights)
+    torch.testing.assert_close(seg.model.get_feature_map(reference["pixel_values"]),
+                               direct.get_feature_map(reference["pixel_values"]), rtol=0, atol=1e-5)
+    seg_folder = make_official_hub_folder("seg", tmp_path / "seg", ("hf",))
+    stock = AutoImageProcessor.from_pretrained(seg_folder)
+    assert not isinstance(stock, Sapiens2HFImageProcessor)
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(seg_folder)
+    saved = save_for_hub(model, tmp_path / "out", image_processor=stock)
+    processor_config = json.loads((saved / "preprocessor_config.json").read_text())
+    assert processor_config["task"] == "seg" and processor_config["size"] == stock.size
+    pipe = pipeline("sapiens2-segmentation", model=str(saved), device="cpu")
+    assert pipe(np.zeros((40, 30, 3), dtype=np.uint8))["segmentation"].shape == (40, 30)

@@ -37,6 +37,19 @@ _AUTO_CLASS = {
 }
 
 
+def _as_sapiens2_hf_processor(image_processor, task):
+    """Ours for the model's task, keeping another Sapiens2 processor's size and normalisation: transformers' stock
+    `Sapiens2ImageProcessor` (from an official repo's preprocessor_config.json) has no task policy and no remote code,
+    so a repo saved with it would not run in the pipelines without sapiens2_hf."""
+    from ..processing import Sapiens2HFImageProcessor, image_processor_for_task
+
+    if image_processor is None or isinstance(image_processor, Sapiens2HFImageProcessor):
+        return image_processor
+    settings = {key: value for key, value in image_processor.to_dict().items()
+                if key not in ("image_processor_type", "processor_class", "_processor_class", "task")}
+    return image_processor_for_task(task, **settings)
+
+
 def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> None:
     """Makes `save_pretrained` ship our modeling (and processing) files with an `auto_map`.
 
@@ -150,6 +163,7 @@ def save_for_hub(
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
     staging.chmod(0o777 & ~current_umask())  # mkdtemp makes an owner-only folder; a new repo is a normal one
     try:
+        image_processor = _as_sapiens2_hf_processor(image_processor, model.config.task)
         if remote_code:
             enable_remote_code(model, image_processor)
         model.save_pretrained(staging)
