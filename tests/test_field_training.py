@@ -39,12 +39,7 @@ PRETRAIN_COMMON = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--
                    "--logging_steps", "1"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def finetune(argv):

@@ -33,12 +33,7 @@ COMMON = ["--preset", "tiny", "--max_steps", "2", "--per_device_train_batch_size
           "--warmup_steps", "1", "--optim", "adamw_torch", "--dataloader_num_workers", "0"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _main():

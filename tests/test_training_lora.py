@@ -14,12 +14,7 @@ from sapiens2_hf.training.lora import set_lora_adapter
 from test_data_tasks_toy import toy_pose_records
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _task_model(task, seed=0, backbone_state=None, **overrides):

@@ -21,13 +21,7 @@ from test_data_tasks_toy import toy_normal_records, toy_pose_records, toy_seg_re
 NO_AUG_POSE = {k: 0.0 for k in PoseTransform.DEFAULT_PROBABILITIES}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Two threads on a shared 2-core machine are up to 10x slower than one for these tiny models.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _args(tmp_path, **overrides):
