@@ -17,7 +17,7 @@ from sapiens2_hf.training.finetune import TRANSFORMS
 from test_data_tasks_toy import TOY_RECORDS
 
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 # task: (input size, patch size, steps, learning rate, metric, lower is better, threshold)
 SETUPS = {
@@ -29,7 +29,6 @@ SETUPS = {
 }
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _transforms(task, size):
