@@ -20,7 +20,6 @@ with the environment. Defaults are small enough for a CPU; pass `--variant 0.4b 
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import time
@@ -35,6 +34,7 @@ from sapiens2_hf.pretraining import (
     Sapiens2PreTrainingConfig,
     tiny_pretraining_config,
 )
+from sapiens2_hf.utils.atomic_io import atomic_write_text
 
 
 def build_config(args, contrastive: bool) -> Sapiens2PreTrainingConfig:
@@ -177,10 +177,7 @@ def main():
     text = json.dumps(report, indent=2)
     print(text)
     if args.output:
-        temporary = f"{args.output}.tmp"
-        with open(temporary, "w") as handle:
-            handle.write(text + "\n")
-        os.replace(temporary, args.output)
+        atomic_write_text(args.output, text + "\n")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def datasets_for(task, data, size, canonical_focal):
     eval_t = transform(size, train=False, **kwargs)
     if data == "toy":
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        from test_data_tasks_toy import TOY_RECORDS
+        from toy_records import TOY_RECORDS
 
         record_size = (96, 80) if task == "pose" else size
         return (Sapiens2TaskDataset(TOY_RECORDS[task](64, seed=1, size=record_size), train_t),

@@ -97,3 +97,14 @@ def make_official_hub_folder(case: str, folder: Path, files: tuple[str, ...] = (
     if "official" in files:
         shutil.copy(weights, folder / weights.name)
     return folder
+
+
+def e2e_case(task):
+    """(folder, meta, reference tensors, eager model at the fixture's input size) of an `*_e2e` fixture."""
+    import sapiens2_hf
+
+    folder = FIXTURES / f"{task}_e2e"
+    meta = json.loads((folder / "meta.json").read_text())
+    size = [meta["input"]["height"], meta["input"]["width"]]
+    model = sapiens2_hf.model_class_for_task(task).from_pretrained(folder / meta["weights_file"], image_size=size)
+    return folder, meta, load_file(folder / "case.safetensors"), model.eval()

@@ -19,6 +19,8 @@ MODEL_CLASSES = {
     "pointmap": sapiens2_hf.Sapiens2ForPointmapEstimation,
     "albedo": sapiens2_hf.Sapiens2ForAlbedoEstimation,
 }
+if hasattr(sapiens2_hf.modeling, "Sapiens2ForImageMatting"):  # the sixth task, where this tree has it
+    MODEL_CLASSES["matting"] = sapiens2_hf.modeling.Sapiens2ForImageMatting
 
 
 def _model_folder(tmp_path, task, with_processor=True):
@@ -70,8 +72,15 @@ def test_seg_over_a_folder_with_a_corrupt_file_and_a_video(tmp_path, capsys):
     assert seg.shape == (70, 50) and seg.dtype == np.uint8 and seg.max() < 29
     assert Image.open(out / "a_seg.png").size[1] == 70
     assert np.load(out / "b_seg.npy").shape == (40, 60)
-    assert sorted(p.name for p in (out / "clip").iterdir()) == [
-        f"frame_{i:06d}_seg.{ext}" for i in (0, 2, 4) for ext in ("npy", "png")]
+    # video frames: arrays per frame; the overlays go into the annotated video, at the frame rate / stride
+    assert sorted(p.name for p in (out / "clip").iterdir()) == [f"frame_{i:06d}_seg.npy" for i in (0, 2, 4)]
+    assert np.load(out / "clip" / "frame_000002_seg.npy").shape == (32, 48)
+    av = pytest.importorskip("av")
+    with av.open(str(out / "clip.mp4")) as container:
+        stream = container.streams.video[0]
+        frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(stream)]
+        assert float(stream.average_rate) == pytest.approx(2.5)
+    assert len(frames) == 3 and frames[0].shape == (32, 48, 3)
     assert not list(out.rglob("*.tmp"))
 
 
@@ -129,3 +138,82 @@ def test_wrong_processor_task_is_a_clear_error(tmp_path, capsys):
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
     assert main(["seg", str(image), "--model", str(model), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "not 'seg'" in capsys.readouterr().err
+
+
+def test_cli_tasks_are_the_registry_tasks():
+    """The CLI's task table is written out (importing the registry would import torch at `--help`): it must name
+    exactly the registry's tasks and pipelines."""
+    from sapiens2_hf.cli.predict import _HELP, TASK_TO_PIPELINE
+    from sapiens2_hf.modeling.sapiens2_tasks import TASK_SPECS
+
+    assert TASK_TO_PIPELINE == {name: spec.pipeline_name for name, spec in TASK_SPECS.items()}
+    assert list(_HELP) == list(TASK_TO_PIPELINE)
+
+
+@pytest.mark.parametrize("keypoint_format", ["coco17", "body25", "coco_wholebody133"])
+def test_pose_keypoint_format_converts_the_json_only(tmp_path, keypoint_format, capsys):
+    from sapiens2_hf.cli.predict import _format_skeleton
+    from sapiens2_hf.pipelines import Sapiens2PosePipeline
+    from sapiens2_hf.processing.sapiens2_keypoint_formats import KEYPOINT_FORMATS, describe_sources
+
+    model = _model_folder(tmp_path, "pose")
+    image = tmp_path / "a.png"
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (70, 50, 3), dtype=np.uint8)).save(image)
+    boxes = tmp_path / "boxes.json"
+    box_list = [[2, 3, 40, 60], [10, 10, 30, 50]]
+    boxes.write_text(json.dumps({"a.png": box_list}))
+    common = [str(image), "--model", str(model), "--boxes", str(boxes), "--device", "cpu", "--quiet",
+              "--no-flip-test"]
+    assert main(["pose", *common, "--out", str(tmp_path / "native")]) == 0, capsys.readouterr().err
+    assert main(["pose", *common, "--out", str(tmp_path / "fmt"), "--keypoint-format", keypoint_format]) == 0
+    coco = json.loads((tmp_path / "fmt" / "a.json").read_text())
+    names = list(KEYPOINT_FORMATS[keypoint_format])
+    category = coco["categories"][0]
+    assert category["keypoints"] == names and coco["info"]["keypoint_format"] == keypoint_format
+    # the skeleton joins the same landmarks as the 308 one: every link's ends are copies of a 308 link's ends
+    copies = {row["index"]: row["source_indices"][0] for row in describe_sources(keypoint_format)
+              if row["kind"] == "copy"}
+    from sapiens2_hf.visualization import SKELETON_LINKS
+
+    links_308 = {frozenset(link) for link in SKELETON_LINKS}
+    assert category["skeleton"] == _format_skeleton(keypoint_format) and category["skeleton"]
+    for a, b in category["skeleton"]:
+        assert frozenset((copies[a - 1], copies[b - 1])) in links_308
+    if keypoint_format == "coco17":  # COCO's own person skeleton (19 links), in any order
+        coco_links = [[16, 14], [14, 12], [17, 15], [15, 13], [12, 13], [6, 12], [7, 13], [6, 7], [6, 8], [7, 9],
+                      [8, 10], [9, 11], [2, 3], [1, 2], [1, 3], [2, 4], [3, 5], [4, 6], [5, 7]]
+        assert sorted(map(sorted, category["skeleton"])) == sorted(map(sorted, coco_links))
+    # the numbers are the pipeline's own conversion (same process: exact)
+    processor = Sapiens2HFImageProcessor.from_pretrained(model)
+    pipe = Sapiens2PosePipeline(model=sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(model),
+                                image_processor=processor, device="cpu")
+    people = pipe(str(image), boxes=box_list, flip_test=False, keypoint_format=keypoint_format)
+    assert len(coco["annotations"]) == 2
+    for annotation, person in zip(coco["annotations"], people):
+        triples = np.asarray(annotation["keypoints"]).reshape(-1, 3)
+        assert triples.shape == (len(names), 3)
+        assert np.array_equal(triples[:, :2], person["keypoints"])
+        assert np.array_equal(triples[:, 2], person["scores"].astype(np.float64))
+    # the overlay is drawn from the native 308 keypoints: the same picture as without the format
+    assert (tmp_path / "fmt" / "a_pose.png").read_bytes() == (tmp_path / "native" / "a_pose.png").read_bytes()
+    native = json.loads((tmp_path / "native" / "a.json").read_text())
+    assert len(native["categories"][0]["keypoints"]) == 308
+    assert len(native["annotations"][0]["keypoints"]) == 3 * 308
+
+
+def test_matting_outputs(tmp_path, capsys):
+    if "matting" not in MODEL_CLASSES:
+        pytest.skip("no matting model in this tree")
+    model = _model_folder(tmp_path, "matting", with_processor=False)
+    image = tmp_path / "x.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 20, 3), dtype=np.uint8)).save(image)
+    out = tmp_path / "out"
+    assert main(["matting", str(image), "--model", str(model), "--out", str(out), "--device", "cpu",
+                 "--quiet"]) == 0, capsys.readouterr().err
+    alpha = np.load(out / "x_alpha.npy")
+    assert alpha.shape == (30, 20) and alpha.dtype == np.float32 and 0 <= alpha.min() and alpha.max() <= 1
+    assert np.array_equal(np.asarray(Image.open(out / "x_alpha.png")), np.round(alpha * 255).astype(np.uint8))
+    cutout = Image.open(out / "x_foreground.png")
+    assert cutout.mode == "RGBA" and cutout.size == (20, 30)
+    assert np.array_equal(np.asarray(cutout)[..., 3], np.asarray(Image.open(out / "x_alpha.png")))
+    assert Image.open(out / "x_matting.png").size == (20, 30)

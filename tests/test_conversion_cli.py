@@ -187,3 +187,24 @@ def test_convert_overwrite_keeps_what_it_did_not_write(tmp_path, capsys):
     assert (out / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n" and (out / "notes.txt").read_text() == "user data"
     assert (out / "model.safetensors").is_file()
     sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(out)
+
+
+def test_one_conversion_entry_point():
+    """The conversion lives in one place, `sapiens2_hf.hub.convert_official` (it writes the model card, a hub concern);
+    `sapiens2-hf convert` calls it. The run-time reader of the official format is a modeling module named for what it
+    is, not a second converter; there is no `sapiens2_hf.conversion` package any more."""
+    import importlib
+
+    package = Path(sapiens2_hf.__file__).parent
+    named_convert = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if "convert" in p.name)
+    assert named_convert == ["cli/convert.py", "hub/convert_official.py"], named_convert
+    assert "convert_official_checkpoint" in (package / "cli" / "convert.py").read_text()
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("sapiens2_hf.conversion")
+    from sapiens2_hf.hub import convert_official_checkpoint
+    from sapiens2_hf.hub.convert_official import convert_official_checkpoint as defined
+    from sapiens2_hf.modeling.official_format_sapiens2_hf import PREDICTOR_TASKS
+    from sapiens2_hf.modeling.sapiens2_tasks import TASK_NAMES
+
+    assert convert_official_checkpoint is defined
+    assert sorted(PREDICTOR_TASKS.values()) == sorted(TASK_NAMES)  # derived from the task registry

@@ -19,6 +19,8 @@ from sapiens2_hf.data.synthetic import (
     read_written_sample,
     render_sample,
     render_scene,
+    sample_seed,
+    task_features,
     write_dataset,
 )
 from sapiens2_hf.data.synthetic import human as hm
@@ -393,3 +395,71 @@ def test_write_dataset_round_trip(tmp_path):
     assert not list(root.rglob(".*tmp*"))  # atomic writes leave no temporary files
     with pytest.raises(ValueError, match="overwrite"):
         write_dataset(root, 1, 64, 48)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# one schema, one seed rule: the fine-tuning records consume the typed rows
+# ----------------------------------------------------------------------------------------------------------------
+
+def test_synthetic_tasks_come_from_the_registry():
+    from sapiens2_hf.data.synthetic import TASKS
+    from sapiens2_hf.modeling.sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES
+
+    assert TASKS == (*TASK_NAMES, PRETRAIN_TASK, "all")
+    for task in TASK_NAMES:
+        assert "image" in task_features(task, 8, 8) and len(task_features(task, 8, 8)) > 2, task
+
+
+def test_records_render_the_seed_rule_of_the_datasets():
+    from sapiens2_hf.data.synthetic_source import SyntheticRecords
+
+    assert sample_seed(4, 1) == (4, 1)
+    dense = render_sample(sample_seed(4, 1), 64, 48)
+    records = {task: SyntheticRecords(task, 2, seed=4, height=64, width=48)[1]
+               for task in ("seg", "normal", "pointmap", "albedo")}
+    for task, record in records.items():
+        assert np.array_equal(record["image"], dense["image"]), task
+        if task != "seg":
+            assert np.array_equal(record["mask"], dense["mask"].astype(np.uint8)), task
+    assert np.array_equal(records["seg"]["label"], dense["segmentation"])
+    assert np.array_equal(records["normal"]["normal"], dense["normals"])
+    assert np.array_equal(records["pointmap"]["depth"], dense["depth"])
+    assert np.array_equal(records["pointmap"]["K"], dense["camera_intrinsics"])
+    assert np.array_equal(records["albedo"]["albedo"], dense["albedo"])
+    # the same render as row 1 of make_dataset (one schema: the record is a renaming of the typed row)
+    row = make_dataset("normal", 2, 64, 48, seed=4, streaming=True, samples_per_shard=1).skip(1).take(1)
+    assert np.array_equal(next(iter(row))["normals"], records["normal"]["normal"])
+
+    pose = SyntheticRecords("pose", 2, seed=4, height=64, width=48)[1]
+    person = render_sample(sample_seed(4, 1), 64, 48, num_people=1)
+    x0, y0, x1, y1 = person["boxes"][0]
+    assert np.array_equal(pose["image"], person["image"])
+    assert np.array_equal(pose["bbox"], np.array([x0, y0, x1 - x0, y1 - y0], np.float32))
+    assert np.array_equal(pose["keypoints"][:, :2], person["keypoints"][0])
+    assert np.array_equal(pose["keypoints"][:, 2], person["keypoint_visibility"][0])
+    assert pose["area"] == float(person["mask"].sum())
+    # numpy pads seed entropy with zeros, so the records' former seed (seed, index, 0) is this same render ...
+    assert np.array_equal(render_sample((4, 1, 0), 64, 48)["image"], dense["image"])
+    # ... while the control, a re-draw seed (seed, index, 1), is another one.
+    assert not np.array_equal(render_sample(sample_seed(4, 1, 1), 64, 48)["image"], dense["image"])
+
+
+def test_records_redraw_a_render_that_shows_nobody():
+    from sapiens2_hf.data.synthetic_source import SyntheticRecords
+
+    # (1, 99) at 64 x 48 places its only person so close that it falls outside the image (found by scanning 1500 seeds).
+    assert render_sample(sample_seed(1, 99), 64, 48)["num_people"] == 0
+    from sapiens2_hf.data.synthetic.dataset import GENERATOR_VERSION, _generate
+
+    # datasets keep the empty row (num_people 0, all background) ...
+    row = next(_generate([(99, 100)], 1, "all", SyntheticHumans(64, 48).to_dict(), GENERATOR_VERSION))
+    assert row["sample_index"] == 99 and row["num_people"] == 0 and not row["segmentation"].any()
+    # ... the records, which need a person, take the first re-draw that shows one.
+    record = SyntheticRecords("seg", 100, seed=1, height=64, width=48)[99]
+    redrawn = render_sample(sample_seed(1, 99, 1), 64, 48)
+    assert redrawn["num_people"] > 0 and np.array_equal(record["image"], redrawn["image"])
+    assert (record["label"] > 0).any()
+    with pytest.raises(ValueError, match="task"):
+        SyntheticRecords("depth", 1)
+    with pytest.raises(ValueError, match="attempt"):
+        sample_seed(0, 0, -1)

@@ -23,7 +23,6 @@ from sapiens2_hf.data.dense import (
 )
 from sapiens2_hf.data.pose import PoseTransform, coco_wholebody_to_308, encode_udp_heatmaps, read_coco_keypoints
 from sapiens2_hf.losses import PointmapLoss
-from test_data_tasks_toy import toy_normal_records, toy_pointmap_records, toy_pose_records, toy_seg_records
 
 
 SPEC = Path(__file__).parent / "fixtures" / "spec"
@@ -111,8 +110,8 @@ def test_udp_heatmaps_match_transformers_encoder():
     assert np.abs(shifted - plain).max() > 0.01
 
 
-def test_pose_flip_mirrors_the_crop_and_swaps_left_right_channels():
-    record = toy_pose_records(1, seed=3)[0]
+def test_pose_flip_mirrors_the_crop_and_swaps_left_right_channels(toy_records):
+    record = toy_records["pose"](1, seed=3)[0]
     plain = PoseTransform((64, 48), train=True, augment_probabilities=NO_AUG_POSE)(record, torch.Generator().manual_seed(0))
     flipped = PoseTransform((64, 48), train=True, augment_probabilities={**NO_AUG_POSE, "flip": 1.0})(
         record, torch.Generator().manual_seed(0))
@@ -127,8 +126,8 @@ def test_pose_flip_mirrors_the_crop_and_swaps_left_right_channels():
     assert (flipped["labels"] - plain["labels"].flip(-1)).abs().max() > 0.5
 
 
-def test_pose_keypoints_leaving_the_crop_lose_their_weight():
-    record = toy_pose_records(1, seed=4)[0]
+def test_pose_keypoints_leaving_the_crop_lose_their_weight(toy_records):
+    record = toy_records["pose"](1, seed=4)[0]
     record["keypoints"][0, :2] = [-500, -500]
     out = PoseTransform((64, 48), train=False)(record)
     assert out["label_weights"][0] == 0 and out["labels"][0].abs().max() == 0
@@ -150,8 +149,8 @@ def test_seg_flip_swaps_left_and_right_classes():
     np.testing.assert_array_equal(plain["labels"].numpy(), label)
 
 
-def test_seg_eval_keeps_label_resolution_and_collator_pads():
-    records = toy_seg_records(2, seed=1)
+def test_seg_eval_keeps_label_resolution_and_collator_pads(toy_records):
+    records = toy_records["seg"](2, seed=1)
     records[1]["image"] = cv2.resize(records[1]["image"], (40, 36))
     records[1]["label"] = cv2.resize(records[1]["label"], (40, 36), interpolation=cv2.INTER_NEAREST)
     transform = SegTransform((32, 32), train=False)
@@ -161,8 +160,8 @@ def test_seg_eval_keeps_label_resolution_and_collator_pads():
     assert (batch["labels"][0, 32:] == 255).all() and (batch["labels"][0, :32, 32:] == 255).all()
 
 
-def test_normal_flip_negates_x_and_mirrors():
-    record = toy_normal_records(1, seed=2)[0]
+def test_normal_flip_negates_x_and_mirrors(toy_records):
+    record = toy_records["normal"](1, seed=2)[0]
     probs = {k: 0.0 for k in NormalTransform.DEFAULT_PROBABILITIES}
     plain = NormalTransform((32, 32), train=True, augment_probabilities=probs)(record)
     flipped = NormalTransform((32, 32), train=True, augment_probabilities={**probs, "flip": 1.0})(record)
@@ -175,8 +174,8 @@ def test_normal_flip_negates_x_and_mirrors():
 
 
 @pytest.mark.parametrize("augment", ["none", "flip", "all"])
-def test_pointmap_targets_are_consistent_with_the_returned_intrinsics(augment):
-    record = toy_pointmap_records(1, seed=3, size=(80, 60))[0]
+def test_pointmap_targets_are_consistent_with_the_returned_intrinsics(augment, toy_records):
+    record = toy_records["pointmap"](1, seed=3, size=(80, 60))[0]
     probs = {k: 0.0 for k in PointmapTransform.DEFAULT_PROBABILITIES}
     if augment == "flip":
         probs["flip"] = 1.0
@@ -216,8 +215,8 @@ def test_albedo_transform_and_dense_folder_readers(tmp_path):
         read_segmentation_folder(tmp_path / "img", tmp_path / "tgt")
 
 
-def test_dataset_is_deterministic_per_seed_epoch_and_index():
-    records = toy_pose_records(4, seed=0)
+def test_dataset_is_deterministic_per_seed_epoch_and_index(toy_records):
+    records = toy_records["pose"](4, seed=0)
     dataset = Sapiens2TaskDataset(records, PoseTransform((64, 48), train=True), seed=3)
     first = dataset[1]
     again = dataset[1]
@@ -245,11 +244,11 @@ def test_rejected_samples_are_redrawn_deterministically():
         never[0]
 
 
-def test_hf_datasets_source_with_on_the_fly_transform():
+def test_hf_datasets_source_with_on_the_fly_transform(toy_records):
     import datasets
     from PIL import Image
 
-    records = toy_seg_records(3, seed=9)
+    records = toy_records["seg"](3, seed=9)
     hf = datasets.Dataset.from_dict(
         {"image": [Image.fromarray(r["image"]) for r in records], "label": [Image.fromarray(r["label"]) for r in records]},
         features=datasets.Features({"image": datasets.Image(), "label": datasets.Image()}),

@@ -24,9 +24,9 @@ from sapiens2_hf.pretraining import PretrainingImageDataset
 from sapiens2_hf.pretraining.toy_data import make_toy_images
 from sapiens2_hf.training.arguments import DataArguments, ModelArguments
 from sapiens2_hf.training.finetune import build_model, run_finetune
-from sapiens2_hf.training.pretrain import main as pretrain_main
+from sapiens2_hf.pretraining.run import main as pretrain_main
 from sapiens2_hf.training.run_setup import resolve_resume_checkpoint
-from test_data_tasks_toy import toy_normal_records, toy_pose_records
+from toy_records import toy_normal_records, toy_pose_records
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -246,7 +246,7 @@ def lora_run(tmp_path_factory):
 
 def test_lora_adapter_is_self_describing(lora_run):
     root, *_ = lora_run
-    adapter = root / "run" / "adapter"
+    adapter = root / "run"
     adapter_config = json.loads((adapter / "adapter_config.json").read_text())
     assert adapter_config["base_model_name_or_path"] == str((root / "backbone").resolve())
     config = json.loads((adapter / "config.json").read_text())
@@ -260,7 +260,7 @@ def test_lora_adapter_is_self_describing(lora_run):
 
 def test_from_pretrained_and_pipeline_load_base_plus_adapter(lora_run):
     root, peft_model, pixel_values, expected = lora_run
-    adapter = root / "run" / "adapter"
+    adapter = root / "run"
     model = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(adapter)
     assert type(model) is sapiens2_hf.Sapiens2ForPoseEstimation and not model.training
     with torch.no_grad():
@@ -288,7 +288,7 @@ def test_merge_writes_a_plain_model_with_the_trained_heads(lora_run, tmp_path):
     from sapiens2_hf.training import merge_lora
 
     root, peft_model, pixel_values, expected = lora_run
-    adapter = root / "run" / "adapter"
+    adapter = root / "run"
     merged_dir = merge_lora(adapter, tmp_path / "merged")
     assert (merged_dir / "model.safetensors").is_file() and not (merged_dir / "adapter_config.json").exists()
     merged = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(merged_dir).eval()
@@ -310,7 +310,7 @@ def test_lora_on_a_random_preset_records_its_saved_base(tmp_path):
     trainer = finetune(["--task", "seg", "--preset", "tiny", "--use_lora", "--lora_rank", "4", "--dataset",
                         "synthetic", "--synthetic_train_samples", "2", "--synthetic_eval_samples", "0",
                         "--synthetic_image_size", "64", "--output_dir", str(tmp_path / "run"), *COMMON])
-    adapter = tmp_path / "run" / "adapter"
+    adapter = tmp_path / "run"
     base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
     assert base == str((tmp_path / "run" / "base_model").resolve())
     pixel_values = torch.randn(1, 3, 64, 48, generator=torch.Generator().manual_seed(0))
@@ -325,7 +325,7 @@ def test_adapter_without_a_base_says_what_is_missing(lora_run, tmp_path):
 
     root, *_ = lora_run
     adapter = tmp_path / "adapter"
-    shutil.copytree(root / "run" / "adapter", adapter)
+    shutil.copytree(root / "run", adapter)
     config = json.loads((adapter / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = None
     (adapter / "adapter_config.json").write_text(json.dumps(config))
@@ -344,7 +344,7 @@ def test_readme_flow_pretrain_then_finetune_from_the_backbone(tmp_path, caplog):
                             "--synthetic_train_samples", "4", "--synthetic_eval_samples", "0", "--synthetic_image_size",
                             "64", "--output_dir", str(tmp_path / "runs" / "pose"), *COMMON])
     assert trainer.state.global_step == 2
-    tuned = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(tmp_path / "runs" / "pose" / "model")
+    tuned = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(tmp_path / "runs" / "pose")
     assert tuned.config.image_size == [64, 48]  # the backbone's own size
     assert tuned.config.head_config.to_dict()["upsample_out_channels"] == [16, 16]  # the tiny head
     assert trainer.train_dataset.transform.input_size == (64, 48)

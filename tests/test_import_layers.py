@@ -1,5 +1,11 @@
-"""The import layers of docs STYLE B2: Hub-shippable folders are flat and self-contained; lower layers never import
-higher ones."""
+"""The package's import layers, the only test of them; `LAYERS` below is the table docs/ARCHITECTURE.md shows.
+
+Layer 0 (modeling/, processing/, pipelines/) is copied into Hub repos as remote code, so each of its folders is flat
+and imports only stdlib, torch, torchvision, numpy, PIL, huggingface_hub, safetensors, transformers and its siblings
+(`from .x import y`; cv2 only inside try/except ImportError). Above it, a module imports only its own layer or lower
+ones (1: data, losses, metrics and other building blocks; 2: training, pretraining, Hub tooling; 3: cli, demo), so
+each layer can be used, tested and shipped without the ones above it.
+"""
 
 import ast
 import sys
@@ -10,12 +16,15 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sapiens2_hf"
 LAYERS = {
     "modeling": 0, "processing": 0, "pipelines": 0,
-    "data": 1, "losses": 1, "metrics": 1, "visualization": 1, "conversion": 1,
-    "pretraining": 2, "training": 2, "hub": 2,
-    "pipeline_factory": 1,
+    "data": 1, "losses": 1, "metrics": 1, "visualization": 1, "utils": 1, "serialization": 1,
+    "pretraining": 2, "training": 2, "hub": 2, "export": 2, "video": 2,
+    # pipeline_factory applies the inference recipe (`fast=True`), so it sits at the recipe's layer.
+    "pipeline_factory": 2, "inference_recipe": 2,
     "cli": 3, "demo": 3,
 }
-HUB_ALLOWED = {"torch", "numpy", "PIL", "huggingface_hub", "transformers", "safetensors"}
+# torchvision: the pose pipeline's NMS (`torchvision.ops.nms`); transformers' torchvision image-processing backend
+# needs it anyway, and it is a dependency of the package.
+HUB_ALLOWED = {"torch", "numpy", "PIL", "huggingface_hub", "transformers", "safetensors", "torchvision"}
 
 
 def _python_files(folder):

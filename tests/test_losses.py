@@ -1,7 +1,8 @@
 """Loss values against independent, explicit per-element loops (float64 Python arithmetic).
 
-Each reference below re-derives the official Sapiens2 recipe (spec section 5.3) pixel by pixel, without calling
-the library. Every test also has a broken control: a plausible but wrong variant of the recipe that must NOT match.
+Each reference below re-derives the official Sapiens2 recipe (facebookresearch/sapiens2 `sapiens/*/src/models/losses`
+and the loss settings of its configs) pixel by pixel, without calling the library. Every test also has a broken
+control: a plausible but wrong variant of the recipe that must NOT match.
 """
 
 import math

@@ -94,6 +94,60 @@ def test_oks_ap_matches_pycocotools_with_308_sigmas(seed):
     assert abs(broken[0] - ours["oks_ap"]) > 1e-3
 
 
+def _many_images_dataset(seed, num_images=40):
+    """Many images with 1-5 persons each, 0-90 % of the keypoints unlabelled (missing), missed persons, duplicate and
+    far-off detections, crowd regions, zero-keypoint annotations, areas from small to large."""
+    rng = np.random.default_rng(seed)
+    images, annotations, detections = [], [], []
+    ann_id = 1
+    for image_id in range(1, num_images + 1):
+        images.append({"id": image_id, "width": 640, "height": 480})
+        for _ in range(int(rng.integers(1, 6))):
+            area = float(rng.uniform(300.0, 40000.0))
+            side = np.sqrt(area)
+            x0, y0 = rng.uniform(0, 400, size=2)
+            kpts = np.stack([x0 + rng.uniform(0, side, NUM_KPT), y0 + rng.uniform(0, side, NUM_KPT)], 1)
+            vis = (rng.uniform(size=NUM_KPT) > rng.uniform(0.0, 0.9)).astype(float) * 2
+            if rng.uniform() < 0.05:
+                vis[:] = 0
+            annotations.append({"id": ann_id, "image_id": image_id, "category_id": 1, "area": area,
+                                "keypoints": np.concatenate([kpts, vis[:, None]], 1).reshape(-1).tolist(),
+                                "num_keypoints": int((vis > 0).sum()), "bbox": [x0, y0, side, side], "iscrowd": 0})
+            ann_id += 1
+            for _ in range(int(rng.integers(0, 3))):  # 0: a missed person, 2: a duplicate
+                det = kpts + rng.normal(0, side * rng.choice([0.01, 0.05, 0.2]), size=(NUM_KPT, 2))
+                det[vis == 0] += rng.normal(0, side * 0.5, size=(int((vis == 0).sum()), 2))  # unlabelled: far off
+                detections.append({"image_id": image_id, "category_id": 1, "score": float(rng.uniform(0.1, 1.0)),
+                                   "keypoints": np.concatenate([det, rng.uniform(0, 1, (NUM_KPT, 1))], 1)
+                                   .reshape(-1).tolist()})
+        if rng.uniform() < 0.2:
+            annotations.append({"id": ann_id, "image_id": image_id, "category_id": 1, "area": 9000.0,
+                                "keypoints": [0.0] * (3 * NUM_KPT), "num_keypoints": 0,
+                                "bbox": [350.0, 50.0, 90.0, 100.0], "iscrowd": 1})
+            ann_id += 1
+        if rng.uniform() < 0.3:
+            det = np.stack([rng.uniform(500, 600, NUM_KPT), rng.uniform(400, 470, NUM_KPT)], 1)
+            detections.append({"image_id": image_id, "category_id": 1, "score": float(rng.uniform(0.5, 1.0)),
+                               "keypoints": np.concatenate([det, np.ones((NUM_KPT, 1))], 1).reshape(-1).tolist()})
+    return {"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "person"}]}, detections
+
+
+def test_oks_ap_matches_pycocotools_on_many_images():
+    gt_dict, detections = _many_images_dataset(seed=7)
+    assert len(gt_dict["annotations"]) > 100 and len(detections) > 100
+    stats = _pycocotools_stats(gt_dict, detections, SIGMAS)
+    ours = _ours(gt_dict, detections)
+    assert all(0.01 < value < 0.99 for value in stats[:10])  # every figure non-trivial
+    np.testing.assert_allclose(list(ours.values()), stats[:10], rtol=0, atol=1e-12)
+    # Broken control: treating the missing keypoints as labelled (a slip in the visibility handling) moves the AP
+    # (the detections are far off exactly there, as a model's guesses for unlabelled points can be).
+    labelled_everywhere = {**gt_dict, "annotations": [
+        {**ann, "keypoints": np.concatenate([np.asarray(ann["keypoints"]).reshape(NUM_KPT, 3)[:, :2],
+                                             np.full((NUM_KPT, 1), 2.0)], 1).reshape(-1).tolist()}
+        if not ann["iscrowd"] and ann["num_keypoints"] else ann for ann in gt_dict["annotations"]]}
+    assert np.abs(np.asarray(list(_ours(labelled_everywhere, detections).values())) - stats[:10]).max() > 1e-3
+
+
 def test_oks_ap_perfect_and_official_rescoring_and_nms():
     rng = np.random.default_rng(3)
     kpts = rng.uniform(0, 200, size=(2, NUM_KPT, 2))

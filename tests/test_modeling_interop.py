@@ -1,9 +1,11 @@
 """Interop with transformers' own Sapiens2 port, kept honest by comparing weights and outputs, not by importing it.
 
-Our modeling files are self-contained (they ship to the Hub as remote code and must not depend on the port's private
-internals), yet they promise the port's module names, parameter names and tensor layout. So: the same state dict loads
-strictly into both, and in float32 RoPE mode (the port's arithmetic) both give the same outputs; the Hub-shippable
-files never import the port; and a saved repository runs in a process where the port cannot be imported at all.
+Our modeling and processing files are self-contained (they ship to the Hub as remote code and must not depend on the
+port's private internals), yet they promise the port's module names, parameter names, tensor layout and processor
+config fields. So: the same state dict loads strictly into both, and in float32 RoPE mode (the port's arithmetic) both
+give the same outputs; both image processors read each other's preprocessor_config.json and give the same
+pixel_values where the geometry is the identity; our pose training targets equal the port's; no file in src/ imports
+the port; and a saved repository (model and image processor) runs in a process where the port cannot be imported.
 """
 
 import ast
@@ -13,13 +15,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
+from transformers.models.sapiens2.image_processing_sapiens2 import generate_udp_gaussian_heatmaps
 
 import sapiens2_hf
 from sapiens2_hf.hub import save_for_hub
-from sapiens2_hf.processing import image_processor_for_task
+from sapiens2_hf.processing import Sapiens2HFImageProcessor, image_processor_for_task
+from sapiens2_hf.processing.sapiens2_processing_ops import udp_gaussian_heatmaps
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sapiens2_hf"
 PORT_MODULE = "transformers.models.sapiens2"
@@ -152,15 +157,118 @@ def test_the_import_check_catches_every_form():
     assert not port_imports("from transformers import PreTrainedModel\nfrom transformers.models import auto")
 
 
-def test_modeling_files_never_import_the_port():
-    """modeling/ ships to the Hub as remote code: it must not depend on the port's private internals.
-
-    Remaining elsewhere in src/ (owned by others, to be migrated): processing/ subclasses transformers'
-    `Sapiens2ImageProcessor`, and pretraining/mae_decoder.py uses the port's RMSNorm."""
-    files = sorted((PACKAGE / "modeling").rglob("*.py"))
-    assert len(files) >= 5
+def test_no_source_file_imports_the_port():
+    """modeling/, processing/ and pipelines/ ship to the Hub as remote code and must not depend on the port's private
+    internals; the rest of src/ builds on them and has no reason to either (the port is for tests to compare with)."""
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert {"modeling", "processing", "pipelines", "pretraining", "hub"} <= {path.parent.name for path in files}
     offenders = {str(path.relative_to(PACKAGE)): port_imports(path.read_text()) for path in files}
-    assert not any(offenders.values()), offenders
+    assert not any(offenders.values()), {name: found for name, found in offenders.items() if found}
+
+
+# ------------------------------------------------------------------------------------------------ image processor
+
+# Both processors normalise `(x - mean) / std` in float32 from the same config fields, with the constants rounded to
+# float32 in a different order (ours: mean / rescale in float64 then rounded; transformers: float32 mean times
+# 1 / rescale): a few float32 ulps apart at most (measured max-abs: 0 with the values below, 2.4e-7 with the ImageNet
+# defaults). A channel swap (measured 5.06) or a normalisation that did not travel with the config (0.80) is far above.
+PIXEL_VALUES_TOLERANCE = 1e-5
+# Normalisation other than the default (ImageNet), so that a field that does not travel between the two classes shows.
+CUSTOM_NORMALISATION = {"image_mean": [0.5, 0.4, 0.3], "image_std": [0.2, 0.25, 0.3], "rescale_factor": 1 / 250}
+
+
+def _max_abs(actual: torch.Tensor, reference: torch.Tensor) -> float:
+    return (actual.double() - reference.double()).abs().max().item()
+
+
+def _input_sized_images(count: int = 3, size: tuple[int, int] = (64, 48)) -> list[np.ndarray]:
+    generator = np.random.default_rng(7)
+    return [generator.integers(0, 256, (*size, 3), dtype=np.uint8) for _ in range(count)]
+
+
+@pytest.mark.parametrize("task", ["seg", "pretrain", "normal", "pointmap", "albedo"])
+def test_processor_reads_transformers_config_and_matches_its_pixel_values(task, tmp_path):
+    """transformers' stock processor writes a config; ours reads it for `task` and saves its own; the stock class
+    reads that one back. On images at the input size (the geometry is then the identity for both: stretch and
+    letterbox alike) both give the same pixel_values: the config fields, normalisation, channel order, layout and
+    dtype agree. Resampling differs by design (ours is the official OpenCV geometry; tests/test_processing_parity.py
+    shows transformers' crop is not the official one)."""
+    stock = transformers.Sapiens2ImageProcessor(size={"height": 64, "width": 48}, **CUSTOM_NORMALISATION)
+    stock.save_pretrained(tmp_path / "stock")
+    ours = Sapiens2HFImageProcessor.from_pretrained(tmp_path / "stock", task=task)
+    assert ours.task == task and ours.input_size == (64, 48)
+    ours.save_pretrained(tmp_path / "ours")
+    stock_again = transformers.Sapiens2ImageProcessor.from_pretrained(tmp_path / "ours")
+    assert stock_again.do_pad == (task in ("normal", "pointmap", "albedo"))  # transformers' letterbox switch
+    images = _input_sized_images()
+    mine = ours(images)["pixel_values"]
+    theirs = stock_again(images, return_tensors="pt")["pixel_values"]
+    assert mine.dtype == theirs.dtype == torch.float32 and mine.shape == theirs.shape == (3, 3, 64, 48)
+    assert _max_abs(mine, theirs) <= PIXEL_VALUES_TOLERANCE
+    # Broken controls: BGR input, and a processor whose normalisation did not come from the config.
+    assert _max_abs(ours([image[..., ::-1].copy() for image in images])["pixel_values"], theirs) > 0.1
+    assert _max_abs(image_processor_for_task(task, size={"height": 64, "width": 48})(images)["pixel_values"], theirs) > 0.1
+
+
+def _pose_targets_case(seed: int):
+    """Boxes and keypoints of two images: keypoints inside, around and far outside their boxes, some invisible, one
+    person without keypoints and one with `[x, y]` rows only (all visible)."""
+    generator = torch.Generator().manual_seed(seed)
+    boxes, keypoints = [], []
+    for num_people in (3, 2):
+        image_boxes, image_people = [], []
+        for _ in range(num_people):
+            x, y = (torch.rand(2, generator=generator) * 300 - 20).tolist()
+            w, h = (torch.rand(2, generator=generator) * 200 + 10).tolist()
+            rows = torch.rand(17, 3, generator=generator)
+            rows[:, 0] = x - 0.5 * w + rows[:, 0] * 2 * w
+            rows[:, 1] = y - 0.5 * h + rows[:, 1] * 2 * h
+            rows[:, 2] = (rows[:, 2] > 0.25).float() * 2
+            rows[0] = torch.tensor([x - 10 * w, y + 10 * h, 2.0])  # its 3-sigma square misses the map: weight 0
+            image_boxes.append([x, y, w, h])
+            image_people.append(rows.tolist())
+        boxes.append(image_boxes)
+        keypoints.append(image_people)
+    keypoints[0][1] = []
+    keypoints[1][0] = [row[:2] for row in keypoints[1][0]]
+    return boxes, keypoints
+
+
+@pytest.mark.parametrize("input_size, downscale, sigma", [((256, 192), 4, 6.0), ((128, 96), 4, 2.0), ((96, 128), 2, 3.5)])
+def test_udp_heatmap_targets_equal_transformers(input_size, downscale, sigma):
+    """Our UDP Gaussian heatmap encoder (pose training targets) is bit-identical to transformers'
+    `generate_udp_gaussian_heatmaps` (same process, same float32 operations): max-abs 0."""
+    boxes, keypoints = _pose_targets_case(seed=sum(input_size) + downscale)
+    mine, my_weights = udp_gaussian_heatmaps(boxes, keypoints, input_size, downscale, sigma)
+    theirs, their_weights = generate_udp_gaussian_heatmaps(boxes, keypoints, input_size, downscale, sigma)
+    assert len(mine) == len(theirs) == 5 and mine[1].shape[0] == 0
+    assert [h.shape for h in mine] == [h.shape for h in theirs]
+    assert max(_max_abs(a, b) for a, b in zip(mine, theirs) if a.numel()) == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(my_weights, their_weights))
+    assert 0 < sum(w.sum().item() for w in my_weights) < sum(w.numel() for w in my_weights)  # some weights are 0
+    # Broken controls: one visible keypoint moved by half a pixel of the input, and another sigma.
+    visible = int(their_weights[0].nonzero()[0])
+    moved = [[[list(row) for row in person] for person in image] for image in keypoints]
+    moved[0][0][visible][0] += 0.5
+    shifted, _ = udp_gaussian_heatmaps(boxes, moved, input_size, downscale, sigma)
+    assert _max_abs(shifted[0], theirs[0]) > 1e-3
+    wider, _ = udp_gaussian_heatmaps(boxes, keypoints, input_size, downscale, sigma * 1.05)
+    assert _max_abs(wider[0], theirs[0]) > 1e-3
+
+
+def test_processor_keypoint_labels_are_transformers_targets():
+    """The processor's `keypoints=` path: labels and weights equal transformers' targets for the boxes it cropped."""
+    boxes, keypoints = _pose_targets_case(seed=3)
+    keypoints[0][1] = keypoints[0][0]  # the processor wants keypoints for every box
+    processor = Sapiens2HFImageProcessor(task="pose", size={"height": 128, "width": 96})
+    images = [np.zeros((300, 400, 3), np.uint8)] * 2
+    batch = processor(images, boxes=boxes, keypoints=keypoints)
+    cropped = [[[x0, y0, x1 - x0, y1 - y0] for x0, y0, x1, y1 in batch["boxes_xyxy"][batch["image_index"] == i].tolist()]
+               for i in range(2)]
+    theirs, their_weights = generate_udp_gaussian_heatmaps(cropped, keypoints, (128, 96), 4, 6.0)
+    assert len(batch["labels"]) == len(theirs) == 5
+    assert max(_max_abs(a, b) for a, b in zip(batch["labels"], theirs)) == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(batch["label_weights"], their_weights))
 
 
 # ------------------------------------------------------------------------------- remote code without the port
@@ -189,30 +297,75 @@ BLOCK_PORT_AND_PACKAGE = textwrap.dedent(
 )
 
 
+# Runs one image through a task's image processor, model and post-processing, with the processor's own API only; the
+# same source runs here (our installed classes) and in the child process (the repo's remote code).
+RUN_PROCESSOR = textwrap.dedent(
+    """
+    def run_processor(processor, model, image):
+        import torch
+
+        inputs = processor(image)
+        with torch.no_grad():
+            outputs = model(inputs["pixel_values"])
+        task = processor.task
+        if task == "pose":
+            people = processor.post_process_pose_estimation(
+                outputs, bbox_center=inputs["bbox_center"], bbox_scale=inputs["bbox_scale"],
+                image_index=inputs["image_index"], boxes_xyxy=inputs["boxes_xyxy"])
+            prediction = people[0][0]["keypoints"]
+        elif task == "seg":
+            prediction = processor.post_process_semantic_segmentation(
+                outputs, target_sizes=inputs["original_sizes"], return_segmentation_scores=True)[0]["segmentation_scores"]
+        else:
+            post_process = getattr(processor, "post_process_" + task + "_estimation")
+            field = {"normal": "normals", "pointmap": "pointmap", "albedo": "albedo"}[task]
+            prediction = post_process(outputs, source_sizes=inputs["original_sizes"], paddings=inputs["padding"])[0][field]
+        return inputs["pixel_values"], prediction
+    """
+)
+
+
 def test_saved_repo_runs_where_the_port_cannot_be_imported(tmp_path):
+    """Model and image processor of a saved repo load through the Auto classes with `trust_remote_code=True` where
+    neither the port nor sapiens2_hf can be imported, and give our outputs: model outputs within `REL_L2_TOLERANCE`,
+    pixel_values within `PIXEL_VALUES_TOLERANCE` and post-processed predictions within `REL_L2_TOLERANCE` of the
+    installed classes' (bit-equality is not asserted across processes)."""
     tasks = [None, "pose", "seg", "normal", "pointmap", "albedo"]
     pixel_values = torch.randn(1, 3, 64, 48, generator=torch.Generator().manual_seed(0))
-    expected = {}
+    image = np.random.default_rng(0).integers(0, 256, (70, 50, 3), dtype=np.uint8)  # not the input size: resampled
+    namespace = {}
+    exec(RUN_PROCESSOR, namespace)
+    expected, processed = {}, {}
     for task in tasks:
         torch.manual_seed(0)
         model = sapiens2_hf.model_class_for_task(task)(sapiens2_hf.tiny_config(task)).eval()
         processor = image_processor_for_task(task, size={"height": 64, "width": 48}) if task else None
         save_for_hub(model, tmp_path / f"repo-{task or 'backbone'}", image_processor=processor)
         expected[task] = getattr(_outputs(model, pixel_values), FIELDS[task])
-    torch.save({"expected": expected, "pixel_values": pixel_values}, tmp_path / "reference.pt")
-    code = BLOCK_PORT_AND_PACKAGE + textwrap.dedent(
+        if processor is not None:
+            processed[task] = namespace["run_processor"](processor, model, image)
+    torch.save({"expected": expected, "pixel_values": pixel_values, "image": image}, tmp_path / "reference.pt")
+    code = BLOCK_PORT_AND_PACKAGE + RUN_PROCESSOR + textwrap.dedent(
         f"""
         import torch
-        from transformers import AutoModel
-        reference = torch.load({str(tmp_path / 'reference.pt')!r})
+        from transformers import AutoImageProcessor, AutoModel
+        reference = torch.load({str(tmp_path / 'reference.pt')!r}, weights_only=False)
+        processed = {{}}
         for task, field in {[(task, FIELDS[task]) for task in tasks]!r}:
-            model = AutoModel.from_pretrained({str(tmp_path)!r} + f"/repo-{{task or 'backbone'}}", trust_remote_code=True)
+            repo = {str(tmp_path)!r} + f"/repo-{{task or 'backbone'}}"
+            model = AutoModel.from_pretrained(repo, trust_remote_code=True)
             assert type(model).__module__.startswith("transformers_modules"), type(model)
             with torch.no_grad():
                 output = getattr(model(reference["pixel_values"]), field)
             expected = reference["expected"][task].double()
             rel_l2 = ((output.double() - expected).norm() / expected.norm()).item()
             assert rel_l2 < {REL_L2_TOLERANCE}, (task, rel_l2)
+            if task is not None:
+                processor = AutoImageProcessor.from_pretrained(repo, trust_remote_code=True)
+                assert type(processor).__module__.startswith("transformers_modules"), type(processor)
+                assert processor.task == task, (processor.task, task)
+                processed[task] = run_processor(processor, model, reference["image"])
+        torch.save(processed, {str(tmp_path / 'processed.pt')!r})
         loaded = sorted(name for name in sys.modules if name.startswith({PORT_MODULE!r}) or name.startswith("sapiens2_hf"))
         assert not loaded, loaded
         print("ok")
@@ -221,19 +374,30 @@ def test_saved_repo_runs_where_the_port_cannot_be_imported(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+    remote = torch.load(tmp_path / "processed.pt")
+    assert sorted(remote) == sorted(processed)
+    for task, (pixels, prediction) in processed.items():
+        remote_pixels, remote_prediction = remote[task]
+        assert pixels.shape == remote_pixels.shape and _max_abs(remote_pixels, pixels) <= PIXEL_VALUES_TOLERANCE, task
+        assert prediction.shape == remote_prediction.shape, task
+        assert _rel_l2(remote_prediction, prediction) < REL_L2_TOLERANCE, task
 
-    # Control: the same load fails once the shipped modeling file imports the port.
-    shipped = tmp_path / "repo-seg" / "modeling_sapiens2_hf.py"
-    shipped.write_text(f"import {PORT_MODULE}.modeling_sapiens2\n" + shipped.read_text())
-    tampered = BLOCK_PORT_AND_PACKAGE + textwrap.dedent(
-        f"""
-        from transformers import AutoModel
-        AutoModel.from_pretrained({str(tmp_path / 'repo-seg')!r}, trust_remote_code=True)
-        """
-    )
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules-tampered")
-    result = subprocess.run([sys.executable, "-c", tampered], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert result.returncode != 0 and "is blocked in this process" in result.stderr, result.stderr[-3000:]
+    # Controls: the same loads fail once a shipped modeling or processing file imports the port.
+    for shipped, load in [("modeling_sapiens2_hf.py", "AutoModel"), ("image_processing_sapiens2_hf.py", "AutoImageProcessor")]:
+        path = tmp_path / "repo-seg" / shipped
+        original = path.read_text()
+        path.write_text(original + f"\nimport {PORT_MODULE}.modeling_sapiens2\n")  # after any __future__ import
+        tampered = BLOCK_PORT_AND_PACKAGE + textwrap.dedent(
+            f"""
+            from transformers import {load}
+            {load}.from_pretrained({str(tmp_path / 'repo-seg')!r}, trust_remote_code=True)
+            """
+        )
+        env["HF_MODULES_CACHE"] = str(tmp_path / f"modules-tampered-{load}")
+        result = subprocess.run([sys.executable, "-c", tampered], capture_output=True, text=True, env=env, cwd=tmp_path,
+                                timeout=300)
+        assert result.returncode != 0 and "is blocked in this process" in result.stderr, (load, result.stderr[-3000:])
+        path.write_text(original)
 
 
 def test_the_port_block_works(tmp_path):

@@ -241,3 +241,39 @@ def test_dtype_and_device_arguments_for_official_files():
     full = _output(sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights), reference["pixel_values"], "normal")
     half = _output(model, reference["pixel_values"].bfloat16(), "normal").float()
     assert compare(half, full)["rel_l2"] < 5e-2
+
+
+def test_stored_rope_periods_are_checked_on_every_path(tmp_path):
+    """Official files store their RoPE periods; the model recomputes them, so wrong stored periods (another base or
+    head dim: a foreign file) must be refused, the same way for a file, a folder, a state dict in memory and a model
+    whose own RoPE dtype differs from the stored one."""
+    from sapiens2_hf.modeling.official_format_sapiens2_hf import OfficialCheckpointError
+
+    _, reference, weights = load_case("pose")
+    state_dict = load_file(weights)
+    key = "backbone.rope_embed.periods"
+    assert state_dict[key].dtype == torch.bfloat16
+    cls = sapiens2_hf.Sapiens2ForPoseEstimation
+    from_file = _output(cls.from_pretrained(weights), reference["pixel_values"], "pose")
+    # The genuine periods pass on every path, also cast to float32 with the rest of the state dict.
+    for good in (state_dict, {name: tensor.float() for name, tensor in state_dict.items()}):
+        in_memory = cls.from_official_state_dict(good, filename=weights.name)
+        assert torch.equal(_output(in_memory, reference["pixel_values"], "pose"), from_file)
+    broken = dict(state_dict, **{key: state_dict[key] * 2})
+    (tmp_path / "folder").mkdir()
+    save_file(broken, tmp_path / "folder" / weights.name)
+    attempts = {
+        "state dict": lambda: cls.from_official_state_dict(broken, filename=weights.name),
+        "state dict, float32": lambda: cls.from_official_state_dict({k: v.float() for k, v in broken.items()}),
+        "file": lambda: cls.from_pretrained(tmp_path / "folder" / weights.name),
+        "folder": lambda: cls.from_pretrained(tmp_path / "folder"),
+        "file, float32 RoPE model": lambda: cls.from_pretrained(tmp_path / "folder" / weights.name, rope_dtype="float32"),
+        "backbone class": lambda: sapiens2_hf.Sapiens2Model.from_official_state_dict(broken),
+    }
+    for path, load in attempts.items():
+        with pytest.raises(OfficialCheckpointError, match="RoPE periods stored in .* differ from the official formula"):
+            load()
+    # The in-memory path applies the files' dtype policy too: integer tensors are refused with their names.
+    quantized = dict(state_dict, **{"backbone.cls_token": state_dict["backbone.cls_token"].to(torch.int8)})
+    with pytest.raises(OfficialCheckpointError, match="backbone.cls_token"):
+        cls.from_official_state_dict(quantized)

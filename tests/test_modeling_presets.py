@@ -43,8 +43,7 @@ def test_pointmap_preset_scale_branch_takes_the_official_6144_features():
     assert config.head_config.scale_final_input_size == 6144
 
 
-def test_rope_periods_in_bfloat16_match_the_official_buffer():
-    from official_cases import load_case
+def test_rope_periods_in_bfloat16_match_the_official_buffer(load_case):
     from safetensors.torch import load_file
 
     _, _, weights = load_case("pretrain")

@@ -335,35 +335,3 @@ def test_e2e_albedo():
     fp32 = (ref["albedo_image_uint8_rope_fp32"] != ref["albedo_image_uint8"]).float().mean().item()
     assert fp32 > tolerances["albedo_image_uint8"]["frac_differing"]  # control: the other RoPE mode differs
 
-
-def test_layer0_files_import_only_allowed_modules():
-    """processing/ and pipelines/ ship to the Hub flat: stdlib, torch, numpy, PIL, huggingface_hub, transformers,
-    siblings as `from .x import y`, and cv2 only inside try/except ImportError."""
-    import ast
-    import sys
-    from pathlib import Path
-
-    allowed = {"torch", "numpy", "PIL", "huggingface_hub", "transformers"} | set(sys.stdlib_module_names)
-    root = Path(sapiens2_hf.__file__).parent
-    for folder in ("processing", "pipelines"):
-        for path in (root / folder).glob("*.py"):
-            tree = ast.parse(path.read_text())
-            guarded = set()
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Try) and any(
-                        isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers):
-                    guarded |= {id(n) for b in node.body for n in ast.walk(b)}
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom):
-                    if node.level:
-                        assert node.level == 1 and node.module and "." not in node.module, (path, node.module)
-                        assert (path.parent / f"{node.module}.py").is_file(), (path, node.module)
-                        continue
-                    names = [node.module]
-                elif isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                else:
-                    continue
-                for name in names:
-                    top = name.split(".")[0]
-                    assert top in allowed or (top == "cv2" and id(node) in guarded), (path.name, name)

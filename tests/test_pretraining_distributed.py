@@ -22,7 +22,7 @@ def worker(output_dir: str) -> None:
     from torch.distributed.fsdp import fully_shard
     from transformers import TrainingArguments
 
-    from sapiens2_hf.losses.centering import TeacherCentering, sinkhorn_knopp_log
+    from sapiens2_hf.pretraining.losses.centering import TeacherCentering, sinkhorn_knopp_log
     from sapiens2_hf.pretraining import (
         MultiCropAugmentation,
         MultiCropCollator,
@@ -31,7 +31,7 @@ def worker(output_dir: str) -> None:
         tiny_pretraining_config,
     )
     from sapiens2_hf.pretraining.toy_data import make_toy_images
-    from sapiens2_hf.training.pretrain_trainer import Sapiens2PreTrainingTrainer
+    from sapiens2_hf.pretraining.trainer import Sapiens2PreTrainingTrainer
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -94,9 +94,10 @@ def worker(output_dir: str) -> None:
 
 
 @pytest.mark.slow
-def test_two_process_gloo(tmp_path):
+def test_two_process_gloo(tmp_path, free_port):
     environment = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", __file__, str(tmp_path)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port), __file__, str(tmp_path)]
     completed = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-4000:]
     for rank in (0, 1):

@@ -32,7 +32,7 @@ from sapiens2_hf.pretraining import (
 )
 from sapiens2_hf.pretraining.multicrop import normalize_image
 from sapiens2_hf.pretraining.toy_data import make_toy_images
-from sapiens2_hf.training.pretrain_trainer import Sapiens2PreTrainingTrainer
+from sapiens2_hf.pretraining.trainer import Sapiens2PreTrainingTrainer
 
 
 IMAGE_SIZE = 32

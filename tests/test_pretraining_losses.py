@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sapiens2_hf.losses.centering import TeacherCentering, sinkhorn_knopp_log
-from sapiens2_hf.losses.dino_cls_loss import DinoClsLoss
-from sapiens2_hf.losses.ibot_patch_loss import IbotPatchLoss
-from sapiens2_hf.losses.koleo_loss import KoLeoLoss
-from sapiens2_hf.losses.mae_loss import MaeLoss, patchify, unpatchify
+from sapiens2_hf.pretraining.losses.centering import TeacherCentering, sinkhorn_knopp_log
+from sapiens2_hf.pretraining.losses.dino_cls_loss import DinoClsLoss
+from sapiens2_hf.pretraining.losses.ibot_patch_loss import IbotPatchLoss
+from sapiens2_hf.pretraining.losses.koleo_loss import KoLeoLoss
+from sapiens2_hf.pretraining.losses.mae_loss import MaeLoss, patchify, unpatchify
 from sapiens2_hf.pretraining.ema import ema_update_
 from sapiens2_hf.pretraining.schedules import cosine_schedule, ema_momentum, linear_warmup, teacher_temperature
 from sapiens2_hf.pretraining import tiny_pretraining_config

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from sapiens2_hf import Sapiens2Model, tiny_config
-from sapiens2_hf.losses.mae_loss import MaeLoss
+from sapiens2_hf.pretraining.losses.mae_loss import MaeLoss
 from sapiens2_hf.modeling import TASK_MODEL_CLASSES
 from sapiens2_hf.pretraining import (
     MultiCropAugmentation,

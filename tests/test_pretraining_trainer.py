@@ -20,8 +20,8 @@ from sapiens2_hf.pretraining import (
     tiny_pretraining_config,
 )
 from sapiens2_hf.pretraining.toy_data import make_toy_images
-from sapiens2_hf.training.pretrain import main as pretrain_main
-from sapiens2_hf.training.pretrain_trainer import Sapiens2PreTrainingTrainer
+from sapiens2_hf.pretraining.run import main as pretrain_main
+from sapiens2_hf.pretraining.trainer import Sapiens2PreTrainingTrainer
 
 
 class RecordingTrainer(Sapiens2PreTrainingTrainer):

@@ -313,3 +313,82 @@ def test_segmentation_ties_resolve_to_the_first_class_like_argmax():
     maps = processor.post_process_semantic_segmentation(_outputs(logits=logits))
     for m, l in zip(maps, logits):
         assert np.array_equal(m.numpy(), l.numpy().argmax(0))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# from_image_processor: the one adoption of another Sapiens2 processor (pipelines, save_for_hub, the CLI)
+# ------------------------------------------------------------------------------------------------------------------
+
+_CUSTOM = {"size": {"height": 96, "width": 64}, "image_mean": [0.5, 0.4, 0.3], "image_std": [0.2, 0.25, 0.3],
+           "rescale_factor": 1 / 250}
+
+
+def _settings(processor):
+    return (processor.input_size, tuple(processor.image_mean), tuple(processor.image_std), processor.rescale_factor)
+
+
+@pytest.mark.parametrize("task", ["pose", "seg", "normal", "pointmap", "albedo", None])
+def test_from_image_processor_adopts_transformers_stock_processor(task, tmp_path):
+    """transformers' stock processor (an official repo's preprocessor_config.json): its size and normalisation are
+    kept, ours adds the task's policy; the same from the instance and from its saved dict."""
+    import transformers
+
+    stock = transformers.Sapiens2ImageProcessor(**_CUSTOM)
+    stock.save_pretrained(tmp_path)
+    saved, _ = Sapiens2HFImageProcessor.get_image_processor_dict(tmp_path)
+    assert "task" not in saved and saved["image_processor_type"] == "Sapiens2ImageProcessor"
+    for other in (stock, saved):
+        ours = Sapiens2HFImageProcessor.from_image_processor(other, task)
+        assert type(ours) is Sapiens2HFImageProcessor and ours.task == (task or "pretrain")
+        assert _settings(ours) == ((96, 64), (0.5, 0.4, 0.3), (0.2, 0.25, 0.3), 1 / 250)
+        assert ours.do_pad == (task in ("normal", "pointmap", "albedo"))
+        assert not hasattr(ours, "image_processor_type")
+    # Control: the stock defaults are not these values.
+    assert _settings(Sapiens2HFImageProcessor.from_image_processor(None, task)) != _settings(ours)
+
+
+def test_from_image_processor_keeps_ours_checks_the_task_and_takes_overrides(tmp_path):
+    ours = Sapiens2HFImageProcessor(task="pose", bbox_padding=1.5, geometry_backend="torch", box_format="xyxy",
+                                    flip_indices=[1, 0], **_CUSTOM)
+    ours.register_for_auto_class("AutoImageProcessor")
+    ours.save_pretrained(tmp_path)
+    saved, _ = Sapiens2HFImageProcessor.get_image_processor_dict(tmp_path)
+    assert "auto_map" in saved
+    for other in (ours, saved):
+        copy = Sapiens2HFImageProcessor.from_image_processor(other, "pose")
+        # everything but the remote-code registration, which belongs to the saved repo, not to the settings
+        assert copy is not ours and copy.to_dict() == {k: v for k, v in ours.to_dict().items() if k != "auto_map"}
+        bigger = Sapiens2HFImageProcessor.from_image_processor(other, "pose", size={"height": 128, "width": 96})
+        assert bigger.input_size == (128, 96) and bigger.bbox_padding == 1.5
+        with pytest.raises(ValueError, match="image processor is for task 'pose', not 'seg'"):
+            Sapiens2HFImageProcessor.from_image_processor(other, "seg")
+    image = np.random.default_rng(0).integers(0, 256, (50, 40, 3), dtype=np.uint8)
+    assert torch.equal(Sapiens2HFImageProcessor.from_image_processor(saved, "pose")(image)["pixel_values"],
+                       ours(image)["pixel_values"])
+    fresh = Sapiens2HFImageProcessor.from_image_processor(None, "seg", size={"height": 32, "width": 24})
+    assert (fresh.task, fresh.input_size, fresh.bbox_padding) == ("seg", (32, 24), 1.25)
+    with pytest.raises(TypeError, match="cannot adopt"):
+        Sapiens2HFImageProcessor.from_image_processor([1, 2], "seg")
+
+
+def test_pipeline_and_save_for_hub_adopt_a_stock_processor(tmp_path):
+    """Both adoptions go through `from_image_processor`: a pipeline given transformers' stock processor, and
+    `save_for_hub` with it, end with ours for the model's task at the stock processor's size."""
+    import transformers
+    from transformers import pipeline
+
+    import sapiens2_hf
+    from sapiens2_hf.hub import save_for_hub
+
+    torch.manual_seed(0)
+    model = sapiens2_hf.Sapiens2ForNormalEstimation(sapiens2_hf.tiny_config("normal")).eval()
+    stock = transformers.Sapiens2ImageProcessor(size={"height": 48, "width": 32})
+    pipe = pipeline("sapiens2-normal", model=model, image_processor=stock, device="cpu")
+    assert isinstance(pipe.image_processor, Sapiens2HFImageProcessor)
+    assert (pipe.image_processor.task, pipe.image_processor.input_size) == ("normal", (48, 32))
+    assert pipe(np.zeros((40, 30, 3), np.uint8))["normals"].shape == (40, 30, 3)
+    folder = save_for_hub(model, tmp_path / "repo", image_processor=stock)
+    saved = Sapiens2HFImageProcessor.from_pretrained(folder)
+    assert (saved.task, saved.input_size) == ("normal", (48, 32))
+    with pytest.raises(ValueError, match="image processor is for task 'seg', not 'normal'"):
+        save_for_hub(model, tmp_path / "other", image_processor=Sapiens2HFImageProcessor(task="seg"))

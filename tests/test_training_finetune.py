@@ -17,13 +17,7 @@ import sapiens2_hf
 import yaml
 from safetensors.torch import load_file
 
-from test_data_tasks_toy import (
-    toy_albedo_records,
-    toy_normal_records,
-    toy_pointmap_records,
-    toy_pose_records,
-    toy_seg_records,
-)
+from toy_records import TOY_RECORDS
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +49,7 @@ def test_finetune_runs_on_synthetic_data(task, tmp_path, capsys):
     printed = capsys.readouterr().out
     metrics = json.loads((tmp_path / "eval_results.json").read_text())
     assert _expected_metric(task) in metrics and f"{_expected_metric(task)}:" in printed
-    assert (tmp_path / "model" / "model.safetensors").exists()
+    assert (tmp_path / "model.safetensors").exists()
 
 
 def _write_image(path, image):
@@ -66,8 +60,7 @@ def _write_on_disk(task, root):
     images, targets, masks = root / "images", root / "targets", root / "masks"
     for folder in (images, targets, masks):
         folder.mkdir(parents=True)
-    records = {"seg": toy_seg_records, "normal": toy_normal_records, "pointmap": toy_pointmap_records,
-               "albedo": toy_albedo_records, "pose": toy_pose_records}[task](4, seed=7)
+    records = TOY_RECORDS[task](4, seed=7)
     if task == "pose":
         annotations, image_list = [], []
         for index, record in enumerate(records):
@@ -110,9 +103,9 @@ def test_finetune_lora_flag_saves_an_adapter(tmp_path):
     _main()(["--task", "normal", "--output_dir", str(tmp_path), "--dataset", "synthetic", "--synthetic_train_samples",
              "2", "--synthetic_eval_samples", "0", "--synthetic_image_size", "64", "--use_lora", "--lora_rank", "4",
              *COMMON])
-    saved = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    saved = load_file(str(tmp_path / "adapter_model.safetensors"))
     assert any("lora_A" in key for key in saved) and any("decode_head" in key for key in saved)
-    assert json.loads((tmp_path / "adapter" / "config.json").read_text())["task"] == "normal"
+    assert json.loads((tmp_path / "config.json").read_text())["task"] == "normal"
 
 
 def test_finetune_continues_from_an_official_checkpoint_file(tmp_path):
@@ -121,7 +114,7 @@ def test_finetune_continues_from_an_official_checkpoint_file(tmp_path):
     _main()(["--task", "seg", "--model_name_or_path", str(official), "--output_dir", str(tmp_path), "--dataset",
              "synthetic", "--synthetic_train_samples", "2", "--synthetic_eval_samples", "2", "--synthetic_image_size",
              "96", "--input_height", "64", "--input_width", "48", *common])
-    saved = load_file(str(tmp_path / "model" / "model.safetensors"))
+    saved = load_file(str(tmp_path / "model.safetensors"))
     original = load_file(str(official))
     assert "decode_head.predictor.weight" in saved and len(saved) >= len(original) - 1  # official keys were mapped
     assert json.loads((tmp_path / "eval_results.json").read_text())["eval_miou"] >= 0
@@ -152,7 +145,7 @@ import sapiens2_hf
 from sapiens2_hf.data.datasets import Sapiens2TaskDataset
 from sapiens2_hf.data.pose import PoseTransform
 from sapiens2_hf.training import Sapiens2Trainer
-from test_data_tasks_toy import toy_pose_records
+from toy_records import toy_pose_records
 torch.set_num_threads(1)
 torch.manual_seed(0)
 model = sapiens2_hf.Sapiens2ForPoseEstimation(sapiens2_hf.tiny_config("pose"))
@@ -168,11 +161,12 @@ print("WORLD", trainer.args.world_size, "LOG", trainer.state.log_history[-1])
 '''
 
 
-def test_two_process_gloo_training_ends_with_identical_weights(tmp_path):
+def test_two_process_gloo_training_ends_with_identical_weights(tmp_path, free_port):
     worker = tmp_path / "worker.py"
     worker.write_text(_DDP_WORKER)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                "--master_port", str(free_port)]
     result = subprocess.run([*torchrun, str(worker), str(tmp_path), str(Path(__file__).parent)], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -195,7 +189,7 @@ def test_pretrained_tiny_backbone_fine_tunes_through_the_script(tmp_path):
     from PIL import Image
 
     from sapiens2_hf.data.synthetic import render_sample
-    from sapiens2_hf.training.pretrain import main as pretrain_main
+    from sapiens2_hf.pretraining.run import main as pretrain_main
 
     folder = tmp_path / "images"
     folder.mkdir()
@@ -209,7 +203,7 @@ def test_pretrained_tiny_backbone_fine_tunes_through_the_script(tmp_path):
     _main()(["--task", "pose", "--backbone_name_or_path", str(backbone), "--head_preset", "tiny", "--output_dir",
              str(tmp_path / "pose"), "--dataset", "synthetic", "--synthetic_train_samples", "4",
              "--synthetic_eval_samples", "2", "--synthetic_image_size", "96", *common])
-    tuned = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(tmp_path / "pose" / "model")
+    tuned = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(tmp_path / "pose")
     start = sapiens2_hf.Sapiens2Model.from_pretrained(backbone)
     assert tuned.config.hidden_size == start.config.hidden_size
     # Fine-tuning started from the exported weights (and moved them a little).

@@ -14,7 +14,7 @@ import sapiens2_hf
 from sapiens2_hf.data.datasets import Sapiens2TaskDataset
 from sapiens2_hf.training import Sapiens2Trainer, apply_lora, trainable_parameter_count
 from sapiens2_hf.training.finetune import TRANSFORMS
-from test_data_tasks_toy import TOY_RECORDS
+from toy_records import TOY_RECORDS
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

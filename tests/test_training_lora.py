@@ -11,7 +11,6 @@ from sapiens2_hf.data.datasets import Sapiens2TaskDataset
 from sapiens2_hf.data.pose import PoseTransform
 from sapiens2_hf.training import Sapiens2Trainer, apply_lora, load_task_adapters, save_lora_adapter
 from sapiens2_hf.training.lora import set_lora_adapter
-from test_data_tasks_toy import toy_pose_records
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -112,14 +111,14 @@ def test_several_task_adapters_share_one_frozen_backbone(tmp_path):
         torch.testing.assert_close(current[_base_layer_name(name, current)], value)
 
 
-def test_lora_training_changes_only_adapters_and_heads(tmp_path):
+def test_lora_training_changes_only_adapters_and_heads(tmp_path, toy_records):
     model = _task_model("pose")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     peft_model = apply_lora(model, "pose", rank=4)
     args = TrainingArguments(str(tmp_path), per_device_train_batch_size=2, max_steps=2, learning_rate=1e-2,
                              report_to=[], batch_eval_metrics=True, use_cpu=True, save_strategy="no", disable_tqdm=True,
                              optim="adamw_torch")
-    dataset = Sapiens2TaskDataset(toy_pose_records(4), PoseTransform((64, 48)))
+    dataset = Sapiens2TaskDataset(toy_records["pose"](4), PoseTransform((64, 48)))
     trainer = Sapiens2Trainer(model=peft_model, args=args, train_dataset=dataset, task="pose", layer_decay_rate=0.8)
     trainer.train()
     after = peft_model.get_base_model().state_dict()

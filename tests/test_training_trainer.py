@@ -15,7 +15,7 @@ from sapiens2_hf.data.pose import PoseTransform
 from sapiens2_hf.losses import PoseHeatmapLoss
 from sapiens2_hf.metrics import NormalMetric, SegmentationMetric
 from sapiens2_hf.training import Sapiens2Trainer, freeze_backbone, layer_id, official_schedule, parameter_groups
-from test_data_tasks_toy import toy_normal_records, toy_pose_records, toy_seg_records
+from toy_records import toy_normal_records, toy_pose_records, toy_seg_records
 
 
 NO_AUG_POSE = {k: 0.0 for k in PoseTransform.DEFAULT_PROBABILITIES}

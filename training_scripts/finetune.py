@@ -1,21 +1,34 @@
-"""Fine-tune a Sapiens2 model on one task with the official recipe (or LoRA).
+"""Fine-tune a Sapiens2 model on one task with the official recipe (or LoRA), the way transformers' example scripts
+(`run_semantic_segmentation.py` and siblings) do: data from `datasets`, `--do_train` / `--do_eval` / `--do_predict`,
+the final model in `--output_dir`, `--push_to_hub`.
 
     python training_scripts/finetune.py --task pose --preset tiny --output_dir runs/pose --max_steps 50
+    # any `datasets` source: a Hub id, a local folder (`save_to_disk` folders are detected), imagefolder, synthetic
     python training_scripts/finetune.py --task seg --backbone_name_or_path sapiens2_0.4b_pretrain.safetensors \
-        --dataset folder --train_images data/img --train_targets data/seg --output_dir runs/seg --bf16
+        --dataset_name my-org/human-parts --do_train --do_eval --output_dir runs/seg --bf16 --push_to_hub
+    python training_scripts/finetune.py --task seg --dataset_name imagefolder --train_dir data/train \
+        --validation_dir data/val --label_column_name label ...   # metadata.jsonl with a `label_file_name` column
+    # the documented on-disk formats
+    python training_scripts/finetune.py --task pose --dataset coco --train_targets ann.json --train_images img/ ...
     accelerate launch --config_file training_scripts/accelerate_configs/fsdp.yaml training_scripts/finetune.py ...
+    python training_scripts/finetune.py args.json   # every argument from one JSON file, as transformers' scripts
 
     # LoRA: the adapter folder records its base and loads with from_pretrained / pipeline; merge it for plain use
     python training_scripts/finetune.py --task pose --backbone_name_or_path runs/pretrain/backbone --use_lora \
         --output_dir runs/pose_lora
-    sapiens2-hf merge runs/pose_lora/adapter --out runs/pose_merged
+    sapiens2-hf merge runs/pose_lora --out runs/pose_merged
 
-`--seed` is applied before the model and data are built; `--resume_from_checkpoint True` resumes from the latest
-checkpoint in --output_dir; bad records are skipped and listed in <output_dir>/skipped_samples.json (`--strict`
-stops at the first one). Every option: `python training_scripts/finetune.py --help` (ours plus all of
-transformers.TrainingArguments).
+Stages: `--do_train`, `--do_eval` and `--do_predict` are followed as given; a run that names none of them trains, then
+evaluates when there is evaluation data. `--output_dir` ends as a model repository (weights, config, image processor,
+model card; a LoRA run: the adapter) that `pipeline(..., model=output_dir)` loads, beside transformers' run files;
+`--push_to_hub` uploads it. `--seed` is applied before the model and data are built; `--resume_from_checkpoint True`
+resumes from the latest checkpoint in --output_dir; bad records are skipped and listed in
+<output_dir>/skipped_samples.json (`--strict` stops at the first one). Every option:
+`python training_scripts/finetune.py --help` (ours plus all of transformers.TrainingArguments).
 """
 
+import json
+import os
 import sys
 
 from transformers import HfArgumentParser, TrainingArguments
@@ -24,10 +37,25 @@ from sapiens2_hf.training.arguments import DataArguments, ModelArguments
 from sapiens2_hf.training.finetune import run_finetune
 
 
+_STAGE_FLAGS = ("do_train", "do_eval", "do_predict")
+
+
+def _stage_flags_given(argv) -> bool:
+    """Whether the command line (or the JSON file) names any of --do_train / --do_eval / --do_predict."""
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        with open(argv[0]) as handle:
+            return any(flag in json.load(handle) for flag in _STAGE_FLAGS)
+    return any(arg.lstrip("-").split("=")[0].replace("-", "_") in _STAGE_FLAGS for arg in argv if arg.startswith("--"))
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    _, metrics = run_finetune(model_args, data_args, training_args)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    _, metrics = run_finetune(model_args, data_args, training_args, default_stages=not _stage_flags_given(argv))
     for name, value in sorted(metrics.items()):
         print(f"{name}: {value}")
 

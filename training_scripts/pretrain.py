@@ -13,7 +13,7 @@ The exported backbone (<output_dir>/backbone) loads with `Sapiens2Model.from_pre
 `from_backbone`. All options: `python training_scripts/pretrain.py --help`; design notes: docs/pretraining.md.
 """
 
-from sapiens2_hf.training.pretrain import main
+from sapiens2_hf.pretraining.run import main
 
 
 if __name__ == "__main__":

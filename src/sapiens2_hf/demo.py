@@ -51,7 +51,7 @@ def _render_pretraining_images(folder: Path, count: int, seed: int) -> None:
 
 
 def _pretrain(images: Path, output: Path, steps: int, seed: int) -> Path:
-    from .training.pretrain import main as pretrain_main
+    from .pretraining.run import main as pretrain_main
 
     print(f"2/5 pretraining a tiny Sapiens2 for {steps} steps (MAE + DINO/iBOT student-teacher)")
     pretrain_main([
@@ -113,8 +113,10 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
     from .visualization import draw_keypoints
     from .visualization.io import save_image, save_json
 
-    if threads:
-        torch.set_num_threads(threads)
+    if threads is not None:  # for Python callers; `sapiens2-hf demo` sets them for the whole command (cli/threads.py)
+        from .cli.threads import resolve_threads
+
+        torch.set_num_threads(resolve_threads(threads))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"

@@ -2,8 +2,6 @@
 
 import argparse
 
-from ..hub.convert_official import convert_official_checkpoint
-
 
 def add_convert_subparser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -26,17 +24,23 @@ def add_convert_subparser(subparsers) -> None:
     )
     parser.add_argument("--no-verify", action="store_true", help="skip the reload-and-compare check")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    from .threads import add_threads_argument
+
+    add_threads_argument(parser)
     parser.set_defaults(handler=run_convert)
 
 
 def positive_int(text: str) -> int:
+    """argparse type for sizes and counts: an integer >= 1."""
     value = int(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive size in pixels")
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer (>= 1)")
     return value
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    from ..hub.convert_official import convert_official_checkpoint
+
     out = convert_official_checkpoint(
         args.source,
         args.out,

@@ -13,13 +13,16 @@ def add_demo_subparser(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pretrain-steps", type=int, default=40)
     parser.add_argument("--finetune-steps", type=int, default=150)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    from .threads import DEMO_DEFAULT, add_threads_argument
+
+    add_threads_argument(parser, default=DEMO_DEFAULT)
     parser.set_defaults(handler=run_demo_command)
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
     from ..demo import run_demo
 
+    # `main` has set the threads (`--threads`, default 1) for the whole command.
     report = run_demo(args.out, seed=args.seed, pretrain_steps=args.pretrain_steps,
-                      finetune_steps=args.finetune_steps, threads=args.threads)
+                      finetune_steps=args.finetune_steps)
     return 0 if report["pck_0_1_after"] > report["pck_0_1_before"] else 1

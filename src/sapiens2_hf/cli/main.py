@@ -1,4 +1,9 @@
-"""The `sapiens2-hf` command."""
+"""The `sapiens2-hf` command.
+
+Start-up: the parser is built from the command modules' `add_*_subparser` functions, which import only the standard
+library (and this package's lazy `__init__`), so `--help` and argument errors answer without importing torch or
+transformers (tests/test_cli_startup.py); each command imports what it needs inside its handler.
+"""
 
 import argparse
 import sys
@@ -16,23 +21,38 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_subparser(subparsers)
     add_predict_subparsers(subparsers)
     from .merge import add_merge_subparser; add_merge_subparser(subparsers)  # noqa: E702 (one line: shared file)
+    from .export import add_export_subparser; add_export_subparser(subparsers)  # noqa: E702
     return parser
 
 
-def _expected_errors() -> tuple[type[BaseException], ...]:
+# Our exception types that report a problem with what the user passed, found by name wherever they are defined in
+# the package (the conversion code may move between sub-packages): matching by name needs no import, so a failure in a
+# command that never loaded the conversion code is classified without loading it (and torch) just to compare classes.
+_EXPECTED_ERROR_NAMES = frozenset({"ConversionCheckError"})
+
+
+def _is_expected(error: BaseException) -> bool:
     """Failures that come from what the user passed (a corrupt or mismatched file, a bad size, a wrong task, a
     missing folder, an unreachable Hub): one line and exit code 2, never a traceback. Anything else is a bug and
     keeps its traceback."""
-    from ..hub.convert_official import ConversionCheckError
-
-    return ValueError, OSError, ConversionCheckError
+    if isinstance(error, (ValueError, OSError)):
+        return True
+    return any(cls.__name__ in _EXPECTED_ERROR_NAMES and cls.__module__.startswith("sapiens2_hf.")
+               for cls in type(error).__mro__)
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if "threads" in vars(args):  # every command that computes takes --threads (cli/threads.py)
+            from .threads import torch_threads
+
+            with torch_threads(args.threads, default=getattr(args, "threads_default", "auto")):
+                return args.handler(args)
         return args.handler(args)
-    except _expected_errors() as error:
+    except Exception as error:  # noqa: BLE001 - re-raised below unless it is the user's input at fault
+        if not _is_expected(error):
+            raise
         message = " ".join(str(error).split()) or type(error).__name__
         print(f"sapiens2-hf {args.command}: error: {message}", file=sys.stderr)
         return 2

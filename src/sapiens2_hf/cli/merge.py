@@ -16,6 +16,9 @@ def add_merge_subparser(subparsers) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="write into a non-empty output folder (only the files this command writes are replaced)")
     parser.add_argument("--no-remote-code", action="store_true", help="do not ship the modeling files")
+    from .threads import add_threads_argument
+
+    add_threads_argument(parser)
     parser.set_defaults(handler=run_merge)
 
 

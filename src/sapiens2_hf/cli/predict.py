@@ -1,21 +1,39 @@
-"""`sapiens2-hf {pose,seg,normal,pointmap,albedo} INPUT... --model M --out DIR`: batch inference over images,
-folders and videos.
+"""`sapiens2-hf {pose,seg,normal,pointmap,albedo,matting} INPUT... --model M --out DIR`: batch inference over images,
+folders and videos; sharded over processes under `accelerate launch`, resumable.
 
-For each input image (or video frame) the command writes, atomically, into `--out`:
+For each input image the command writes, atomically, into `--out`:
 
 | task | files |
 |---|---|
-| pose | `<name>.json` (COCO-style: image, categories with the 308 keypoint names and skeleton, one annotation per person), `<name>_pose.png` (overlay) |
+| pose | `<name>.json` (COCO-style: image, categories with the keypoint names and skeleton, one annotation per person), `<name>_pose.png` (overlay) |
 | seg | `<name>_seg.npy` (uint8 class ids, height x width), `<name>_seg.png` (overlay with legend) |
 | normal | `<name>_normal.npy` (float32 height x width x 3), `<name>_normal.png` ((n + 1) / 2 as RGB) |
 | pointmap | `<name>_pointmap.npy` (float32 XYZ), `<name>_depth.npy` (float32 Z), `<name>_depth.png`, `<name>.ply` with `--ply` |
 | albedo | `<name>_albedo.png` (uint8 RGB, truncated like the official demo), `<name>_albedo.npy` (float32 in [0, 1]) |
+| matting | `<name>_alpha.png` (uint8), `<name>_alpha.npy` (float32 in [0, 1]), `<name>_foreground.png` (RGBA cut-out: the model's foreground, straight alpha), `<name>_matting.png` (the foreground over green) |
 
-Video frames go to `<out>/<video name>/frame_<index>...`. An input that fails (unreadable or truncated file, bad
-boxes, no detector for an image without boxes, ...) is reported on stderr and in `<out>/summary.json` (`skipped`:
-input and reason) and skipped; the run goes on with the rest. A summary is printed at the end and written to
-`<out>/summary.json`. Exit status: 0 when every input was processed, 1 when some were skipped, 2 for usage errors
-(bad arguments, unreadable model or boxes file) before any input is processed.
+`--no-overlay` leaves out the visualisations, `--no-arrays` the .npy files. Pose keypoints are the model's 308 unless
+`--keypoint-format coco17|coco_wholebody133|body25` (the JSON then holds that format's keypoints, names and the links
+of the 308 skeleton between keypoints the format copies; the overlay still shows the 308).
+
+Videos (`.mp4`, `.avi`, `.mov`, `.mkv`, `.webm`, `.m4v`; decoded with PyAV, frame by frame) give `<out>/<video
+name>.mp4`, the annotated video (the overlays above, at the input's frame rate divided by `--video-stride`), and per
+processed frame `<out>/<video name>/frame_<index>...`: the arrays above, and for pose one COCO-style JSON per frame
+(`frame_<index>.json`, with `frame_index`, `time_s` and a `track_id` per person). Pose on video runs the person
+detector every `--detect-every` frames (and on any frame while nobody is tracked); in between each person's box
+follows its keypoints of the previous frame; people keep their track id from detection to detection by IoU matching,
+and keypoints are smoothed over time by a One-Euro filter (`--smooth-min-cutoff`, `--smooth-beta`, off with
+`--no-smooth`). Details: `sapiens2_hf.video` and cli/video.py.
+
+An input that fails (unreadable or truncated file, bad boxes, no detector for an image without boxes, ...) is reported
+on stderr and in `<out>/summary.json` (`skipped`: input and reason) and skipped; the run goes on with the rest. A
+summary is printed at the end and written to `<out>/summary.json`. Exit status: 0 when every input was processed, 1
+when some were skipped, 2 for usage errors (bad arguments, unreadable model or boxes file) before any input is
+processed.
+
+Resuming and sharding: inputs whose outputs a previous run completed with the same options are skipped
+(`already_done` in the summary; `--overwrite` recomputes them); under `accelerate launch --num_processes N -m
+sapiens2_hf.cli.main <task> ...` each process takes its share of the inputs. See cli/sharding.py.
 
 Pose boxes (`--boxes FILE.json`): `{key: [[x_min, y_min, x_max, y_max], ...]}` in image pixels (xyxy, like the
 pipeline), `[]` for no people. Keys are image file names (`a.jpg`) or the paths as given; a video frame's key is
@@ -33,33 +51,62 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable
 
 from .convert import positive_int
 
+if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
+    import numpy as np
 
+
+# The task registry (`sapiens2_hf.modeling.sapiens2_tasks`) is the source of these names, but importing it runs
+# `sapiens2_hf.modeling/__init__`, which imports torch and transformers, and `--help` must not
+# (tests/test_cli_startup.py). tests/test_cli_predict.py checks that these entries equal the registry's.
 TASK_TO_PIPELINE = {
     "pose": "sapiens2-pose",
     "seg": "sapiens2-segmentation",
     "normal": "sapiens2-normal",
     "pointmap": "sapiens2-pointmap",
     "albedo": "sapiens2-albedo",
+    "matting": "sapiens2-matting",
 }
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
+KEYPOINT_FORMAT_CHOICES = ("coco17", "coco_wholebody133", "body25")  # sapiens2_keypoint_formats.KEYPOINT_FORMATS
 _HELP = {
     "pose": "308-keypoint pose (top-down: person boxes from --boxes or a detector)",
     "seg": "29-class body-part segmentation",
     "normal": "surface normals",
     "pointmap": "metric pointmap and depth",
     "albedo": "albedo",
+    "matting": "alpha matting (alpha and foreground)",
 }
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive finite number")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
+    return value
+
+
 def add_predict_subparsers(subparsers) -> None:
-    """Register `pose`, `seg`, `normal`, `pointmap` and `albedo` on the `sapiens2-hf` command."""
+    """Register one sub-command per task (`pose`, `seg`, `normal`, `pointmap`, `albedo`, `matting`)."""
+    from .threads import add_threads_argument
+
     for task, help_text in _HELP.items():
         parser = subparsers.add_parser(task, help=f"run {help_text} on images, folders and videos",
                                        description=__doc__.split("\n\n")[0])
@@ -67,15 +114,26 @@ def add_predict_subparsers(subparsers) -> None:
         parser.add_argument("--model", required=True,
                             help="converted folder, Hub id, or official sapiens2_<size>_<task>.safetensors file")
         parser.add_argument("--out", required=True, help="output folder (created)")
-        parser.add_argument("--device", default="auto", help="'auto' (cuda when available), 'cpu', 'cuda:0', ...")
+        parser.add_argument("--device", default="auto",
+                            help="'auto' (cuda when available; under accelerate launch each process's GPU), 'cpu', "
+                                 "'cuda:0', ...")
         parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-        parser.add_argument("--batch-size", type=int, default=1, help="images per model batch")
+        from .export import add_backend_argument; add_backend_argument(parser)  # noqa: E702
+        parser.add_argument("--compile", action="store_true",
+                            help="the GPU recipe: torch.compile with SDPA attention (with --dtype bfloat16 on CUDA; "
+                                 "the first batch compiles)")
+        parser.add_argument("--compile-mode", default=None,
+                            choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+        parser.add_argument("--batch-size", type=int, default=1, help="images (video frames) per model batch")
         parser.add_argument("--input-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
                             help="model input size (default: the model's / the saved processor's)")
-        parser.add_argument("--no-overlay", action="store_true", help="do not write visualisations")
+        parser.add_argument("--no-overlay", action="store_true",
+                            help="do not write visualisations (nor the annotated video)")
         parser.add_argument("--no-arrays", action="store_true", help="do not write .npy arrays")
         parser.add_argument("--video-stride", type=int, default=1, help="process every n-th video frame")
         parser.add_argument("--max-frames", type=int, default=None, help="at most this many frames per video")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="recompute inputs whose outputs a previous run completed (default: skip them)")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
         if task == "pose":
             parser.add_argument("--boxes", default=None, metavar="FILE.json",
@@ -89,9 +147,28 @@ def add_predict_subparsers(subparsers) -> None:
                                      "PekingU/rtdetr_r50vd: needs the Hub or a cached copy)")
             parser.add_argument("--detector-threshold", type=float, default=0.3)
             parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
-            parser.add_argument("--kpt-threshold", type=float, default=0.3, help="keypoint score for drawing")
+            parser.add_argument("--kpt-threshold", type=float, default=0.3,
+                                help="keypoint score for drawing (and for carrying a video person's box)")
+            parser.add_argument("--keypoint-format", default=None, choices=KEYPOINT_FORMAT_CHOICES,
+                                help="write the JSON keypoints in this format instead of the 308 Sapiens2 ones "
+                                     "(the overlay shows the 308)")
+            video = parser.add_argument_group("video (pose)")
+            video.add_argument("--detect-every", type=positive_int, default=1, metavar="N",
+                               help="run the detector on every N-th processed frame (and while nobody is tracked); "
+                                    "in between, boxes follow each person's keypoints (default 1: every frame)")
+            video.add_argument("--track-iou", type=_non_negative_float, default=0.3,
+                               help="least IoU for a detection to keep a person's track id (default 0.3)")
+            # defaults: sapiens2_hf.video.smoothing.DEFAULT_MIN_CUTOFF / DEFAULT_BETA (not imported here: --help
+            # stays light; tests/test_cli_video.py checks they agree)
+            video.add_argument("--smooth-min-cutoff", type=_positive_float, default=1.0, metavar="HZ",
+                               help="One-Euro filter cutoff at rest, Hz (default 1.0; lower = smoother, more lag)")
+            video.add_argument("--smooth-beta", type=_non_negative_float, default=0.02,
+                               help="One-Euro filter speed coefficient, per pixel (default 0.02; higher = less "
+                                    "lag on fast motion, more jitter)")
+            video.add_argument("--no-smooth", action="store_true", help="do not smooth keypoints over time")
         if task == "pointmap":
             parser.add_argument("--ply", action="store_true", help="also write a coloured point cloud (.ply)")
+        add_threads_argument(parser)
         parser.set_defaults(handler=run_predict, task=task)
 
 
@@ -108,12 +185,14 @@ class _Item:
     source: str  # for messages and the boxes file
     out_dir: Path
     load: Callable[[], np.ndarray]
+    marker: tuple[str, dict] | None = None  # (name, fingerprint) of the done marker written after its outputs
 
 
 @dataclass
 class _Report:
     processed: int = 0
     frames: int = 0
+    already_done: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     written: int = 0
 
@@ -125,45 +204,6 @@ def _read_image(path: Path) -> Callable[[], np.ndarray]:
         return load_image_rgb(path)
 
     return load
-
-
-def _iter_video(path: Path, out_dir: Path, stride: int, max_frames: int | None, report: _Report) -> Iterator[_Item]:
-    try:
-        import cv2
-    except ImportError:
-        report.skipped.append({"input": str(path), "reason": "videos need OpenCV (pip install opencv-python-headless)"})
-        return
-    capture = cv2.VideoCapture(str(path))
-    if not capture.isOpened():
-        report.skipped.append({"input": str(path), "reason": "cannot open the video"})
-        return
-    index = taken = 0
-    try:
-        while max_frames is None or taken < max_frames:
-            ok, frame = capture.read()
-            if not ok:
-                break
-            if index % stride == 0:
-                rgb = np.ascontiguousarray(frame[..., ::-1])
-                yield _Item(f"frame_{index:06d}", f"{path}#{index}", out_dir / path.stem, lambda rgb=rgb: rgb)
-                taken += 1
-            index += 1
-    finally:
-        capture.release()
-    if taken == 0:
-        report.skipped.append({"input": str(path), "reason": "no frame could be decoded"})
-
-
-def _count_video_frames(path: Path, stride: int, max_frames: int | None) -> int:
-    try:
-        import cv2
-    except ImportError:
-        return 0
-    capture = cv2.VideoCapture(str(path))
-    count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) if capture.isOpened() else 0
-    capture.release()
-    count = -(-count // stride)
-    return min(count, max_frames) if max_frames is not None else count
 
 
 def _collect(inputs: list[str], report: _Report) -> tuple[list[Path], list[Path]]:
@@ -199,49 +239,55 @@ def _unique_names(paths: list[Path]) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _build_pipeline(args: argparse.Namespace):
+def _build_pipeline(args: argparse.Namespace, device: str | None = None):
     import torch
 
     from ..modeling import model_class_for_task
     from ..pipelines import PIPELINE_CLASSES
-    from ..processing import Sapiens2HFImageProcessor, image_processor_for_task
+    from ..processing import Sapiens2HFImageProcessor
 
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device is None or device == "auto":
+        device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype)
-    model = model_class_for_task(args.task).from_pretrained(args.model)
+    if getattr(args, "backend", "torch") != "torch":
+        from .export import load_backend_model
+
+        model, device = load_backend_model(args, args.device)
+    else:
+        model = model_class_for_task(args.task).from_pretrained(args.model)
     size = None
     if args.input_size is not None:
         size = {"height": args.input_size[0], "width": args.input_size[1]}
     saved = Path(args.model) / "preprocessor_config.json"
-    processor = None
+    config_dict = None
     if saved.is_file() or not Path(args.model).exists():  # a local folder with a processor, or a Hub repo
         try:
             config_dict, _ = Sapiens2HFImageProcessor.get_image_processor_dict(args.model)
         except OSError:
             if saved.is_file():
                 raise
-            config_dict = None
-        if config_dict is not None:
-            config_dict = {k: v for k, v in config_dict.items() if k != "image_processor_type"}
-            if "task" not in config_dict:  # transformers' own processor config: keep its values, use our policy
-                config_dict["task"] = args.task
-            processor = Sapiens2HFImageProcessor(**{**config_dict, **({"size": size} if size else {})})
-        if processor is not None and processor.task != args.task:
-            raise ValueError(f"the image processor of {args.model} is for task {processor.task!r}, not "
-                             f"{args.task!r}.")
-    if processor is None:
-        if size is None:
-            height, width = model.config.image_size_hw
-            size = {"height": height, "width": width}
-        processor = image_processor_for_task(args.task, size=size)
+    if config_dict is None and size is None:
+        height, width = model.config.image_size_hw
+        size = {"height": height, "width": width}
+    try:  # ours or transformers' stock config (size and normalisation kept), or none: ours for the task
+        processor = Sapiens2HFImageProcessor.from_image_processor(config_dict, args.task,
+                                                                  **({"size": size} if size else {}))
+    except ValueError as error:
+        raise ValueError(f"{args.model}: {error}") from None
     pipeline_class = PIPELINE_CLASSES[TASK_TO_PIPELINE[args.task]]
     kwargs: dict[str, Any] = {}
     if args.task == "pose" and args.detector:
         kwargs["detector"] = args.detector
-    return pipeline_class(model=model, image_processor=processor, device=device, dtype=dtype,
+    pipe = pipeline_class(model=model, image_processor=processor, device=device, dtype=dtype,
                           task=TASK_TO_PIPELINE[args.task], **kwargs)
+    if getattr(args, "backend", "torch") == "torch":
+        from ..inference_recipe import prepare_for_inference, restore_rope_precision
+
+        restore_rope_precision(pipe.model)  # the pipeline's `.to(dtype)` must not change the official RoPE arithmetic
+        if args.compile:
+            prepare_for_inference(pipe.model, device=pipe.device, dtype=dtype, compile=True, attention="sdpa",
+                                  mode=args.compile_mode)
+    return pipe
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -249,82 +295,176 @@ def _build_pipeline(args: argparse.Namespace):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _coco_pose(item: _Item, image: np.ndarray, people: list[dict], threshold: float) -> dict:
+def _format_skeleton(keypoint_format: str) -> list[list[int]]:
+    """The 308 skeleton's links between keypoints that `keypoint_format` copies (1-based, COCO style): each link
+    joins the same two landmarks in both layouts; a 308 point copied twice (COCO-WholeBody's wrist and hand root)
+    is linked at its first copy. Points made as means (BODY_25's Neck, MidHip) have no link."""
+    from ..processing.sapiens2_keypoint_formats import describe_sources
     from ..visualization import SKELETON_LINKS
 
-    names = people[0]["labels"] if people else []
+    first_copy: dict[int, int] = {}
+    for row in describe_sources(keypoint_format):
+        if row["kind"] == "copy":
+            first_copy.setdefault(row["source_indices"][0], row["index"])
+    return [[first_copy[a] + 1, first_copy[b] + 1] for a, b in SKELETON_LINKS if a in first_copy and b in first_copy]
+
+
+def _pose_json(source: str, image_shape: tuple[int, ...], people: list[dict], threshold: float,
+               keypoint_format: str | None = None, track_ids: list[int] | None = None,
+               frame: dict | None = None, info: dict | None = None) -> dict:
+    """COCO-style JSON of one image's people (see the module docstring)."""
+    import numpy as np
+
+    from ..visualization import SKELETON_LINKS
+
+    if keypoint_format is None:
+        names = list(people[0]["labels"]) if people else []
+        skeleton = [[a + 1, b + 1] for a, b in SKELETON_LINKS]
+    else:
+        from ..processing.sapiens2_keypoint_formats import KEYPOINT_FORMATS, convert_keypoints
+
+        names = list(KEYPOINT_FORMATS[keypoint_format])
+        skeleton = _format_skeleton(keypoint_format)
     annotations = []
     for k, person in enumerate(people):
         x0, y0, x1, y1 = (float(v) for v in person["bbox"])
-        keypoints = np.concatenate([person["keypoints"], person["scores"][:, None].astype(np.float64)], axis=1)
-        annotations.append({
+        points, scores = np.asarray(person["keypoints"]), np.asarray(person["scores"])
+        if keypoint_format is not None:
+            points, scores = convert_keypoints(points, scores, keypoint_format)
+        keypoints = np.concatenate([points, scores[:, None].astype(np.float64)], axis=1)
+        annotation = {
             "id": k + 1,
             "image_id": 1,
             "category_id": 1,
             "bbox": [x0, y0, x1 - x0, y1 - y0],
             "score": float(person["bbox_score"]),
             "keypoints": [float(v) for v in keypoints.reshape(-1)],
-            "keypoint_scores": [float(v) for v in person["scores"]],
-            "num_keypoints": int((person["scores"] > threshold).sum()),
-        })
+            "keypoint_scores": [float(v) for v in scores],
+            "num_keypoints": int((scores > threshold).sum()),
+        }
+        if track_ids is not None:
+            annotation["track_id"] = int(track_ids[k])
+        annotations.append(annotation)
+    image_entry = {"id": 1, "file_name": source, "height": int(image_shape[0]), "width": int(image_shape[1])}
+    image_entry.update(frame or {})
     return {
-        "images": [{"id": 1, "file_name": item.source, "height": int(image.shape[0]), "width": int(image.shape[1])}],
-        "categories": [{"id": 1, "name": "person", "keypoints": list(names),
-                        "skeleton": [[a + 1, b + 1] for a, b in SKELETON_LINKS]}],
+        "images": [image_entry],
+        "categories": [{"id": 1, "name": "person", "keypoints": names, "skeleton": skeleton}],
         "annotations": annotations,
         "info": {"description": "sapiens2-hf pose; keypoints are (x, y, score) triples in image pixels",
-                 "keypoint_threshold_for_num_keypoints": threshold},
+                 "keypoint_threshold_for_num_keypoints": threshold,
+                 "keypoint_format": keypoint_format or "sapiens2_308", **(info or {})},
     }
 
 
-def _write_outputs(args, item: _Item, image: np.ndarray, result: Any) -> int:
+def _overlay(args, image: np.ndarray, result: Any, video: bool = False):
+    """The visualisation of one result as a PIL image (the frame of the annotated video for videos: the seg
+    legend, which changes the width with the classes present, is left out there)."""
+    import numpy as np
+
     from .. import visualization as vis
 
-    base = item.out_dir / item.name
-    written = 0
+    if args.task == "pose":
+        return vis.draw_keypoints(image, result, score_threshold=args.kpt_threshold)
+    if args.task == "seg":
+        return vis.overlay_segmentation(image, result["segmentation"], legend=not video)
+    if args.task == "normal":
+        return vis.normals_to_rgb(result["normals"])
+    if args.task == "pointmap":
+        return vis.depth_to_rgb(result["depth"])
+    if args.task == "albedo":
+        return vis.albedo_to_image(result["albedo"])
+    if args.task == "matting":
+        from PIL import Image
+
+        alpha = np.clip(np.asarray(_matting_alpha(result), np.float32), 0.0, 1.0)[..., None]
+        green = np.array([0.0, 177.0, 64.0], np.float32)
+        # the model's pre-multiplied foreground over green when it gives one (the composite the model means),
+        # else the input image cut out by alpha
+        foreground = result.get("foreground")
+        person = np.asarray(foreground, np.float32) * 255.0 if foreground is not None else image * alpha
+        return Image.fromarray(np.clip(np.round(person + green * (1 - alpha)), 0, 255).astype(np.uint8))
+    raise ValueError(f"no outputs defined for task {args.task!r}.")
+
+
+def _cutout(foreground, alpha):
+    """RGBA uint8 cut-out from a pre-multiplied foreground `(H, W, 3)` in [0, 1] and its alpha `(H, W)`: colours
+    un-multiplied (straight alpha, as PNG stores it), transparent where alpha is 0."""
+    import numpy as np
+
+    alpha = np.clip(np.asarray(alpha, np.float32), 0.0, 1.0)
+    colour = np.asarray(foreground, np.float32) / np.maximum(alpha, 1e-6)[..., None]
+    rgba = np.concatenate([np.clip(colour, 0.0, 1.0), alpha[..., None]], axis=-1)
+    return np.round(rgba * 255.0).astype(np.uint8)
+
+
+def _matting_alpha(result: Any):
+    return result["alpha"]  # the matting pipeline's `(height, width)` float32 alpha in [0, 1]
+
+
+def _write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: bool = False,
+                   pose_json: dict | None = None) -> tuple[list[Path], Any]:
+    """Write one image's (or video frame's) outputs next to `base` (`<folder>/<name>`).
+
+    Returns:
+        `(paths written, overlay)`: for a video frame the overlay (PIL) goes to the annotated video and is returned
+        instead of written (None with --no-overlay).
+    """
+    import numpy as np
+
+    from .. import visualization as vis
+
+    written: list[Path] = []
 
     def out(suffix: str) -> Path:
         return base.parent / f"{base.name}{suffix}"
 
+    def save(function, value, path: Path) -> None:
+        function(value, path)
+        written.append(path)
+
+    overlay_name = {"pose": "_pose.png", "seg": "_seg.png", "normal": "_normal.png", "pointmap": "_depth.png",
+                    "albedo": "_albedo.png", "matting": "_matting.png"}[args.task]
     if args.task == "pose":
-        _save_json(_coco_pose(item, image, result, args.kpt_threshold), out(".json"))
-        written += 1
-        if not args.no_overlay:
-            vis.save_image(vis.draw_keypoints(image, result, score_threshold=args.kpt_threshold), out("_pose.png"))
-            written += 1
+        if pose_json is None:
+            pose_json = _pose_json(str(base), image.shape, result, args.kpt_threshold,
+                                   getattr(args, "keypoint_format", None))
+        _save_json(pose_json, out(".json"))
+        written.append(out(".json"))
     elif args.task == "seg":
         seg = result["segmentation"]
         if not args.no_arrays:
-            vis.save_npy(seg.astype(np.uint8) if seg.max(initial=0) < 256 else seg, out("_seg.npy"))
-            written += 1
-        if not args.no_overlay:
-            vis.save_image(vis.overlay_segmentation(image, seg), out("_seg.png"))
-            written += 1
+            save(vis.save_npy, seg.astype(np.uint8) if seg.max(initial=0) < 256 else seg, out("_seg.npy"))
     elif args.task == "normal":
         if not args.no_arrays:
-            vis.save_npy(result["normals"], out("_normal.npy"))
-            written += 1
-        if not args.no_overlay:
-            vis.save_image(vis.normals_to_rgb(result["normals"]), out("_normal.png"))
-            written += 1
+            save(vis.save_npy, result["normals"], out("_normal.npy"))
     elif args.task == "pointmap":
         if not args.no_arrays:
-            vis.save_npy(result["pointmap"], out("_pointmap.npy"))
-            vis.save_npy(result["depth"], out("_depth.npy"))
-            written += 2
-        if not args.no_overlay:
-            vis.save_image(vis.depth_to_rgb(result["depth"]), out("_depth.png"))
-            written += 1
+            save(vis.save_npy, result["pointmap"], out("_pointmap.npy"))
+            save(vis.save_npy, result["depth"], out("_depth.npy"))
         if getattr(args, "ply", False):
             vis.save_ply(out(".ply"), result["pointmap"], colors=image)
-            written += 1
+            written.append(out(".ply"))
     elif args.task == "albedo":
-        vis.save_image(vis.albedo_to_image(result["albedo"]), out("_albedo.png"))
-        written += 1
+        if not video:  # the albedo image is the task's output, written even with --no-overlay
+            save(vis.save_image, vis.albedo_to_image(result["albedo"]), out("_albedo.png"))
         if not args.no_arrays:
-            vis.save_npy(result["albedo"], out("_albedo.npy"))
-            written += 1
-    return written
+            save(vis.save_npy, result["albedo"], out("_albedo.npy"))
+    elif args.task == "matting":
+        alpha = np.asarray(_matting_alpha(result), np.float32)
+        if not video:
+            save(vis.save_image, np.round(np.clip(alpha, 0, 1) * 255).astype(np.uint8), out("_alpha.png"))
+            if result.get("foreground") is not None:
+                save(vis.save_image, _cutout(result["foreground"], alpha), out("_foreground.png"))
+        if not args.no_arrays:
+            save(vis.save_npy, alpha, out("_alpha.npy"))
+    overlay = None
+    if not args.no_overlay and not (args.task == "albedo" and not video):
+        overlay = _overlay(args, image, result, video=video)
+        if not video:
+            save(vis.save_image, overlay, out(overlay_name))
+            overlay = None
+    return written, overlay
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -356,53 +496,70 @@ def _reason(error: BaseException) -> str:
     return str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"
 
 
-def _boxes_for(item: _Item, boxes: dict) -> Any:
-    return boxes.get(Path(item.source).name, boxes.get(item.source))
+def _boxes_for(source: str, boxes: dict) -> Any:
+    return boxes.get(Path(source).name, boxes.get(source))
 
 
-def _predict(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict) -> list:
-    """Run the pipeline on one batch of images (pose: with their boxes, if the file lists them)."""
-    images = [image for _, image in batch]
+def _predict(args, pipe, images: list, boxes: list | None = None, **extra) -> list:
+    """Run the pipeline on a batch of images (pose: with one list of boxes per image, else the detector)."""
     kwargs: dict[str, Any] = {}
     if args.task == "pose":
         kwargs["flip_test"] = not args.no_flip_test
         kwargs["detector_threshold"] = args.detector_threshold
-        per_image = [_boxes_for(item, boxes) for item, _ in batch]
-        if all(b is not None for b in per_image):  # else none is listed: `_run_batch` splits mixed batches
-            kwargs["boxes"] = per_image
+        if boxes is not None:
+            kwargs["boxes"] = boxes
+        kwargs.update(extra)
     return pipe(images, batch_size=len(images), **kwargs)
 
 
-def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: _Report) -> None:
+def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: _Report,
+               out: Path) -> None:
     """Process one batch. A failing input is skipped and reported, the others are processed: a failed batch is
     retried one input at a time to find which input failed."""
-    if args.task == "pose" and len(batch) > 1:
-        listed = [_boxes_for(item, boxes) is not None for item, _ in batch]
-        if any(listed) and not all(listed):  # some use --boxes, some the detector: one at a time
-            for pair in batch:
-                _run_batch(args, pipe, [pair], boxes, report)
-            return
+    from .sharding import mark_done
+
+    per_image = [_boxes_for(item.source, boxes) for item, _ in batch] if args.task == "pose" else []
+    listed = [b is not None for b in per_image]
+    if len(batch) > 1 and any(listed) and not all(listed):  # some use --boxes, some the detector: one at a time
+        for pair in batch:
+            _run_batch(args, pipe, [pair], boxes, report, out)
+        return
     try:
-        results = _predict(args, pipe, batch, boxes)
+        results = _predict(args, pipe, [image for _, image in batch], per_image if any(listed) else None)
     except Exception as error:  # noqa: BLE001 - a per-input failure must not end the run
         if len(batch) > 1:
             for pair in batch:
-                _run_batch(args, pipe, [pair], boxes, report)
+                _run_batch(args, pipe, [pair], boxes, report, out)
             return
         report.skipped.append({"input": batch[0][0].source, "reason": _reason(error)})
         return
     for (item, image), result in zip(batch, results):
         try:
-            report.written += _write_outputs(args, item, image, result)
+            base = item.out_dir / item.name
+            pose_json = None
+            if args.task == "pose":
+                pose_json = _pose_json(item.source, image.shape, result, args.kpt_threshold, args.keypoint_format)
+            files, _ = _write_outputs(args, base, image, result, pose_json=pose_json)
+            if item.marker is not None:
+                mark_done(out, "images", item.marker[0], item.marker[1], files)
         except Exception as error:  # noqa: BLE001 - e.g. NaN in the results, a full disk
             report.skipped.append({"input": item.source, "reason": _reason(error)})
             continue
+        report.written += len(files)
         report.processed += 1
 
 
+def _video_boxes(path: Path, boxes: dict) -> dict:
+    """The --boxes entries of one video's frames (for its done-marker fingerprint)."""
+    prefixes = (f"{path.name}#", f"{path}#")
+    return {key: value for key, value in sorted(boxes.items()) if key.startswith(prefixes)}
+
+
 def run_predict(args: argparse.Namespace) -> int:
-    """Handler of the five task subcommands (see the module docstring)."""
+    """Handler of the task subcommands (see the module docstring)."""
     from tqdm.auto import tqdm
+
+    from . import sharding
 
     if args.batch_size < 1 or args.video_stride < 1:
         raise ValueError("--batch-size and --video-stride must be >= 1.")
@@ -414,25 +571,42 @@ def run_predict(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     image_paths, videos = _collect(args.inputs, report)
     boxes = _load_boxes(getattr(args, "boxes", None))
-    pipe = _build_pipeline(args)
+    shard = sharding.Shard(args.device)
+    if not shard.is_main:  # every process finds the same missing inputs: the main process reports them
+        report.skipped.clear()
 
-    items: list[_Item] = [_Item(name, str(path), out, _read_image(path))
-                          for name, path in zip(_unique_names(image_paths), image_paths)]
-    total = len(items) + sum(_count_video_frames(v, args.video_stride, args.max_frames) for v in videos)
-    video_names = _unique_names(videos)
+    # one ordered list of units on every process, named before sharding so that names do not depend on the share
+    units = [("images", name, path) for name, path in zip(_unique_names(image_paths), image_paths)]
+    units += [("videos", name, path) for name, path in zip(_unique_names(videos), videos)]
+    todo = []
+    for kind, name, path in shard.split(units):
+        try:
+            entry = _boxes_for(str(path), boxes) if kind == "images" else _video_boxes(path, boxes)
+            expected = sharding.fingerprint(args, path, entry if args.task == "pose" else None)
+        except OSError:  # unreadable: processed, and reported, as usual
+            todo.append((kind, name, path, None))
+            continue
+        if not args.overwrite and sharding.is_done(out, kind, name, expected):
+            report.already_done += 1
+            continue
+        sharding.clear_marker(out, kind, name)
+        todo.append((kind, name, path, expected))
 
-    def all_items() -> Iterator[_Item]:
-        yield from items
-        for name, video in zip(video_names, videos):
-            for item in _iter_video(video, out, args.video_stride, args.max_frames, report):
-                item.out_dir = out / name
-                report.frames += 1
-                yield item
-
-    progress = tqdm(total=total, disable=args.quiet, unit="img", desc=f"sapiens2-hf {args.task}", file=sys.stderr)
-    batch: list[tuple[_Item, np.ndarray]] = []
+    pipe = None
+    progress = None
     try:
-        for item in all_items():
+        if todo:
+            pipe = _build_pipeline(args, shard.device(args.device))
+        items = [_Item(name, str(path), out, _read_image(path), None if expected is None else (name, expected))
+                 for kind, name, path, expected in todo if kind == "images"]
+        video_units = [(name, path, expected) for kind, name, path, expected in todo if kind == "videos"]
+        from .video import count_frames, process_video
+
+        total = len(items) + sum(count_frames(path, args.video_stride, args.max_frames) for _, path, _ in video_units)
+        progress = tqdm(total=total, disable=args.quiet or not shard.is_main, unit="img",
+                        desc=f"sapiens2-hf {args.task}", file=sys.stderr)
+        batch: list[tuple[_Item, np.ndarray]] = []
+        for item in items:
             try:
                 image = item.load()
             except Exception as error:  # noqa: BLE001 - unreadable / truncated: skip this input
@@ -441,29 +615,49 @@ def run_predict(args: argparse.Namespace) -> int:
                 continue
             batch.append((item, image))
             if len(batch) == args.batch_size:
-                _run_batch(args, pipe, batch, boxes, report)
+                _run_batch(args, pipe, batch, boxes, report, out)
                 progress.update(len(batch))
                 batch = []
         if batch:
-            _run_batch(args, pipe, batch, boxes, report)
+            _run_batch(args, pipe, batch, boxes, report, out)
             progress.update(len(batch))
+        for name, path, expected in video_units:
+            process_video(args, pipe, path, name, out, boxes, report, progress, expected)
     finally:
         # written even when the run is interrupted, so that what was done and skipped is on record
-        progress.close()
+        if progress is not None:
+            progress.close()
         elapsed = time.perf_counter() - start
         summary = {
             "task": args.task,
             "model": str(args.model),
             "processed": report.processed,
             "video_frames": report.frames,
+            "already_done": report.already_done,
             "skipped": report.skipped,
             "files_written": report.written,
             "seconds": round(elapsed, 3),
         }
+        if shard.count > 1:
+            _save_json(summary, sharding.part_path(out, shard.index), indent=2)
+        else:
+            _save_json(summary, out / "summary.json", indent=2)
+    if shard.count > 1:
+        shard.wait()  # every share is done and its part written
+        if not shard.is_main:
+            return 0  # the main process reports for the launch
+        parts = [json.loads(sharding.part_path(out, k).read_text()) for k in range(shard.count)]
+        summary = sharding.merge_summaries(parts)
+        summary["seconds"] = round(time.perf_counter() - start, 3)
         _save_json(summary, out / "summary.json", indent=2)
-    print(f"sapiens2-hf {args.task}: processed {report.processed} image(s)"
-          + (f" ({report.frames} video frame(s))" if report.frames else "")
-          + f", wrote {report.written} file(s) to {out} in {elapsed:.1f} s")
+        for k in range(shard.count):
+            sharding.part_path(out, k).unlink()
+        report.skipped = summary["skipped"]
+    print(f"sapiens2-hf {args.task}: processed {summary['processed']} image(s)"
+          + (f" ({summary['video_frames']} video frame(s))" if summary["video_frames"] else "")
+          + (f", {summary['already_done']} input(s) already done" if summary["already_done"] else "")
+          + f", wrote {summary['files_written']} file(s) to {out} in {summary['seconds']:.1f} s"
+          + (f" with {shard.count} processes" if shard.count > 1 else ""))
     if report.skipped:
         print(f"sapiens2-hf {args.task}: skipped {len(report.skipped)} input(s) (listed in {out / 'summary.json'}):",
               file=sys.stderr)

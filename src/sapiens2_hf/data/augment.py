@@ -1,5 +1,5 @@
-"""Training-time image augmentations of the official Sapiens2 recipes (spec section 5.4), driven by an explicit
-`torch.Generator`.
+"""Training-time image augmentations of the official Sapiens2 recipes (the train pipelines of facebookresearch/sapiens2
+`sapiens/pose/configs` and `sapiens/dense/configs`), driven by an explicit `torch.Generator`.
 
 Images are `(height, width, 3)` uint8 RGB numpy arrays (OpenCV does the pixel work, as in the official pipelines);
 every random draw comes from the generator passed in, so a sample's augmentation is a pure function of

@@ -1,5 +1,6 @@
 """Dense-task data: on-disk readers and the official train / evaluation transforms for body-part segmentation,
-surface normals, pointmaps and albedo (spec section 5.4).
+surface normals, pointmaps and albedo (the train / val pipelines of facebookresearch/sapiens2 `sapiens/dense/configs`),
+and the matting transform.
 
 On-disk formats (one file per image, matched by file stem; images are any OpenCV-readable file):
 
@@ -10,6 +11,7 @@ On-disk formats (one file per image, matched by file stem; images are any OpenCV
 | pointmap | `<target_dir>/<stem>.npz` | `depth` float32 `(H, W)` metric Z (or `pointmap` `(H, W, 3)` metric XYZ), |
 | | | and `K` `(3, 3)` pixel intrinsics |
 | albedo | `<target_dir>/<stem>.npy` or `.png` | float32 `(H, W, 3)` in [0, 1], or 8-bit RGB |
+| matting | `<target_dir>/<stem>.png` or `.npy` | alpha: 8-bit grey (0-255), or float32 `(H, W)` in [0, 1] |
 
 An optional `<mask_dir>/<stem>.png` (non-zero = foreground) gives the valid pixels; without it the mask is derived
 from the target (finite, non-zero normals; positive depth; non-zero albedo). An `.npz` target may also carry `mask`.
@@ -64,8 +66,9 @@ def read_segmentation_folder(image_dir: str | Path, label_dir: str | Path) -> li
     return records
 
 
-_TARGET_SUFFIXES = {"normal": (".npy",), "pointmap": (".npz",), "albedo": (".npy", ".png")}
-_TARGET_KEYS = {"normal": "normal", "pointmap": "pointmap_file", "albedo": "albedo"}
+_TARGET_SUFFIXES = {"normal": (".npy",), "pointmap": (".npz",), "albedo": (".npy", ".png"),
+                    "matting": (".png", ".npy")}
+_TARGET_KEYS = {"normal": "normal", "pointmap": "pointmap_file", "albedo": "albedo", "matting": "alpha"}
 
 
 def read_dense_folder(image_dir: str | Path, target_dir: str | Path, task: str,
@@ -73,8 +76,8 @@ def read_dense_folder(image_dir: str | Path, target_dir: str | Path, task: str,
     """Pair images with their normal / pointmap / albedo targets (formats in the module docstring).
 
     Returns:
-        `list[dict]` with `image`, the target path under `normal`, `pointmap_file` or `albedo`, and `mask` (path or
-        `None`).
+        `list[dict]` with `image`, the target path under `normal`, `pointmap_file`, `albedo` or `alpha` (matting),
+        and `mask` (path or `None`).
     """
     if task not in _TARGET_SUFFIXES:
         raise ValueError(f"read_dense_folder handles {sorted(_TARGET_SUFFIXES)}, not {task!r}.")
@@ -455,6 +458,100 @@ class PointmapTransform(_LetterboxTaskTransform):
                 "target_scales": torch.tensor([canonical], dtype=torch.float32),
                 "intrinsics": torch.from_numpy(K.astype(np.float32)),
                 "target_mean_depth": torch.tensor(mean_depth, dtype=torch.float32)}
+
+
+# ------------------------------------------------------------------------------------------------------- matting
+def _unit_interval(array: np.ndarray) -> np.ndarray:
+    """uint8 (0-255) or uint16 (0-65535) -> float32 in [0, 1]; float arrays are taken as [0, 1] and clipped."""
+    array = np.asarray(array)
+    if array.dtype == np.uint8:
+        return array.astype(np.float32) / 255.0
+    if array.dtype == np.uint16:
+        return array.astype(np.float32) / 65535.0
+    return np.clip(np.nan_to_num(array.astype(np.float32)), 0.0, 1.0)
+
+
+class MattingTransform:
+    """Matting pipeline: the geometry of the official Sapiens2 matting config, stretch resize at evaluation.
+
+    Train (each step a probability in `augment_probabilities`): random crop p 0.5 (aspect 0.5-2, area 0.4-1) ->
+    rotation p 0.5 in +-60 deg (image border white, alpha and foreground border 0, as the official config pads) ->
+    horizontal flip p 0.5 -> stretch to the input size (image: area when the width shrinks, else linear, as the
+    official resize; alpha and foreground linear) -> photometric distortion p 1.0. The official recipe's
+    random background replacement, JPEG compression and alpha-box crop need data this transform does not have and
+    are left out. Eval: stretch only (the official test pipeline resizes without keeping the aspect ratio), as the
+    processor does. Alpha is resized linearly (a fraction, not a label); samples whose alpha is all zero in training
+    return `None` (the dataset draws another one).
+
+    Records: `image`, `alpha` (path, `(H, W)` float in [0, 1] or uint8 0-255), optional `foreground` (`(H, W, 3)`
+    colour in [0, 1] or uint8, not pre-multiplied) and optional `mask` (valid pixels, non-zero).
+
+    Returns `pixel_values` (`(3, H, W)`), `labels` (`(1, H, W)` float32 alpha), `mask` (`(1, H, W)` bool) and, with
+    a foreground, `foreground_labels` (`(3, H, W)` float32, pre-multiplied `alpha * F`: what the model predicts).
+    """
+
+    DEFAULT_PROBABILITIES = {"crop": 0.5, "rotate": 0.5, "flip": 0.5, "photometric": 1.0}
+
+    def __init__(self, input_size: tuple[int, int] = (1024, 768), train: bool = True,
+                 augment_probabilities: dict | None = None):
+        self.input_size = (int(input_size[0]), int(input_size[1]))
+        self.train = train
+        unknown = set(augment_probabilities or {}) - set(self.DEFAULT_PROBABILITIES)
+        if unknown:
+            raise ValueError(f"Unknown augment_probabilities keys {sorted(unknown)}; use {sorted(self.DEFAULT_PROBABILITIES)}.")
+        self.p = {**self.DEFAULT_PROBABILITIES, **(augment_probabilities or {})}
+
+    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
+        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        image = load_image(record["image"])
+        alpha = _load_array(record["alpha"])
+        alpha = _unit_interval(alpha[..., 0] if alpha.ndim == 3 else alpha)
+        if alpha.shape != image.shape[:2]:
+            raise ValueError(f"Alpha {alpha.shape} and image {image.shape[:2]} sizes differ for {record.get('image')}.")
+        foreground = _load_array(record.get("foreground"))
+        if foreground is not None:
+            foreground = _unit_interval(foreground)[..., :3]
+        mask = _load_array(record.get("mask"))
+        mask = np.ones(alpha.shape, np.float32) if mask is None else (np.asarray(mask) > 0).astype(np.float32)
+        mask = mask[..., 0] if mask.ndim == 3 else mask
+        maps = [alpha, mask, foreground]
+        if self.train:
+            if augment.coin(generator, self.p["crop"]):
+                box = augment.random_crop_box(generator, image.shape[:2])
+                if box is not None:
+                    image, *maps = _crop([image, *maps], box)
+            if augment.coin(generator, self.p["rotate"]):
+                degree = augment.uniform(generator, -60.0, 60.0)
+                matrix = cv2.getRotationMatrix2D((image.shape[1] / 2, image.shape[0] / 2), degree, 1.0)
+                size = (image.shape[1], image.shape[0])
+                image = cv2.warpAffine(image, matrix, size, flags=cv2.INTER_LINEAR, borderValue=(255, 255, 255))
+                # The rotated-in corners are known background: alpha 0, valid.
+                maps[0] = cv2.warpAffine(maps[0], matrix, size, flags=cv2.INTER_LINEAR, borderValue=0)
+                maps[1] = cv2.warpAffine(maps[1], matrix, size, flags=cv2.INTER_NEAREST, borderValue=1)
+                if maps[2] is not None:
+                    maps[2] = cv2.warpAffine(maps[2], matrix, size, flags=cv2.INTER_LINEAR, borderValue=0)
+            if augment.coin(generator, self.p["flip"]):
+                image = image[:, ::-1].copy()
+                maps = [None if m is None else m[:, ::-1].copy() for m in maps]
+        height, width = self.input_size
+        # the official MattingResize: INTER_AREA when the width shrinks, else INTER_LINEAR; targets linear
+        image = cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA if width < image.shape[1]
+                           else cv2.INTER_LINEAR)
+        alpha = np.clip(cv2.resize(maps[0], (width, height), interpolation=cv2.INTER_LINEAR), 0.0, 1.0)
+        mask = cv2.resize(maps[1], (width, height), interpolation=cv2.INTER_NEAREST) > 0
+        if self.train:
+            if augment.coin(generator, self.p["photometric"]):
+                image = augment.photometric_distortion(image, generator)
+            if not (alpha[mask] > 0).any():
+                return None
+        sample = {"pixel_values": normalize_image(image),
+                  "labels": torch.from_numpy(np.ascontiguousarray(alpha, dtype=np.float32))[None],
+                  "mask": torch.from_numpy(mask)[None]}
+        if maps[2] is not None:
+            colour = np.clip(cv2.resize(maps[2], (width, height), interpolation=cv2.INTER_LINEAR), 0.0, 1.0)
+            premultiplied = (colour * alpha[..., None]).astype(np.float32)
+            sample["foreground_labels"] = torch.from_numpy(np.ascontiguousarray(premultiplied.transpose(2, 0, 1)))
+        return sample
 
 
 def depth_to_canonical_pointmap(depth: np.ndarray, intrinsics: np.ndarray,

@@ -1,11 +1,29 @@
 """Training and evaluation label tables of the official Sapiens2 tasks.
 
-Values come from the project spec files ``keypoints308.json`` and ``seg29.json`` (extracted from
+Keypoint names, flip pairs and class names have one source, `sapiens2_hf.modeling.sapiens2_label_data` (generated from
+the project spec files by scripts/generate_label_data.py); the counts and `KEYPOINT_FLIP_INDICES` are derived from it
+here. The tables below are needed only by training and evaluation, so they stay out of the Hub-shipped modeling files;
+their values come from the same spec files ``keypoints308.json`` and ``seg29.json`` (extracted from
 facebookresearch/sapiens2 commit 3098c14: ``sapiens/pose/configs/_base_/keypoints308.py`` and the seg configs'
-``CLASS_WEIGHT``). ``tests/test_data_tasks_labels.py`` checks every table against copies of those files.
+``CLASS_WEIGHT``). ``tests/test_label_tables.py`` checks every table against copies of those files.
 """
 
-NUM_KEYPOINTS = 308
+from ..modeling.sapiens2_label_data import (
+    NUM_POSE_KEYPOINTS,
+    NUM_SEGMENTATION_CLASSES,
+    POSE_FLIP_PAIRS,
+    POSE_KEYPOINT_NAMES,
+    SEGMENTATION_CLASS_NAMES,
+)
+from ..processing.sapiens2_processing_ops import flip_pairs_to_indices
+
+
+NUM_KEYPOINTS = NUM_POSE_KEYPOINTS
+KEYPOINT_NAMES = POSE_KEYPOINT_NAMES
+KEYPOINT_FLIP_PAIRS = POSE_FLIP_PAIRS
+
+# flip_indices[k] is the channel keypoint k becomes under a horizontal flip (identity on the centre line).
+KEYPOINT_FLIP_INDICES = tuple(flip_pairs_to_indices(POSE_FLIP_PAIRS, NUM_POSE_KEYPOINTS))
 
 # Per-keypoint OKS sigmas (the official evaluator and OKS-NMS use them; COCO's k = 2 * sigma).
 KEYPOINT_OKS_SIGMAS = (0.026, 0.025, 0.025, 0.035, 0.035, 0.079, 0.079, 0.072, 0.072, 0.107, 0.107, 0.087, 0.087, 0.089, 0.089, 0.068,
@@ -25,21 +43,6 @@ KEYPOINT_OKS_SIGMAS = (0.026, 0.025, 0.025, 0.035, 0.035, 0.079, 0.079, 0.072, 0
  0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01,
  0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01,
  0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01)
-
-# flip_indices[k] is the channel keypoint k becomes under a horizontal flip (identity on the centre line).
-KEYPOINT_FLIP_INDICES = (0, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14, 13, 18, 19, 20, 15, 16, 17, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,
- 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
- 39, 40, 41, 64, 63, 66, 65, 68, 67, 69, 70, 71, 72, 73, 74, 75, 76, 77, 87, 88, 89, 90, 91, 93, 92, 95, 94, 78, 79,
- 80, 81, 82, 84, 83, 86, 85, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135, 136,
- 137, 138, 139, 140, 141, 142, 143, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112,
- 113, 114, 115, 116, 117, 118, 119, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172, 173, 174, 175, 176,
- 177, 144, 145, 146, 147, 148, 149, 150, 151, 152, 153, 154, 155, 156, 157, 158, 159, 160, 178, 179, 181, 180, 185,
- 186, 187, 182, 183, 184, 189, 188, 190, 191, 193, 192, 195, 194, 199, 198, 197, 196, 203, 202, 201, 200, 205, 204,
- 206, 207, 209, 208, 211, 210, 215, 214, 213, 212, 219, 218, 217, 216, 246, 247, 248, 249, 250, 251, 252, 253, 254,
- 255, 256, 257, 258, 259, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 270, 271, 220, 221, 222, 223, 224, 225,
- 226, 227, 228, 229, 230, 231, 232, 233, 234, 235, 236, 237, 238, 239, 240, 241, 242, 243, 244, 245, 281, 286, 285,
- 284, 283, 282, 289, 288, 287, 272, 277, 276, 275, 274, 273, 280, 279, 278, 299, 304, 303, 302, 301, 300, 307, 306,
- 305, 290, 295, 294, 293, 292, 291, 298, 297, 296)
 
 KEYPOINT_JOINT_WEIGHTS = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
  1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
@@ -135,7 +138,8 @@ COCO_WHOLEBODY_TO_308 = {0: 0,
  131: 38,
  132: 37}
 
-NUM_SEG_CLASSES = 29
+NUM_SEG_CLASSES = NUM_SEGMENTATION_CLASSES
+SEG_CLASS_NAMES = SEGMENTATION_CLASS_NAMES
 
 SEG_BACKGROUND_INDEX = 0
 

@@ -11,7 +11,6 @@ still fails when it is read, with an error naming it (`SampleLoadError`, raised 
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from collections.abc import Sequence
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from ..utils.atomic_io import atomic_write_json
 
 
 class BadSampleError(ValueError):
@@ -124,7 +125,7 @@ def _pose_problem(record: dict) -> str | None:
 
 
 # Record fields that hold file paths, in the order their problems are reported.
-_FILE_FIELDS = ("label", "normal", "albedo", "pointmap_file", "mask")
+_FILE_FIELDS = ("label", "normal", "albedo", "alpha", "pointmap_file", "mask")
 
 
 def record_problem(record: dict, task: str) -> tuple[str | None, str] | None:
@@ -204,15 +205,9 @@ def validate_image_files(paths: Sequence[str | os.PathLike], strict: bool = Fals
 def write_skipped_samples(output_dir: str | os.PathLike, skipped: Sequence[SkippedSample],
                           filename: str = "skipped_samples.json") -> Path:
     """Write `{"num_skipped": n, "skipped": [{index, file, reason, split}, ...]}` to `output_dir/filename`
-    (atomically: a temporary file, then `os.replace`), so each run's file describes that run."""
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / filename
+    (atomically, `sapiens2_hf.utils.atomic_io`), so each run's file describes that run."""
     payload = {"num_skipped": len(skipped), "skipped": [asdict(sample) for sample in skipped]}
-    temporary = path.with_name(f".{filename}.tmp-{os.getpid()}")
-    temporary.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(temporary, path)
-    return path
+    return atomic_write_json(Path(output_dir) / filename, payload, indent=2, trailing_newline=True)
 
 
 def describe_skipped(skipped: Sequence[SkippedSample], limit: int = 3) -> str:

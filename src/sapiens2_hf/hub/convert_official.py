@@ -1,26 +1,26 @@
-"""Official file -> Hub-ready HF folder (config.json, model.safetensors, preprocessor_config.json, README.md model card).
+"""The conversion: official checkpoint -> Hub-ready HF folder (config.json, model.safetensors,
+preprocessor_config.json, README.md model card). `sapiens2-hf convert` (cli/convert.py) and the zoo publisher
+(hub/publish.py) call `convert_official_checkpoint`; it is the one conversion entry point.
 
-The key mapping and architecture inference live in `sapiens2_hf.modeling.convert_official_sapiens2` (they ship with
-the models so that `from_pretrained` reads official files directly); this module adds the folder layout, the model
-card, the atomic write and a numerical check that the folder reproduces the official file's outputs.
+Reading the official format (key mapping, architecture inference, RoPE check) is not conversion but loading: it lives
+in `sapiens2_hf.modeling.official_format_sapiens2_hf` and ships with the models, so that `from_pretrained` reads
+official files directly. This module adds the folder layout, the model card, the atomic write and a numerical check
+that the folder reproduces the official file's outputs. It stays in `hub` (layer 2) because it writes the model card.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
-from ..conversion import official_checkpoint_kind
 from ..modeling.configuration_sapiens2_hf import pointmap_image_sizes
-from ..modeling.convert_official_sapiens2 import OFFICIAL_ASPECT
-from ..modeling.loading_sapiens2_hf import resolve_checkpoint
+from ..modeling.loading_sapiens2_hf import official_checkpoint_kind, resolve_checkpoint
+from ..modeling.official_format_sapiens2_hf import OFFICIAL_ASPECT
 from .model_card import render_model_card
-from ..visualization.io import current_umask
+from ..utils.atomic_io import replace_into_folder, staging_folder
 from ..modeling import Sapiens2Config, model_class_for_task
 
 logger = logging.getLogger(__name__)
@@ -179,10 +179,7 @@ def convert_official_checkpoint(
                 f"{source_name}: the pointmap scale branch does not fit the input size {model.config.image_size_hw}; "
                 "pass the size the model was trained at (--image-size HEIGHT WIDTH)."
             ) from error
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    staging.chmod(0o777 & ~current_umask())  # mkdtemp makes an owner-only folder; the result is a normal one
-    try:
+    with staging_folder(out_dir) as staging:
         model.save_pretrained(staging)
         _save_image_processor(staging, model.config)
         card = render_model_card(
@@ -193,17 +190,7 @@ def convert_official_checkpoint(
         card.save(staging / "README.md")
         if verify:
             verify_reload(model, model_class_for_task(task).from_pretrained(staging), str(out_dir))
-        if out_dir.exists():
-            # --overwrite replaces the files the conversion writes, one atomic rename each; anything else in the
-            # folder (a .git, the user's own files) stays.
-            for item in staging.iterdir():
-                target = out_dir / item.name
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target)
-                os.replace(item, target)
-        else:
-            os.replace(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+        # A new folder is moved into place whole; with --overwrite, each file the conversion writes replaces its old
+        # copy with one atomic rename, and anything else in the folder (a .git, the user's own files) stays.
+        replace_into_folder(staging, out_dir)
     return out_dir

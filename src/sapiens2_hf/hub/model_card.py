@@ -8,25 +8,27 @@ from importlib import resources
 from huggingface_hub import ModelCard, ModelCardData
 
 from ..modeling import Sapiens2Config
+from ..modeling.sapiens2_tasks import (
+    BACKBONE_DESCRIPTION,
+    BACKBONE_MODEL_CLASS,
+    BACKBONE_PIPELINE_TAG,
+    BACKBONE_TITLE,
+    TASK_SPECS,
+)
 
+
+# Per task (None: the backbone), from the task registry: (Hub pipeline tag, title, model class, output description).
 _TASK_FACTS = {
-    None: ("image-feature-extraction", "Pretrained backbone (image features)", "Sapiens2Model",
-           "`last_hidden_state` (CLS, 8 registers, patch tokens) and `pooler_output` (CLS)"),
-    "pose": ("keypoint-detection", "308-keypoint top-down pose estimation", "Sapiens2ForPoseEstimation",
-             "`heatmaps`: 308 heatmaps at 1/4 of the crop resolution"),
-    "seg": ("image-segmentation", "29-class body-part segmentation", "Sapiens2ForSemanticSegmentation",
-            "`logits`: 29 class logits per pixel"),
-    "normal": ("depth-estimation", "Surface normal estimation", "Sapiens2ForNormalEstimation",
-               "`normals`: camera-frame normal vectors per pixel (not unit length; post-processing normalises)"),
-    "pointmap": ("depth-estimation", "Pointmap (per-pixel XYZ) estimation", "Sapiens2ForPointmapEstimation",
-                 "`pointmaps`: canonical-camera XYZ per pixel and `scales`: canonical / actual focal length"),
-    "albedo": ("image-to-image", "Albedo estimation", "Sapiens2ForAlbedoEstimation",
-               "`albedos`: RGB albedo per pixel (clamp to [0, 1])"),
+    None: (BACKBONE_PIPELINE_TAG, BACKBONE_TITLE, BACKBONE_MODEL_CLASS, BACKBONE_DESCRIPTION),
+    **{spec.name: (spec.pipeline_tag, spec.title, spec.model_class, spec.description) for spec in TASK_SPECS.values()},
 }
-_PIPELINE_TASKS = {None: None, "pose": "sapiens2-pose", "seg": "sapiens2-segmentation", "normal": "sapiens2-normal",
-                   "pointmap": "sapiens2-pointmap", "albedo": "sapiens2-albedo"}
-_TRANSFORMERS_AUTO = {None: "AutoModel", "pose": "AutoModelForPoseEstimation", "seg": "AutoModelForSemanticSegmentation",
-                      "normal": "AutoModelForNormalEstimation", "pointmap": "AutoModelForPointmapEstimation"}
+# Our `pipeline(...)` task name of each task (the backbone has none).
+_PIPELINE_TASKS = {None: None, **{spec.name: spec.pipeline_name for spec in TASK_SPECS.values()}}
+# transformers' Auto class for the checkpoints vanilla transformers loads (tasks its own port has, and the backbone).
+_TRANSFORMERS_AUTO = {
+    None: "AutoModel",
+    **{spec.name: spec.auto_class for spec in TASK_SPECS.values() if spec.in_transformers},
+}
 
 
 def _is_hub_id(name: str) -> bool:
@@ -84,7 +86,7 @@ def render_model_card(
         ]
         eval_kwargs["model_name"] = repo_id.split("/")[-1]
     card_data = ModelCardData(
-        library_name="transformers" if config.task != "albedo" and adapter_base is None else "sapiens2_hf",
+        library_name="transformers" if config.task in _TRANSFORMERS_AUTO and adapter_base is None else "sapiens2_hf",
         pipeline_tag=pipeline_tag,
         tags=tags,
         license="other",

@@ -7,13 +7,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversion import official_checkpoint_kind
 from .convert_official import convert_official_checkpoint
-from ..modeling.convert_official_sapiens2 import OFFICIAL_FILENAME_PATTERN
+from ..modeling.loading_sapiens2_hf import official_checkpoint_kind
+from ..modeling.official_format_sapiens2_hf import OFFICIAL_FILENAME_PATTERN
 
 logger = logging.getLogger(__name__)
 
-# Headline results reported for Sapiens2 (spec section 8). Their provenance is the project's mission summary of the
+# Headline results reported for Sapiens2 (the paper's summary figures). Their provenance is a secondary summary of the
 # paper, not verified against the paper text, and only the 5B attribution of pose and seg is stated there; they are
 # written into the 5B cards with that caveat and nowhere else.
 REPORTED_RESULTS = {

@@ -8,8 +8,6 @@ transformers also loads them without remote code.
 
 from __future__ import annotations
 
-import errno
-import fnmatch
 import json
 import logging
 import os
@@ -19,35 +17,28 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard
 
-from ..visualization.io import current_umask
+from ..utils.atomic_io import replace_into_folder, staging_folder
 from ..modeling import Sapiens2PreTrainedModel
+from ..modeling.sapiens2_tasks import TASK_SPECS
 from .model_card import render_model_card
 
 
 logger = logging.getLogger(__name__)
 
-# The transformers Auto class a model of each task registers under for remote code (albedo has none: AutoModel).
-_AUTO_CLASS = {
-    None: "AutoModel",
-    "pose": "AutoModelForPoseEstimation",
-    "seg": "AutoModelForSemanticSegmentation",
-    "normal": "AutoModelForNormalEstimation",
-    "pointmap": "AutoModelForPointmapEstimation",
-    "albedo": "AutoModel",
-}
+# The transformers Auto class a model of each task registers under for remote code (the registry's `auto_class`;
+# "AutoModel" for the backbone and for a task transformers has no Auto class for, such as albedo).
+_AUTO_CLASS = {None: "AutoModel", **{spec.name: spec.auto_class for spec in TASK_SPECS.values()}}
 
 
 def _as_sapiens2_hf_processor(image_processor, task):
-    """Ours for the model's task, keeping another Sapiens2 processor's size and normalisation: transformers' stock
+    """Ours for the model's task (see `Sapiens2HFImageProcessor.from_image_processor`): transformers' stock
     `Sapiens2ImageProcessor` (from an official repo's preprocessor_config.json) has no task policy and no remote code,
     so a repo saved with it would not run in the pipelines without sapiens2_hf."""
-    from ..processing import Sapiens2HFImageProcessor, image_processor_for_task
+    from ..processing import Sapiens2HFImageProcessor
 
-    if image_processor is None or isinstance(image_processor, Sapiens2HFImageProcessor):
-        return image_processor
-    settings = {key: value for key, value in image_processor.to_dict().items()
-                if key not in ("image_processor_type", "processor_class", "_processor_class", "task")}
-    return image_processor_for_task(task, **settings)
+    if image_processor is None:
+        return None
+    return Sapiens2HFImageProcessor.from_image_processor(image_processor, task)
 
 
 def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> None:
@@ -58,16 +49,19 @@ def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> 
     """
     model.config.register_for_auto_class("AutoConfig")
     model.register_for_auto_class(_AUTO_CLASS[model.config.task])
+    auto_map = dict(getattr(model.config, "auto_map", None) or {})
+    module = type(model).__module__.split(".")[-1]
     if model.config.task is not None and _AUTO_CLASS[model.config.task] != "AutoModel":
         # Also reachable through AutoModel, the class users reach for first.
-        auto_map = dict(getattr(model.config, "auto_map", None) or {})
-        auto_map["AutoModel"] = f"{type(model).__module__.split('.')[-1]}.{type(model).__name__}"
-        model.config.auto_map = auto_map
+        auto_map["AutoModel"] = f"{module}.{type(model).__name__}"
+    # Every checkpoint's backbone serves as a feature-map backbone inside other models (UperNet, DPT, ...).
+    auto_map["AutoBackbone"] = f"{module}.Sapiens2Backbone"
+    model.config.auto_map = auto_map
     if image_processor is not None and hasattr(image_processor, "register_for_auto_class"):
         image_processor.register_for_auto_class("AutoImageProcessor")
 
 
-def _ship_pipeline(folder: Path, task: str) -> None:
+def ship_pipeline(folder: Path, task: str) -> None:
     """Adds the task's pipeline as remote code: `pipeline(model=repo, trust_remote_code=True)` then works without
     sapiens2_hf (the task is inferred from the single entry). The model is resolved through `AutoModel`, whose
     `auto_map` entry names our class.
@@ -75,11 +69,13 @@ def _ship_pipeline(folder: Path, task: str) -> None:
     The entry is named `<pipeline task>-remote-code`, not `<pipeline task>`: transformers gives a config's custom
     pipeline precedence over a registered one of the same name and then demands `trust_remote_code=True`, which would
     break `pipeline("sapiens2-pose", model=repo)` for users who have sapiens2_hf installed."""
-    from ..pipelines import PIPELINE_CLASSES, PIPELINE_TASKS
+    from ..pipelines import PIPELINE_CLASSES
     from ..pipelines import pipeline_sapiens2_hf as pipeline_module
 
-    pipeline_task = next(name for name, short in PIPELINE_TASKS.items() if short == task)
+    pipeline_task = TASK_SPECS[task].pipeline_name
     shutil.copy(pipeline_module.__file__, folder / "pipeline_sapiens2_hf.py")
+    # Its sibling import, byte-identical to the modeling copy save_pretrained already wrote (scripts/sync_hub_files.py).
+    shutil.copy(Path(pipeline_module.__file__).with_name("sapiens2_tasks.py"), folder / "sapiens2_tasks.py")
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text())
     config["custom_pipelines"] = {
@@ -104,19 +100,6 @@ _WEIGHT_FILE_PATTERNS = (
     "pytorch_model-?????-of-?????.bin",
     "pytorch_model.bin.index.json",
 )
-
-
-def _move_into(source: Path, destination: Path) -> None:
-    """Atomically puts `source` at `destination` (a reader sees the old file or the new one, never a partial one)."""
-    try:
-        os.replace(source, destination)
-    except OSError as error:
-        if error.errno != errno.EXDEV:
-            raise
-        # Staging is on another filesystem: copy next to the destination first, so the final rename stays atomic.
-        temporary = destination.with_name(f".{destination.name}.tmp-{os.getpid()}")
-        shutil.copyfile(source, temporary)
-        os.replace(temporary, destination)
 
 
 def save_for_hub(
@@ -158,11 +141,8 @@ def save_for_hub(
     if leftover.exists():
         logger.warning("%s is left over from an interrupted save; it is not used any more and can be deleted.",
                        leftover)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # A unique name, so leftovers of an interrupted save never collide with this one.
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
-    staging.chmod(0o777 & ~current_umask())  # mkdtemp makes an owner-only folder; a new repo is a normal one
-    try:
+    # A uniquely named staging folder beside `folder`, so leftovers of an interrupted save never collide with it.
+    with staging_folder(folder) as staging:
         image_processor = _as_sapiens2_hf_processor(image_processor, model.config.task)
         if remote_code:
             enable_remote_code(model, image_processor)
@@ -170,27 +150,13 @@ def save_for_hub(
         if image_processor is not None:
             image_processor.save_pretrained(staging)
         if remote_code and model.config.task is not None:
-            _ship_pipeline(staging, model.config.task)
+            ship_pipeline(staging, model.config.task)
         if card is None:
             card = render_model_card(
                 model.config, num_parameters=sum(p.numel() for p in model.parameters()), **(card_kwargs or {})
             )
         card.save(staging / "README.md")
-        if not folder.exists():
-            os.replace(staging, folder)
-            return folder
-        written = sorted(p.relative_to(staging) for p in staging.rglob("*") if p.is_file())
-        for relative in written:
-            (folder / relative).parent.mkdir(parents=True, exist_ok=True)
-            _move_into(staging / relative, folder / relative)
-        written_names = {str(relative) for relative in written}
-        for path in folder.iterdir():
-            stale = any(fnmatch.fnmatchcase(path.name, pattern) for pattern in _WEIGHT_FILE_PATTERNS)
-            if stale and path.is_file() and path.name not in written_names:
-                path.unlink()
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+        replace_into_folder(staging, folder, stale=_WEIGHT_FILE_PATTERNS)
     return folder
 
 

@@ -1,18 +1,13 @@
-"""Training objectives, one per file.
+"""Fine-tuning task losses, one per file.
 
-Task losses (`PoseHeatmapLoss`, `SegmentationLoss`, `NormalLoss`, `PointmapLoss`, `AlbedoLoss`) return
+Each (`PoseHeatmapLoss`, `SegmentationLoss`, `NormalLoss`, `PointmapLoss`, `AlbedoLoss`, `MattingLoss`) returns
 `(total, {"<name>_loss": weighted term, ...})`; their defaults reproduce the official Sapiens2 fine-tuning recipes.
-Pretraining losses (`MaeLoss`, `DinoClsLoss`, `IbotPatchLoss`, `KoLeoLoss`) return a scalar; the pretraining model
-names and weights the terms. `TeacherCentering` / `sinkhorn_knopp_log` hold the teacher-target centring they share.
+The pretraining objectives live with the pretraining model, in `sapiens2_hf.pretraining.losses`.
 """
 
 from .albedo_loss import AlbedoLoss
-from .centering import TeacherCentering, sinkhorn_knopp_log
-from .dino_cls_loss import DinoClsLoss
 from .heatmap_loss import PoseHeatmapLoss
-from .ibot_patch_loss import IbotPatchLoss
-from .koleo_loss import KoLeoLoss
-from .mae_loss import MaeLoss
+from .matting_loss import MattingLoss
 from .normal_loss import NormalLoss
 from .pointmap_loss import PointmapLoss
 from .seg_loss import SegmentationLoss
@@ -20,14 +15,9 @@ from .seg_loss import SegmentationLoss
 
 __all__ = [
     "AlbedoLoss",
-    "DinoClsLoss",
-    "IbotPatchLoss",
-    "KoLeoLoss",
-    "MaeLoss",
+    "MattingLoss",
     "NormalLoss",
     "PointmapLoss",
     "PoseHeatmapLoss",
     "SegmentationLoss",
-    "TeacherCentering",
-    "sinkhorn_knopp_log",
 ]

@@ -7,6 +7,7 @@ live in `sapiens2_hf/metrics/evaluate_modules/` (see `evaluate_module_path`).
 
 from .albedo import AlbedoMetric
 from .evaluate_modules import EVALUATE_MODULES, evaluate_module_path
+from .matting import MattingMetric
 from .normal import NormalMetric
 from .pointmap import PointmapMetric, sobel5_normals
 from .pose import KeypointOksAP, KeypointPCK, PoseHeatmapAccuracy, heatmap_argmax
@@ -18,6 +19,7 @@ __all__ = [
     "AlbedoMetric",
     "KeypointOksAP",
     "KeypointPCK",
+    "MattingMetric",
     "NormalMetric",
     "PointmapMetric",
     "PoseHeatmapAccuracy",

@@ -186,23 +186,27 @@ def oks_matrix(
     Returns:
         `np.ndarray` of shape `(num_detections, num_ground_truths)`.
     """
+    det_keypoints = np.asarray(det_keypoints, dtype=np.float64)
     ious = np.zeros((len(det_keypoints), len(gt)))
+    if not len(det_keypoints):
+        return ious
+    # All detections against one ground truth at once: `(num_detections, num_keypoints)` arrays, each row reduced
+    # exactly as pycocotools reduces one detection (the same element-wise operations, then a row sum).
+    xd, yd = det_keypoints[..., 0], det_keypoints[..., 1]
     for j, instance in enumerate(gt):
         xg, yg, vg = instance.keypoints[:, 0], instance.keypoints[:, 1], instance.keypoints[:, 2]
         labelled = vg > 0
-        bx, by, bw, bh = instance.box
-        x0, x1, y0, y1 = bx - bw, bx + 2 * bw, by - bh, by + 2 * bh
-        for i, det in enumerate(det_keypoints):
-            xd, yd = det[:, 0], det[:, 1]
-            if labelled.any():
-                dx, dy = xd - xg, yd - yg
-            else:
-                dx = np.maximum(0.0, x0 - xd) + np.maximum(0.0, xd - x1)
-                dy = np.maximum(0.0, y0 - yd) + np.maximum(0.0, yd - y1)
-            e = (dx**2 + dy**2) / variances / (instance.area + np.spacing(1)) / 2
-            if labelled.any():
-                e = e[labelled]
-            ious[i, j] = np.exp(-e).sum() / e.shape[0]
+        if labelled.any():
+            dx, dy = xd - xg, yd - yg
+        else:
+            bx, by, bw, bh = instance.box
+            x0, x1, y0, y1 = bx - bw, bx + 2 * bw, by - bh, by + 2 * bh
+            dx = np.maximum(0.0, x0 - xd) + np.maximum(0.0, xd - x1)
+            dy = np.maximum(0.0, y0 - yd) + np.maximum(0.0, yd - y1)
+        e = (dx**2 + dy**2) / variances / (instance.area + np.spacing(1)) / 2
+        if labelled.any():
+            e = e[:, labelled]
+        ious[:, j] = np.exp(-e).sum(axis=1) / e.shape[1]
     return ious
 
 
@@ -245,6 +249,11 @@ class KeypointOksAP:
     32^2-96^2 / large > 96^2, 101-point interpolated precision, crowd and zero-keypoint ground truths ignored) in an
     independent implementation, plus the official Sapiens2 result preparation: instance score = box score x mean of
     the keypoint scores above 0.2, then OKS-NMS at 0.9 per image.
+
+    Kept instead of calling pycocotools because it gives the same ten figures to the last bit (tests/
+    test_metrics_pose.py, many images with missing keypoints, duplicates, crowd regions) in less time (about 2.5x
+    faster end to end on 300 images; benchmarks/bench_metrics_pose.py), accumulates across processes and batches, and
+    needs no extra dependency.
 
     Usage: register the ground truth of each image with `add_ground_truth` (all annotated persons, including crowd
     regions) and the detections with `add_detections`, in any order and any batching; `update` does both for the
@@ -350,7 +359,17 @@ class KeypointOksAP:
         self.add_ground_truth(image_ids, gt_keypoints, gt_areas, gt_boxes, instance_ids=instance_ids)
         self.add_detections(image_ids, pred_keypoints, pred_keypoint_scores, box_scores, instance_ids=instance_ids)
 
-    def _evaluate_image(self, gts, dts, area_range):
+    def _prepare_image(self, gts, dts):
+        """Detections sorted by score (stable, as numpy's mergesort) and cut to `max_detections`, and their OKS
+        against every ground truth: computed once per image, shared by the area ranges (as pycocotools does)."""
+        dts = sorted(dts, key=lambda d: -d.score)[: self.max_detections]
+        if gts and dts:
+            ious = oks_matrix(np.stack([d.keypoints[:, :2] for d in dts]), gts, (2 * self.sigmas) ** 2)
+        else:
+            ious = np.zeros((len(dts), len(gts)))
+        return gts, dts, ious
+
+    def _evaluate_image(self, gts, dts, ious, area_range):
         lo, hi = area_range
         ignore = np.array(
             [g.iscrowd or not (g.keypoints[:, 2] > 0).any() or g.area < lo or g.area > hi for g in gts], dtype=bool
@@ -358,29 +377,32 @@ class KeypointOksAP:
         gt_order = np.argsort(ignore, kind="mergesort")
         gts = [gts[i] for i in gt_order]
         ignore = ignore[gt_order]
-        dts = sorted(dts, key=lambda d: -d.score)[: self.max_detections]  # stable, as numpy mergesort
         num_thresholds = len(self.iou_thresholds)
-        gt_matched = np.zeros((num_thresholds, len(gts)), bool)
         dt_matched = np.zeros((num_thresholds, len(dts)), bool)
         dt_ignore = np.zeros((num_thresholds, len(dts)), bool)
         if gts and dts:
-            ious = oks_matrix(np.stack([d.keypoints[:, :2] for d in dts]), gts, (2 * self.sigmas) ** 2)
-            for t, threshold in enumerate(self.iou_thresholds):
-                for d in range(len(dts)):
+            # Plain Python floats and lists in the greedy loop (the same values: float64 -> float is exact); numpy
+            # scalars there cost most of the evaluation time.
+            oks = ious[:, gt_order].tolist()
+            ignored = ignore.tolist()
+            crowd = [g.iscrowd for g in gts]
+            for t, threshold in enumerate(self.iou_thresholds.tolist()):
+                taken = [False] * len(gts)
+                for d, row in enumerate(oks):
                     best, match = min(threshold, 1 - 1e-10), -1
-                    for g in range(len(gts)):
-                        if gt_matched[t, g] and not gts[g].iscrowd:
+                    for g, value in enumerate(row):
+                        if taken[g] and not crowd[g]:
                             continue
-                        if match > -1 and not ignore[match] and ignore[g]:
+                        if match > -1 and not ignored[match] and ignored[g]:
                             break
-                        if ious[d, g] < best:
+                        if value < best:
                             continue
-                        best, match = ious[d, g], g
+                        best, match = value, g
                     if match == -1:
                         continue
-                    dt_ignore[t, d] = ignore[match]
+                    dt_ignore[t, d] = ignored[match]
                     dt_matched[t, d] = True
-                    gt_matched[t, match] = True
+                    taken[match] = True
         outside = np.array([d.area < lo or d.area > hi for d in dts], dtype=bool)
         dt_ignore |= ~dt_matched & outside[None, :]
         return np.array([d.score for d in dts]), dt_matched, dt_ignore, ignore
@@ -429,15 +451,16 @@ class KeypointOksAP:
             if self.nms_threshold is not None:
                 instances = [instances[k] for k in oks_nms(instances, self.nms_threshold, self.sigmas)]
             dets[image_id] = instances
+        prepared = {}
+        for image_id in image_ids:
+            gts = list(self._gts.get(image_id, {}).values())
+            prepared[image_id] = self._prepare_image(gts, dets[image_id]) if gts or dets[image_id] else None
         results = {}
         for suffix, area_range in self.AREA_RANGES.items():
-            per_image = []
-            for image_id in image_ids:
-                gts = list(self._gts.get(image_id, {}).values())
-                if not gts and not dets[image_id]:
-                    per_image.append(None)
-                    continue
-                per_image.append(self._evaluate_image(gts, dets[image_id], area_range))
+            per_image = [
+                None if prepared[image_id] is None else self._evaluate_image(*prepared[image_id], area_range)
+                for image_id in image_ids
+            ]
             precision, recall = self._accumulate(per_image)
             if precision is None:
                 results[f"oks_ap{suffix}"], results[f"oks_ar{suffix}"] = -1.0, -1.0

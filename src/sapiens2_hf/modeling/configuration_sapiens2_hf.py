@@ -17,15 +17,17 @@ from huggingface_hub.dataclasses import strict
 from transformers import BackboneConfigMixin, PreTrainedConfig
 
 from .sapiens2_label_data import POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
+from .sapiens2_tasks import TASK_NAMES, TASK_SPECS, task_of_architecture, task_spec
 
 
 # transformers' own model types: config.json files of the tasks it supports are written with them, so that vanilla
 # transformers loads our checkpoints; both are also read back as ours.
 TRANSFORMERS_MODEL_TYPE = "sapiens2"
 TRANSFORMERS_HEAD_MODEL_TYPE = "sapiens2_head"
-TASKS = ("pose", "seg", "normal", "pointmap", "albedo")
-# Tasks whose checkpoints vanilla transformers can also load (it has no albedo head).
-TRANSFORMERS_COMPATIBLE_TASKS = (None, "pose", "seg", "normal", "pointmap")
+# Derived from the task registry (sapiens2_tasks.py); kept under these names for their importers.
+TASKS = TASK_NAMES
+# Tasks whose checkpoints vanilla transformers can also load (None: the backbone; it has no albedo head).
+TRANSFORMERS_COMPATIBLE_TASKS = (None, *(spec.name for spec in TASK_SPECS.values() if spec.in_transformers))
 ROPE_DTYPES = ("bfloat16", "float32")
 HEAD_NORM_TYPES = ("instance_norm", "rms_norm")
 
@@ -90,15 +92,13 @@ HEAD_PRESETS = {
         "1b": _NORMAL_HEAD,
         "5b": {"upsample_out_channels": [1536, 768, 512, 256], "conv_out_channels": [64, 32, 16]},
     },
+    # Only a 1b matting model is released (facebook/sapiens2-matting-1b); its config's MattingHead has the normal
+    # head's channels and 3x3 kernels, with 4 outputs.
+    "matting": {"1b": _NORMAL_HEAD},
 }
 
-ARCHITECTURE_TASKS = {
-    "Sapiens2ForPoseEstimation": "pose",
-    "Sapiens2ForSemanticSegmentation": "seg",
-    "Sapiens2ForNormalEstimation": "normal",
-    "Sapiens2ForPointmapEstimation": "pointmap",
-    "Sapiens2ForAlbedoEstimation": "albedo",
-}
+# `architectures` entry of a config.json -> task (the registry's model class names).
+ARCHITECTURE_TASKS = {spec.model_class: spec.name for spec in TASK_SPECS.values()}
 
 # Heads for the 4K backbone (ours: the official release has no 4K task heads). Its features have stride 64, so the
 # dense heads get one more x2 block than the official 1K heads and decode to half the input resolution (the paper
@@ -118,23 +118,22 @@ for _task, _head in HEAD_PRESETS_4K.items():
     HEAD_PRESETS[_task]["1b-4k"] = _head
 
 # Number of output channels of each task's predictor.
-TASK_NUM_LABELS = {"pose": 308, "seg": 29, "normal": 3, "pointmap": 3, "albedo": 3}
+TASK_NUM_LABELS = {spec.name: spec.num_labels for spec in TASK_SPECS.values()}
+
+# The head's fixed choices per upsampling kind: transposed 4x4 convolutions then 1x1 convs, or pixel shuffle with 3x3
+# convolutions throughout.
+_UPSAMPLING_KERNELS = {"deconv": (4, 1, False), "pixel_shuffle": (3, 3, True)}
 
 
 def head_kwargs_for_task(task: str, head_channels: dict) -> dict:
     """Completes a head layout (`upsample_out_channels`, `conv_out_channels`, ...) with the task's fixed choices."""
+    spec = task_spec(task)
+    upsample_kernel, conv_kernel, use_pixel_shuffle = _UPSAMPLING_KERNELS[spec.head_upsampling]
     kwargs = dict(head_channels)
-    num_upsample = len(kwargs["upsample_out_channels"])
-    num_convs = len(kwargs.get("conv_out_channels") or [])
-    if task in ("pose", "seg"):
-        kwargs.setdefault("upsample_kernel_sizes", [4] * num_upsample)
-        kwargs.setdefault("conv_kernel_sizes", [1] * num_convs)
-        kwargs["use_pixel_shuffle"] = False
-    else:
-        kwargs.setdefault("upsample_kernel_sizes", [3] * num_upsample)
-        kwargs.setdefault("conv_kernel_sizes", [3] * num_convs)
-        kwargs["use_pixel_shuffle"] = True
-    kwargs["norm_type"] = "rms_norm" if task == "albedo" else "instance_norm"
+    kwargs.setdefault("upsample_kernel_sizes", [upsample_kernel] * len(kwargs["upsample_out_channels"]))
+    kwargs.setdefault("conv_kernel_sizes", [conv_kernel] * len(kwargs.get("conv_out_channels") or []))
+    kwargs["use_pixel_shuffle"] = use_pixel_shuffle
+    kwargs["norm_type"] = spec.head_norm
     return kwargs
 
 
@@ -318,8 +317,12 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     pos_embed_rescale (`float`, *optional*, defaults to `None`):
         Random log-uniform rescaling of the RoPE coordinates in training mode. Off by default, as in the official
         fine-tuning code (transformers' port defaults to 2.0).
-    reshape_hidden_states (`bool`, defaults to `True`), normalize_backbone_outputs (`bool`, defaults to `True`):
-        Options of transformers' `Sapiens2Backbone`; kept so that config.json round-trips, unused by our classes.
+    reshape_hidden_states (`bool`, defaults to `True`):
+        `Sapiens2Backbone` returns feature maps `(batch_size, hidden_size, grid_h, grid_w)`; `False`: the patch tokens
+        `(batch_size, grid_h * grid_w, hidden_size)`.
+    normalize_backbone_outputs (`bool`, defaults to `True`):
+        `Sapiens2Backbone` applies the final RMSNorm to every stage it returns (`False`: to none), as transformers'
+        own `Sapiens2Backbone` does.
     use_mask_token (`bool`, defaults to `False`):
         A learned mask token that replaces the patch embeddings selected by `bool_masked_pos`.
     rms_norm_eps (`float`, defaults to 1e-6):
@@ -341,16 +344,18 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     head_config (`Sapiens2HeadConfig` or `dict`, *optional*):
         The decode-head layout (see `Sapiens2HeadConfig`).
     out_features (`list[str]`, *optional*), out_indices (`list[int]`, *optional*):
-        Stages (of `stage_names`: `"stem"`, `"stage1"`, ...) a backbone would return; default to the last one.
+        Stages `Sapiens2Backbone` returns, by name or index in `stage_names`: `"stem"` (the encoder input) then
+        `"stage1"` ... `"stage{num_hidden_layers}"` (each encoder block's output); default to the last one. Set one
+        or both (they must agree).
     rope_dtype (`str`, defaults to `"bfloat16"`):
         Dtype of the RoPE arithmetic: the periods, patch coordinates, angles, sin/cos, and the rotation of queries
         and keys (which are cast to this dtype and back). The official model always runs RoPE in bfloat16, also when
         the rest of the model is float32; `"float32"` reproduces the official model built with fp32 RoPE (and
         transformers' own port).
     task (`str`, *optional*):
-        The task the model solves: one of `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, or `None` for the
-        bare backbone. Used to pick the model class and the head layout, and to refuse loading a checkpoint of one
-        task into the class of another.
+        The task the model solves: one of `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`, or
+        `None` for the bare backbone. Used to pick the model class and the head layout, and to refuse loading a
+        checkpoint of one task into the class of another.
     variant (`str`, *optional*):
         The official size this configuration follows (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"1b-4k"`, `"5b"`), for
         bookkeeping.
@@ -507,7 +512,7 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
             # models never used it, and the task is only recorded in `architectures`.
             config_dict.pop("pos_embed_rescale", None)
             architecture = (config_dict.get("architectures") or [None])[0]
-            config_dict.setdefault("task", ARCHITECTURE_TASKS.get(architecture))
+            config_dict.setdefault("task", task_of_architecture(architecture))
         return super().from_dict(config_dict, **kwargs)
 
     @classmethod
@@ -527,8 +532,8 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
 
         Args:
             variant (`str`): one of `"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"5b"`, `"1b-4k"` (ids as on the Hub).
-            task (`str`, *optional*): `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, or `None` for the
-                pretrained backbone. The 0.1b size has no official task heads.
+            task (`str`, *optional*): `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`, or `None`
+                for the pretrained backbone. The 0.1b size has no official task heads; matting has only a 1b one.
             kwargs: overrides of any config field.
         """
         if variant not in VARIANTS:
@@ -569,6 +574,7 @@ def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
         "normal": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
         "pointmap": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
         "albedo": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
+        "matting": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
     }
     kwargs = {
         "hidden_size": 32,

@@ -1,4 +1,4 @@
-"""Finding and reading Sapiens2 checkpoints in every layout found in the wild.
+"""Finding, reading and strictly loading Sapiens2 checkpoints in every layout found in the wild.
 
 A `from_pretrained` argument can be:
 
@@ -12,8 +12,12 @@ A `from_pretrained` argument can be:
   alone.
 
 `resolve_checkpoint` tells which, and `read_safetensors` reads weights with one dtype policy for all of them.
+`load_pretrained` is what the model classes' `from_pretrained` runs: every state dict with the original tensor names
+(an official file, a folder written by transformers, a state dict in memory through `from_official_state_dict`) takes
+one path, `load_original_state_dict`, which infers or checks the architecture, checks the stored RoPE periods and
+loads strictly (a missing, unexpected or mis-shaped tensor is an error naming it).
 
-Hub-shippable: imports only stdlib, torch, huggingface_hub, safetensors and siblings of this folder.
+Hub-shippable: imports only stdlib, torch, huggingface_hub, safetensors, transformers and siblings of this folder.
 """
 
 from __future__ import annotations
@@ -27,7 +31,16 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from .convert_official_sapiens2 import OFFICIAL_FILENAME_PATTERN, OfficialCheckpointError
+from .configuration_sapiens2_hf import Sapiens2Config
+from .official_format_sapiens2_hf import (
+    OFFICIAL_FILENAME_PATTERN,
+    ORIGINAL_NAME_PATTERN,
+    OfficialCheckpointError,
+    convert_official_state_dict,
+    detect_official_kind,
+    infer_config_kwargs,
+)
+from .sapiens2_tasks import BACKBONE_MODEL_CLASS, PRETRAIN_TASK, task_spec
 
 
 logger = logging.get_logger(__name__)
@@ -38,10 +51,9 @@ HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revis
 
 # safetensors dtype codes of floating tensors, which are cast to float32 on load; anything else is refused.
 _FLOATING_DTYPES = {"F64", "F32", "F16", "BF16"}
-# Original (facebookresearch) tensor names: a bare backbone or the `backbone.` / `decode_head.` task layout.
-_ORIGINAL_NAME = re.compile(
-    r"^(backbone\.|decode_head\.conv_(pose|seg|normal|pointmap|albedo)\.|cls_token$|storage_tokens$|blocks\.\d+\.)"
-)
+_TORCH_FLOATING_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+# The official RoPE periods buffer keeps its stored dtype: it is checked against the formula in that dtype.
+_ROPE_PERIODS_SUFFIX = "rope_embed.periods"
 
 
 @dataclass(frozen=True)
@@ -112,9 +124,7 @@ def read_safetensors(paths, source: str | None = None) -> tuple[dict[str, torch.
 
     paths = [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     source = source or ", ".join(os.path.basename(p) for p in paths)
-    # The official RoPE periods buffer stays in its own dtype: it is checked against the formula in that dtype.
-    cast = [key for key in check_tensor_dtypes(safetensors_keys_and_dtypes(paths), source)
-            if not key.endswith("rope_embed.periods")]
+    check_tensor_dtypes(safetensors_keys_and_dtypes(paths), source)  # before reading: names the refused tensors
     state_dict, metadata = {}, {}
     for index, path in enumerate(paths):
         try:
@@ -127,20 +137,38 @@ def read_safetensors(paths, source: str | None = None) -> tuple[dict[str, torch.
                 f"Cannot read {path} as a safetensors file ({error}). The file is truncated or corrupt: download it "
                 "again."
             ) from error
-    if cast:
-        kinds = sorted({str(state_dict[key].dtype).replace("torch.", "") for key in cast})
-        logger.warning(
-            f"{source}: cast {len(cast)} tensors stored as {', '.join(kinds)} to float32 (e.g. {cast[0]}); pass "
-            "`dtype=` to run the model in another precision."
-        )
-        for key in cast:
-            state_dict[key] = state_dict[key].float()
-    return state_dict, metadata
+    return as_float32_state_dict(state_dict, source), metadata
+
+
+def as_float32_state_dict(state_dict: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """The dtype policy of every loading path (files and state dicts in memory): floating tensors in float32.
+
+    float16, bfloat16 and float64 tensors are cast (a logged note says how many): the models compute in float32
+    whatever the storage, and a mixed-dtype state dict would fail later. Non-floating tensors (int8 quantized weights
+    would otherwise turn into zeros) are refused with their names. The RoPE periods keep their dtype (see
+    `check_official_rope_periods`).
+    """
+    codes = {key: _TORCH_FLOATING_DTYPES.get(tensor.dtype, str(tensor.dtype).replace("torch.", ""))
+             for key, tensor in state_dict.items()}
+    cast = [key for key in check_tensor_dtypes(codes, source) if not key.endswith(_ROPE_PERIODS_SUFFIX)]
+    if not cast:
+        return state_dict
+    kinds = sorted({str(state_dict[key].dtype).replace("torch.", "") for key in cast})
+    logger.warning(
+        f"{source}: cast {len(cast)} tensors stored as {', '.join(kinds)} to float32 (e.g. {cast[0]}); pass "
+        "`dtype=` to run the model in another precision."
+    )
+    return {key: tensor.float() if key in cast else tensor for key, tensor in state_dict.items()}
+
+
+def official_checkpoint_kind(path: str | os.PathLike) -> str:
+    """`"pretrain"` or the task of an official file, read from its tensor names only (no tensor is loaded)."""
+    return detect_official_kind(safetensors_keys_and_dtypes([path]))
 
 
 def uses_original_names(keys) -> bool:
     """Whether a state dict uses the original (facebookresearch) tensor names rather than transformers' modules."""
-    return any(_ORIGINAL_NAME.match(key) for key in keys)
+    return any(ORIGINAL_NAME_PATTERN.match(key) for key in keys)
 
 
 def find_official_file(folder: Path) -> Path | None:
@@ -271,3 +299,218 @@ def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = 
     if re.match(r"^[\w.-]+/[\w.-]+$", str(pretrained_model_name_or_path)):
         return _resolve_hub(str(pretrained_model_name_or_path), hub_kwargs)
     raise OSError(f"{pretrained_model_name_or_path} is neither a local file or folder nor a Hub repo id.")
+
+
+# ------------------------------------------------------------------------------------------------- strict loading
+# What the model classes' `from_pretrained` and `from_official_state_dict` run. `model_class` is the class being
+# loaded (a `Sapiens2PreTrainedModel` subclass): its `task`, `_check_task` and `_allowed_unexpected_keys` say what it
+# accepts.
+
+# Arguments of transformers' `from_pretrained` (and its pipeline factory) that have no effect on a state dict that is
+# already in memory.
+IGNORED_LOADING_KWARGS = frozenset(
+    {*HUB_KWARGS, "torch_dtype", "low_cpu_mem_usage", "trust_remote_code", "use_safetensors", "_from_pipeline",
+     "_commit_hash", "code_revision", "local_files_only"}
+)
+# `from_pretrained(..., rope_dtype=..., image_size=...)` set these config fields.
+CONFIG_OVERRIDES = ("rope_dtype", "image_size")
+
+
+def _class_name(task: str | None) -> str:
+    return BACKBONE_MODEL_CLASS if task is None else task_spec(task).model_class
+
+
+def apply_config_overrides(config: Sapiens2Config, kwargs: dict) -> None:
+    """Sets the `CONFIG_OVERRIDES` fields found in `kwargs` on `config` (popping them from `kwargs`)."""
+    for key in CONFIG_OVERRIDES:
+        if key in kwargs:
+            setattr(config, key, kwargs.pop(key))
+
+
+def raise_on_loading_problems(model_class, loading_info: dict, source: str) -> None:
+    """Raises a `ValueError` naming the missing, unexpected and mis-shaped tensors of a load, if any."""
+    allowed = model_class._allowed_unexpected_keys()
+    missing = sorted(loading_info.get("missing_keys") or [])
+    unexpected = sorted(k for k in loading_info.get("unexpected_keys") or [] if not k.startswith(allowed))
+    mismatched = sorted(str(k) for k in loading_info.get("mismatched_keys") or [])
+    problems = []
+    if missing:
+        problems.append(f"missing tensors (would stay randomly initialised): {missing[:20]}")
+    if unexpected:
+        problems.append(f"unexpected tensors (would be ignored): {unexpected[:20]}")
+    if mismatched:
+        problems.append(f"tensors with other shapes: {mismatched[:20]}")
+    if problems:
+        raise ValueError(
+            f"{source} does not match {model_class.__name__}: " + "; ".join(problems) + ". Check that the checkpoint "
+            "is of the same task and architecture as the class (see config.json), or pass the right config."
+        )
+
+
+def check_official_rope_periods(stored: torch.Tensor, config: Sapiens2Config, source: str) -> None:
+    """Refuses official RoPE periods (`rope_embed.periods`) that are not the official formula for `config`.
+
+    The models recompute their periods from the config and never load them, so a stored buffer is only evidence:
+    it must equal `base ** (4 j / head_dim)` computed exactly as a known writer computes it, in bfloat16 (the official
+    RoPE dtype), float16, float32 or float64, then stored in its own dtype (a state dict cast with `.float()` keeps
+    official bfloat16 values). Anything else is not a Sapiens2 checkpoint of this architecture (another RoPE base or
+    head dim), whose outputs would be silently wrong. Runs on every path that reads the original format, whatever
+    the model's own `rope_dtype`: files, folders with the original names and state dicts in memory.
+    """
+    # Imported here: modeling_sapiens2_hf imports this module when it loads.
+    from .modeling_sapiens2_hf import compute_rope_periods
+
+    head_dim = config.hidden_size // config.num_attention_heads
+    stored = stored.detach().cpu()
+    candidates = [compute_rope_periods(head_dim, config.rope_theta, dtype).to(stored.dtype)
+                  for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64)]
+    if not any(stored.shape == expected.shape and torch.equal(stored, expected) for expected in candidates):
+        raise OfficialCheckpointError(
+            f"The RoPE periods stored in {source} differ from the official formula (base {config.rope_theta}, head "
+            f"dim {head_dim}: {candidates[0].tolist()[:8]}, got {stored.tolist()[:8]}): it is not a Sapiens2 "
+            "checkpoint of this architecture (another RoPE base or head dim), or the tensor was modified."
+        )
+
+
+def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tuple, kwargs: dict,
+                    transformers_from_pretrained):
+    """`from_pretrained` of the model classes (see `Sapiens2PreTrainedModel.from_pretrained` for the arguments).
+
+    Args:
+        transformers_from_pretrained: transformers' own `from_pretrained` bound to `model_class`, used for folders
+            in transformers' module layout (it collects mismatches; they are raised here, with names).
+    """
+    from .adapter_loading import load_adapter_model  # LoRA adapter folders: base + adapter, merged
+
+    adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs)
+    if adapted is not None:
+        return adapted
+    hub_kwargs = {key: kwargs.get(key) for key in HUB_KWARGS}
+    source = str(pretrained_model_name_or_path)
+    resolved = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
+    config = kwargs.pop("config", None)
+    if config is not None and not isinstance(config, Sapiens2Config):
+        # transformers' pipeline factory reads config.json with its own config class: read it as ours (the official
+        # RoPE dtype, no RoPE rescale, the task from `architectures`).
+        config = Sapiens2Config.from_dict(config.to_dict())
+    if resolved.kind == "official":
+        if config is None and resolved.config_folder is not None:
+            config = Sapiens2Config.from_pretrained(resolved.config_folder)
+        if config is not None:
+            apply_config_overrides(config, kwargs)
+        return load_official_file(model_class, resolved.location, config=config, **kwargs)
+
+    if config is None:
+        config = Sapiens2Config.from_pretrained(
+            resolved.location, **{key: value for key, value in hub_kwargs.items() if value is not None}
+        )
+    apply_config_overrides(config, kwargs)
+    model_class._check_task(config, source)
+    check_tensor_dtypes(resolved.tensor_dtypes, source)
+    if resolved.original_names:
+        state_dict, _ = read_safetensors(resolved.weights_files, source)
+        return load_original_state_dict(model_class, state_dict, source, config=config, **kwargs)
+
+    want_loading_info = kwargs.pop("output_loading_info", False)
+    # transformers would raise a bare "see the report above"; let it collect the mismatches, we raise with names.
+    kwargs["ignore_mismatched_sizes"] = True
+    model, loading_info = transformers_from_pretrained(
+        resolved.location, *model_args, config=config, output_loading_info=True, **kwargs
+    )
+    raise_on_loading_problems(model_class, loading_info, source)
+    return (model, loading_info) if want_loading_info else model
+
+
+def load_official_file(model_class, path: str, config: Sapiens2Config | None = None, **kwargs):
+    """An official `sapiens2_<size>_<task>.safetensors` file (its name and metadata are cross-checked)."""
+    filename = os.path.basename(path)
+    state_dict, metadata = read_safetensors(path, filename)
+    return load_original_state_dict(
+        model_class, state_dict, filename, config=config, filename=filename, metadata=metadata, **kwargs
+    )
+
+
+def load_official_state_dict(model_class, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):
+    """An official state dict already in memory: the dtype policy of files (`as_float32_state_dict`), then the same
+    path as a file."""
+    source = filename or "the state dict"
+    state_dict = as_float32_state_dict(dict(state_dict), source)
+    return load_original_state_dict(model_class, state_dict, source, filename=filename, **kwargs)
+
+
+def load_original_state_dict(model_class, state_dict, source, config=None, filename=None, metadata=None, **kwargs):
+    """The one path for every state dict with the original tensor names: official files, folders written by
+    transformers, state dicts in memory.
+
+    Without `config`, the architecture is read from the tensor shapes; with one (a folder's config.json), the tensors
+    must match it exactly. Stored RoPE periods are checked (`check_official_rope_periods`).
+    """
+    kind, config_kwargs = infer_config_kwargs(
+        state_dict, filename=filename, metadata=metadata, image_size=kwargs.get("image_size")
+    )
+    task = None if kind == PRETRAIN_TASK else kind
+    if model_class.task is not None and task != model_class.task:
+        if task is None:
+            raise ValueError(
+                f"{source} is a pretrained backbone (no decode head), not a `{model_class.task}` checkpoint: start a "
+                f"new {model_class.task} model from it with {model_class.__name__}.from_backbone({source!r}, ...), "
+                "or load it with Sapiens2Model."
+            )
+        raise ValueError(
+            f"{source} is a `{task}` checkpoint (decode_head.conv_{task}), not a `{model_class.task}` one: load it "
+            f"with {_class_name(task)}."
+        )
+    if config is None:
+        config = Sapiens2Config(**config_kwargs)
+        apply_config_overrides(config, kwargs)
+    periods = state_dict.get(_ROPE_PERIODS_SUFFIX, state_dict.get("backbone." + _ROPE_PERIODS_SUFFIX))
+    if periods is not None:
+        check_official_rope_periods(periods, config, source)
+    converted = convert_official_state_dict(state_dict, kind)
+    if model_class.task is None:
+        config.task = None
+        if task is not None:
+            # The backbone class takes the backbone of a task checkpoint.
+            converted = {k[len("model."):]: v for k, v in converted.items() if k.startswith("model.")}
+            config.head_config = None
+            config.id2label, config.flip_pairs = None, None
+    return load_converted_state_dict(model_class, config, converted, source=source, **kwargs)
+
+
+def load_converted_state_dict(model_class, config, state_dict, source, dtype=None, device_map=None, **kwargs):
+    """Builds `model_class(config)` on the meta device and assigns `state_dict` (transformers' layout) strictly."""
+    want_loading_info = kwargs.pop("output_loading_info", False)
+    attn_implementation = kwargs.pop("attn_implementation", None)
+    unused = sorted(set(kwargs) - IGNORED_LOADING_KWARGS)
+    if unused:
+        raise TypeError(f"Unexpected arguments for loading an official file: {unused}.")
+    dtype = dtype if dtype is not None else kwargs.get("torch_dtype")
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
+    with torch.device("meta"):
+        model = model_class(config)
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(state_dict)), sorted(set(state_dict) - set(expected))
+    mismatched = sorted(
+        f"{k}: file {tuple(state_dict[k].shape)} vs model {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in state_dict and tuple(state_dict[k].shape) != tuple(v.shape)
+    )
+    raise_on_loading_problems(
+        model_class, {"missing_keys": missing, "unexpected_keys": unexpected, "mismatched_keys": mismatched}, source
+    )
+    model.load_state_dict(state_dict, strict=True, assign=True)
+    for module in model.modules():
+        # RoPE embeddings: their periods are a non-persistent buffer, left on the meta device by the build above.
+        if hasattr(module, "reset_periods"):
+            module.reset_periods()
+    if dtype is not None and dtype != "auto":  # "auto" (the pipeline default): keep the float32 weights
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype, None) if isinstance(getattr(torch, dtype, None), torch.dtype) else dtype
+        model = model.to(dtype=dtype)
+    if device_map is not None:
+        model = model.to(device_map if not isinstance(device_map, dict) else device_map.get("", "cpu"))
+    model.eval()
+    if want_loading_info:
+        return model, {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+    return model

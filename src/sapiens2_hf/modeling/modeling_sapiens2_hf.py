@@ -1,6 +1,6 @@
 """Sapiens2 models for sapiens2_hf, self-contained.
 
-Every building block is written here, on torch and transformers' public API only (`PreTrainedModel`,
+Every building block is written here, on torch and transformers' public API only (`PreTrainedModel`, `BackboneMixin`,
 `GradientCheckpointingLayer`, the `ALL_ATTENTION_FUNCTIONS` registry, `transformers.modeling_outputs`), so a repository
 shipped with these files as remote code does not depend on the internals of any transformers version. Module names,
 parameter names and tensor layouts are those of transformers' own Sapiens2 port
@@ -16,22 +16,27 @@ tests/test_modeling_interop.py loads one state dict into both and compares outpu
 - The albedo task (channel-RMSNorm head) and the windowed tokenizer of the 4K model, which transformers does not have.
 - Strict loading: a missing or unexpected tensor is an error naming the keys, and a checkpoint of one task refuses to
   load into the class of another. Official checkpoint files load directly, with the architecture read from the
-  tensor shapes.
+  tensor shapes. The loading code is in loading_sapiens2_hf.py, the official format in official_format_sapiens2_hf.py.
 
 Hub-shippable: imports only stdlib, torch, huggingface_hub, transformers' public API and siblings of this folder.
 """
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import BackboneMixin, PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling, ModelOutput, SemanticSegmenterOutput
+from transformers.modeling_outputs import (
+    BackboneOutput,
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    ModelOutput,
+    SemanticSegmenterOutput,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
@@ -42,8 +47,8 @@ from .configuration_sapiens2_hf import (
     Sapiens2HeadConfig,
     pointmap_scale_features,
 )
-from .convert_official_sapiens2 import OfficialCheckpointError, convert_official_state_dict, infer_config_kwargs
-from .loading_sapiens2_hf import HUB_KWARGS, check_tensor_dtypes, read_safetensors, resolve_checkpoint
+from .loading_sapiens2_hf import load_official_state_dict, load_pretrained
+from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS
 
 
 logger = logging.get_logger(__name__)
@@ -138,6 +143,28 @@ class Sapiens2AlbedoEstimatorOutput(ModelOutput):
     albedos: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Sapiens2ImageMattingOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForImageMatting`] (the fields of transformers' class of the same name, in its order).
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+        alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)`):
+            Alpha matte in `[0, 1]` (the head's channel 3 after a sigmoid).
+        hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
+        foregrounds (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+            Pre-multiplied RGB foreground (`alpha * F`) in `[0, 1]` (the head's channels 0-2 after a sigmoid).
+    """
+
+    loss: torch.Tensor | None = None
+    alphas: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    foregrounds: torch.Tensor | None = None
 
 
 # ------------------------------------------------------------------------------------------------ small layers
@@ -331,9 +358,20 @@ class Sapiens2RopePositionEmbedding(nn.Module):
 
     Coordinates are patch centres normalised separately by the grid height and width to `[-1, 1]`; the angles are
     `2 pi coord / period` with the row angles first, then the column angles, the whole repeated twice to the head dim.
+
+    `(cos, sin)` depend only on the grid size, the periods, their device and the RoPE dtype, so they are computed once
+    per grid and kept in a small cache (a plain dict, not a buffer: state dicts are unchanged). The cache is dropped as
+    soon as `periods` is replaced (`reset_periods`, `.to()`/`_apply`, loading) or changed in place, is bypassed while
+    the coordinates are randomly augmented in training, while `periods` needs a gradient, and under tracing, compiling
+    and export (a cached tensor would be frozen into the graph as a constant of one input size). The cached tensors
+    have no autograd history (nothing they come from requires grad) and must not be modified in place by callers.
     """
 
     periods: torch.Tensor
+
+    # Grids kept per module: a pipeline sees one or a few input sizes; varied sizes evict the least recently used
+    # entry. 0 turns the cache off.
+    max_cached_grids = 8
 
     def __init__(self, config: Sapiens2Config):
         super().__init__()
@@ -343,27 +381,86 @@ class Sapiens2RopePositionEmbedding(nn.Module):
         self.register_buffer(
             "periods", compute_rope_periods(self.head_dim, config.rope_theta, self.rope_dtype), persistent=False
         )
+        self._cos_sin_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        # What the cache was computed from: the periods tensor itself (held, so its address cannot be reused by a new
+        # tensor), its in-place version counter and its data pointer (`periods.data = ...` keeps the object).
+        self._cos_sin_cache_source: tuple | None = None
 
     def reset_periods(self) -> None:
         self.periods = compute_rope_periods(self.head_dim, self.config.rope_theta, self.rope_dtype).to(
             self.periods.device if self.periods.device.type != "meta" else "cpu"
         )
+        self.clear_cos_sin_cache()
+
+    def clear_cos_sin_cache(self) -> None:
+        self._cos_sin_cache = {}
+        self._cos_sin_cache_source = None
+
+    def _augments_coordinates(self) -> bool:
+        return self.training and any(
+            value is not None
+            for value in (self.config.pos_embed_shift, self.config.pos_embed_jitter, self.config.pos_embed_rescale)
+        )
+
+    def _cache_allowed(self) -> bool:
+        if self.max_cached_grids <= 0 or self._augments_coordinates() or self.periods.device.type == "meta":
+            return False
+        if self.periods.requires_grad and torch.is_grad_enabled():
+            return False
+        if torch.jit.is_tracing() or torch.jit.is_scripting():
+            return False
+        compiler = getattr(torch, "compiler", None)
+        for check in ("is_compiling", "is_exporting"):
+            if compiler is not None and getattr(compiler, check, lambda: False)():
+                return False
+        # `torch.fx.symbolic_trace`; `is_fx_tracing` would also be true under export and warns on every call.
+        fx_tracing = getattr(getattr(torch, "fx", None), "_symbolic_trace", None)
+        is_tracing = getattr(fx_tracing, "is_fx_symbolic_tracing", None) or getattr(fx_tracing, "is_fx_tracing", None)
+        return not (is_tracing is not None and is_tracing())
 
     def forward(self, num_patches_h: int, num_patches_w: int) -> tuple[torch.Tensor, torch.Tensor]:
         """
         Returns:
             `(cos, sin)`, each `torch.Tensor` of shape `(num_patches_h * num_patches_w, head_dim)` in the RoPE dtype,
-            rows in row-major patch order.
+            rows in row-major patch order. Cached tensors may be returned: do not modify them in place.
         """
+        if not self._cache_allowed():
+            return self.compute_cos_sin(num_patches_h, num_patches_w)
+        periods = self.periods
+        # Inference tensors (a model built under `torch.inference_mode()`) have no version counter: their values are
+        # compared instead (a few dozen numbers).
+        version = periods.detach().clone() if periods.is_inference() else periods._version
+        source = (periods, version, periods.data_ptr())
+        cached_source = self._cos_sin_cache_source
+        if (
+            cached_source is None
+            or cached_source[0] is not periods
+            or cached_source[2] != source[2]
+            or type(cached_source[1]) is not type(version)
+            or not (torch.equal(cached_source[1], version) if periods.is_inference() else cached_source[1] == version)
+        ):
+            self._cos_sin_cache = {}
+            self._cos_sin_cache_source = source
+        # Inference-mode tensors cannot be saved for backward: a grid computed under `torch.inference_mode()` is cached
+        # apart from the one used for training.
+        inference = torch.is_inference_mode_enabled()
+        key = (int(num_patches_h), int(num_patches_w), periods.device, self.rope_dtype, inference)
+        cached = self._cos_sin_cache.pop(key, None)
+        if cached is None:
+            cached = self.compute_cos_sin(num_patches_h, num_patches_w)
+            if len(self._cos_sin_cache) >= self.max_cached_grids:
+                self._cos_sin_cache.pop(next(iter(self._cos_sin_cache)))
+        self._cos_sin_cache[key] = cached  # re-inserted last: the dict is kept in least-recently-used order
+        return cached
+
+    def compute_cos_sin(self, num_patches_h: int, num_patches_w: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(cos, sin)` computed afresh, without the cache (see `forward`)."""
         dtype, device = self.rope_dtype, self.periods.device
         coords_h = torch.arange(0.5, num_patches_h, dtype=dtype, device=device) / num_patches_h
         coords_w = torch.arange(0.5, num_patches_w, dtype=dtype, device=device) / num_patches_w
         coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1).flatten(0, 1)  # (N, 2)
         coords = 2.0 * coords - 1.0
-        if self.training and any(
-            value is not None
-            for value in (self.config.pos_embed_shift, self.config.pos_embed_jitter, self.config.pos_embed_rescale)
-        ):
+        if self._augments_coordinates():
             coords = augment_patch_coordinates(
                 coords,
                 shift=self.config.pos_embed_shift,
@@ -896,6 +993,11 @@ class Sapiens2PreTrainedModel(PreTrainedModel):
         raise ValueError(f"{source} is {what} checkpoint, not a `{cls.task}` one: {hint}.")
 
     @classmethod
+    def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
+        """Prefixes of checkpoint tensors this class deliberately leaves out (see `Sapiens2Model`)."""
+        return ()
+
+    @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Loads a model from an official Sapiens2 checkpoint file or from a folder or Hub repo with a config.json.
 
@@ -915,175 +1017,57 @@ class Sapiens2PreTrainedModel(PreTrainedModel):
         Floating tensors stored in another precision are cast to float32 (with a logged note); integer or quantized
         tensors are refused.
         """
-        from .adapter_loading import load_adapter_model  # LoRA adapter folders: base + adapter, merged
-
-        adapted = load_adapter_model(cls, pretrained_model_name_or_path, kwargs)
-        if adapted is not None:
-            return adapted
-        hub_kwargs = {key: kwargs.get(key) for key in HUB_KWARGS}
-        source = str(pretrained_model_name_or_path)
-        resolved = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
-        config = kwargs.pop("config", None)
-        if config is not None and not isinstance(config, Sapiens2Config):
-            # transformers' pipeline factory reads config.json with its own config class: read it as ours (the
-            # official RoPE dtype, no RoPE rescale, the task from `architectures`).
-            config = Sapiens2Config.from_dict(config.to_dict())
-        if resolved.kind == "official":
-            if config is None and resolved.config_folder is not None:
-                config = Sapiens2Config.from_pretrained(resolved.config_folder)
-            if config is not None:
-                cls._apply_config_overrides(config, kwargs)
-            return cls._from_official_file(resolved.location, config=config, **kwargs)
-
-        if config is None:
-            config = Sapiens2Config.from_pretrained(
-                resolved.location, **{key: value for key, value in hub_kwargs.items() if value is not None}
-            )
-        cls._apply_config_overrides(config, kwargs)
-        cls._check_task(config, source)
-        check_tensor_dtypes(resolved.tensor_dtypes, source)
-        if resolved.original_names:
-            state_dict, _ = read_safetensors(resolved.weights_files, source)
-            return cls._from_original_state_dict(state_dict, source, config=config, **kwargs)
-
-        want_loading_info = kwargs.pop("output_loading_info", False)
-        # transformers would raise a bare "see the report above"; let it collect the mismatches, we raise with names.
-        kwargs["ignore_mismatched_sizes"] = True
-        model, loading_info = super().from_pretrained(
-            resolved.location, *model_args, config=config, output_loading_info=True, **kwargs
-        )
-        cls._raise_on_loading_problems(loading_info, source)
-        return (model, loading_info) if want_loading_info else model
-
-    @staticmethod
-    def _apply_config_overrides(config: Sapiens2Config, kwargs: dict) -> None:
-        """`from_pretrained(..., rope_dtype=..., image_size=...)` set these config fields (popped from `kwargs`)."""
-        for key in ("rope_dtype", "image_size"):
-            if key in kwargs:
-                setattr(config, key, kwargs.pop(key))
-
-    @classmethod
-    def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
-        return ()
-
-    @classmethod
-    def _raise_on_loading_problems(cls, loading_info: dict, source: str) -> None:
-        allowed = cls._allowed_unexpected_keys()
-        missing = sorted(loading_info.get("missing_keys") or [])
-        unexpected = sorted(k for k in loading_info.get("unexpected_keys") or [] if not k.startswith(allowed))
-        mismatched = sorted(str(k) for k in loading_info.get("mismatched_keys") or [])
-        problems = []
-        if missing:
-            problems.append(f"missing tensors (would stay randomly initialised): {missing[:20]}")
-        if unexpected:
-            problems.append(f"unexpected tensors (would be ignored): {unexpected[:20]}")
-        if mismatched:
-            problems.append(f"tensors with other shapes: {mismatched[:20]}")
-        if problems:
-            raise ValueError(
-                f"{source} does not match {cls.__name__}: " + "; ".join(problems) + ". Check that the checkpoint is "
-                "of the same task and architecture as the class (see config.json), or pass the right config."
-            )
-
-    @classmethod
-    def _from_official_file(cls, path: str, config: Sapiens2Config | None = None, **kwargs):
-        filename = os.path.basename(path)
-        state_dict, metadata = read_safetensors(path, filename)
-        return cls._from_original_state_dict(
-            state_dict, filename, config=config, filename=filename, metadata=metadata, **kwargs
-        )
+        return load_pretrained(cls, pretrained_model_name_or_path, model_args, kwargs, super().from_pretrained)
 
     @classmethod
     def from_official_state_dict(cls, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):
-        """Builds the model from an official state dict already in memory (same rules as `from_pretrained`)."""
-        return cls._from_original_state_dict(dict(state_dict), filename or "the state dict", filename=filename, **kwargs)
+        """Builds the model from an official state dict already in memory: the same path and checks as an official
+        file (`loading_sapiens2_hf.load_original_state_dict`: architecture from the shapes, RoPE periods, strict)."""
+        return load_official_state_dict(cls, state_dict, filename=filename, **kwargs)
 
-    @classmethod
-    def _from_original_state_dict(cls, state_dict, source, config=None, filename=None, metadata=None, **kwargs):
-        """The one path for every state dict with the original tensor names: official files, folders written by
-        transformers, state dicts in memory.
 
-        Without `config`, the architecture is read from the tensor shapes; with one (a folder's config.json), the
-        tensors must match it exactly.
-        """
-        kind, config_kwargs = infer_config_kwargs(
-            state_dict, filename=filename, metadata=metadata, image_size=kwargs.get("image_size")
+def token_grid_size(config: Sapiens2Config, pixel_values: torch.Tensor) -> tuple[int, int]:
+    """`(grid_h, grid_w)`: encoder tokens along the height and width of a `(batch_size, 3, height, width)` input (one
+    per `config.feature_stride` pixels); a clear error when the shape or size does not fit."""
+    if pixel_values.ndim != 4 or pixel_values.shape[1] != config.num_channels:
+        raise ValueError(
+            f"`pixel_values` must have shape (batch_size, {config.num_channels}, height, width), got "
+            f"{tuple(pixel_values.shape)}."
         )
-        task = None if kind == "pretrain" else kind
-        if cls.task is not None and task != cls.task:
-            if task is None:
-                raise ValueError(
-                    f"{source} is a pretrained backbone (no decode head), not a `{cls.task}` checkpoint: start a "
-                    f"new {cls.task} model from it with {cls.__name__}.from_backbone({source!r}, ...), or load it "
-                    "with Sapiens2Model."
-                )
-            raise ValueError(
-                f"{source} is a `{task}` checkpoint (decode_head.conv_{task}), not a `{cls.task}` one: load it "
-                f"with {_TASK_CLASS_NAMES[task]}."
-            )
-        if config is None:
-            config = Sapiens2Config(**config_kwargs)
-            cls._apply_config_overrides(config, kwargs)
-        periods = state_dict.get("rope_embed.periods", state_dict.get("backbone.rope_embed.periods"))
-        converted = convert_official_state_dict(state_dict, kind)
-        if cls.task is None:
-            config.task = None
-            if task is not None:
-                # The backbone class takes the backbone of a task checkpoint.
-                converted = {k[len("model."):]: v for k, v in converted.items() if k.startswith("model.")}
-                config.head_config = None
-                config.id2label, config.flip_pairs = None, None
-        return cls._from_converted_state_dict(config, converted, source=source, official_periods=periods, **kwargs)
-
-    # Arguments of transformers' `from_pretrained` (and its pipeline factory) that have no effect on a state dict
-    # that is already in memory.
-    _IGNORED_LOADING_KWARGS = frozenset(
-        {*HUB_KWARGS, "torch_dtype", "low_cpu_mem_usage", "trust_remote_code", "use_safetensors", "_from_pipeline",
-         "_commit_hash", "code_revision", "local_files_only"}
-    )
-
-    @classmethod
-    def _from_converted_state_dict(
-        cls, config, state_dict, source, official_periods=None, dtype=None, device_map=None, **kwargs
-    ):
-        want_loading_info = kwargs.pop("output_loading_info", False)
-        attn_implementation = kwargs.pop("attn_implementation", None)
-        unused = sorted(set(kwargs) - cls._IGNORED_LOADING_KWARGS)
-        if unused:
-            raise TypeError(f"Unexpected arguments for loading an official file: {unused}.")
-        dtype = dtype if dtype is not None else kwargs.get("torch_dtype")
-        if attn_implementation is not None:
-            config._attn_implementation = attn_implementation
-        with torch.device("meta"):
-            model = cls(config)
-        expected = set(model.state_dict())
-        missing, unexpected = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
-        mismatched = sorted(
-            f"{k}: file {tuple(state_dict[k].shape)} vs model {tuple(v.shape)}"
-            for k, v in model.state_dict().items()
-            if k in state_dict and tuple(state_dict[k].shape) != tuple(v.shape)
+    stride_h, stride_w = config.feature_stride
+    height, width = pixel_values.shape[-2:]
+    if height % stride_h or width % stride_w:
+        what = "patch size" if not config.uses_tokenizer else "patch size x tokenizer window"
+        raise ValueError(
+            f"The input size {height}x{width} is not divisible by the {what} {stride_h}x{stride_w}; resize or "
+            "pad the image (the image processors do this for you)."
         )
-        cls._raise_on_loading_problems(
-            {"missing_keys": missing, "unexpected_keys": unexpected, "mismatched_keys": mismatched}, source
-        )
-        model.load_state_dict(state_dict, strict=True, assign=True)
-        for module in model.modules():
-            if isinstance(module, Sapiens2RopePositionEmbedding):
-                module.reset_periods()
-                if official_periods is not None and module.rope_dtype == official_periods.dtype:
-                    if not torch.equal(module.periods.cpu(), official_periods):
-                        raise OfficialCheckpointError(
-                            f"The RoPE periods stored in {source} differ from the official formula "
-                            f"(base {config.rope_theta}, head dim {module.head_dim}); the file is not a Sapiens2 one."
-                        )
-        if dtype is not None and dtype != "auto":  # "auto" (the pipeline default): keep the float32 weights
-            model = model.to(dtype=_TORCH_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
-        if device_map is not None:
-            model = model.to(device_map if not isinstance(device_map, dict) else device_map.get("", "cpu"))
-        model.eval()
-        if want_loading_info:
-            return model, {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
-        return model
+    return height // stride_h, width // stride_w
+
+
+def embed_pixel_values(
+    trunk: nn.Module, pixel_values: torch.Tensor, bool_masked_pos: torch.Tensor | None = None
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The encoder input of `Sapiens2Model` and `Sapiens2Backbone` (`trunk`: either; they hold the same `embeddings`,
+    `tokenizer` and `rope_embeddings` modules): CLS + register tokens followed by the patch tokens (one per window
+    with the 4K tokenizer), and the RoPE `(cos, sin)` of their grid.
+
+    Returns:
+        `(hidden_states, (cos, sin))`: `hidden_states` of shape `(batch_size, num_prefix_tokens + grid_h * grid_w,
+        hidden_size)`; `cos`, `sin` of shape `(grid_h * grid_w, head_dim)`.
+    """
+    grid_h, grid_w = token_grid_size(trunk.config, pixel_values)
+    embeddings = trunk.embeddings
+    pixel_values = pixel_values.to(embeddings.patch_embeddings.weight.dtype)
+    if trunk.tokenizer is None:
+        hidden_states = embeddings(pixel_values, bool_masked_pos=bool_masked_pos)
+    else:
+        if bool_masked_pos is not None:
+            raise ValueError("`bool_masked_pos` is not supported with the 4K tokenizer; use `patch_keep_indices`.")
+        window_tokens = trunk.tokenizer(pixel_values, embeddings.patch_embeddings)
+        prefix = torch.cat((embeddings.cls_token, embeddings.register_tokens), dim=1)
+        hidden_states = torch.cat((prefix.expand(window_tokens.shape[0], -1, -1), window_tokens), dim=1)
+    return hidden_states, trunk.rope_embeddings(grid_h, grid_w)
 
 
 class Sapiens2Model(Sapiens2PreTrainedModel):
@@ -1111,20 +1095,7 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
         return None
 
     def _grid_size(self, pixel_values: torch.Tensor) -> tuple[int, int]:
-        if pixel_values.ndim != 4 or pixel_values.shape[1] != self.config.num_channels:
-            raise ValueError(
-                f"`pixel_values` must have shape (batch_size, {self.config.num_channels}, height, width), got "
-                f"{tuple(pixel_values.shape)}."
-            )
-        stride_h, stride_w = self.config.feature_stride
-        height, width = pixel_values.shape[-2:]
-        if height % stride_h or width % stride_w:
-            what = "patch size" if not self.config.uses_tokenizer else "patch size x tokenizer window"
-            raise ValueError(
-                f"The input size {height}x{width} is not divisible by the {what} {stride_h}x{stride_w}; resize or "
-                "pad the image (the image processors do this for you)."
-            )
-        return height // stride_h, width // stride_w
+        return token_grid_size(self.config, pixel_values)
 
     def forward(
         self,
@@ -1152,19 +1123,7 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
             num_patches_or_kept, hidden_size)` (CLS, registers, patch tokens), after the final RMSNorm;
             `pooler_output` is the CLS token, of shape `(batch_size, hidden_size)`.
         """
-        grid_h, grid_w = self._grid_size(pixel_values)
-        pixel_values = pixel_values.to(self.embeddings.patch_embeddings.weight.dtype)
-        if self.tokenizer is None:
-            hidden_states = self.embeddings(pixel_values, bool_masked_pos=bool_masked_pos)
-        else:
-            if bool_masked_pos is not None:
-                raise ValueError("`bool_masked_pos` is not supported with the 4K tokenizer; use `patch_keep_indices`.")
-            window_tokens = self.tokenizer(pixel_values, self.embeddings.patch_embeddings)
-            prefix = torch.cat(
-                (self.embeddings.cls_token, self.embeddings.register_tokens), dim=1
-            ).expand(window_tokens.shape[0], -1, -1)
-            hidden_states = torch.cat((prefix, window_tokens), dim=1)
-        cos, sin = self.rope_embeddings(grid_h, grid_w)
+        hidden_states, (cos, sin) = embed_pixel_values(self, pixel_values, bool_masked_pos=bool_masked_pos)
         if patch_keep_indices is not None:
             num_prefix = self.config.num_prefix_tokens
             prefix, patches = hidden_states[:, :num_prefix], hidden_states[:, num_prefix:]
@@ -1253,6 +1212,140 @@ def _record_attention_weights(collected: list, module: nn.Module, args, output) 
         collected.append(output[1])
 
 
+def as_sapiens2_config(config) -> Sapiens2Config:
+    """`config` as our `Sapiens2Config`: transformers' own `Sapiens2Config` (how a composite model's config.json
+    reads a `sapiens2` backbone back) is re-read from its dict, so its RoPE dtype, tokenizer and the other fields it
+    carries along are kept; a config of another model is refused."""
+    if isinstance(config, Sapiens2Config):
+        return config
+    if getattr(config, "model_type", None) not in (Sapiens2Config.model_type, "sapiens2"):
+        raise ValueError(
+            f"Sapiens2Backbone needs a Sapiens2 config, got a `{getattr(config, 'model_type', type(config).__name__)}` "
+            "one; build the backbone config with sapiens2_hf.Sapiens2Config (e.g. `Sapiens2Config.from_preset`)."
+        )
+    converted = Sapiens2Config.from_dict(config.to_dict())
+    if config._attn_implementation is not None:  # not part of to_dict; set by the parent model's loading
+        converted._attn_implementation = config._attn_implementation
+    return converted
+
+
+class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
+    """The Sapiens2 encoder as a transformers backbone (`AutoBackbone`, `load_backbone`): one feature map per stage
+    named in `config.out_features` / `config.out_indices`.
+
+    The stages are `"stem"` (the encoder input: the patch embeddings, or the pooled windows of the 4K tokenizer) and
+    `"stage1"` ... `"stage{num_hidden_layers}"` (the output of each encoder block). Each feature map holds the patch
+    tokens of its stage (CLS and register tokens dropped) on their grid, `(batch_size, hidden_size, height / stride,
+    width / stride)` with stride 16 (64 for the 4K model), all stages at the same resolution as in every plain ViT.
+
+    The final RMSNorm: applied to every selected stage when `config.normalize_backbone_outputs` (the default), to
+    none otherwise, as transformers' own `Sapiens2Backbone` reads the same field, so a config.json gives the same
+    feature maps in both classes (up to their RoPE arithmetic, see `rope_dtype`). The last stage with the norm is then
+    exactly `Sapiens2Model.get_feature_map`, the map the official task heads read. (DINOv3's backbone always norms the
+    last stage and the others only with `apply_layernorm`; Sapiens2 configs have no such field.)
+
+    Module and tensor names are those of `Sapiens2Model`, so it loads the same files: official backbone and task
+    files, our and transformers' folders (a task checkpoint gives its backbone), strictly.
+    """
+
+    task = None
+
+    def __init__(self, config: Sapiens2Config):
+        config = as_sapiens2_config(config)
+        super().__init__(config)
+        self.embeddings = Sapiens2Embeddings(config)
+        self.tokenizer = Sapiens2WindowTokenizer(config) if config.uses_tokenizer else None
+        self.rope_embeddings = Sapiens2RopePositionEmbedding(config)
+        self.model = Sapiens2Encoder(config)
+        self.norm = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.num_features = [config.hidden_size] * (config.num_hidden_layers + 1)  # channels of every stage
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Conv2d:
+        return self.embeddings.patch_embeddings
+
+    @classmethod
+    def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
+        # A task checkpoint loaded into the backbone: its heads are deliberately left out, as for Sapiens2Model.
+        return Sapiens2Model._allowed_unexpected_keys()
+
+    @classmethod
+    def _check_task(cls, config, source) -> None:
+        return None
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, out_features=None, out_indices=None, **kwargs):
+        """Loads the backbone of any Sapiens2 checkpoint (see `Sapiens2PreTrainedModel.from_pretrained`).
+
+        Args:
+            out_features (`list[str]`, *optional*), out_indices (`list[int]`, *optional*): the stages to return,
+                replacing the checkpoint's (its last stage unless it was saved with others).
+        """
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        config = model.config
+        if config.task is not None:
+            # A task checkpoint's backbone: the head layout and labels are not part of it (as for official files).
+            config.task, config.head_config, config.id2label, config.flip_pairs = None, None, None, None
+        if out_features is not None or out_indices is not None:
+            config.set_output_features_output_indices(out_features=out_features, out_indices=out_indices)
+        return loaded
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BackboneOutput:
+        r"""
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+                Normalised RGB (ImageNet mean/std); height and width divisible by the stride (16; 64 for the 4K model).
+            output_hidden_states (`bool`, *optional*): also return every stage's tokens (before the final norm).
+            output_attentions (`bool`, *optional*): also return the attention weights (from backends that give them).
+            return_dict (`bool`, *optional*): `False` returns a tuple; defaults to `config.return_dict`.
+            kwargs: attention-backend arguments, passed to every layer.
+
+        Returns:
+            `BackboneOutput`: `feature_maps`, one per selected stage in stage order, each of shape `(batch_size,
+            hidden_size, height / stride, width / stride)`, or `(batch_size, num_patches, hidden_size)` tokens when
+            `config.reshape_hidden_states` is False; `hidden_states` (when asked): `num_hidden_layers + 1` tensors of
+            shape `(batch_size, num_prefix_tokens + num_patches, hidden_size)`; `attentions` (when asked).
+        """
+        config = self.config
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        return_dict = config.return_dict if return_dict is None else return_dict
+        grid = token_grid_size(config, pixel_values)
+        hidden_states, position_embeddings = embed_pixel_values(self, pixel_values)
+        # Every stage's tokens are needed to pick the selected ones; they are returned only when asked for.
+        encoder_outputs = self.model(
+            hidden_states,
+            position_embeddings=position_embeddings,
+            output_hidden_states=True,
+            output_attentions=output_attentions,
+            return_dict=True,
+            **kwargs,
+        )
+        feature_maps = []
+        for stage_name, stage_states in zip(self.stage_names, encoder_outputs.hidden_states):
+            if stage_name not in self.out_features:
+                continue
+            if config.normalize_backbone_outputs:
+                stage_states = self.norm(stage_states)
+            if config.reshape_hidden_states:
+                feature_maps.append(tokens_to_feature_map(stage_states, config.num_prefix_tokens, grid).contiguous())
+            else:
+                feature_maps.append(stage_states[:, config.num_prefix_tokens :])
+        output = BackboneOutput(
+            feature_maps=tuple(feature_maps),
+            hidden_states=encoder_outputs.hidden_states if output_hidden_states else None,
+            attentions=encoder_outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
 class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
     """Backbone + decode head. Subclasses set `task` and return their output dataclass."""
 
@@ -1266,7 +1359,13 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         self.model = Sapiens2Model(config)
         self.decode_head = Sapiens2Head(config, norm_layer=head_norm_layer(config.head_config))
 
+    # The image processor's geometry outputs: transformers' stock pipelines call `model(**processor_output)`, and
+    # these are not model inputs, so they must not reach the attention backends as keyword arguments.
+    _PROCESSOR_GEOMETRY_KEYS = ("original_sizes", "padding", "geometry_images")
+
     def _feature_map(self, pixel_values: torch.Tensor, **kwargs):
+        for key in self._PROCESSOR_GEOMETRY_KEYS:
+            kwargs.pop(key, None)
         grid = self.model._grid_size(pixel_values)
         outputs = self.model(pixel_values, return_dict=True, **kwargs)
         return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid), outputs
@@ -1297,7 +1396,8 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         """Starts a new task model from a pretrained backbone; the decode head is freshly initialised.
 
         Args:
-            pretrained_backbone: an official pretrain (or task) file, a folder or Hub repo, or a `Sapiens2Model`.
+            pretrained_backbone: an official pretrain (or task) file, a folder or Hub repo, or a `Sapiens2Model` or
+                `Sapiens2Backbone`.
             config (`Sapiens2Config`, *optional*): the full task config (its backbone fields must match).
             head_config (`str` or `dict`, *optional*): the head layout when `config` is not given: an official
                 variant id (`"0.4b"`, ...; its official head for this task), `"tiny"` (the small test heads), or a
@@ -1306,7 +1406,7 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         """
         backbone = (
             pretrained_backbone
-            if isinstance(pretrained_backbone, Sapiens2Model)
+            if isinstance(pretrained_backbone, (Sapiens2Model, Sapiens2Backbone))  # same tensor names
             else Sapiens2Model.from_pretrained(pretrained_backbone, **kwargs)
         )
         if config is None:
@@ -1476,13 +1576,47 @@ class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
         return self._decode(pixel_values, labels, Sapiens2AlbedoEstimatorOutput, "albedos", **kwargs)
 
 
+class Sapiens2ForImageMatting(_Sapiens2TaskModel):
+    """Sapiens2 with the official matting head: the pixel-shuffle layout of the normal head with 4 outputs and a
+    sigmoid, channels 0-2 the pre-multiplied RGB foreground and channel 3 the alpha matte."""
+
+    task = "matting"
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__(config)
+        if config.num_labels != 4:
+            raise ValueError(
+                f"The matting head predicts 4 channels (pre-multiplied RGB foreground + alpha), but the config has "
+                f"num_labels={config.num_labels}; build it with Sapiens2Config.from_preset(size, task='matting')."
+            )
+        self._build(config)
+        self.post_init()
+
+    def forward(
+        self, pixel_values: torch.Tensor, labels=None, return_dict=None, **kwargs
+    ) -> Sapiens2ImageMattingOutput:
+        r"""
+        Returns:
+            `Sapiens2ImageMattingOutput` with `alphas` of shape `(batch_size, 1, height, width)` and `foregrounds`
+            of shape `(batch_size, 3, height, width)` (pre-multiplied RGB), both in `[0, 1]`.
+        """
+        self._refuse_labels(labels)
+        feature_map, outputs = self._feature_map(pixel_values, **kwargs)
+        matting = self.decode_head(feature_map).sigmoid()
+        output = Sapiens2ImageMattingOutput(
+            alphas=matting[:, 3:],
+            foregrounds=matting[:, :3],
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return self._maybe_tuple(output, return_dict)
+
+
+# Task -> model class (None: the backbone), from the class names of the task registry: a registry entry whose class is
+# not defined in this file fails here, at import.
 TASK_MODEL_CLASSES = {
-    None: Sapiens2Model,
-    "pose": Sapiens2ForPoseEstimation,
-    "seg": Sapiens2ForSemanticSegmentation,
-    "normal": Sapiens2ForNormalEstimation,
-    "pointmap": Sapiens2ForPointmapEstimation,
-    "albedo": Sapiens2ForAlbedoEstimation,
+    None: globals()[BACKBONE_MODEL_CLASS],
+    **{spec.name: globals()[spec.model_class] for spec in TASK_SPECS.values()},
 }
 
 

@@ -1,8 +1,9 @@
 """Configuration of `Sapiens2ForPreTraining`: a backbone `Sapiens2Config` plus the pretraining fields.
 
-The official pretraining code and recipe are not released (spec section 6): only the form of the objective is known,
-`L = L_MAE + L_CL` (project page), with masked pixel reconstruction and a DINOv3-style student-teacher term that
-has a sparse (CLS) and a dense (patch) part. Every default below therefore carries its source:
+The official pretraining code and recipe are not released (facebookresearch/sapiens2 ships the fine-tuning code and
+the pretrained backbones only): only the form of the objective is known, `L = L_MAE + L_CL` (project page), with
+masked pixel reconstruction and a DINOv3-style student-teacher term that has a sparse (CLS) and a dense (patch) part.
+Every default below therefore carries its source:
 
 - [MAE]: He et al. 2021 (arXiv 2111.06377) and facebookresearch/mae.
 - [DINO]: Caron et al. 2021 (arXiv 2104.14294).
@@ -16,8 +17,8 @@ has a sparse (CLS) and a dense (patch) part. Every default below therefore carri
 from huggingface_hub.dataclasses import strict
 from transformers.configuration_utils import PreTrainedConfig
 
-from ..losses.centering import CENTERING_MODES
 from ..modeling import Sapiens2Config, tiny_config
+from .losses.centering import CENTERING_MODES
 
 
 @strict
@@ -32,7 +33,7 @@ class Sapiens2PreTrainingConfig(PreTrainedConfig):
 
     backbone_config (`Sapiens2Config`): the student (and teacher) backbone, `task=None`. Default: the 0.4b backbone.
     mask_ratio (`float`, defaults to 0.75): fraction of the patches of each global view removed before the student
-        backbone [MAE]. Sapiens2's own ratio is unknown (spec 6). Used by the collator that builds the masks.
+        backbone [MAE]. Sapiens2's own ratio is not published. Used by the collator that builds the masks.
     decoder_hidden_size (`int`, defaults to 512): MAE decoder width [MAE].
     decoder_num_hidden_layers (`int`, defaults to 8): MAE decoder depth [MAE].
     decoder_num_attention_heads (`int`, defaults to 16): MAE decoder heads [MAE].

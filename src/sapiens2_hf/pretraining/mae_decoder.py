@@ -19,10 +19,9 @@ Design (all [MAE] unless noted):
 
 import torch
 from torch import nn
-from transformers.models.sapiens2 import modeling_sapiens2 as _port
 
 from ..modeling import Sapiens2Config
-from ..modeling.modeling_sapiens2_hf import Sapiens2Encoder
+from ..modeling.modeling_sapiens2_hf import Sapiens2Encoder, Sapiens2RMSNorm
 
 
 def sincos_position_embedding_2d(grid_h: int, grid_w: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
@@ -85,7 +84,7 @@ class Sapiens2MaeDecoder(nn.Module):
         self.mask_token = nn.Parameter(torch.zeros(1, 1, hidden_size))
         nn.init.normal_(self.mask_token, std=0.02)
         self.blocks = Sapiens2Encoder(self.config)
-        self.norm = _port.Sapiens2RMSNorm(hidden_size, eps=self.config.rms_norm_eps)
+        self.norm = Sapiens2RMSNorm(hidden_size, eps=self.config.rms_norm_eps)
         self.pixel_predictor = nn.Linear(hidden_size, patch_h * patch_w * backbone_config.num_channels)
         self.feature_predictor = nn.Linear(hidden_size, backbone_config.hidden_size)
 

@@ -16,7 +16,7 @@ One forward pass:
 3. Student backbone on the local crops (if any): CLS tokens -> student CLS head (DINO term only).
 
 Only the student backbone is exported (`save_backbone`), as a plain `Sapiens2Model` checkpoint. The module never
-calls backward and never owns the training loop; `sapiens2_hf.training.pretrain_trainer` applies it.
+calls backward and never owns the training loop; `sapiens2_hf.pretraining.trainer` applies it.
 """
 
 from dataclasses import dataclass
@@ -27,15 +27,11 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput
 
-from ..losses.centering import TeacherCentering
-from ..losses.dino_cls_loss import DinoClsLoss
-from ..losses.ibot_patch_loss import IbotPatchLoss
-from ..losses.koleo_loss import KoLeoLoss
-from ..losses.mae_loss import MaeLoss
 from ..modeling import Sapiens2Model
 from .configuration_pretraining import Sapiens2PreTrainingConfig
 from .ema import ema_update_, paired_parameters
 from .heads import DinoProjectionHead
+from .losses import DinoClsLoss, IbotPatchLoss, KoLeoLoss, MaeLoss, TeacherCentering
 from .mae_decoder import Sapiens2MaeDecoder, check_masks
 from .schedules import teacher_temperature
 
@@ -57,7 +53,7 @@ class Sapiens2PreTrainingOutput(ModelOutput):
         koleo_loss (`torch.Tensor` of shape `()`): KoLeo regulariser, summed over the global views (DINOv2).
         reconstruction (`torch.Tensor` of shape `(batch_size, num_global_crops, num_masked, patch_h * patch_w * 3)`):
             the decoder's pixel predictions at the masked positions, in the order of `patch_mask_indices`; per-patch
-            normalised values when `norm_pix_loss` (see `sapiens2_hf.losses.mae_loss.unpatchify`).
+            normalised values when `norm_pix_loss` (see `sapiens2_hf.pretraining.losses.mae_loss.unpatchify`).
         teacher_prototype_entropy (`torch.Tensor` of shape `()`, *optional*): entropy (nats) of the batch-mean
             teacher CLS prototype distribution, from the raw logits (before centering) at the current teacher
             temperature; its maximum is `log(cls_num_prototypes)`, a collapsed teacher gives ~0. `None` without a

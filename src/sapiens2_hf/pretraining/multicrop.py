@@ -185,7 +185,7 @@ def gaussian_blur(image: torch.Tensor, sigma: float) -> torch.Tensor:
 
 
 def normalize_image(image: torch.Tensor) -> torch.Tensor:
-    """`(image - mean) / std` with the official Sapiens2 constants on the 0-255 scale (spec 4.1).
+    """`(image - mean) / std` with the constants of the official Sapiens2 preprocessing, on the 0-255 scale.
 
     Args:
         image (`torch.Tensor` of shape `(..., 3, height, width)`, float in `[0, 255]`)

@@ -8,10 +8,13 @@ from .image_processing_sapiens2_hf import (
     load_image_rgb,
     validate_pose_boxes,
 )
-from .sapiens2_keypoints import FLIP_PAIRS_308, KEYPOINT_NAMES_308
+# The official 308-keypoint fallbacks under their historical names (sapiens2_label_data.py is the generated source).
+from .sapiens2_label_data import NUM_POSE_KEYPOINTS as NUM_KEYPOINTS_308
+from .sapiens2_label_data import POSE_FLIP_PAIRS as FLIP_PAIRS_308
+from .sapiens2_label_data import POSE_KEYPOINT_NAMES as KEYPOINT_NAMES_308
 
 
 __all__ = [
     "Sapiens2HFImageProcessor", "image_processor_for_task", "load_image_rgb", "validate_pose_boxes", "TASKS",
-    "FLIP_PAIRS_308", "KEYPOINT_NAMES_308",
+    "FLIP_PAIRS_308", "KEYPOINT_NAMES_308", "NUM_KEYPOINTS_308",
 ]

@@ -1,10 +1,11 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Image processor for every Sapiens2 task with the official pre- and post-processing (layer 0, Hub-shippable).
 
-`Sapiens2HFImageProcessor` subclasses transformers' `Sapiens2ImageProcessor` and replaces its resampling with the
-official geometry so that `pixel_values` equal the official ones (exactly with OpenCV; see
-`sapiens2_processing_ops` for the torch fallback), and its decoding with the official UDP / DARK decoder, batched in
-torch on the outputs' device. One `task` field selects the policy:
+`Sapiens2HFImageProcessor` stands on transformers' public processing API (`TorchvisionBackend`, `ImagesKwargs`,
+`BatchFeature`) and imports nothing of transformers' own Sapiens2 port. It keeps that port's config fields, so
+preprocessor_config.json files read both ways, but uses the official geometry, so that `pixel_values` equal the
+official ones (exactly with OpenCV; see `sapiens2_processing_ops` for the torch fallback), and the official UDP / DARK
+decoder, batched in torch on the outputs' device. One `task` field selects the policy:
 
 | task | pre-processing | post-processing |
 |---|---|---|
@@ -13,6 +14,7 @@ torch on the outputs' device. One `task` field selects the policy:
 | `normal` | letterbox (linear, centred zero padding) | unit length, unpad, bilinear |
 | `pointmap` | letterbox | divide by scale, unpad, 4x 3x3 blur when enlarging, bilinear; depth = Z |
 | `albedo` | letterbox | clamp [0, 1], unpad, bilinear |
+| `matting` | stretch resize (area when the width shrinks, else linear) | bilinear to the original size, clamp [0, 1] |
 | `pretrain` | stretch resize, as `seg` (feature extraction) | - |
 """
 
@@ -23,14 +25,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from PIL import Image, ImageOps
-from transformers.image_processing_utils import BatchFeature
-from transformers.models.sapiens2.image_processing_sapiens2 import (
-    Sapiens2ImageProcessor,
-    Sapiens2ImageProcessorKwargs,
-    generate_udp_gaussian_heatmaps,
-)
+from transformers import BatchFeature, ImagesKwargs, TorchvisionBackend
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
-from .sapiens2_keypoints import FLIP_PAIRS_308, KEYPOINT_NAMES_308, NUM_KEYPOINTS_308
+from .sapiens2_label_data import NUM_POSE_KEYPOINTS as NUM_KEYPOINTS_308
+from .sapiens2_label_data import POSE_FLIP_PAIRS as FLIP_PAIRS_308
+from .sapiens2_label_data import POSE_KEYPOINT_NAMES as KEYPOINT_NAMES_308
+from .sapiens2_keypoint_formats import KEYPOINT_FORMATS, convert_keypoints
 from .sapiens2_processing_ops import (
     boxes_to_center_scale,
     crop_to_image,
@@ -44,23 +45,35 @@ from .sapiens2_processing_ops import (
     remove_padding,
     resize_logits_argmax,
     resize_maps_bilinear,
+    resize_uint8,
     resolve_backend,
     smooth_and_resize_pointmap,
     stretch_resize,
+    udp_gaussian_heatmaps,
     udp_warp_matrices,
     warp_crops,
 )
+from .sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES, TASK_SPECS
 
 
-TASKS = ("pose", "seg", "normal", "pointmap", "albedo", "pretrain")
-LETTERBOX_TASKS = ("normal", "pointmap", "albedo")
+# The registry's tasks plus the processor-only pretraining / feature-extraction policy; the letterbox tasks keep the
+# aspect ratio and pad (the others crop or stretch).
+TASKS = (*TASK_NAMES, PRETRAIN_TASK)
+LETTERBOX_TASKS = tuple(spec.name for spec in TASK_SPECS.values() if spec.resize == "letterbox")
 BOX_FORMATS = ("xyxy", "xywh")
 
 
-class Sapiens2HFImageProcessorKwargs(Sapiens2ImageProcessorKwargs, total=False):
+class Sapiens2HFImageProcessorKwargs(ImagesKwargs, total=False):
     """
+    do_reduce_labels (`bool`, *optional*, defaults to `False`):
+        Kept for config compatibility with transformers' `Sapiens2ImageProcessor` (saved in
+        preprocessor_config.json); the official Sapiens2 label maps need no reduction and this processor ignores it.
+    keypoint_heatmap_downscale_factor (`int`, *optional*, defaults to 4):
+        Model input size / size of the pose training heatmaps made from `keypoints`.
+    keypoint_heatmap_sigma (`float`, *optional*, defaults to 6.0):
+        Standard deviation, in heatmap pixels, of the Gaussians of those heatmaps.
     task (`str`, *optional*, defaults to `"pose"`):
-        Which official policy to apply: `"pose"`, `"seg"`, `"normal"`, `"pointmap"` or `"albedo"`.
+        Which official policy to apply: `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"` or `"matting"`.
     box_format (`str`, *optional*, defaults to `"xywh"`):
         Format of the pose `boxes` given to `preprocess` / `__call__`: `"xywh"` (COCO `[x_min, y_min, width,
         height]`, transformers' convention) or `"xyxy"` (`[x_min, y_min, x_max, y_max]`). Not used by
@@ -79,6 +92,9 @@ class Sapiens2HFImageProcessorKwargs(Sapiens2ImageProcessorKwargs, total=False):
         Sigma of those passes.
     """
 
+    do_reduce_labels: bool
+    keypoint_heatmap_downscale_factor: int
+    keypoint_heatmap_sigma: float
     task: str
     box_format: str
     bbox_padding: float
@@ -336,16 +352,26 @@ def _sizes_list(sizes: Any, count: int, name: str) -> list[tuple[int, int]] | No
     return sizes
 
 
-class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
+# Focal length (pixels of the model input) of the canonical camera the pointmap models predict in: their `scales` are
+# `CANONICAL_FOCAL_LENGTH / f_x` (the official training targets' canonicalisation).
+CANONICAL_FOCAL_LENGTH = 768.0
+
+
+class Sapiens2HFImageProcessor(TorchvisionBackend):
     r"""
-    Image processor reproducing the official Sapiens2 pre- and post-processing for all five tasks.
+    Image processor reproducing the official Sapiens2 pre- and post-processing for every task.
+
+    Built on transformers' public processing API (`TorchvisionBackend`: config fields, `from_pretrained` /
+    `save_pretrained`, `__call__`), with every Sapiens2 step written here and in `sapiens2_processing_ops`. The saved
+    fields are those of transformers' own `Sapiens2ImageProcessor` plus ours, so each class reads the other's
+    preprocessor_config.json; `from_image_processor` turns either into ours for a task.
 
     Sizes follow transformers' convention `size={"height": H, "width": W}` (default 1024x768). Normalisation is
     `(x - mean) / std` on the 0-255 scale in float32, with `mean = image_mean / rescale_factor` (ImageNet values),
     which is bit-identical to the official preprocessor. Channel order: the official demos read BGR and flip to RGB;
     this processor takes RGB and never flips (geometry is per channel, so the result is the same).
 
-    Differences from the parent class: the official OpenCV geometry (parent: torch bilinear/bicubic grid sampling),
+    Differences from transformers' class: the official OpenCV geometry (there: torch bilinear/bicubic grid sampling),
     the official letterbox truncation and padding split, the official DARK decoder including its quirks, a pose
     `box_format` option, decoded keypoints in float64, an albedo post-processor and a depth output for pointmaps.
 
@@ -357,6 +383,22 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
 
     valid_kwargs = Sapiens2HFImageProcessorKwargs
     model_input_names = ["pixel_values"]
+    # The fields and defaults of transformers' `Sapiens2ImageProcessor`, so that saved configs read both ways.
+    # `resample`, `crop_size`, `do_center_crop` and `do_reduce_labels` are only stored: the geometry is the task's.
+    resample = PILImageResampling.BILINEAR
+    image_mean = IMAGENET_DEFAULT_MEAN
+    image_std = IMAGENET_DEFAULT_STD
+    size = {"height": 1024, "width": 768}
+    default_to_square = True
+    crop_size = {"height": 224, "width": 224}
+    do_resize = True
+    do_center_crop = False
+    do_rescale = True
+    do_normalize = True
+    do_reduce_labels = False
+    do_pad = False
+    keypoint_heatmap_downscale_factor = 4
+    keypoint_heatmap_sigma = 6.0
     task = "pose"
     box_format = "xywh"
     bbox_padding = 1.25
@@ -373,13 +415,52 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        # transformers' own class letterboxes when do_pad is set; keep the field consistent with the task
+        # transformers' class letterboxes when do_pad is set: the saved field follows the task, for that class
         self.do_pad = self.task in LETTERBOX_TASKS
         if self.task not in TASKS:
             raise ValueError(f"task={self.task!r} is not a Sapiens2 task; use one of {TASKS}.")
         if self.box_format not in BOX_FORMATS:
             raise ValueError(f"box_format={self.box_format!r}; use one of {BOX_FORMATS}.")
         resolve_backend(self.geometry_backend)
+
+    @classmethod
+    def from_image_processor(cls, other: Any, task: str | None, **overrides) -> "Sapiens2HFImageProcessor":
+        """This class for `task`, keeping the settings of another Sapiens2 image processor.
+
+        The one way a processor is adopted (pipelines, `save_for_hub`, the CLI). An official repo ships transformers'
+        stock `Sapiens2ImageProcessor`, which has no task policy (its own resampling, no albedo post-processing);
+        ours for the task, with its input size and normalisation, reproduces the official pipeline instead.
+
+        Args:
+            other: ours (any task field is then checked), transformers' stock `Sapiens2ImageProcessor`, the dict
+                of a preprocessor_config.json of either, or `None` (this class's defaults). Its fields that this
+                class has (`size`, `image_mean`, `image_std`, `rescale_factor`, ..., and ours such as
+                `bbox_padding`) are kept; anything else (`image_processor_type`, `auto_map`, other processors'
+                fields) is dropped.
+            task (`str` or `None`): the model's task; `None` (a backbone) means `"pretrain"`.
+            overrides: fields that replace `other`'s (e.g. `size=` from the command line).
+
+        Raises:
+            ValueError: when `other` is one of ours for another task (a seg processor for a normal model would
+                stretch instead of letterbox, silently).
+        """
+        task = task or PRETRAIN_TASK
+        if other is None:
+            settings = {}
+        elif isinstance(other, dict):
+            settings = dict(other)
+        elif hasattr(other, "to_dict"):
+            settings = other.to_dict()
+        else:
+            raise TypeError(f"cannot adopt the settings of a {type(other).__name__}; pass an image processor, its "
+                            "preprocessor_config.json dict or None.")
+        own_task = settings.get("task")
+        if own_task is not None and own_task != task:
+            raise ValueError(f"the image processor is for task {own_task!r}, not {task!r}; pass one for {task!r} "
+                             f"(e.g. Sapiens2HFImageProcessor.from_image_processor(None, {task!r}, size=...)).")
+        fields = set(cls.valid_kwargs.__annotations__) - {"task"}
+        kept = {key: value for key, value in settings.items() if key in fields and value is not None}
+        return cls(**{**kept, **overrides, "task": task})
 
     # ------------------------------------------------------------------------------------------------------------
     # helpers
@@ -415,8 +496,10 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
                          "`flip_pairs`) or set the processor's flip_indices.")
 
     @staticmethod
-    def keypoint_names(num_keypoints: int) -> list[str]:
-        """Official names for 308 keypoints, else `keypoint_<i>`."""
+    def keypoint_names(num_keypoints: int, keypoint_format: str | None = None) -> list[str]:
+        """Official names for 308 keypoints, else `keypoint_<i>`; with `keypoint_format`, that format's names."""
+        if keypoint_format is not None:
+            return list(KEYPOINT_FORMATS[keypoint_format])
         if num_keypoints == NUM_KEYPOINTS_308:
             return list(KEYPOINT_NAMES_308)
         return [f"keypoint_{i}" for i in range(num_keypoints)]
@@ -467,7 +550,8 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
             - pose: `boxes_xyxy` (`(num_boxes, 4)` float32), `bbox_center`, `bbox_scale` (`(num_boxes, 2)` float32,
               official), `image_index` (`(num_boxes,)` int64), `warp_matrix` (`(num_boxes, 2, 3)` float32);
             - with `segmentation_maps`: `labels` (`(num_images, height, width)` int64); with `keypoints`: `labels`
-              (list of `(num_people, num_keypoints, height/4, width/4)` heatmaps) and `label_weights`.
+              (one `(num_keypoints, height/4, width/4)` float32 heatmap tensor per box, see `udp_gaussian_heatmaps`)
+              and `label_weights` (one `(num_keypoints,)` tensor per box).
         """
         if kwargs:
             raise ValueError(f"unsupported argument(s) {sorted(kwargs)} for Sapiens2HFImageProcessor.preprocess; set "
@@ -493,9 +577,9 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
                 xywh = []
                 for image_boxes in _split_boxes(geometry["boxes_xyxy"], geometry["image_index"], len(arrays)):
                     xywh.append([[b[0], b[1], b[2] - b[0], b[3] - b[1]] for b in image_boxes.tolist()])
-                heatmaps, weights = generate_udp_gaussian_heatmaps(
-                    boxes=xywh, keypoints=keypoints, output_size=input_size,
-                    downscale_factor=self.keypoint_heatmap_downscale_factor, sigma=self.keypoint_heatmap_sigma,
+                heatmaps, weights = udp_gaussian_heatmaps(
+                    xywh, keypoints, input_size, downscale_factor=self.keypoint_heatmap_downscale_factor,
+                    sigma=self.keypoint_heatmap_sigma, padding=self.bbox_padding,
                 )
                 data["labels"], data["label_weights"] = heatmaps, weights
         else:
@@ -505,7 +589,13 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
                 raise ValueError("keypoints are only used by the pose task.")
             crops, paddings = [], []
             for array in arrays:
-                if task in ("seg", "pretrain"):
+                if task == "matting":
+                    # The official matting test resize: INTER_AREA when the width shrinks, else INTER_LINEAR (the
+                    # segmentation stretch enlarges with INTER_CUBIC).
+                    interpolation = "area" if input_size[1] < array.shape[1] else "linear"
+                    crops.append(resize_uint8(array, input_size, interpolation, backend))
+                    paddings.append((0, 0, 0, 0))
+                elif task not in LETTERBOX_TASKS:  # the registry's other "stretch" task (seg) and pretraining
                     crops.append(stretch_resize(array, input_size, backend))
                     paddings.append((0, 0, 0, 0))
                 else:
@@ -563,7 +653,7 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
             if label.ndim == 3:
                 label = label[..., 0] if label.shape[-1] in (1, 3) else label[0]
             height, width = label.shape
-            if task in ("seg", "pretrain"):
+            if task not in LETTERBOX_TASKS:
                 target = input_size
             else:
                 (new_h, new_w), _ = letterbox_geometry((height, width), input_size)
@@ -603,6 +693,7 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
         image_index: torch.Tensor | None = None,
         boxes_xyxy: torch.Tensor | None = None,
         input_size: tuple[int, int] | None = None,
+        keypoint_format: str | None = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
         r"""
         Decode pose heatmaps into keypoints in original-image pixels, batched over all crops.
@@ -627,6 +718,10 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
             source_sizes / target_sizes: optionally rescale coordinates from source to target image sizes;
                 `source_sizes` also lets `boxes` be checked against their images (see `validate_pose_boxes`).
             input_size: crop `(height, width)`; defaults to the processor size.
+            keypoint_format (`str`, optional): `"coco17"`, `"coco_wholebody133"` or `"body25"`: convert the 308
+                keypoints to that format (`sapiens2_keypoint_formats.convert_keypoints`, before `threshold`); points
+                it has no counterpart for are `(0, 0)` with score 0. `num_keypoints` and `labels` are then the
+                format's (names: `keypoint_names(..., keypoint_format)`). Default: the model's own keypoints.
 
         Returns:
             Per image, a list (one entry per box, in order) of dicts:
@@ -637,6 +732,12 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
         """
         input_size = tuple(input_size) if input_size is not None else self.input_size
         heatmaps = outputs.heatmaps if hasattr(outputs, "heatmaps") else outputs
+        if keypoint_format is not None and keypoint_format not in KEYPOINT_FORMATS:
+            raise ValueError(f"keypoint_format={keypoint_format!r} is not known; use one of {sorted(KEYPOINT_FORMATS)} "
+                             "or None (the model's own keypoints).")
+        if keypoint_format is not None and heatmaps.shape[1] != NUM_KEYPOINTS_308:
+            raise ValueError(f"keypoint_format converts the {NUM_KEYPOINTS_308} Sapiens2 keypoints, but the heatmaps "
+                             f"hold {heatmaps.shape[1]}; use keypoint_format=None for this model.")
         device = heatmaps.device
         if outputs_flipped is not None and outputs_on_flipped_input is not None:
             raise ValueError("pass either outputs_flipped (already flipped back) or outputs_on_flipped_input "
@@ -707,7 +808,10 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
                                    dtype=torch.float64, device=keypoints.device)[image_index.to(keypoints.device)]
             keypoints = keypoints * factors[:, None, :]
             boxes_xyxy = (boxes_xyxy.double() * factors[:, [0, 1, 0, 1]]).float()
-        labels = torch.arange(heatmaps.shape[1], device=device)
+        if keypoint_format is not None:
+            # before the threshold: a mean needs both of its sources
+            keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format)
+        labels = torch.arange(keypoints.shape[1], device=device)
         for row, image in enumerate(image_index.tolist()):
             person = {"keypoints": keypoints[row], "scores": scores[row], "labels": labels, "bbox": boxes_xyxy[row]}
             if threshold is not None:
@@ -856,6 +960,82 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
         return [{"pointmap": m, "depth": m[2], "scale": None if scales is None else scales[i, 0]}
                 for i, m in enumerate(maps)]
 
+    def post_process_depth_estimation(
+        self, outputs, target_sizes: Any = None, focal_length: Any = None
+    ) -> list[dict[str, torch.Tensor]]:
+        r"""
+        Pointmap model output -> metric depth, in the format of transformers' `post_process_depth_estimation` (what
+        its `pipeline("depth-estimation")` calls, with each image's original size as `target_sizes`).
+
+        The depth is the Z channel of `post_process_pointmap_estimation`'s metric pointmap, in metres: the canonical
+        pointmap divided by the scale, letterbox padding removed, smoothed and resized exactly as there, so it equals
+        the `sapiens2-pointmap` pipeline's `depth`.
+
+        Args:
+            outputs: a pointmap model's output: `pointmaps` (`(batch_size, 3, height, width)`, canonical camera) and
+                `scales` (`(batch_size, 1)`, `768 / f_x` with `f_x` the focal length in model-input pixels).
+            target_sizes: per image the original `(height, width)`: the letterbox padding is removed and the depth
+                resized to it. `None` keeps the model's output grid, padding included.
+            focal_length (`float`, or one per image, *optional*): the camera's horizontal focal length in pixels of
+                the image `target_sizes` describes (of the model input when `target_sizes` is `None`). It replaces
+                the predicted scale by the camera's, `768 / (focal_length * w_resized / w_original)` (the letterbox
+                resize factor), so the depth is metric for that camera.
+
+        Returns:
+            Per image `{"predicted_depth": (height, width) float32 metres, "focal_length": () float32}`: the focal
+            length used, in pixels of the same image as `focal_length`: the given one, or the one the predicted
+            scale implies (`None` for a model without a scale branch; the depth is then the canonical camera's).
+
+        Raises:
+            ValueError: for outputs without `pointmaps` (a normal map is no depth: run normal models with
+                `pipeline("sapiens2-normal")`), a wrong number of sizes or focal lengths, or a focal length that is
+                not a positive finite number.
+        """
+        from types import SimpleNamespace
+
+        pointmaps = getattr(outputs, "pointmaps", None)
+        if pointmaps is None:
+            raise ValueError(
+                f"post_process_depth_estimation needs a pointmap model's output (`pointmaps`, `scales`), got a "
+                f"{type(outputs).__name__} without `pointmaps` (this processor's task is {self.task!r}). Depth comes "
+                "from Sapiens2 pointmap models; a normal map is no depth: run normal models with "
+                "pipeline('sapiens2-normal')."
+            )
+        pointmaps = pointmaps.float()
+        scales = getattr(outputs, "scales", None)
+        scales = None if scales is None else scales.float()
+        count = pointmaps.shape[0]
+        sizes = _sizes_list(target_sizes, count, "target_sizes")
+        # model-input pixels per target pixel along x: the letterbox resize (the scale's f_x is in model-input pixels)
+        factors = [1.0] * count if sizes is None else [
+            letterbox_geometry(size, self.input_size)[0][1] / size[1] for size in sizes]
+        focals = None
+        if focal_length is not None:
+            values = focal_length.tolist() if isinstance(focal_length, (torch.Tensor, np.ndarray)) else focal_length
+            values = [values] * count if isinstance(values, (int, float)) else list(values)
+            if len(values) != count:
+                raise ValueError(f"focal_length has {len(values)} entries for {count} images; pass one number, or one "
+                                 "per image.")
+            for value in values:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
+                        or value <= 0:
+                    raise ValueError(f"focal_length {value!r} is not a positive finite number of pixels.")
+            focals = [float(value) for value in values]
+            scales = torch.tensor([[CANONICAL_FOCAL_LENGTH / (f * r)] for f, r in zip(focals, factors)],
+                                  dtype=torch.float32, device=pointmaps.device)
+        results = self.post_process_pointmap_estimation(SimpleNamespace(pointmaps=pointmaps, scales=scales),
+                                                        source_sizes=sizes)
+        depths = []
+        for i, result in enumerate(results):
+            if focals is not None:
+                focal = torch.tensor(focals[i], dtype=torch.float32)
+            elif scales is not None:
+                focal = CANONICAL_FOCAL_LENGTH / (scales[i, 0] * factors[i])
+            else:
+                focal = None
+            depths.append({"predicted_depth": result["depth"], "focal_length": focal})
+        return depths
+
     def post_process_albedo_estimation(
         self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
         paddings: Any = None,
@@ -878,6 +1058,79 @@ class Sapiens2HFImageProcessor(Sapiens2ImageProcessor):
         source_sizes, final_sizes, remove = self._dense_sizes(albedos, source_sizes, target_sizes, do_remove_padding)
         pads = self._paddings(albedos, source_sizes, paddings, remove)
         return [{"albedo": a} for a in self._finish_maps(albedos, pads, final_sizes, resize_maps_bilinear)]
+
+
+    def post_process_image_matting(
+        self, outputs, target_sizes: Any = None, backgrounds: Any = None, source_sizes: Any = None,
+        paddings: Any = None, do_remove_padding: bool | None = None,
+    ) -> list[dict[str, torch.Tensor]]:
+        r"""
+        Matting output -> alpha matte and pre-multiplied foreground at the original size (transformers'
+        `post_process_image_matting` arguments and keys, with `alpha` as a `(height, width)` map).
+
+        The matting task stretches the whole image to the input size (the official test pipeline: no letterbox), so
+        the inverse is a bilinear resize (`align_corners=False`) to the original size; a letterboxed input (a
+        processor whose task pads, or `paddings` from `preprocess`) has its padding removed first. Values are
+        clamped to `[0, 1]` after the resize.
+
+        Args:
+            outputs: model output with `alphas` (`(batch_size, 1, height, width)`) and `foregrounds`
+                (`(batch_size, 3, height, width)`, pre-multiplied RGB), or a `(batch_size, 4, height, width)` tensor
+                (foreground channels first, as the head predicts them).
+            target_sizes: per image the final `(height, width)` (normally the original size); `None` keeps the
+                model's resolution (or `source_sizes`).
+            backgrounds (*optional*): one image for all, or one per image (PIL, `(height, width, 3)` uint8 RGB
+                array, path): each result gains `composite`, `foreground + (1 - alpha) * background`, as a
+                `(3, height, width)` uint8 tensor (the background is resized bilinearly to the result's size).
+            source_sizes: per image the original `(height, width)`; the default final size, and what the letterbox
+                padding is recomputed from when padding is removed.
+            paddings: optional `(left, right, top, bottom)` per image from `preprocess` (letterboxed inputs only).
+            do_remove_padding: remove letterbox padding; default: when this processor's task letterboxes and sizes
+                or paddings are given.
+
+        Returns:
+            Per image `{"alpha": (height, width) float32 in [0, 1], "foreground": (3, height, width) float32
+            pre-multiplied RGB in [0, 1], "composite": (3, height, width) uint8 or None}`.
+        """
+        alphas = getattr(outputs, "alphas", None)
+        if alphas is None and isinstance(outputs, torch.Tensor) and outputs.ndim == 4 and outputs.shape[1] == 4:
+            maps = outputs
+        elif alphas is not None:
+            foregrounds = getattr(outputs, "foregrounds", None)
+            if foregrounds is None:
+                raise ValueError("post_process_image_matting needs `foregrounds` beside `alphas` (a Sapiens2 matting "
+                                 "model's output).")
+            maps = torch.cat([foregrounds, alphas], dim=1)
+        else:
+            raise ValueError(f"post_process_image_matting needs a matting model's output (`alphas`, `foregrounds`), "
+                             f"got a {type(outputs).__name__}.")
+        maps = maps.float()
+        count = maps.shape[0]
+        source_list = _sizes_list(source_sizes, count, "source_sizes")
+        target_list = _sizes_list(target_sizes, count, "target_sizes")
+        final_sizes = target_list if target_list is not None else source_list
+        if do_remove_padding is None:
+            do_remove_padding = paddings is not None or (self.task in LETTERBOX_TASKS and source_list is not None)
+        pads = self._paddings(maps, source_list, paddings, do_remove_padding)
+        results = self._finish_maps(maps, pads, final_sizes, resize_maps_bilinear)
+        background_list = None
+        if backgrounds is not None:
+            background_list = backgrounds if isinstance(backgrounds, (list, tuple)) else [backgrounds]
+            if len(background_list) not in (1, count):
+                raise ValueError(f"{len(background_list)} backgrounds for {count} images; pass one, or one per image.")
+        out = []
+        for index, item in enumerate(results):
+            item = item.clamp(0.0, 1.0)
+            foreground, alpha = item[:3], item[3]
+            composite = None
+            if background_list is not None:
+                background = background_list[0 if len(background_list) == 1 else index]
+                rgb = torch.from_numpy(load_image_rgb(background)).to(item.device).permute(2, 0, 1).float() / 255.0
+                rgb = resize_maps_bilinear(rgb[None], tuple(alpha.shape))[0]
+                blended = (foreground + (1.0 - alpha) * rgb).clamp(0.0, 1.0)
+                composite = (blended * 255.0).round().to(torch.uint8)
+            out.append({"alpha": alpha, "foreground": foreground, "composite": composite})
+        return out
 
 
 def image_processor_for_task(task: str | None, **kwargs) -> Sapiens2HFImageProcessor:

@@ -2,8 +2,8 @@
 """Pure pre- and post-processing functions for Sapiens2 (layer 0, Hub-shippable).
 
 Every function here reproduces one step of the official Sapiens2 inference code
-(facebookresearch/sapiens2 @ 3098c14) numerically. The facts come from the project spec (section 4) and the
-official fixtures; the code is written from those descriptions.
+(facebookresearch/sapiens2 @ 3098c14) numerically. The facts come from the official pre/post-processing code's behaviour and
+the official fixtures (tests/fixtures/official); the code is written from those descriptions.
 
 Geometry (pre-processing) works on ``uint8`` RGB images, channels-last ``(height, width, 3)``, because the official
 code warps and resizes ``uint8`` images with OpenCV and rounds to ``uint8`` before normalising. OpenCV is used when it
@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - exercised by forcing backend="torch"
     cv2 = None
 
 
-#: Official normalisation constants, RGB, on the 0-255 scale (spec 4.1).
+#: Official normalisation constants, RGB, on the 0-255 scale (the official data preprocessor).
 OFFICIAL_MEAN_255 = (123.675, 116.28, 103.53)
 OFFICIAL_STD_255 = (58.395, 57.12, 57.375)
 
@@ -67,7 +67,7 @@ def resolve_backend(backend: str | None) -> str:
 def boxes_to_center_scale(
     boxes_xyxy: np.ndarray, input_size: tuple[int, int], padding: float = 1.25
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Box -> (centre, padded and aspect-fixed size), exactly as the official test pipeline (spec 4.3).
+    """Box -> (centre, padded and aspect-fixed size), exactly as the official top-down test pipeline.
 
     The official code works in float32 numpy; so does this function, so that the centre and size are bit-identical.
 
@@ -462,6 +462,121 @@ def normalize_uint8(
     mean = torch.tensor(mean_255, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
     std = torch.tensor(std_255, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
     return ((x - mean) / std).contiguous()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pose: training targets (UDP Gaussian heatmaps)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def crop_windows_torch(
+    boxes_xywh: torch.Tensor, input_size: tuple[int, int], padding: float = 1.25
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """COCO boxes -> crop windows `(center, size)` in torch float32, the arithmetic of transformers' Sapiens2 targets.
+
+    The window is the box padded by `padding` and widened (or heightened) to the input aspect `width / height`.
+    `boxes_to_center_scale` computes the same window the official way (float32 numpy from xyxy corners); the two
+    can differ in the last float32 bit, and training targets follow transformers' heatmap targets, so this is kept
+    separate.
+
+    Args:
+        boxes_xywh (`torch.Tensor` of shape `(num_boxes, 4)`, float32): `[x_min, y_min, width, height]`, pixels.
+        input_size (`tuple[int, int]`): crop `(height, width)`.
+        padding (`float`, defaults to 1.25): multiplicative context padding.
+
+    Returns:
+        `(center, size)`: two float32 tensors of shape `(num_boxes, 2)`, `(x, y)` and `(width, height)`, pixels.
+    """
+    x_min, y_min, width, height = boxes_xywh.unbind(-1)
+    center = torch.stack([x_min + 0.5 * width, y_min + 0.5 * height], dim=-1)
+    padded_w, padded_h = width * padding, height * padding
+    aspect = input_size[1] / input_size[0]
+    wider = (padded_w > padded_h * aspect).unsqueeze(-1)
+    size = torch.where(wider, torch.stack([padded_w, padded_w / aspect], dim=-1),
+                       torch.stack([padded_h * aspect, padded_h], dim=-1))
+    return center, size
+
+
+def _person_heatmaps(
+    keypoints: torch.Tensor, center: torch.Tensor, size: torch.Tensor, grid_x: torch.Tensor, grid_y: torch.Tensor,
+    sigma: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Heatmaps `(num_keypoints, height, width)` and weights `(num_keypoints,)` of one person's `(x, y[, v])` rows."""
+    height, width = grid_x.shape
+    # UDP: the crop window's edges map to the first and last heatmap pixel centres (size - 1 steps, not size)
+    last_pixel = torch.tensor([width - 1, height - 1], dtype=torch.float32, device=grid_x.device)
+    position = ((keypoints[:, :2] - center) / size + 0.5) * last_pixel
+    px, py = position[:, 0, None, None], position[:, 1, None, None]
+    heatmaps = torch.exp(-((grid_x - px) ** 2 + (grid_y - py) ** 2) / (2 * sigma**2))
+    visible = (keypoints[:, 2] > 0).float() if keypoints.shape[1] > 2 else torch.ones_like(keypoints[:, 0])
+    # The Gaussian is cut to a (2 * 3 sigma + 1)-pixel square around the rounded centre (truncated towards zero, as
+    # the official integer cast does); a keypoint whose square misses the map entirely gets weight 0.
+    reach = int(sigma * 3)
+    rounded = (position + 0.5).to(torch.int64)
+    left, top = rounded[:, 0] - reach, rounded[:, 1] - reach
+    right, bottom = rounded[:, 0] + reach + 1, rounded[:, 1] + reach + 1
+    outside = (left >= width) | (top >= height) | (right < 0) | (bottom < 0)
+    weights = visible * (~outside).float()
+    square = ((grid_x >= left[:, None, None]) & (grid_x < right[:, None, None])
+              & (grid_y >= top[:, None, None]) & (grid_y < bottom[:, None, None]))
+    return heatmaps * weights[:, None, None] * square.float(), weights
+
+
+def udp_gaussian_heatmaps(
+    boxes_xywh: Sequence[Sequence[Sequence[float]]],
+    keypoints: Sequence[Sequence[Sequence[Sequence[float]]]],
+    input_size: tuple[int, int],
+    downscale_factor: int = 4,
+    sigma: float = 6.0,
+    padding: float = 1.25,
+    device: torch.device | str | None = None,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Pose training targets: one UDP Gaussian heatmap per keypoint, per person, in float32.
+
+    Numerically the targets of transformers' Sapiens2 image processor (its keypoint labels), so that a model
+    fine-tuned here sees the labels it would see there: keypoints are mapped into the padded, aspect-fixed crop
+    window of their box (`crop_windows_torch`), then onto the heatmap grid with UDP (window edges on the first and
+    last pixel centres), and each gets `exp(-d^2 / (2 sigma^2))` cut to a 3-sigma square.
+
+    Args:
+        boxes_xywh: per image, the people's boxes `[x_min, y_min, width, height]` (COCO), image pixels.
+        keypoints: per image, per person (in box order), the rows `[x, y, visibility]` (or `[x, y]`, all visible) in
+            image pixels; visibility `<= 0` gives weight 0.
+        input_size (`tuple[int, int]`): crop `(height, width)`; the heatmaps are `input_size // downscale_factor`.
+        downscale_factor (`int`, defaults to 4): model input size / heatmap size.
+        sigma (`float`, defaults to 6.0): Gaussian standard deviation, heatmap pixels.
+        padding (`float`, defaults to 1.25): box context padding (the processor's `bbox_padding`).
+        device: where to build the tensors.
+
+    Returns:
+        `(heatmaps, weights)`: two lists with one entry per person, images concatenated in order: float32
+        `(num_keypoints, height, width)` heatmaps and `(num_keypoints,)` weights (1 visible and on the map, else 0).
+    """
+    if len(boxes_xywh) != len(keypoints):
+        raise ValueError(f"{len(boxes_xywh)} images of boxes but {len(keypoints)} of keypoints; pass one list of "
+                         "people's keypoints per image.")
+    height, width = input_size[0] // downscale_factor, input_size[1] // downscale_factor
+    grid_y, grid_x = torch.meshgrid(torch.arange(height, dtype=torch.float32, device=device),
+                                    torch.arange(width, dtype=torch.float32, device=device), indexing="ij")
+    all_heatmaps, all_weights = [], []
+    for image, (image_boxes, image_keypoints) in enumerate(zip(boxes_xywh, keypoints)):
+        if len(image_boxes) != len(image_keypoints):
+            raise ValueError(f"image {image} has {len(image_boxes)} boxes but keypoints for {len(image_keypoints)} "
+                             "people; pass one keypoint list per box, in box order.")
+        if len(image_boxes) == 0:
+            continue
+        boxes = torch.as_tensor(image_boxes, dtype=torch.float32, device=device).reshape(-1, 4)
+        centers, sizes = crop_windows_torch(boxes, input_size, padding)
+        for person, rows in enumerate(image_keypoints):
+            if len(rows) == 0:
+                all_heatmaps.append(torch.zeros((0, height, width), dtype=torch.float32, device=device))
+                all_weights.append(torch.zeros((0,), dtype=torch.float32, device=device))
+                continue
+            rows = torch.as_tensor(rows, dtype=torch.float32, device=device)
+            heatmaps, weights = _person_heatmaps(rows, centers[person], sizes[person], grid_x, grid_y, sigma)
+            all_heatmaps.append(heatmaps)
+            all_weights.append(weights)
+    return all_heatmaps, all_weights
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
 """Argument dataclasses of `training_scripts/finetune.py` (parsed with `transformers.HfArgumentParser` together
-with `transformers.TrainingArguments`)."""
+with `transformers.TrainingArguments`, as in transformers' example scripts: `--dataset_name`, the column names,
+`--train_val_split`, `--max_train_samples`, ... follow `run_semantic_segmentation.py` and its siblings)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..modeling.sapiens2_tasks import TASK_NAMES
 
 
 @dataclass
 class ModelArguments:
     """Which model to fine-tune and how."""
 
-    task: str = field(metadata={"help": "pose, seg, normal, pointmap or albedo."})
+    task: str = field(metadata={"help": "The task to train.", "choices": list(TASK_NAMES)})
     model_name_or_path: str | None = field(
         default=None,
         metadata={"help": "A task checkpoint to continue from: HF folder, official `.safetensors` file or Hub id."},
@@ -49,6 +52,12 @@ class ModelArguments:
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     lora_include_mlp: bool = field(default=False, metadata={"help": "Also adapt the SwiGLU MLP projections."})
     pose_flip_test: bool = field(default=True, metadata={"help": "Flip-test averaging in pose evaluation."})
+    remote_code: bool = field(
+        default=True,
+        metadata={"help": "Ship the sapiens2_hf modeling, processing and pipeline files with the saved model (an "
+                          "`auto_map`), so that it also loads with `trust_remote_code=True` where sapiens2_hf is not "
+                          "installed (as `sapiens2_hf.hub.save_for_hub` does)."},
+    )
 
 
 @dataclass
@@ -57,8 +66,80 @@ class DataArguments:
 
     dataset: str = field(
         default="synthetic",
-        metadata={"help": "`synthetic` (procedural humans, no download), `coco` (pose: COCO keypoint JSON) or "
-                          "`folder` (seg label PNGs / normal, pointmap, albedo arrays; see sapiens2_hf.data.dense)."},
+        metadata={"help": "`synthetic` (procedural humans, no download; read through `datasets` like --dataset_name "
+                          "synthetic), `coco` (pose: COCO keypoint JSON) or `folder` (seg label PNGs / normal, "
+                          "pointmap, albedo arrays; see sapiens2_hf.data.dense). With --dataset_name leave it at its "
+                          "default."},
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "A `datasets` source: a Hub dataset id, a local folder (a `save_to_disk` folder is detected "
+                          "and read with `load_from_disk`; any other folder with `load_dataset`), `imagefolder` (with "
+                          "--train_dir / --validation_dir / --test_dir), or `synthetic`. Row schema per task: "
+                          "sapiens2_hf.data.hf_datasets."},
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "The configuration name of the dataset (`load_dataset(name, config)`)."}
+    )
+    train_dir: str | None = field(default=None, metadata={"help": "imagefolder: the training folder."})
+    validation_dir: str | None = field(default=None, metadata={"help": "imagefolder: the validation folder."})
+    test_dir: str | None = field(default=None, metadata={"help": "imagefolder: the test folder (--do_predict)."})
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where `datasets` caches downloads and prepared (or rendered) data."}
+    )
+    train_split_name: str = field(default="train", metadata={"help": "The training split of --dataset_name."})
+    eval_split_name: str = field(default="validation", metadata={"help": "The evaluation split of --dataset_name."})
+    test_split_name: str = field(default="test", metadata={"help": "The split --do_predict runs on."})
+    train_val_split: float | None = field(
+        default=0.15,
+        metadata={"help": "Fraction of the training rows split off (seeded with --seed) for evaluation when the "
+                          "dataset has no evaluation split and evaluation is asked for; 0 or None: never."},
+    )
+    max_train_samples: int | None = field(
+        default=None,
+        metadata={"help": "Train on at most this many examples (a seeded random subset; pose: person crops)."},
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate on at most this many examples (a seeded random subset)."}
+    )
+    max_predict_samples: int | None = field(
+        default=None, metadata={"help": "Predict on at most this many test examples (a seeded random subset)."}
+    )
+    image_column_name: str | None = field(
+        default=None, metadata={"help": "The image column (default: the first of image, pixel_values, img)."}
+    )
+    label_column_name: str | None = field(
+        default=None,
+        metadata={"help": "The dense target column: seg class ids (default label, segmentation, annotation), normals "
+                          "(normal, normals), pointmap depth or XYZ (depth, pointmap), albedo (albedo), matting alpha "
+                          "(alpha, matte); then label."},
+    )
+    mask_column_name: str | None = field(
+        default=None,
+        metadata={"help": "Optional valid-pixel mask column of normal / pointmap / albedo / matting (default mask)."},
+    )
+    intrinsics_column_name: str | None = field(
+        default=None,
+        metadata={"help": "Pointmap: the (3, 3) pixel intrinsics column (default intrinsics, camera_intrinsics, K)."},
+    )
+    keypoints_column_name: str | None = field(
+        default=None,
+        metadata={"help": "Pose: per person COCO flat [x, y, v, ...] or (K, 3) / (K, 2) keypoints (default "
+                          "keypoints)."},
+    )
+    bboxes_column_name: str | None = field(
+        default=None,
+        metadata={"help": "Pose: per person box, COCO [x, y, width, height] (default bboxes, bbox, boxes)."},
+    )
+    keypoint_visibility_column_name: str | None = field(
+        default=None,
+        metadata={"help": "Pose: per person (K,) visibility for (K, 2) keypoints (default keypoint_visibility; "
+                          "without it every point counts as visible)."},
+    )
+    bbox_format: str | None = field(
+        default=None,
+        metadata={"help": "Pose boxes of --dataset_name: xywh (COCO) or xyxy (corners); default xywh, xyxy for the "
+                          "synthetic schema.", "choices": ["xywh", "xyxy"]},
     )
     train_images: str | None = field(default=None, metadata={"help": "Training image folder."})
     train_targets: str | None = field(
@@ -68,11 +149,15 @@ class DataArguments:
     eval_images: str | None = field(default=None, metadata={"help": "Evaluation image folder."})
     eval_targets: str | None = field(default=None, metadata={"help": "Evaluation annotation JSON / target folder."})
     eval_masks: str | None = field(default=None, metadata={"help": "Optional evaluation mask folder."})
+    test_images: str | None = field(default=None, metadata={"help": "Test image folder (--do_predict)."})
+    test_targets: str | None = field(default=None, metadata={"help": "Test annotation JSON / target folder."})
+    test_masks: str | None = field(default=None, metadata={"help": "Optional test mask folder."})
     keypoint_layout: str = field(
         default="auto", metadata={"help": "COCO keypoint layout: auto, sapiens308, sapiens344 or coco_wholebody."}
     )
     synthetic_train_samples: int = field(default=64, metadata={"help": "Synthetic training set size."})
     synthetic_eval_samples: int = field(default=16, metadata={"help": "Synthetic evaluation set size."})
+    synthetic_test_samples: int = field(default=16, metadata={"help": "Synthetic test set size (--do_predict)."})
     synthetic_image_size: int = field(
         default=256, metadata={"help": "Longer side of the rendered synthetic images (pixels)."}
     )

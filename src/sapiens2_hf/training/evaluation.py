@@ -11,17 +11,9 @@ from __future__ import annotations
 import torch
 
 from ..data.label_tables import KEYPOINT_FLIP_INDICES
-from ..metrics import (
-    AlbedoMetric,
-    KeypointOksAP,
-    KeypointPCK,
-    NormalMetric,
-    PointmapMetric,
-    PoseHeatmapAccuracy,
-    SegmentationMetric,
-)
+from ..modeling.sapiens2_tasks import task_spec
 from ..processing.sapiens2_processing_ops import crop_to_image, decode_udp_heatmaps, flip_back_heatmaps
-from .tasks import check_task
+from .tasks import check_task, training_task
 
 
 def flip_test_heatmaps(model, pixel_values: torch.Tensor, heatmaps: torch.Tensor, flip_indices=KEYPOINT_FLIP_INDICES):
@@ -34,7 +26,7 @@ def flip_test_heatmaps(model, pixel_values: torch.Tensor, heatmaps: torch.Tensor
 class TaskEvaluator:
     """Streaming task metrics for the Trainer (see the module docstring).
 
-    Metrics per task:
+    Metrics per task (the accumulators are the training registry's `TRAINING_TASKS[task].metrics`):
     * pose: `acc_pose` (official training-log PCK@0.05 on heatmap arg-max), `pck_0_05` / `pck_0_1` / `pck_0_2`
       (DARK-UDP decoded keypoints in image pixels, normalised by the larger side of the ground-truth box) and the
       COCO OKS AP/AR family with the 308 sigmas (`oks_ap`, ...), one detection per ground-truth box as in the
@@ -43,6 +35,10 @@ class TaskEvaluator:
     * normal: angular errors (`mean_angular_error_deg`, ...);
     * pointmap: canonical distance and normal metrics;
     * albedo: `mae`, `rmse`, `psnr`, `ssim`, `grad_l1`.
+
+    Pose and seg have their own statistics below; every other task is a dense regression whose one metric takes the
+    task's prediction (its registry `output_field`), `labels` and `mask`, so a new task of that kind needs no change
+    here.
 
     Args:
         task (`str`): One of `pose`, `seg`, `normal`, `pointmap`, `albedo`.
@@ -59,13 +55,7 @@ class TaskEvaluator:
         self.reset()
 
     def reset(self) -> None:
-        self.metrics = {
-            "pose": lambda: {"acc_pose": PoseHeatmapAccuracy(), "pck": KeypointPCK(), "oks": KeypointOksAP()},
-            "seg": lambda: {"seg": SegmentationMetric()},
-            "normal": lambda: {"normal": NormalMetric()},
-            "pointmap": lambda: {"pointmap": PointmapMetric()},
-            "albedo": lambda: {"albedo": AlbedoMetric()},
-        }[self.task]()
+        self.metrics = {name: metric() for name, metric in training_task(self.task).metrics.items()}
 
     @torch.no_grad()
     def batch_statistics(self, outputs, batch: dict, heatmaps: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -103,12 +93,9 @@ class TaskEvaluator:
                 height, width = (int(v) for v in sizes[b])
                 rows.append(metric.statistics(logits[b : b + 1], labels[b : b + 1, :height, :width]))
             return {"seg": torch.cat(rows)}
-        if self.task == "normal":
-            return {"normal": self.metrics["normal"].statistics(outputs.normals.float(), batch["labels"], batch["mask"])}
-        if self.task == "pointmap":
-            pointmaps = outputs.pointmaps.float()
-            return {"pointmap": self.metrics["pointmap"].statistics(pointmaps, batch["labels"], batch["mask"])}
-        return {"albedo": self.metrics["albedo"].statistics(outputs.albedos.float(), batch["labels"], batch["mask"])}
+        prediction = getattr(outputs, task_spec(self.task).output_field).float()
+        labels, mask = batch["labels"], batch["mask"]
+        return {name: metric.statistics(prediction, labels, mask) for name, metric in self.metrics.items()}
 
     def accumulate(self, statistics: dict[str, torch.Tensor]) -> None:
         """Add (gathered) statistics from `batch_statistics`."""

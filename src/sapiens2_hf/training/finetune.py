@@ -5,35 +5,48 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import torch
+import torch.nn.functional as F
+from huggingface_hub import HfApi
+from PIL import Image
+from torch.utils.data import DataLoader
 from transformers import TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..data.datasets import Sapiens2TaskDataset
-from ..data.dense import (
-    AlbedoTransform,
-    NormalTransform,
-    PointmapTransform,
-    SegTransform,
-    read_dense_folder,
-    read_segmentation_folder,
+from ..data.dense import read_dense_folder, read_segmentation_folder
+from ..data.hf_datasets import (
+    SYNTHETIC,
+    load_dataset_dict,
+    resolve_columns,
+    subsample,
+    synthetic_dataset_dict,
+    take_validation_split,
+    task_records,
 )
-from ..data.pose import PoseTransform, read_coco_keypoints
+from ..data.pose import read_coco_keypoints
 from ..data.validation import describe_skipped, validate_records, write_skipped_samples
+from ..hub.sharing import ship_pipeline, enable_remote_code
 from ..modeling import HEAD_PRESETS, VARIANTS, Sapiens2Config, Sapiens2Model, model_class_for_task, tiny_config
 from ..processing import image_processor_for_task
+from ..utils.atomic_io import atomic_write_json
 from .arguments import DataArguments, ModelArguments
 from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
 from .run_setup import resolve_resume_checkpoint, seed_run
-from .tasks import check_task
+from .tasks import TRAINING_TASKS, check_task
 from .trainer import Sapiens2Trainer
 
 
 logger = logging.getLogger(__name__)
 
-TRANSFORMS = {"pose": PoseTransform, "seg": SegTransform, "normal": NormalTransform, "pointmap": PointmapTransform,
-              "albedo": AlbedoTransform}
+# Task -> data transform class, from the training registry.
+TRANSFORMS = {task: spec.transform for task, spec in TRAINING_TASKS.items()}
 
 
 # Models of no official size whose config holds only the native 1024x768 (an official-format file of a custom size
@@ -148,22 +161,65 @@ def _log_input_size(input_size: tuple[int, int], reason: str | None) -> None:
                    input_size[0], input_size[1], reason)
 
 
+# ------------------------------------------------------------------------------------------------------- stages
+@dataclass(frozen=True)
+class Stages:
+    """What a run does (`resolve_stages`). `eval_optional`: evaluation runs only when there is evaluation data (the
+    default run), instead of being an error without it."""
+
+    train: bool
+    eval: bool
+    predict: bool
+    eval_optional: bool = False
+
+
+def resolve_stages(training_args: TrainingArguments, default_stages: bool | None = None) -> Stages:
+    """The run's stages from transformers' `--do_train` / `--do_eval` / `--do_predict`.
+
+    With `default_stages` (`None`: when none of the three is set) the run trains, then evaluates when there is
+    evaluation data: what this script did before it honoured the flags, and what a run that names none of them
+    means. Otherwise the three are followed as given (transformers turns `do_eval` on by itself with an
+    `--eval_strategy` other than `no`), and a run with none of them is an error.
+    """
+    flags = (bool(training_args.do_train), bool(training_args.do_eval), bool(training_args.do_predict))
+    if default_stages is None:
+        default_stages = not any(flags)
+    if default_stages:
+        return Stages(train=True, eval=True, predict=False, eval_optional=True)
+    if not any(flags):
+        raise ValueError("Nothing to do: --do_train, --do_eval and --do_predict are all false; pass at least one.")
+    return Stages(*flags)
+
+
+# --------------------------------------------------------------------------------------------------------- data
+_SPLITS = ("train", "eval", "test")
+# Seed offsets of the synthetic evaluation and test renders (the training renders use the run's data seed).
+_SYNTHETIC_SEED_OFFSETS = {"train": 0, "eval": 1_000_003, "test": 2_000_006}
+
+
+def datasets_source(data_args: DataArguments) -> str | None:
+    """What the run reads through `datasets`: `--dataset_name`, `imagefolder` for `--train_dir` & co. without one (as
+    transformers' scripts), `synthetic` for `--dataset synthetic`; `None` for the on-disk readers of `--dataset coco`
+    / `folder`."""
+    name = data_args.dataset_name
+    if name is None and any(getattr(data_args, f"{split}_dir") for split in ("train", "validation", "test")):
+        name = "imagefolder"
+    if name is not None:
+        if data_args.dataset != SYNTHETIC:
+            raise ValueError(f"Pass either --dataset_name (or --train_dir) or --dataset {data_args.dataset}, not both.")
+        return name
+    if data_args.dataset not in (SYNTHETIC, "coco", "folder"):
+        raise ValueError(f"Unknown --dataset {data_args.dataset!r}; use synthetic, coco or folder (or --dataset_name).")
+    return SYNTHETIC if data_args.dataset == SYNTHETIC else None
+
+
 def build_records(data_args: DataArguments, task: str, split: str, seed: int) -> list[dict] | None:
-    """Records of one split (`train` or `eval`) in the schema of the task transform."""
+    """On-disk records of one split (`train`, `eval` or `test`) of `--dataset coco` / `folder`, in the schema of the
+    task transform; `None` when the split is not given."""
     images = getattr(data_args, f"{split}_images")
     targets = getattr(data_args, f"{split}_targets")
     masks = getattr(data_args, f"{split}_masks")
-    if data_args.dataset == "synthetic":
-        from ..data.synthetic_source import synthetic_records
-
-        count = data_args.synthetic_train_samples if split == "train" else data_args.synthetic_eval_samples
-        if count <= 0:
-            return None
-        return synthetic_records(task, count, seed=seed + (0 if split == "train" else 1_000_003),
-                                 image_size=data_args.synthetic_image_size)
     if targets is None:
-        if split == "train":
-            raise ValueError(f"--dataset {data_args.dataset} needs --train_targets (and --train_images).")
         return None
     if data_args.dataset == "coco":
         if task != "pose":
@@ -180,15 +236,94 @@ def build_records(data_args: DataArguments, task: str, split: str, seed: int) ->
     raise ValueError(f"Unknown --dataset {data_args.dataset!r}; use synthetic, coco or folder.")
 
 
-def build_dataset(records, task: str, transform, seed: int, strict: bool, split: str, synthetic: bool):
-    """`Sapiens2TaskDataset` of the records that pass the up-front checks (`sapiens2_hf.data.validation`), and the
-    skipped ones. Synthetic records are valid by construction (checking them would render them all)."""
-    skipped = []
-    if not synthetic:
-        records, skipped = validate_records(records, task, strict=strict, split=split)
-        if not records:
-            raise ValueError(f"No usable {split} record: {describe_skipped(skipped)}.")
-    return Sapiens2TaskDataset(records, transform, seed=seed), skipped
+def load_hf_splits(data_args: DataArguments, source: str, task: str, seed: int,
+                   wanted: Sequence[str]) -> tuple[dict, list[str]]:
+    """The `datasets.Dataset` of each wanted split (`train`, `eval`, `test`) that the source has, and the names of
+    all the source's splits.
+
+    The synthetic humans render `--synthetic_{train,eval,test}_samples` rows with their own seeds; any other source
+    is loaded with `load_dataset_dict` and its splits named by `--{train,eval,test}_split_name`, an evaluation split
+    being split off the training rows (`--train_val_split`) when the source has none.
+    """
+    if source == SYNTHETIC:
+        counts = {"train": data_args.synthetic_train_samples, "eval": data_args.synthetic_eval_samples,
+                  "test": data_args.synthetic_test_samples}
+        size = data_args.synthetic_image_size
+        rendered = synthetic_dataset_dict(
+            task, {split: (counts[split], seed + _SYNTHETIC_SEED_OFFSETS[split]) for split in wanted},
+            height=size, width=int(round(size * 3 / 4)), cache_dir=data_args.cache_dir)
+        return dict(rendered), list(rendered)
+    loaded = load_dataset_dict(source, data_args.dataset_config_name, train_dir=data_args.train_dir,
+                               validation_dir=data_args.validation_dir, test_dir=data_args.test_dir,
+                               cache_dir=data_args.cache_dir)
+    names = {"train": data_args.train_split_name, "eval": data_args.eval_split_name,
+             "test": data_args.test_split_name}
+    if "eval" in wanted:
+        loaded = take_validation_split(loaded, names["eval"], names["train"], data_args.train_val_split, seed)
+    return {split: loaded[names[split]] for split in wanted if names[split] in loaded}, list(loaded)
+
+
+def _missing_split_error(data_args: DataArguments, source: str | None, split: str,
+                         available: Sequence[str]) -> ValueError:
+    stage = {"train": "--do_train", "eval": "--do_eval", "test": "--do_predict"}[split]
+    what = {"train": "training", "eval": "evaluation", "test": "test"}[split]
+    if source is not None:
+        if source == SYNTHETIC:
+            return ValueError(f"{stage} needs {what} data: set --synthetic_{split}_samples above 0.")
+        flag = {"train": "--train_split_name", "eval": "--eval_split_name", "test": "--test_split_name"}[split]
+        hint = " (or --train_val_split to split one off the training rows)" if split == "eval" else ""
+        article = "an" if what == "evaluation" else "a"
+        return ValueError(f"{stage} needs {article} {what} split, but {source} has only the splits "
+                          f"{sorted(available)}: name one with {flag}{hint}.")
+    return ValueError(f"{stage} needs {what} data: pass --{split}_targets (and --{split}_images).")
+
+
+def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[int, int], seed: int,
+                        stages: Stages) -> tuple[dict[str, Sapiens2TaskDataset], list | None]:
+    """The `Sapiens2TaskDataset` of each split the run's stages need, and the skipped records (`None` for the
+    synthetic humans, valid by construction).
+
+    Every source ends in the same records and the same task transform (`TRAINING_TASKS[task].transform`; train split
+    augmented unless `--augment false`, the others not), so a sample read through `datasets` and one read from the
+    documented files give identical tensors. `--max_{train,eval,predict}_samples` keep a seeded random subset.
+    """
+    wanted = [split for split, on in zip(_SPLITS, (stages.train, stages.eval, stages.predict)) if on]
+    source = datasets_source(data_args)
+    hf = source is not None
+    splits, available = load_hf_splits(data_args, source, task, seed, wanted) if hf else ({}, [])
+    limits = {"train": data_args.max_train_samples, "eval": data_args.max_eval_samples,
+              "test": data_args.max_predict_samples}
+    transform = TRANSFORMS[task]
+    built, skipped = {}, []
+    for split in wanted:
+        if hf:
+            if split not in splits:
+                if split == "eval" and stages.eval_optional:
+                    continue
+                raise _missing_split_error(data_args, source, split, available)
+            rows = splits[split]
+            columns = resolve_columns(
+                task, rows.column_names, image=data_args.image_column_name, label=data_args.label_column_name,
+                mask=data_args.mask_column_name, intrinsics=data_args.intrinsics_column_name,
+                keypoints=data_args.keypoints_column_name, bboxes=data_args.bboxes_column_name,
+                keypoint_visibility=data_args.keypoint_visibility_column_name, bbox_format=data_args.bbox_format)
+            records, bad = task_records(rows, task, columns, keypoint_layout=data_args.keypoint_layout,
+                                        strict=data_args.strict, split=split)
+        else:
+            records = build_records(data_args, task, split, seed)
+            if records is None:
+                if split == "eval" and stages.eval_optional:
+                    continue
+                raise _missing_split_error(data_args, source, split, ())
+            records, bad = validate_records(records, task, strict=data_args.strict, split=split)
+        skipped += bad
+        if not len(records):
+            detail = describe_skipped(bad) if bad else "the source is empty"
+            raise ValueError(f"No usable {split} record: {detail}.")
+        records = subsample(records, limits[split], seed)
+        augment = split == "train" and data_args.augment
+        built[split] = Sapiens2TaskDataset(records, transform(input_size, train=augment), seed=seed)
+    return built, None if source == SYNTHETIC else skipped
 
 
 def lora_base_name_or_path(model_args: ModelArguments, output_dir: Path) -> str:
@@ -201,15 +336,27 @@ def lora_base_name_or_path(model_args: ModelArguments, output_dir: Path) -> str:
     return os.path.abspath(source) if os.path.exists(source) else source
 
 
-def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments):
-    """Build the model, data, LoRA / freezing and the `Sapiens2Trainer`, train, evaluate and save.
+# ------------------------------------------------------------------------------------------------------ the run
+def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments,
+                 default_stages: bool | None = None):
+    """Build the model, data, LoRA / freezing and the `Sapiens2Trainer`; train, evaluate and predict as
+    `--do_train` / `--do_eval` / `--do_predict` say (`resolve_stages`; none of them: train, then evaluate when there
+    is evaluation data); save the final model into `output_dir` and push it with `--push_to_hub`.
+
+    `output_dir` ends as a model repository (`finalize_output_dir`): weights, config, image processor and model card
+    (a LoRA run: the adapter folder), beside transformers' run files (`*_results.json`, `trainer_state.json`,
+    `checkpoint-*`); `pipeline(..., model=output_dir)` loads it. Nothing is saved by a run that does not train or
+    push (as transformers' example scripts).
 
     Returns:
-        `tuple[Sapiens2Trainer, dict]`: the trainer and the final evaluation metrics (empty without eval data).
+        `tuple[Sapiens2Trainer, dict]`: the trainer and the final metrics: `eval_*` (evaluation) and `predict_*`
+        (`--do_predict`), empty when neither ran.
     """
     task = check_task(model_args.task)
+    stages = resolve_stages(training_args, default_stages)
     seed_run(training_args)
-    resume_from = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    resume_from = (resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+                   if stages.train else None)
     # Bounded-memory evaluation accumulates per-batch statistics; every batch key is needed.
     training_args.batch_eval_metrics = True
     training_args.remove_unused_columns = False
@@ -219,9 +366,16 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     layer_decay = model_args.layer_decay_rate
     if layer_decay is None:
         layer_decay = OFFICIAL_LAYER_DECAY.get(getattr(config, "variant", None) or "")
-    if model_args.freeze_backbone or model_args.freeze_backbone_layers is not None:
+    use_lora = model_args.use_lora and stages.train
+    if model_args.use_lora and not stages.train:
+        logger.warning("--use_lora only applies to training; this run evaluates / predicts with the model as loaded.")
+    if stages.train and (model_args.freeze_backbone or model_args.freeze_backbone_layers is not None):
         freeze_backbone(model, None if model_args.freeze_backbone else model_args.freeze_backbone_layers)
-    if model_args.use_lora:
+    processor = image_processor_for_task(task, size={"height": input_size[0], "width": input_size[1]})
+    if model_args.remote_code and not use_lora:
+        # Before any save, so that checkpoints and the final folder carry the modeling files and the auto_map.
+        enable_remote_code(model, processor)
+    if use_lora:
         if model_args.preset is not None and training_args.should_save:
             model.save_pretrained(output_dir / "base_model")  # the random base the adapter is trained on
         model = apply_lora(model, task, rank=model_args.lora_rank, alpha=model_args.lora_alpha,
@@ -230,38 +384,31 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     logger.info("Trainable parameters: %d of %d (%.2f %%)", trainable, total, 100 * trainable / total)
 
     seed = training_args.seed + data_args.data_seed_offset
-    transform = TRANSFORMS[task]
-    synthetic = data_args.dataset == "synthetic"
-    train_records = build_records(data_args, task, "train", seed)
-    eval_records = build_records(data_args, task, "eval", seed)
-    train_dataset, skipped = build_dataset(train_records, task, transform(input_size, train=data_args.augment), seed,
-                                           data_args.strict, "train", synthetic)
-    eval_dataset = None
-    if eval_records:
-        eval_dataset, eval_skipped = build_dataset(eval_records, task, transform(input_size, train=False), seed,
-                                                   data_args.strict, "eval", synthetic)
-        skipped += eval_skipped
-    if not synthetic and training_args.should_save:
+    # The main process first downloads, prepares or renders into the `datasets` cache; the others then read it.
+    with training_args.main_process_first(desc="dataset loading"):
+        task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages)
+    if skipped is not None and training_args.should_save:
         path = write_skipped_samples(output_dir, skipped)
         if skipped:
             logger.warning("%s. The full list is in %s (pass --strict to stop at the first bad record instead).",
                            describe_skipped(skipped), path)
-    trainer = Sapiens2Trainer(model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
-                              task=task, layer_decay_rate=layer_decay, official_schedule=model_args.official_schedule,
+    trainer = Sapiens2Trainer(model=model, args=training_args, train_dataset=task_datasets.get("train"),
+                              eval_dataset=task_datasets.get("eval"), processing_class=processor, task=task,
+                              layer_decay_rate=layer_decay, official_schedule=model_args.official_schedule,
                               pose_flip_test=model_args.pose_flip_test)
-    trainer.train(resume_from_checkpoint=resume_from)
-    metrics = trainer.evaluate() if eval_dataset is not None else {}
-    if trainer.is_world_process_zero():
-        processor = image_processor_for_task(task, size={"height": input_size[0], "width": input_size[1]})
-        if model_args.use_lora:
-            save_lora_adapter(trainer.model, output_dir / "adapter",
-                              base_model_name_or_path=lora_base_name_or_path(model_args, output_dir),
-                              image_processor=processor, eval_results=_card_metrics(metrics))
-        else:
-            trainer.save_model(str(output_dir / "model"))
-            processor.save_pretrained(output_dir / "model")
-        if metrics:
-            trainer.save_metrics("eval", metrics)
+    if stages.train:
+        result = trainer.train(resume_from_checkpoint=resume_from)
+        trainer.log_metrics("train", result.metrics)
+        trainer.save_metrics("train", result.metrics)
+        trainer.save_state()
+    metrics = {}
+    if "eval" in task_datasets:
+        metrics = trainer.evaluate()
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+    if "test" in task_datasets:
+        metrics.update(predict(trainer, task_datasets["test"], task, output_dir / "predictions"))
+    finalize_output_dir(trainer, model_args, data_args, task, processor, stages, use_lora, metrics)
     return trainer, metrics
 
 
@@ -270,3 +417,117 @@ def _card_metrics(metrics: dict) -> dict[str, float] | None:
     found = {k[len("eval_"):]: float(v) for k, v in metrics.items()
              if k.startswith("eval_") and k not in skip and isinstance(v, (int, float))}
     return found or None
+
+
+# ------------------------------------------------------------------------------------------------- predictions
+def predict(trainer: Sapiens2Trainer, dataset: Sapiens2TaskDataset, task: str, folder: Path) -> dict[str, float]:
+    """`--do_predict`: the test metrics (`trainer.predict`; written to `predict_results.json`) and the predictions,
+    written to `folder` by the main process:
+
+    * pose: `keypoints.json`, COCO keypoint results (`image_id`, `category_id` 1, `keypoints` as 308 flat
+      `[x, y, score]` in image pixels, `score` the mean keypoint score, `bbox` the person box it was cropped from,
+      `instance_id`), flip-tested like the evaluation;
+    * seg: `<index>.png`, class ids at the label's resolution (the evaluation's upsampling and arg-max);
+    * other tasks: `<index>.npz` with the model's output maps as `(height, width, channels)` float32 on the network
+      input grid (the evaluation transform's letterbox) and its other per-sample outputs (pointmap: `scales`).
+
+    `<index>` is the sample's position in the test split, zero-padded to 6 digits. Under FSDP the dense files are not
+    written (they need the whole model on one process).
+    """
+    output = trainer.predict(dataset, metric_key_prefix="predict")
+    trainer.log_metrics("predict", output.metrics)
+    trainer.save_metrics("predict", output.metrics)
+    if task != "pose" and trainer.is_fsdp_enabled:
+        logger.warning("--do_predict under FSDP writes the test metrics only, not the dense prediction files.")
+    elif trainer.is_world_process_zero():
+        folder.mkdir(parents=True, exist_ok=True)
+        if task == "pose":
+            _write_pose_predictions(output.predictions, folder / "keypoints.json")
+        else:
+            _write_dense_predictions(trainer, dataset, task, folder)
+    trainer.accelerator.wait_for_everyone()
+    return output.metrics
+
+
+def _write_pose_predictions(statistics: dict, path: Path) -> None:
+    keypoints, scores = statistics["pred_keypoints"], statistics["pred_scores"]
+    results = []
+    for index in range(len(keypoints)):
+        points = np.concatenate([keypoints[index], scores[index][:, None]], axis=1)
+        results.append({
+            "image_id": int(statistics["image_id"][index]), "category_id": 1,
+            "keypoints": [round(float(v), 3) for v in points.reshape(-1)],
+            "score": float(scores[index].mean()), "bbox": [float(v) for v in statistics["gt_bbox"][index]],
+            "instance_id": int(statistics["instance_id"][index]),
+        })
+    atomic_write_json(path, results)
+
+
+@torch.no_grad()
+def _write_dense_predictions(trainer: Sapiens2Trainer, dataset: Sapiens2TaskDataset, task: str, folder: Path) -> None:
+    model = trainer.model.eval()
+    loader = DataLoader(dataset, batch_size=trainer.args.per_device_eval_batch_size, collate_fn=trainer.data_collator,
+                        num_workers=trainer.args.dataloader_num_workers)
+    index = 0
+    for batch in loader:
+        with trainer.compute_loss_context_manager():
+            outputs = model(pixel_values=batch["pixel_values"].to(trainer.args.device))
+        for b in range(len(batch["pixel_values"])):
+            name = f"{index:06d}"
+            if task == "seg":
+                height, width = (int(v) for v in batch["label_size"][b])
+                logits = F.interpolate(outputs.logits[b : b + 1].float(), size=(height, width), mode="bilinear",
+                                       align_corners=False)
+                Image.fromarray(logits.argmax(dim=1)[0].to(torch.uint8).cpu().numpy()).save(folder / f"{name}.png")
+            else:
+                arrays = {}
+                for key, value in outputs.items():
+                    if isinstance(value, torch.Tensor) and value.shape[0] == len(batch["pixel_values"]):
+                        value = value[b].float().cpu()
+                        arrays[key] = (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
+                np.savez(folder / f"{name}.npz", **arrays)
+            index += 1
+
+
+# ------------------------------------------------------------------------------------------------- output_dir
+def finalize_output_dir(trainer: Sapiens2Trainer, model_args: ModelArguments, data_args: DataArguments, task: str,
+                        processor, stages: Stages, use_lora: bool, metrics: dict) -> None:
+    """Make `output_dir` the model repository of the run and push it with `--push_to_hub`.
+
+    Full models: `trainer.save_model` (weights, config and, with `--remote_code`, the modeling files and auto_map;
+    the image processor; FSDP-safe), the task pipeline as remote code (as `sapiens2_hf.hub.save_for_hub`), and the
+    sapiens2_hf model card with the evaluation metrics (`Sapiens2Trainer.create_model_card`). LoRA runs: the
+    self-describing adapter folder (`save_lora_adapter`). Runs that neither train nor push save nothing. The push
+    uploads `output_dir` in one commit (skipping `checkpoint-*` and `_*`, as transformers does), after any checkpoint
+    push still in flight.
+    """
+    output_dir = Path(trainer.args.output_dir)
+    push = trainer.args.push_to_hub
+    if use_lora:
+        if trainer.is_world_process_zero():
+            save_lora_adapter(trainer.model, output_dir,
+                              base_model_name_or_path=lora_base_name_or_path(model_args, output_dir),
+                              image_processor=processor, eval_results=_card_metrics(metrics))
+    elif stages.train or push:
+        # `_internal_call`: the push below uploads the complete folder once; save_model would push the bare weights.
+        trainer.save_model(str(output_dir), _internal_call=True)
+        if trainer.is_world_process_zero():
+            if model_args.remote_code:
+                ship_pipeline(output_dir, task)
+            dataset = data_args.dataset_name
+            trainer.create_model_card(dataset=dataset if dataset and _is_hub_dataset_id(dataset) else None)
+    else:
+        return
+    if push and trainer.is_world_process_zero():
+        in_flight = getattr(trainer, "push_in_progress", None)
+        if in_flight is not None and not in_flight.is_done():
+            in_flight.wait_until_done()
+        HfApi(token=trainer.args.hub_token).upload_folder(
+            repo_id=trainer.hub_model_id, folder_path=str(output_dir), commit_message="End of training",
+            revision=trainer.args.hub_revision,
+            ignore_patterns=["_*", f"{PREFIX_CHECKPOINT_DIR}-*"])
+    trainer.accelerator.wait_for_everyone()
+
+
+def _is_hub_dataset_id(name: str) -> bool:
+    return name.count("/") == 1 and not os.path.exists(name)

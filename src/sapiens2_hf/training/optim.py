@@ -1,5 +1,6 @@
 """Official optimiser and schedule rules: layer-wise learning-rate decay, the no-weight-decay set, and the
-warm-up + linear decay schedule (spec section 5.1)."""
+warm-up + linear decay schedule of the official fine-tuning configs (facebookresearch/sapiens2 `sapiens/pose/configs`,
+`sapiens/dense/configs`)."""
 
 from __future__ import annotations
 

@@ -1,67 +1,137 @@
-"""Per-task wiring between model outputs, batches and the official losses.
+"""The training task registry: per task, the official loss, the data transform, the evaluation metrics and how a model
+output and a collated batch feed the loss.
 
-Batch keys (from `sapiens2_hf.data` transforms + `Sapiens2DataCollator`):
+Keyed by the layer-0 task names (`sapiens2_hf.modeling.sapiens2_tasks.TASK_NAMES`; a test asserts the key sets are
+equal); the model-output field of a task's prediction comes from there too. Adding a task means one entry here, one in
+the layer-0 registry, and the task's own modules (see docs/ARCHITECTURE.md).
+
+Loss inputs, in call order (from `sapiens2_hf.data` transforms + `Sapiens2DataCollator`):
 
 | task | model output | batch targets |
 |---|---|---|
 | pose | `heatmaps` | `labels` `(B, K, h, w)`, `label_weights` `(B, K)` |
 | seg | `logits` | `labels` `(B, H, W)` int64 (255 = ignore) |
 | normal | `normals` | `labels` `(B, 3, H, W)`, `mask` `(B, 1, H, W)` |
-| pointmap | `pointmaps`, `scales` | `labels` `(B, 3, H, W)` canonical XYZ, `mask`, `target_scales` `(B, 1)`, |
-| | | `intrinsics` `(B, 3, 3)`, `target_mean_depth` `(B,)` |
+| pointmap | `pointmaps`, `scales` | `labels` `(B, 3, H, W)` canonical XYZ, `target_scales` `(B, 1)`, `mask`, |
+| | | `intrinsics` `(B, 3, 3)`, optional `target_mean_depth` `(B,)` |
 | albedo | `albedos` | `labels` `(B, 3, H, W)`, `mask` |
+| matting | `alphas`, `foregrounds` | `labels` `(B, 1, H, W)` alpha, `mask`, optional `foreground_labels` |
+| | | `(B, 3, H, W)` pre-multiplied |
 
 Only `pixel_values` reaches the model: the models never see targets, so transformers' stock pose loss can never run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from torch import nn
 
-from ..losses import AlbedoLoss, NormalLoss, PointmapLoss, PoseHeatmapLoss, SegmentationLoss
+from ..data.dense import AlbedoTransform, MattingTransform, NormalTransform, PointmapTransform, SegTransform
+from ..data.pose import PoseTransform
+from ..losses import AlbedoLoss, MattingLoss, NormalLoss, PointmapLoss, PoseHeatmapLoss, SegmentationLoss
+from ..metrics import (
+    AlbedoMetric,
+    KeypointOksAP,
+    KeypointPCK,
+    MattingMetric,
+    NormalMetric,
+    PointmapMetric,
+    PoseHeatmapAccuracy,
+    SegmentationMetric,
+)
+from ..modeling.sapiens2_tasks import TASK_NAMES, task_spec
 
 
-TASKS = ("pose", "seg", "normal", "pointmap", "albedo")
+@dataclass(frozen=True)
+class TrainingTaskSpec:
+    """What the training layer knows of one task (its layer-0 facts, e.g. the output field, are in `TASK_SPECS`).
 
-_LOSSES = {
-    "pose": PoseHeatmapLoss,
-    "seg": SegmentationLoss,
-    "normal": NormalLoss,
-    "pointmap": PointmapLoss,
-    "albedo": AlbedoLoss,
+    Attributes:
+        loss (`type[nn.Module]`): the official loss; `loss()` has the official term weights.
+        transform (`type`): the data transform; `transform(input_size, train=...)` turns records into samples.
+        metrics (`Mapping[str, type]`): the streaming metric accumulators of `TaskEvaluator`, by statistics name.
+        loss_batch_keys (`tuple[str, ...]`): batch keys the loss takes after the model outputs, in order.
+        loss_optional_batch_keys (`tuple[str, ...]`): batch keys passed next, as `None` when a batch lacks them.
+        loss_output_fields (`tuple[tuple[str, str], ...]`): extra model-output fields the loss takes right after the
+            task's prediction, each with what produces it (for the error when a model has none).
+    """
+
+    loss: type[nn.Module]
+    transform: type
+    metrics: Mapping[str, type]
+    loss_batch_keys: tuple[str, ...]
+    loss_optional_batch_keys: tuple[str, ...] = ()
+    loss_output_fields: tuple[tuple[str, str], ...] = ()
+
+
+TRAINING_TASKS: dict[str, TrainingTaskSpec] = {
+    "pose": TrainingTaskSpec(
+        loss=PoseHeatmapLoss, transform=PoseTransform,
+        metrics={"acc_pose": PoseHeatmapAccuracy, "pck": KeypointPCK, "oks": KeypointOksAP},
+        loss_batch_keys=("labels", "label_weights"),
+    ),
+    "seg": TrainingTaskSpec(
+        loss=SegmentationLoss, transform=SegTransform, metrics={"seg": SegmentationMetric},
+        loss_batch_keys=("labels",),
+    ),
+    "normal": TrainingTaskSpec(
+        loss=NormalLoss, transform=NormalTransform, metrics={"normal": NormalMetric},
+        loss_batch_keys=("labels", "mask"),
+    ),
+    "pointmap": TrainingTaskSpec(
+        loss=PointmapLoss, transform=PointmapTransform, metrics={"pointmap": PointmapMetric},
+        loss_batch_keys=("labels", "target_scales", "mask", "intrinsics"),
+        loss_optional_batch_keys=("target_mean_depth",),
+        loss_output_fields=(("scales", "the scale branch"),),
+    ),
+    "albedo": TrainingTaskSpec(
+        loss=AlbedoLoss, transform=AlbedoTransform, metrics={"albedo": AlbedoMetric},
+        loss_batch_keys=("labels", "mask"),
+    ),
+    "matting": TrainingTaskSpec(
+        loss=MattingLoss, transform=MattingTransform, metrics={"matting": MattingMetric},
+        loss_batch_keys=("labels", "mask"),
+        loss_optional_batch_keys=("foreground_labels",),
+        loss_output_fields=(("foregrounds", "the matting head's foreground channels"),),
+    ),
 }
 
-OUTPUT_FIELDS = {"pose": "heatmaps", "seg": "logits", "normal": "normals", "pointmap": "pointmaps", "albedo": "albedos"}
+#: Task names, in the layer-0 registry order (kept under this name for its importers).
+TASKS = TASK_NAMES
 
 
 def check_task(task: str) -> str:
-    if task not in TASKS:
+    if task not in TRAINING_TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
     return task
 
 
+def training_task(task: str) -> TrainingTaskSpec:
+    """The training registry entry of `task`, or a ValueError naming the known tasks."""
+    return TRAINING_TASKS[check_task(task)]
+
+
 def default_loss(task: str) -> nn.Module:
     """The official loss module of `task` with its official weights."""
-    return _LOSSES[check_task(task)]()
+    return training_task(task).loss()
 
 
 def task_loss(task: str, loss_fn: nn.Module, outputs, batch: dict):
-    """Apply `loss_fn` to a model output and a collated batch.
+    """Apply `loss_fn` to a model output and a collated batch: the task's prediction (`TASK_SPECS[task].output_field`),
+    its extra output fields, the batch keys, then the optional batch keys (see `TrainingTaskSpec`).
 
     Returns:
         `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and the weighted named terms.
     """
-    if task == "pose":
-        return loss_fn(outputs.heatmaps, batch["labels"], batch["label_weights"])
-    if task == "seg":
-        return loss_fn(outputs.logits, batch["labels"])
-    if task == "normal":
-        return loss_fn(outputs.normals, batch["labels"], batch["mask"])
-    if task == "albedo":
-        return loss_fn(outputs.albedos, batch["labels"], batch["mask"])
-    if task == "pointmap":
-        if outputs.scales is None:
-            raise ValueError("The pointmap loss needs the scale branch (`scales`); this model has none.")
-        return loss_fn(outputs.pointmaps, outputs.scales, batch["labels"], batch["target_scales"], batch["mask"],
-                       batch["intrinsics"], batch.get("target_mean_depth"))
-    raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
+    training = training_task(task)
+    arguments = [getattr(outputs, task_spec(task).output_field)]
+    for field, producer in training.loss_output_fields:
+        value = getattr(outputs, field, None)
+        if value is None:
+            raise ValueError(f"The {task} loss needs {producer} (`{field}`); this model has none.")
+        arguments.append(value)
+    arguments += [batch[key] for key in training.loss_batch_keys]
+    arguments += [batch.get(key) for key in training.loss_optional_batch_keys]
+    return loss_fn(*arguments)

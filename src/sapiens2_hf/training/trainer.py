@@ -3,8 +3,6 @@ accumulation, layer-wise learning-rate decay, the official schedule and bounded-
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import torch
 from torch import nn
 from transformers import Trainer
@@ -12,16 +10,17 @@ from transformers import Trainer
 from ..data.collators import Sapiens2DataCollator
 from ..data.label_tables import KEYPOINT_FLIP_INDICES
 from .evaluation import TaskEvaluator, flip_test_heatmaps
+from .loss_logging import LossTermsLoggingMixin
 from .optim import official_schedule, parameter_groups
 from .tasks import check_task, default_loss, task_loss
 
 
-class Sapiens2Trainer(Trainer):
+class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
     """Trainer for one Sapiens2 task.
 
     * **Loss**: the official task loss (`sapiens2_hf.losses`) on the model output; only `pixel_values` is passed to
       the model, so no stock transformers loss can run. Each weighted term is logged next to `loss` (mean over the
-      micro-batches since the last log, averaged across processes).
+      micro-batches since the last log, averaged across processes; `LossTermsLoggingMixin`).
     * **Gradient accumulation**: the task losses are per-micro-batch means, so the Trainer divides them by the number
       of accumulation steps (`loss_is_scaled_for_ga = False`). Without this, transformers treats any custom loss as
       already normalised over the accumulated batch and the gradients grow with the accumulation count.
@@ -66,8 +65,6 @@ class Sapiens2Trainer(Trainer):
         super().__init__(*args, **kwargs)
         self.loss_is_scaled_for_ga = False
         self.model_accepts_loss_kwargs = False  # no token counting: our losses are per-batch means
-        self._term_sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
-        self._term_count = 0
 
     # Every batch key is needed (targets and evaluation metadata): never drop "unused" columns.
     def _remove_unused_columns(self, dataset, description=None):
@@ -80,20 +77,8 @@ class Sapiens2Trainer(Trainer):
         outputs = model(pixel_values=inputs["pixel_values"])
         loss, terms = task_loss(self.task, self.loss_fn, outputs, inputs)
         if model.training:
-            for name, value in terms.items():
-                self._term_sums[name] = self._term_sums[name] + value.detach().to(torch.float64).cpu()
-            self._term_count += 1
+            self.record_loss_terms(terms)
         return (loss, outputs) if return_outputs else loss
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._term_count:
-            names = sorted(self._term_sums)
-            means = torch.stack([self._term_sums[name] / self._term_count for name in names]).to(self.args.device)
-            means = self.accelerator.reduce(means.float(), reduction="mean")
-            logs.update({name: round(float(value), 6) for name, value in zip(names, means)})
-            self._term_sums.clear()
-            self._term_count = 0
-        super().log(logs, start_time)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         inputs = self._prepare_inputs(inputs)

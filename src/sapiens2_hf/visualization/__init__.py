@@ -12,7 +12,8 @@ from .drawing import (
     read_ply_header,
     save_ply,
 )
-from .io import atomic_write, save_image, save_json, save_npy
+from ..utils.atomic_io import atomic_write  # kept for callers of `sapiens2_hf.visualization.atomic_write`
+from .io import save_image, save_json, save_npy
 from .styles import (
     KEYPOINT_COLORS_RGB,
     SEGMENTATION_CLASS_NAMES,

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from .io import atomic_write
+from ..utils.atomic_io import atomic_write
 from .styles import (
     KEYPOINT_COLORS_RGB,
     SEGMENTATION_CLASS_NAMES,
@@ -177,22 +177,24 @@ def normals_to_rgb(normals: Any) -> Image.Image:
     return Image.fromarray(np.clip((n + 1.0) / 2.0 * 255.0, 0, 255).astype(np.uint8))
 
 
-def _turbo(x: np.ndarray) -> np.ndarray:
-    """Turbo colour map (polynomial approximation), `x` in [0, 1] -> float RGB in [0, 1]."""
-    x = np.clip(x, 0.0, 1.0)[..., None]
-    powers = np.concatenate([np.ones_like(x), x, x**2, x**3, x**4, x**5], axis=-1)
-    coefficients = np.array([
-        [0.13572138, 4.61539260, -42.66032258, 132.13108234, -152.94239396, 59.28637943],
-        [0.09140261, 2.19418839, 4.84296658, -14.18503333, 4.27729857, 2.82956604],
-        [0.10667330, 12.64194608, -60.58204836, 110.36276771, -89.90310912, 27.34824973],
-    ])
-    return np.clip(powers @ coefficients.T, 0.0, 1.0)
+def turbo_colours(x: np.ndarray) -> np.ndarray:
+    """Google's Turbo colour map through OpenCV's lookup table (`cv2.COLORMAP_TURBO`, the published 256 entries):
+    `x` in [0, 1] (clipped; NaN -> 0) -> uint8 RGB of shape `x.shape + (3,)`. 0 is dark blue, 1 dark red."""
+    import cv2  # a dependency of the package; imported here so that importing the drawing helpers stays light
+
+    x = np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0)
+    if x.size == 0:
+        return np.zeros(x.shape + (3,), dtype=np.uint8)
+    levels = np.rint(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8)
+    flat = levels.reshape(1, -1)  # applyColorMap wants a 2-D image
+    return np.ascontiguousarray(cv2.applyColorMap(flat, cv2.COLORMAP_TURBO)[0, :, ::-1]).reshape(x.shape + (3,))
 
 
 def depth_to_rgb(depth: Any, mask: Any = None, percentiles: tuple[float, float] = (1.0, 99.0)) -> Image.Image:
-    """Depth `(height, width)` -> turbo-coloured RGB image, near = red/warm, far = blue; masked-out pixels black.
+    """Depth `(height, width)` -> Turbo-coloured RGB image, near = red/warm, far = blue; masked-out pixels black.
 
-    The range is taken from the given percentiles of the valid (finite, masked-in) depths.
+    The range is taken from the given percentiles of the valid (finite, masked-in) depths; the colours are OpenCV's
+    Turbo table (see `turbo_colours`).
     """
     d = _numpy(depth).astype(np.float64)
     valid = np.isfinite(d)
@@ -201,9 +203,8 @@ def depth_to_rgb(depth: Any, mask: Any = None, percentiles: tuple[float, float] 
     out = np.zeros(d.shape + (3,), dtype=np.uint8)
     if valid.any():
         lo, hi = np.percentile(d[valid], percentiles)
-        t = (d - lo) / (hi - lo) if hi > lo else np.zeros_like(d)
-        colours = (_turbo(1.0 - t) * 255.0).astype(np.uint8)
-        out[valid] = colours[valid]
+        t = (d[valid] - lo) / (hi - lo) if hi > lo else np.zeros(int(valid.sum()))
+        out[valid] = turbo_colours(1.0 - t)
     return Image.fromarray(out)
 
 

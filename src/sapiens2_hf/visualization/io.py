@@ -1,46 +1,17 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Atomic writes for user-facing outputs: a file is either absent or complete, never half written."""
+"""Saving user-facing outputs (images, arrays, JSON) atomically: a file is either absent or complete, never half
+written. The atomic write itself is `sapiens2_hf.utils.atomic_io`."""
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "wb") -> Path:
-    """Write through `write(file_object)` into a temporary file next to `path`, then rename it over `path`.
-
-    The rename is atomic on POSIX and Windows (same folder). On failure the temporary file is removed and `path` is
-    left untouched.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, mode) as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        # mkstemp creates owner-only files; give the result the permissions a plain open() would have.
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+from ..utils.atomic_io import atomic_write, atomic_write_json
 
 
 def save_image(image: Image.Image | np.ndarray, path: str | os.PathLike) -> Path:
@@ -60,5 +31,4 @@ def save_npy(array: np.ndarray, path: str | os.PathLike) -> Path:
 
 def save_json(data: Any, path: str | os.PathLike, indent: int | None = None) -> Path:
     """Save JSON atomically (UTF-8)."""
-    text = json.dumps(data, indent=indent)
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    return atomic_write_json(path, data, indent=indent)

@@ -7,6 +7,9 @@ Generated from the project spec files `keypoints308.json` (official `sapiens/pos
 
 from __future__ import annotations
 
+# Class names have one home, the generated label data beside the models; re-exported here for drawing code.
+from ..modeling.sapiens2_label_data import SEGMENTATION_CLASS_NAMES  # noqa: F401
+
 
 #: RGB colour of each of the 308 keypoints (channel order).
 KEYPOINT_COLORS_RGB = (
@@ -76,14 +79,6 @@ SKELETON_LINK_COLORS_RGB = (
     0), (0, 255, 0), (255, 128, 0), (255, 128, 0), (255, 128, 0), (255, 128, 0), (255, 153, 255), (255, 153, 255),
     (255, 153, 255), (255, 153, 255), (102, 178, 255), (102, 178, 255), (102, 178, 255), (102, 178, 255), (255, 51,
     51), (255, 51, 51), (255, 51, 51), (255, 51, 51), (0, 255, 0), (0, 255, 0), (0, 255, 0), (0, 255, 0),
-)
-
-#: The 29 body-part class names (index = class id; 0 is background).
-SEGMENTATION_CLASS_NAMES = (
-    "Background", "Apparel", "Eyeglass", "Face_Neck", "Hair", "Left_Foot", "Left_Hand", "Left_Lower_Arm",
-    "Left_Lower_Leg", "Left_Shoe", "Left_Sock", "Left_Upper_Arm", "Left_Upper_Leg", "Lower_Clothing", "Right_Foot",
-    "Right_Hand", "Right_Lower_Arm", "Right_Lower_Leg", "Right_Shoe", "Right_Sock", "Right_Upper_Arm",
-    "Right_Upper_Leg", "Torso", "Upper_Clothing", "Lower_Lip", "Upper_Lip", "Lower_Teeth", "Upper_Teeth", "Tongue",
 )
 
 #: RGB palette of the 29 classes.

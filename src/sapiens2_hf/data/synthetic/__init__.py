@@ -1,4 +1,4 @@
-"""Synthetic humans with exact labels for all five Sapiens2 tasks (pose, seg, normal, pointmap, albedo).
+"""Synthetic humans with exact labels for all six Sapiens2 tasks (pose, seg, normal, pointmap, albedo, matting).
 
 Procedural articulated people (round cones and ellipsoids) are ray-cast analytically per pixel, so depth, normals,
 part labels, albedo and keypoint visibility come from one geometry and agree exactly. See
@@ -8,12 +8,17 @@ Entry points:
 
 - `render_sample(seed, height, width, num_people=None)` -> dict of arrays (keys documented there).
 - `SyntheticHumans(...)`: the generator config; ``.sample(seed)`` / ``.scene(seed)``.
-- `make_dataset(task, num_samples, height, width, seed)` -> `datasets.Dataset` / `IterableDataset`.
+- `make_dataset(task, num_samples, height, width, seed)` -> `datasets.Dataset` / `IterableDataset`; the columns of
+  each task are `task_features(task, ...)`, the one schema of synthetic data.
+- `sample_seed(seed, index)`: the one seed rule, ``(seed, index)``: sample ``i`` of any synthetic dataset built with
+  seed ``s`` (`make_dataset`, `write_dataset`, the fine-tuning records of `sapiens2_hf.data.synthetic_source`)
+  renders ``SyntheticHumans(...).sample(sample_seed(s, i))`` (the records re-draw the rare render that shows nobody
+  with ``sample_seed(s, i, attempt)``).
 - `write_dataset(output_dir, num_samples, height, width, seed)` -> COCO JSON + PNG/NPY files.
 - `mirror_scene(scene)`: the mirror-image scene (its rendering is the horizontal flip of the original).
 """
 
-from .dataset import TASKS, make_dataset, sample_to_row, task_features
+from .dataset import TASKS, make_dataset, sample_seed, sample_to_row, task_features
 from .generator import SyntheticHumans, render_sample
 from .human import KEYPOINT_MODELED
 from .render import render_scene
@@ -32,6 +37,7 @@ __all__ = [
     "render_sample",
     "render_scene",
     "sample_scene",
+    "sample_seed",
     "sample_to_row",
     "task_features",
     "write_dataset",

@@ -1,30 +1,61 @@
-"""`datasets.Dataset` / `IterableDataset` builders over the synthetic generator, one documented schema per task.
+"""The one schema of synthetic data (typed columns per task, `task_features`) and the one seed rule (`sample_seed`),
+plus the `datasets.Dataset` / `IterableDataset` builder over them.
 
-Sample ``i`` of a dataset with seed ``s`` is ``render_sample((s, i), height, width, ...)``: it does not depend on
-the number of samples, the shard or the worker that produces it.
+Seed rule: sample ``i`` of a synthetic dataset built with seed ``s`` renders ``SyntheticHumans(...).sample((s, i))``
+(``sample_seed(s, i)``), whatever the number of samples, the task, the shard or the worker that produces it. Every
+synthetic source follows it: `make_dataset`, `write_dataset` and the fine-tuning records
+(`sapiens2_hf.data.synthetic_source.SyntheticRecords`, a thin consumer of the rows below).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...modeling.sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES
 from .generator import SyntheticHumans
 
-TASKS = ("pose", "seg", "normal", "pointmap", "albedo", "pretrain", "all")
-
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"  # 2: the matting columns (alpha, foreground, matting_image)
 """Bumped whenever the renderer's output for a given seed changes (part of the datasets cache fingerprint)."""
 
-_TASK_COLUMNS = {
-    "pretrain": ("image",),
-    "pose": ("image", "boxes", "keypoints", "keypoint_visibility", "camera_intrinsics", "num_people"),
-    "seg": ("image", "segmentation"),
-    "normal": ("image", "normals", "mask"),
-    "pointmap": ("image", "pointmap", "depth", "mask", "camera_intrinsics"),
-    "albedo": ("image", "albedo", "mask"),
+# The label columns of each registry task (`sapiens2_hf.modeling.sapiens2_tasks`); a new task adds its entry here.
+_LABEL_COLUMNS = {
+    "pose": ("boxes", "keypoints", "keypoint_visibility", "camera_intrinsics", "num_people"),
+    "seg": ("segmentation",),
+    "normal": ("normals", "mask"),
+    "pointmap": ("pointmap", "depth", "mask", "camera_intrinsics"),
+    "albedo": ("albedo", "mask"),
+    "matting": ("alpha", "foreground"),
 }
+# The render a task's ``image`` column holds: the plain one, except for matting, whose soft alpha describes the render
+# with anti-aliased person edges (``matting_image``, see `sapiens2_hf.data.synthetic.matting`).
+_IMAGE_SOURCE = {"matting": "matting_image"}
+_missing = [name for name in TASK_NAMES if name not in _LABEL_COLUMNS]
+if _missing:
+    raise ImportError(f"Synthetic data has no label columns for task(s) {_missing}: add them to "
+                      "sapiens2_hf.data.synthetic.dataset._LABEL_COLUMNS.")
+
+_TASK_COLUMNS = {name: ("image", *_LABEL_COLUMNS[name]) for name in TASK_NAMES}
+_TASK_COLUMNS[PRETRAIN_TASK] = ("image",)
 _TASK_COLUMNS["all"] = tuple(dict.fromkeys(
-    sum((list(c) for c in _TASK_COLUMNS.values()), []) + ["instance_map", "keypoints_3d"]))
+    sum((list(c) for c in _TASK_COLUMNS.values()), []) + ["instance_map", "keypoints_3d", "matting_image"]))
+
+#: The registry tasks, then ``"pretrain"`` (images only) and ``"all"`` (every column).
+TASKS = tuple(_TASK_COLUMNS)
+
+
+def sample_seed(seed: int, index: int, attempt: int = 0) -> tuple[int, ...]:
+    """The render seed of sample ``index`` of a synthetic dataset built with ``seed``: ``(seed, index)``.
+
+    The sample is ``SyntheticHumans(...).sample(sample_seed(seed, index))``; it does not depend on the dataset length,
+    the task, the shard or the worker. A render can show nobody (about 1 in 1000 at 64 x 48: the only person placed so
+    close to the camera that it falls outside the image); `make_dataset` and `write_dataset` keep such rows
+    (``num_people == 0``). A source that needs a person (the fine-tuning records) re-draws with ``attempt = 1, 2, ...``,
+    i.e. the seeds ``(seed, index, attempt)``, and takes the first render that shows one. (numpy pads seed entropy
+    with zeros, so ``(seed, index, 0)`` is the same seed as ``(seed, index)``.)
+    """
+    if attempt < 0:
+        raise ValueError(f"attempt must be >= 0, got {attempt}.")
+    return (int(seed), int(index)) if attempt == 0 else (int(seed), int(index), int(attempt))
 
 
 def task_features(task: str, height: int, width: int):
@@ -32,8 +63,8 @@ def task_features(task: str, height: int, width: int):
 
     | column | feature | content |
     |---|---|---|
-    | ``image`` | `Image` | RGB uint8 `(height, width, 3)` (numpy format) |
-    | ``sample_index`` | int64 | index ``i`` (the sample is ``render_sample((seed, i), ...)``) |
+    | ``image`` | `Image` | RGB uint8 `(height, width, 3)` (numpy format); for ``"matting"``, ``matting_image`` |
+    | ``sample_index`` | int64 | index ``i`` (the sample renders ``sample_seed(seed, i)``) |
     | ``boxes`` | `Array2D((None, 4), float32)` | per person ``(x_min, y_min, x_max, y_max)``, pixel edges |
     | ``keypoints`` | `Array3D((None, 308, 2), float32)` | per person ``(x, y)``, pixel centres at integers |
     | ``keypoint_visibility`` | `Array2D((None, 308), uint8)` | 2 visible, 1 occluded in image, 0 absent |
@@ -47,6 +78,10 @@ def task_features(task: str, height: int, width: int):
     | ``depth`` | `Array2D((H, W), float32)` | Z metres; 0 on background |
     | ``albedo`` | `Array3D((H, W, 3), float32)` | [0, 1]; 0 on background |
     | ``mask`` | `Array2D((H, W), bool)` | foreground = valid pixels of the dense maps |
+    | ``matting_image`` | `Image` | the render with anti-aliased person edges, which ``alpha`` describes ("all" only; |
+    | | | the ``image`` of ``"matting"`` rows) |
+    | ``alpha`` | `Array2D((H, W), float32)` | person coverage in [0, 1] (supersampled edges; see `matting.py`) |
+    | ``foreground`` | `Array3D((H, W, 3), float32)` | person colour in [0, 1], not pre-multiplied; 0 where alpha is 0 |
 
     Integer columns are stored compactly (uint8) but the numpy formatter that `make_dataset` applies returns them as
     int64 (``segmentation``, ``instance_map``, ``keypoint_visibility``), ready for losses.
@@ -71,6 +106,9 @@ def task_features(task: str, height: int, width: int):
         "depth": datasets.Array2D((h, w), "float32"),
         "albedo": datasets.Array3D((h, w, 3), "float32"),
         "mask": datasets.Array2D((h, w), "bool"),
+        "matting_image": datasets.Image(),
+        "alpha": datasets.Array2D((h, w), "float32"),
+        "foreground": datasets.Array3D((h, w, 3), "float32"),
     }
     columns = {"sample_index": datasets.Value("int64")}
     columns.update({name: spec[name] for name in _TASK_COLUMNS[task]})
@@ -83,7 +121,7 @@ def sample_to_row(sample: dict, task: str, index: int) -> dict:
         raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
     row = {"sample_index": int(index)}
     for name in _TASK_COLUMNS[task]:
-        value = sample[name]
+        value = sample[_IMAGE_SOURCE.get(task, "image")] if name == "image" else sample[name]
         if name in ("segmentation", "instance_map"):
             value = value.astype(np.uint8)
         row[name] = value
@@ -94,7 +132,7 @@ def _generate(shards, seed, task, config, version):
     cfg = SyntheticHumans(**config)
     for start, stop in shards:
         for index in range(start, stop):
-            yield sample_to_row(cfg.sample((seed, index)), task, index)
+            yield sample_to_row(cfg.sample(sample_seed(seed, index)), task, index)
 
 
 def make_dataset(task: str, num_samples: int, height: int = 256, width: int = 192, seed: int = 0,
@@ -102,11 +140,11 @@ def make_dataset(task: str, num_samples: int, height: int = 256, width: int = 19
     """A Hugging Face dataset of synthetic humans for one task, formatted as numpy.
 
     Args:
-        task (`str`): ``"pose"``, ``"seg"``, ``"normal"``, ``"pointmap"``, ``"albedo"``, ``"pretrain"`` (images
-            only) or ``"all"``; columns in `task_features`.
+        task (`str`): ``"pose"``, ``"seg"``, ``"normal"``, ``"pointmap"``, ``"albedo"``, ``"matting"``, ``"pretrain"``
+            (images only) or ``"all"``; columns in `task_features`.
         num_samples (`int`): number of rows.
         height, width (`int`): image size in pixels.
-        seed (`int`): dataset seed; row ``i`` is ``render_sample((seed, i), height, width, num_people, **config)``.
+        seed (`int`): dataset seed; row ``i`` renders ``sample_seed(seed, i)`` (see the module docstring).
         streaming (`bool`): return an `IterableDataset` that renders on the fly (sharded in blocks of
             ``samples_per_shard`` so that DataLoader workers split the work), instead of a materialised `Dataset`.
         num_people: see `SyntheticHumans`.

@@ -75,7 +75,7 @@ def _generator(seed: SeedLike) -> np.random.Generator:
 
 def render_sample(seed: SeedLike, height: int = 256, width: int = 192, num_people=None,
                   return_intermediates: bool = False, **config) -> dict:
-    """Render one synthetic sample with exact labels for all five Sapiens2 tasks.
+    """Render one synthetic sample with exact labels for all six Sapiens2 tasks.
 
     Deterministic: the same ``seed`` (an int, a sequence of ints such as ``(dataset_seed, index)``, or a numpy
     ``Generator``) and arguments give the same sample. No global random state is used.
@@ -105,6 +105,12 @@ def render_sample(seed: SeedLike, height: int = 256, width: int = 192, num_peopl
           pixels, in pixel-edge coordinates (a box covering pixel columns a..b has x_min = a, x_max = b + 1).
         - ``camera_intrinsics`` (`(3, 3)`, float32): ``[[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`` in pixels.
         - ``num_people`` (`int`).
+        - ``alpha`` (`(height, width)`, float32): the fraction of each pixel the people cover, in [0, 1]: 0/1 off the
+          silhouette's edge, supersampled (16 rays) on it (see `sapiens2_hf.data.synthetic.matting`).
+        - ``foreground`` (`(height, width, 3)`, float32): the people's noise-free colour in [0, 1] (not
+          pre-multiplied; edge pixels whose centre misses take their person neighbours' mean); 0 where alpha is 0.
+        - ``matting_image`` (`(height, width, 3)`, uint8): ``image`` with the edge pixels composited from ``alpha``,
+          ``alpha * foreground + (1 - alpha) * background`` (plus the same noise); equal to ``image`` elsewhere.
 
         With ``return_intermediates=True`` also ``image_clean`` (float32 RGB before noise and quantisation, equal to
         ``scene_albedo * shading``), ``scene_albedo`` (albedo including the background), ``shading`` (float32

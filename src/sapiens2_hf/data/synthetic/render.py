@@ -11,6 +11,7 @@ import numpy as np
 
 from . import human as hm
 from ._raycast import NEAR_PLANE, Primitives, cast_rays, render_primitives, surface_frames
+from .matting import soft_matte
 
 
 def _background(bg: dict, height: int, width: int, mirrored: bool):
@@ -235,6 +236,7 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
     n_pix = height * width
     scene_albedo = bg_albedo.reshape(n_pix, 3)
     image_clean = scene_albedo * bg_shading.reshape(n_pix, 1)  # float32 (n_pix, 3)
+    background_clean = image_clean.copy()  # the background alone, also under the people (matting composite)
     albedo_fg = albedo_fg.astype(np.float32)
     shading_fg = shading_fg.astype(np.float32)
     scene_albedo[fg] = albedo_fg
@@ -249,6 +251,9 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
     np.rint(buffer, out=buffer)
     np.clip(buffer, 0.0, 255.0, out=buffer)
     image = buffer.astype(np.uint8).reshape(height, width, 3)
+    alpha, foreground, matting_image = soft_matte(
+        prims, cam, prim_flat.reshape(height, width), image_clean.reshape(height, width, 3),
+        background_clean.reshape(height, width, 3), noise, image)
 
     # ---- per-person bookkeeping: drop people with no visible pixel, compact instance ids --------------------------
     counts = np.bincount(person, minlength=num_people)
@@ -316,6 +321,9 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
         "pointmap": pointmap.reshape(height, width, 3),
         "depth": np.ascontiguousarray(pointmap.reshape(height, width, 3)[..., 2]),
         "albedo": albedo.reshape(height, width, 3),
+        "alpha": alpha,
+        "foreground": foreground,
+        "matting_image": matting_image,
         "keypoints": keypoints,
         "keypoint_visibility": visibility,
         "keypoints_3d": kp_cam.astype(np.float32),

@@ -1,6 +1,6 @@
 """Scenes: a pinhole camera, 1..N placed people, lights, a background and sensor noise.
 
-Camera frame: X right, Y down, Z forward (metres), the frame of the Sapiens2 pointmap (spec section 4.5). Pixel
+Camera frame: X right, Y down, Z forward (metres), the frame of the official Sapiens2 pointmap targets. Pixel
 centres sit at integer coordinates; the default principal point is the image centre ``((W - 1) / 2, (H - 1) / 2)``.
 """
 

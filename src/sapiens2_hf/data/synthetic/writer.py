@@ -12,6 +12,9 @@ Layout of ``output_dir`` (stems ``000000``, ``000001``, ...)::
     normal/<stem>.npy        float32 (H, W, 3) unit camera-frame normals towards the camera, 0 on background
     pointmap/<stem>.npz      pointmap float32 (H, W, 3) metres, depth float32 (H, W), K float64 (3, 3), mask bool
     albedo/<stem>.npy        float32 (H, W, 3) in [0, 1], 0 on background
+    matting_image/<stem>.png RGB uint8: the render with anti-aliased person edges (the matting task's input image)
+    alpha/<stem>.png         uint8 alpha matte, round(255 * alpha)
+    foreground/<stem>.png    uint8 RGB person colour (not pre-multiplied), 0 where alpha is 0
     meta.json                generator config, seed, conventions, class and keypoint names
 
 Keypoints with visibility 0 are written as ``[0, 0, 0]`` (COCO convention). Every file is written to a temporary
@@ -22,39 +25,36 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 from ...modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
-from .dataset import GENERATOR_VERSION
+from ...modeling.sapiens2_tasks import TASK_NAMES
+from ...utils.atomic_io import atomic_write_bytes
+from .dataset import GENERATOR_VERSION, sample_seed
 from .generator import SyntheticHumans
 
-WRITER_TASKS = ("pose", "seg", "normal", "pointmap", "albedo")
+# Every registry task: each has its folder layout in `write_dataset` (a new task needs one there too).
+WRITER_TASKS = TASK_NAMES
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temporary sibling, then rename: readers see the old file or the whole new one, never a part.
-
-    (No fsync per file: atomic with respect to readers, not durable across a power cut; thousands of small files
-    would otherwise be bound by disk flushes.)"""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if tmp.exists():
-            tmp.unlink()
-        raise
+    """Atomic for readers (the old file or the whole new one, never a part), without an fsync per file: not durable
+    across a power cut, but thousands of small files would otherwise be bound by disk flushes."""
+    atomic_write_bytes(path, data, durable=False)
 
 
 def _png(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(array).save(buffer, format="PNG", compress_level=1)
     return buffer.getvalue()
+
+
+def _to_uint8(array: np.ndarray) -> np.ndarray:
+    """[0, 1] floats -> uint8, rounded (the 8-bit alpha / colour files of matting datasets)."""
+    return np.clip(np.rint(np.asarray(array, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -74,12 +74,12 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
                   **config) -> Path:
     """Render ``num_samples`` samples and write them in the layout of the module docstring.
 
-    Sample ``i`` is ``render_sample((seed, i), height, width, num_people, **config)``, as in `make_dataset`.
+    Sample ``i`` renders ``sample_seed(seed, i)``, as in `make_dataset` (the seed rule of `sapiens2_hf.data.synthetic`).
 
     Args:
         output_dir: target folder (created).
-        tasks: subset of ``("pose", "seg", "normal", "pointmap", "albedo")``; images are always written, ``mask``
-            with any dense task, ``instances`` with pose or seg.
+        tasks: subset of ``("pose", "seg", "normal", "pointmap", "albedo", "matting")``; images are always written,
+            ``mask`` with any dense task, ``instances`` with pose or seg.
         image_format (`str`): ``"png"`` (lossless) or ``"jpg"`` (quality 95).
         overwrite (`bool`): allow writing into a folder that already holds a ``meta.json``.
 
@@ -106,12 +106,14 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
     if any(t in tasks for t in ("normal", "pointmap", "albedo")):
         folders.append("mask")
     folders += [t for t in ("normal", "pointmap", "albedo") if t in tasks]
+    if "matting" in tasks:
+        folders += ["matting_image", "alpha", "foreground"]
     for folder in folders:
         (root / folder).mkdir(parents=True, exist_ok=True)
 
     images, annotations = [], []
     for index in range(int(num_samples)):
-        sample = cfg.sample((int(seed), index))
+        sample = cfg.sample(sample_seed(seed, index))
         stem = f"{index:06d}"
         image_name = f"images/{stem}.{image_format}"
         if image_format == "png":
@@ -135,6 +137,10 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
                                K=sample["camera_intrinsics"].astype(np.float64), mask=mask))
         if "albedo" in tasks:
             _atomic_write(root / "albedo" / f"{stem}.npy", _npy(sample["albedo"]))
+        if "matting" in tasks:
+            _atomic_write(root / "matting_image" / f"{stem}.png", _png(sample["matting_image"]))
+            _atomic_write(root / "alpha" / f"{stem}.png", _png(_to_uint8(sample["alpha"])))
+            _atomic_write(root / "foreground" / f"{stem}.png", _png(_to_uint8(sample["foreground"])))
         images.append({"id": index, "file_name": image_name, "height": int(height), "width": int(width),
                        "camera_intrinsics": sample["camera_intrinsics"].astype(float).tolist()})
         counts = np.bincount(sample["instance_map"].ravel(), minlength=sample["num_people"] + 1)
@@ -179,7 +185,8 @@ def read_written_sample(output_dir, index: int) -> dict:
     """Read sample ``index`` of a `write_dataset` folder back into `render_sample`-style arrays.
 
     Returns the keys that were written among ``image``, ``segmentation`` (int64), ``instance_map`` (int32),
-    ``mask``, ``normals``, ``pointmap``, ``depth``, ``camera_intrinsics``, ``albedo``, and from the COCO file
+    ``mask``, ``normals``, ``pointmap``, ``depth``, ``camera_intrinsics``, ``albedo``, ``matting_image``, ``alpha``
+    and ``foreground`` (float32 in [0, 1], 8-bit precision), and from the COCO file
     ``keypoints`` `(num_people, 308, 2)`, ``keypoint_visibility`` (uint8) and ``boxes`` (xyxy).
     """
     root = Path(output_dir)
@@ -199,6 +206,10 @@ def read_written_sample(output_dir, index: int) -> dict:
             out["pointmap"], out["depth"], out["camera_intrinsics"] = data["pointmap"], data["depth"], data["K"]
     if (root / "albedo" / f"{stem}.npy").exists():
         out["albedo"] = np.load(root / "albedo" / f"{stem}.npy", allow_pickle=False)
+    if (root / "alpha" / f"{stem}.png").exists():
+        out["matting_image"] = np.asarray(Image.open(root / "matting_image" / f"{stem}.png").convert("RGB"))
+        out["alpha"] = np.asarray(Image.open(root / "alpha" / f"{stem}.png")).astype(np.float32) / 255.0
+        out["foreground"] = np.asarray(Image.open(root / "foreground" / f"{stem}.png")).astype(np.float32) / 255.0
     if (root / "person_keypoints.json").exists():
         coco = json.loads((root / "person_keypoints.json").read_text())
         anns = [a for a in coco["annotations"] if a["image_id"] == int(index)]

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...modeling.sapiens2_tasks import TASK_NAMES
 
-EVALUATE_MODULES = {
-    "pose": "sapiens2_pose",
-    "seg": "sapiens2_seg",
-    "normal": "sapiens2_normal",
-    "pointmap": "sapiens2_pointmap",
-    "albedo": "sapiens2_albedo",
-}
+
+#: Task -> folder (beside this file) of its metric script: `sapiens2_<task>` for every registry task.
+EVALUATE_MODULES = {task: f"sapiens2_{task}" for task in TASK_NAMES}
 
 
 def evaluate_module_path(task: str) -> str:
-    """Local folder of the `evaluate` metric script for `task` (one of `pose`, `seg`, `normal`, `pointmap`,
+    """Local folder of the `evaluate` metric script for `task` (a registry task: `pose`, `seg`, `normal`, `pointmap`,
     `albedo`); pass it to `evaluate.load`."""
     if task not in EVALUATE_MODULES:
         raise ValueError(f"Unknown task {task!r}; expected one of {sorted(EVALUATE_MODULES)}.")

@@ -10,7 +10,7 @@ What it adds to `transformers.Trainer`:
   an optimizer step, never per micro-batch), with the momentum of that step's index, and keeps the prototypes frozen
   for the first `freeze_prototypes_steps` steps.
 - Every loss term, the teacher prototype entropy, the teacher temperature and the EMA momentum are logged next to
-  `loss` (means over the micro-batches since the last log, averaged over processes).
+  `loss` (means over the micro-batches since the last log, averaged over processes; `LossTermsLoggingMixin`).
 - The dataset's `set_epoch` is called at each epoch start, so the per-example augmentation seeds (and therefore the
   loss curve) are the same after a resume as in an uninterrupted run.
 - `save_backbone` exports the student (or teacher) backbone as a plain `Sapiens2Model` checkpoint.
@@ -23,13 +23,11 @@ import math
 
 import torch
 from transformers import Trainer, TrainerCallback
-from transformers.utils import logging
 
-from ..pretraining.meta_arch import LOSS_NAMES, Sapiens2ForPreTraining
-from ..pretraining.schedules import ema_momentum, teacher_temperature
+from ..training.loss_logging import LossTermsLoggingMixin
+from .meta_arch import LOSS_NAMES, Sapiens2ForPreTraining
+from .schedules import ema_momentum, teacher_temperature
 
-
-logger = logging.get_logger(__name__)
 
 _LOGGED_EXTRAS = ("teacher_prototype_entropy",)
 
@@ -86,7 +84,7 @@ class _DatasetEpochCallback(TrainerCallback):
             dataset.set_epoch(math.floor(state.epoch + 1e-9))
 
 
-class Sapiens2PreTrainingTrainer(Trainer):
+class Sapiens2PreTrainingTrainer(LossTermsLoggingMixin, Trainer):
     """Trainer for [`Sapiens2ForPreTraining`] (see the module docstring). Use it like `transformers.Trainer`,
     with a `MultiCropCollator` as `data_collator` and a `PretrainingImageDataset` as `train_dataset`.
 
@@ -104,32 +102,19 @@ class Sapiens2PreTrainingTrainer(Trainer):
         # Each term is a mean over its micro-batch: the Trainer must divide by the accumulation steps.
         self.loss_is_scaled_for_ga = False
         self.model_accepts_loss_kwargs = False
-        self._term_sums: dict[str, torch.Tensor] = {}
-        self._term_count = 0
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs, schedule_step=self.state.global_step)
         if model.training:
-            for name in (*LOSS_NAMES, *_LOGGED_EXTRAS):
-                value = getattr(outputs, name)
-                if value is not None:
-                    value = value.detach().float()
-                    self._term_sums[name] = self._term_sums.get(name, torch.zeros_like(value)) + value
-            self._term_count += 1
+            self.record_loss_terms({name: getattr(outputs, name) for name in (*LOSS_NAMES, *_LOGGED_EXTRAS)})
         return (outputs.loss, outputs) if return_outputs else outputs.loss
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._term_count:
-            names = sorted(self._term_sums)
-            means = torch.stack([self._term_sums[name] for name in names]) / self._term_count
-            means = self.accelerator.reduce(means, reduction="mean")
-            for name, value in zip(names, means.tolist()):
-                logs[name] = round(value, 6)
-            logs["teacher_temperature"] = teacher_temperature(self.state.global_step, _unwrap(self.model).config)
-            if self.ema_callback.last_momentum is not None:
-                logs["ema_momentum"] = self.ema_callback.last_momentum
-            self._term_sums, self._term_count = {}, 0
-        super().log(logs, start_time)
+    def extra_loss_logs(self) -> dict[str, float]:
+        """The teacher temperature of the current step and the momentum of the latest EMA update."""
+        extras = {"teacher_temperature": teacher_temperature(self.state.global_step, _unwrap(self.model).config)}
+        if self.ema_callback.last_momentum is not None:
+            extras["ema_momentum"] = self.ema_callback.last_momentum
+        return extras
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         """Evaluation returns the total loss only (no labels, no predictions)."""

@@ -18,17 +18,12 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import logging
 
-from ..pretraining import (
-    MultiCropAugmentation,
-    MultiCropCollator,
-    PretrainingImageDataset,
-    Sapiens2ForPreTraining,
-    Sapiens2PreTrainingConfig,
-    tiny_pretraining_config,
-)
 from ..data.validation import describe_skipped, write_skipped_samples
-from .pretrain_trainer import Sapiens2PreTrainingTrainer
-from .run_setup import resolve_resume_checkpoint, seed_run
+from ..training.run_setup import resolve_resume_checkpoint, seed_run
+from .configuration_pretraining import Sapiens2PreTrainingConfig, tiny_pretraining_config
+from .meta_arch import Sapiens2ForPreTraining
+from .multicrop import MultiCropAugmentation, MultiCropCollator, PretrainingImageDataset
+from .trainer import Sapiens2PreTrainingTrainer
 
 
 logger = logging.get_logger(__name__)

@@ -1,9 +1,10 @@
-"""Reading official Sapiens2 checkpoint files (facebookresearch/sapiens2 state-dict layout).
+"""The official Sapiens2 checkpoint format (facebookresearch/sapiens2 state-dict layout), read at run time.
 
 Two layouts exist: pretrain files hold the bare backbone state dict with no prefix; task files hold the estimator state
 dict with `backbone.` and `decode_head.` prefixes. This module infers the architecture from tensor shapes (official
-files carry no config) and renames the tensors to the transformers layout that our classes share with
-transformers' own Sapiens2 port.
+files carry no config), checks the stored RoPE periods, and renames the tensors to the transformers layout that our
+classes share with transformers' own Sapiens2 port. `from_pretrained` uses it directly on official files (see
+loading_sapiens2_hf.py); `sapiens2-hf convert` (sapiens2_hf.hub.convert_official) writes the result as a folder.
 
 Hub-shippable: imports only stdlib, torch and siblings of this folder.
 """
@@ -21,21 +22,20 @@ from .configuration_sapiens2_hf import (
     pointmap_scale_features,
     task_label_kwargs,
 )
+from .sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES, task_spec
 
 
-# Name of the last 1x1 conv of each official head, which tells the task of a checkpoint.
-PREDICTOR_TASKS = {
-    "conv_pose": "pose",
-    "conv_seg": "seg",
-    "conv_normal": "normal",
-    "conv_pointmap": "pointmap",
-    "conv_albedo": "albedo",
-}
+# Name of the last 1x1 conv of each official head (`decode_head.conv_<task>`), which tells the task of a checkpoint.
+PREDICTOR_TASKS = {f"conv_{task}": task for task in TASK_NAMES}
 # `sapiens2_<size>_<task>.safetensors`. The size token is free-form (`1b`, `1b_4k`, `custom_4k`, `tinyp`): files of
 # sizes the table does not know are found and loaded like the others; known sizes are cross-checked with the tensors.
 OFFICIAL_FILENAME_PATTERN = re.compile(
-    r"^sapiens2_(?P<variant>[A-Za-z0-9.]+(?:[_-][A-Za-z0-9.]+)*?)_(?P<task>pretrain|pose|seg|normal|pointmap|albedo)"
-    r"\.safetensors$"
+    r"^sapiens2_(?P<variant>[A-Za-z0-9.]+(?:[_-][A-Za-z0-9.]+)*?)_(?P<task>"
+    + "|".join((PRETRAIN_TASK, *TASK_NAMES)) + r")\.safetensors$"
+)
+# Tensor names of the original layout: a bare backbone, or the `backbone.` / `decode_head.conv_<task>.` task layout.
+ORIGINAL_NAME_PATTERN = re.compile(
+    r"^(backbone\.|decode_head\.(" + "|".join(PREDICTOR_TASKS) + r")\.|cls_token$|storage_tokens$|blocks\.\d+\.)"
 )
 # The aspect ratio (height:width) of the official input size, 1024x768.
 OFFICIAL_ASPECT = (4, 3)
@@ -98,8 +98,8 @@ def detect_official_kind(state_dict: dict[str, torch.Tensor]) -> str:
             if match and match[1] in PREDICTOR_TASKS:
                 return PREDICTOR_TASKS[match[1]]
         raise OfficialCheckpointError(
-            "The file has `backbone.*` keys but no known task predictor (decode_head.conv_pose / conv_seg / "
-            "conv_normal / conv_pointmap / conv_albedo); it is not an official Sapiens2 task checkpoint."
+            f"The file has `backbone.*` keys but no known task predictor (decode_head.{' / '.join(PREDICTOR_TASKS)}); "
+            "it is not an official Sapiens2 task checkpoint."
         )
     if "cls_token" in state_dict and "patch_embed.projection.weight" in state_dict:
         return "pretrain"
@@ -186,7 +186,7 @@ def _indexed_weights(head_state, pattern):
 
 def infer_head_config_kwargs(task: str, head_state: dict[str, torch.Tensor]) -> dict:
     """Infers a task head's layout (channels and kernel sizes) from the shapes of its official `decode_head.*` state."""
-    if task in ("pose", "seg"):
+    if task_spec(task).head_upsampling == "deconv":
         deconvs = _indexed_weights(head_state, r"^deconv_layers\.(\d+)\.weight$")  # (in, out, k, k) each
         convs = _indexed_weights(head_state, r"^conv_layers\.(\d+)\.weight$")  # (out, in, k, k) each
         head = {
@@ -394,8 +394,8 @@ def convert_official_state_dict(state_dict: dict[str, torch.Tensor], kind: str) 
         return convert_backbone_state_dict(state_dict)
     backbone_state = {k[len("backbone."):]: v for k, v in state_dict.items() if k.startswith("backbone.")}
     converted = convert_backbone_state_dict(backbone_state, prefix="model.")
-    head_renames = _deconv_head_renames() if kind in ("pose", "seg") else _pixel_shuffle_head_renames()
-    predictor = f"conv_{'seg' if kind == 'seg' else kind}"
+    head_renames = _deconv_head_renames() if task_spec(kind).head_upsampling == "deconv" else _pixel_shuffle_head_renames()
+    predictor = f"conv_{kind}"
     unknown = []
     for key, tensor in state_dict.items():
         if key.startswith("backbone."):

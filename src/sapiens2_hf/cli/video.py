@@ -1,0 +1,328 @@
+"""Videos in the task commands: `sapiens2-hf <task> clip.mp4 --out DIR` (the outputs are listed in cli/predict.py).
+
+Three stages overlap, so that the model is the bottleneck: a background thread decodes frames one at a time
+(`sapiens2_hf.video.VideoReader`, PyAV) up to two batches ahead; this thread runs batches of `--batch-size` frames
+through the task's pipeline; a second background thread writes each frame's outputs in frame order, the per-frame
+files and the annotated frame straight into the mp4 encoder (`VideoWriter`, atomic: the mp4 appears complete at the
+end), with at most two batches waiting. The video is never in memory: a few batches of frames at most.
+
+Pose (top-down) on video:
+- detection frames: every `--detect-every`-th processed frame, every frame listed in `--boxes`, and (for a video
+  without entries in `--boxes`) any frame while nobody is tracked. There, people come from `--boxes` or the detector
+  (no whole-image fallback box when nobody is found), and `IouTracker` gives them track ids;
+- other frames: each tracked person's box is the box of its keypoints in the previous processed frame
+  (`box_from_keypoints`; the previous box when too few keypoints are confident). The frames between two detection
+  frames are batched together, all with the boxes known before the batch, so `--batch-size 1` follows motion frame
+  by frame and larger batches trade that for speed;
+- keypoints are smoothed per track by a One-Euro filter on the frames' presentation times (a new track starts a new
+  filter). The JSON and the overlay hold the smoothed keypoints; scores are not smoothed.
+A frame that fails is reported (`<video>#<index>`) and shows unannotated in the mp4, so that the video keeps its
+timing; a video with a failed frame gets no done marker, so a resumed run computes it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from .predict import _boxes_for, _pose_json, _predict, _reason, _write_outputs
+
+
+def count_frames(path: Path, stride: int, max_frames: int | None) -> int:
+    """Frames that will be processed, from the container's frame count (0 when unknown; for progress bars)."""
+    from ..video import VideoReader
+
+    try:
+        with VideoReader(path) as reader:
+            count = reader.frame_count
+    except (OSError, ImportError):
+        return 0
+    count = -(-count // stride)
+    return min(count, max_frames) if max_frames is not None else count
+
+
+class _InOrder:
+    """Runs `consume(*item)` for each submitted item on one background thread, in submission order, with at most
+    `size` items waiting (so memory stays bounded). The first exception stops the consuming; `submit` and `close`
+    raise it."""
+
+    _END = object()
+
+    def __init__(self, consume, size: int):
+        self._consume = consume
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, size))
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="sapiens2-hf-writer", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if self._error is None:  # after a failure the rest is drained, not consumed
+                try:
+                    self._consume(*item)
+                except BaseException as error:  # noqa: BLE001 - handed to the submitting thread
+                    self._error = error
+
+    def submit(self, *item) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(item)
+
+    def close(self) -> None:
+        """Wait until every submitted item is consumed; raise the first failure."""
+        self._queue.put(self._END)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def _prefetch(items: Iterator, size: int) -> Iterator:
+    """`items`, produced by a background thread up to `size` ahead (frames decode while the model runs)."""
+    ready: queue.Queue = queue.Queue(maxsize=max(1, size))
+    stop = threading.Event()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(("item", item)):
+                    return
+            put(("end", None))
+        except BaseException as error:  # noqa: BLE001 - re-raised in the consuming thread
+            put(("error", error))
+
+    thread = threading.Thread(target=produce, name="sapiens2-hf-decoder", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = ready.get()
+            if kind == "item":
+                yield value
+            elif kind == "end":
+                return
+            else:
+                raise value
+    finally:
+        stop.set()
+        thread.join()  # before the caller closes the container the thread decodes from
+
+
+def _frames(reader, stride: int, max_frames: int | None):
+    taken = 0
+    for frame in reader:
+        if max_frames is not None and taken >= max_frames:
+            break
+        if frame.index % stride == 0:
+            yield taken, frame
+            taken += 1
+
+
+def _draw_track_ids(overlay, people: list[dict], track_ids: list[int]):
+    from PIL import ImageDraw
+
+    draw = ImageDraw.Draw(overlay)
+    for person, track_id in zip(people, track_ids):
+        x0, y0 = (float(v) for v in person["bbox"][:2])
+        draw.text((x0 + 2, y0 + 1), f"#{track_id}", fill=(0, 255, 0))
+    return overlay
+
+
+class _PoseState:
+    """Tracks, their keypoint filters and the detection schedule of one video."""
+
+    def __init__(self, args, listed_frames: bool):
+        from ..video import IouTracker, OneEuroFilter
+
+        self.args = args
+        self.tracker = IouTracker(args.track_iou)
+        self.filters: dict[int, OneEuroFilter] = {}
+        self.make_filter = None if args.no_smooth else (
+            lambda: OneEuroFilter(args.smooth_min_cutoff, args.smooth_beta))
+        # the video has entries in --boxes: never run the detector just because nobody is tracked
+        self.listed_frames = listed_frames
+
+    def is_detection(self, taken: int, listed: Any) -> bool:
+        return listed is not None or taken % self.args.detect_every == 0 or (
+            not self.tracker.tracks and not self.listed_frames)
+
+    def after_detection(self, people: list[dict]) -> list[int]:
+        tracks = self.tracker.update([p["bbox"] for p in people], [p["bbox_score"] for p in people])
+        return [t.track_id for t in tracks]
+
+    def follow(self, people: list[dict], image_shape) -> None:
+        """Carry each track's box to the next frame from its keypoints in this one."""
+        from ..video import box_from_keypoints
+
+        for track, person in zip(self.tracker.tracks, people):
+            box = box_from_keypoints(person["keypoints"], person["scores"], self.args.kpt_threshold, image_shape[:2])
+            if box is not None:
+                track.box = box
+
+    def smooth(self, people: list[dict], track_ids: list[int], time: float) -> list[dict]:
+        if self.make_filter is None:
+            return people
+        live = set(track_ids)
+        for ended in [k for k in self.filters if k not in live]:
+            del self.filters[ended]
+        smoothed = []
+        for person, track_id in zip(people, track_ids):
+            one_euro = self.filters.setdefault(track_id, self.make_filter())
+            smoothed.append({**person, "keypoints": one_euro.filter(person["keypoints"], time)})
+        return smoothed
+
+
+def _run_frames(args, pipe, frames: list, boxes: list | None = None, **extra) -> list:
+    """Pipeline results for several frames, or per frame an exception (a failed batch is retried frame by frame)."""
+    images = [frame.image for _, frame in frames]
+    try:
+        return _predict(args, pipe, images, boxes, **extra)
+    except Exception as error:  # noqa: BLE001 - found per frame below
+        if len(frames) == 1:
+            return [error]
+    return [_run_frames(args, pipe, [pair], None if boxes is None else [b], **extra)[0]
+            for pair, b in zip(frames, boxes if boxes is not None else [None] * len(frames))]
+
+
+def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, report, progress,
+                  expected: dict | None) -> None:
+    """Run one video (see the module docstring); failures are added to `report`."""
+    from ..video import VideoReader, VideoWriter
+    from .sharding import mark_done
+
+    frame_folder = out / name
+    files: list[Path] = []
+    failed_frames = decoded = 0
+    state = None
+    if args.task == "pose":
+        listed = any(key.startswith((f"{path.name}#", f"{path}#")) for key in boxes)
+        state = _PoseState(args, listed)
+
+    def emit_now(taken: int, frame, result, writer, track_ids=None) -> None:
+        """Write one frame's outputs and its annotated frame (on the writer thread, in frame order)."""
+        nonlocal failed_frames, decoded
+        source = f"{path}#{frame.index}"
+        report.frames += 1
+        decoded += 1
+        overlay = None
+        if isinstance(result, Exception):
+            report.skipped.append({"input": source, "reason": _reason(result)})
+            failed_frames += 1
+        else:
+            try:
+                pose_json = None
+                if args.task == "pose":
+                    info = {"detect_every": args.detect_every,
+                            "smoothing": None if args.no_smooth else {"filter": "one-euro",
+                                                                      "min_cutoff": args.smooth_min_cutoff,
+                                                                      "beta": args.smooth_beta}}
+                    pose_json = _pose_json(source, frame.image.shape, result, args.kpt_threshold,
+                                           args.keypoint_format, track_ids,
+                                           {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info)
+                written, overlay = _write_outputs(args, frame_folder / f"frame_{frame.index:06d}", frame.image,
+                                                  result, video=True, pose_json=pose_json)
+                if overlay is not None and track_ids:
+                    overlay = _draw_track_ids(overlay, result, track_ids)
+                files.extend(written)
+                report.written += len(written)
+                report.processed += 1
+            except Exception as error:  # noqa: BLE001 - e.g. NaN in the results, a full disk
+                report.skipped.append({"input": source, "reason": _reason(error)})
+                failed_frames += 1
+        if writer is not None:
+            writer.write(np.asarray(overlay) if overlay is not None else frame.image)
+        progress.update(1)
+
+    def run_dense(batch, writer) -> None:
+        for (taken, frame), result in zip(batch, _run_frames(args, pipe, batch)):
+            sink.submit(taken, frame, result, writer)
+
+    def run_pose(batch, writer) -> None:
+        i = 0
+        while i < len(batch):
+            taken, frame = batch[i]
+            listed = _boxes_for(f"{path}#{frame.index}", boxes)
+            if state.is_detection(taken, listed):
+                (result,) = _run_frames(args, pipe, [batch[i]], None if listed is None else [listed],
+                                        fallback_to_full_image=False)
+                track_ids = None
+                if not isinstance(result, Exception):
+                    track_ids = state.after_detection(result)
+                    state.follow(result, frame.image.shape)
+                    result = state.smooth(result, track_ids, frame.time)
+                sink.submit(taken, frame, result, writer, track_ids)
+                i += 1
+                continue
+            j = i + 1  # the frames up to the next detection frame share the boxes known now
+            while j < len(batch) and not state.is_detection(
+                    batch[j][0], _boxes_for(f"{path}#{batch[j][1].index}", boxes)):
+                j += 1
+            run = batch[i:j]
+            tracks = list(state.tracker.tracks)
+            track_ids = [t.track_id for t in tracks]
+            if tracks:
+                people_boxes = [[t.box.tolist() for t in tracks]] * len(run)
+                results = _run_frames(args, pipe, run, people_boxes,
+                                      box_scores=[[t.score for t in tracks]] * len(run))
+            else:
+                results = [[] for _ in run]
+            for (taken_k, frame_k), result in zip(run, results):
+                if not isinstance(result, Exception):
+                    state.follow(result, frame_k.image.shape)
+                    result = state.smooth(result, track_ids, frame_k.time)
+                sink.submit(taken_k, frame_k, result, writer, track_ids)
+            i = j
+
+    run = run_pose if args.task == "pose" else run_dense
+    try:
+        with VideoReader(path) as reader:
+            fps = reader.fps / args.video_stride
+            writer = None if args.no_overlay else VideoWriter(out / f"{name}.mp4", fps)
+            # decoding (ahead), inference (here) and writing (behind, in frame order) overlap: at most about
+            # four batches of frames are in memory
+            sink = _InOrder(emit_now, 2 * args.batch_size)
+            try:
+                frames = _prefetch(_frames(reader, args.video_stride, args.max_frames), 2 * args.batch_size)
+                with contextlib.closing(frames):
+                    batch: list = []
+                    for taken, frame in frames:
+                        batch.append((taken, frame))
+                        if len(batch) == args.batch_size:
+                            run(batch, writer)
+                            batch = []
+                    if batch:
+                        run(batch, writer)
+                sink.close()
+                if decoded == 0:
+                    raise OSError("no frame could be decoded")
+                if writer is not None:
+                    files.append(writer.close())
+            except BaseException:
+                with contextlib.suppress(BaseException):
+                    sink.close()  # the writer thread stops before the file it writes is removed
+                if writer is not None:
+                    writer.abort()
+                raise
+    except (OSError, ValueError) as error:  # cannot open, decoding stopped, nothing decoded
+        report.skipped.append({"input": str(path), "reason": _reason(error)})
+        return
+    if expected is not None and failed_frames == 0:
+        mark_done(out, "videos", name, expected, files)
+
+
+__all__ = ["count_frames", "process_video"]

@@ -1,0 +1,453 @@
+"""Hugging Face `datasets` as a fine-tuning source: loading (Hub id, local folder, `imagefolder`, `save_to_disk`
+folder, the synthetic humans), column resolution, and lazy adapters that turn rows into the records the task
+transforms read (the schema of the on-disk readers in `sapiens2_hf.data.pose` / `sapiens2_hf.data.dense`), so a
+sample from a `datasets` row and from the same files on disk goes through the same transform and gives the same
+tensors.
+
+Per-row schema (column names are resolved from the flags, else from the candidates in `DEFAULT_COLUMNS`):
+
+| task | columns |
+|---|---|
+| all | `image`: `Image` (or path / array) |
+| seg | `label`: `Image` or `(H, W)` array of class ids 0-28, 255 = ignore |
+| normal | `normal`: `(H, W, 3)` float camera-frame normals; optional `mask` |
+| pointmap | `depth`: `(H, W)` metric Z, or `pointmap`: `(H, W, 3)` metric XYZ; `intrinsics`: `(3, 3)` pixel K; |
+| | optional `mask` |
+| albedo | `albedo`: `(H, W, 3)` float in [0, 1] or an 8-bit RGB `Image`; optional `mask` |
+| matting | `alpha`: `(H, W)` float in [0, 1] or an 8-bit grey `Image`; optional `foreground` `(H, W, 3)` and `mask`; |
+| | the image column prefers `matting_image` (the synthetic humans' anti-aliased render) over `image` |
+| pose | `bboxes`: per person a box (`(N, 4)`, or `(4,)` for one person), COCO `[x, y, width, height]` |
+| | (`--bbox_format xyxy` for corners); `keypoints`: per person COCO's flat `[x1, y1, v1, x2, ...]`, or `(K, 3)`, or |
+| | `(K, 2)` with an optional `keypoint_visibility` `(N, K)` column (without one every point counts as visible); |
+| | K = 308 (official), 344 (raw, teeth dropped) or 133 (COCO-WholeBody, mapped); optional per-person `area` and |
+| | `iscrowd`, and `image_id` |
+
+A mask (any non-zero = valid) is an `Image` or an array; without one it is derived from the target as on disk. Pose rows
+hold any number of people; each non-crowd person becomes one training sample (a top-down crop), and persons failing
+the up-front checks of `sapiens2_hf.data.validation` are skipped and reported like on-disk records.
+
+The synthetic humans' schema (`sapiens2_hf.data.synthetic.task_features`) is read as is: its `boxes` are corners,
+which is detected from its columns (`sample_index`, `num_people`).
+
+Rows are read in the numpy format and adapted one at a time when the training dataset asks for them (nothing is
+materialised up front; pose reads only its box and keypoint columns to index the people). `record_transform` gives the
+same adaptation as a batch function for `Dataset.with_transform`; training does not use it because `with_transform`
+extracts rows as Python objects, which for array columns costs about 30x the numpy format (0.46 s against 0.014 s for
+one 256 x 192 normal row with its mask).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .label_tables import NUM_KEYPOINTS
+from .pose import TEETH_INDICES_344, coco_wholebody_to_308
+from .validation import SkippedSample, validate_records
+
+
+#: Column-name candidates per role, tried in order when no name is given.
+DEFAULT_COLUMNS = {
+    "image": ("image", "pixel_values", "img"),
+    "label": {
+        "seg": ("label", "segmentation", "annotation", "semantic_map"),
+        "normal": ("normal", "normals", "label"),
+        "pointmap": ("depth", "pointmap", "label"),
+        "albedo": ("albedo", "label"),
+        "matting": ("alpha", "matte", "label"),
+    },
+    "mask": ("mask",),
+    "foreground": ("foreground",),
+    "intrinsics": ("intrinsics", "camera_intrinsics", "K"),
+    "keypoints": ("keypoints",),
+    "bboxes": ("bboxes", "bbox", "boxes"),
+    "keypoint_visibility": ("keypoint_visibility",),
+    "area": ("area",),
+    "iscrowd": ("iscrowd",),
+    "image_id": ("image_id",),
+}
+# The record key of each dense task's target (pointmap: `depth` or `pointmap` by the array's rank).
+_DENSE_TARGET_KEYS = {"seg": "label", "normal": "normal", "albedo": "albedo", "pointmap": None, "matting": "alpha"}
+# Image-column candidates tried before the common ones, per task.
+_TASK_IMAGE_COLUMNS = {"matting": ("matting_image",)}
+_KEYPOINT_LAYOUTS = {NUM_KEYPOINTS: "sapiens308", 344: "sapiens344", 133: "coco_wholebody"}
+BBOX_FORMATS = ("xywh", "xyxy")
+SYNTHETIC = "synthetic"
+
+
+# ------------------------------------------------------------------------------------------------------- loading
+def is_saved_to_disk(path: str | os.PathLike) -> bool:
+    """Whether `path` is a folder written by `Dataset.save_to_disk` or `DatasetDict.save_to_disk`."""
+    path = Path(path)
+    return (path / "dataset_dict.json").is_file() or (
+        (path / "state.json").is_file() and (path / "dataset_info.json").is_file())
+
+
+def load_dataset_dict(name: str | None, config_name: str | None = None, train_dir: str | None = None,
+                      validation_dir: str | None = None, test_dir: str | None = None, cache_dir: str | None = None):
+    """A `datasets.DatasetDict` from what `--dataset_name` names, detected in this order:
+
+    * a `save_to_disk` folder (`dataset_dict.json`, or `state.json` + `dataset_info.json`): `load_from_disk`; a single
+      saved `Dataset` becomes the `train` split;
+    * `imagefolder` (or no name) with `train_dir` / `validation_dir` / `test_dir`: `load_dataset("imagefolder",
+      data_files=...)`, as transformers' example scripts do (a `metadata.jsonl` beside the images adds columns; a
+      `label_file_name` column becomes an `Image` column `label`);
+    * any other local folder, or a Hub dataset id: `load_dataset(name, config_name)` (for a folder the builder is
+      inferred from its files: imagefolder, parquet, json, ...).
+    """
+    import datasets
+
+    folders = {"train": train_dir, "validation": validation_dir, "test": test_dir}
+    folders = {split: folder for split, folder in folders.items() if folder is not None}
+    if name is not None and is_saved_to_disk(name):
+        loaded = datasets.load_from_disk(name)
+        return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
+    if name in (None, "imagefolder"):
+        if not folders:
+            raise ValueError("--dataset_name imagefolder reads --train_dir (and --validation_dir / --test_dir): pass "
+                             "at least one, or pass a folder or Hub id as --dataset_name.")
+        data_files = {split: os.path.join(folder, "**") for split, folder in folders.items()}
+        return datasets.load_dataset("imagefolder", data_files=data_files, cache_dir=cache_dir)
+    if folders:
+        raise ValueError(f"--train_dir / --validation_dir / --test_dir go with --dataset_name imagefolder, not with "
+                         f"--dataset_name {name!r}.")
+    return datasets.load_dataset(name, config_name, cache_dir=cache_dir)
+
+
+def synthetic_dataset_dict(task: str, splits: dict[str, tuple[int, int]], height: int, width: int,
+                           cache_dir: str | None = None):
+    """The synthetic humans (`sapiens2_hf.data.synthetic.make_dataset`, its typed columns and seed rule) as a
+    `DatasetDict`: `splits` maps a split name to `(num_samples, seed)`; empty splits are left out.
+
+    Pose renders hold one person (`num_people=1`), the dense tasks 1-4. A render that shows nobody (about 1 in 1000
+    at 64 x 48) is dropped: pose indexes no person in it, and the dense tasks drop rows with an empty `mask`, whose
+    evaluation has no valid pixel.
+    """
+    import datasets
+
+    from .synthetic import make_dataset
+
+    out = {}
+    for split, (count, seed) in splits.items():
+        if count <= 0:
+            continue
+        dataset = make_dataset(task, count, height=height, width=width, seed=seed,
+                               num_people=1 if task == "pose" else None, cache_dir=cache_dir)
+        if "mask" in dataset.column_names:
+            masks = dataset.select_columns(["mask"]).with_format("numpy")
+            keep = [index for index, row in enumerate(masks) if row["mask"].any()]
+            if len(keep) < len(dataset):
+                dataset = dataset.select(keep)
+        out[split] = dataset.with_format(None)
+    return datasets.DatasetDict(out)
+
+
+def take_validation_split(dataset_dict, eval_split: str, train_split: str, fraction: float, seed: int):
+    """Split `fraction` of the training rows off as `eval_split` when the dataset has none (transformers'
+    `--train_val_split`, seeded). Rows are whole images, so the people of one image never straddle the split."""
+    if eval_split in dataset_dict or not fraction or train_split not in dataset_dict:
+        return dataset_dict
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"--train_val_split must be in (0, 1), got {fraction}.")
+    split = dataset_dict[train_split].train_test_split(test_size=fraction, seed=seed)
+    dataset_dict[train_split], dataset_dict[eval_split] = split["train"], split["test"]
+    return dataset_dict
+
+
+# ------------------------------------------------------------------------------------------------------ columns
+@dataclass(frozen=True)
+class ColumnNames:
+    """The columns one task reads (see the module docstring); `None` where the role is unused or absent."""
+
+    image: str
+    label: str | None = None
+    mask: str | None = None
+    intrinsics: str | None = None
+    foreground: str | None = None
+    keypoints: str | None = None
+    bboxes: str | None = None
+    keypoint_visibility: str | None = None
+    area: str | None = None
+    iscrowd: str | None = None
+    image_id: str | None = None
+    bbox_format: str = "xywh"
+
+    def used(self) -> list[str]:
+        return [value for field in dataclasses.fields(self) if field.name != "bbox_format"
+                and (value := getattr(self, field.name)) is not None]
+
+
+def is_synthetic_schema(column_names: Sequence[str]) -> bool:
+    """Rows of `sapiens2_hf.data.synthetic.make_dataset` (their boxes are corners, not COCO `xywh`)."""
+    return {"sample_index", "num_people", "boxes"} <= set(column_names)
+
+
+def _pick(role: str, given: str | None, candidates: Sequence[str], columns: Sequence[str], required: bool,
+          flag: str) -> str | None:
+    if given is not None:
+        if given not in columns:
+            raise ValueError(f"--{flag} {given!r} is not a column of the dataset; its columns are {list(columns)}.")
+        return given
+    for name in candidates:
+        if name in columns:
+            return name
+    if required:
+        raise ValueError(f"No {role} column found (tried {list(candidates)}); the dataset's columns are "
+                         f"{list(columns)}. Name it with --{flag}.")
+    return None
+
+
+def resolve_columns(task: str, column_names: Sequence[str], image: str | None = None, label: str | None = None,
+                    mask: str | None = None, intrinsics: str | None = None, keypoints: str | None = None,
+                    bboxes: str | None = None, keypoint_visibility: str | None = None,
+                    bbox_format: str | None = None) -> ColumnNames:
+    """The columns `task` reads from a dataset with `column_names`: each given name is checked, each missing one is
+    the first present candidate of `DEFAULT_COLUMNS`. `bbox_format` defaults to COCO `xywh`, or `xyxy` for the
+    synthetic schema."""
+    columns = list(column_names)
+    image_candidates = (*_TASK_IMAGE_COLUMNS.get(task, ()), *DEFAULT_COLUMNS["image"])
+    names = {"image": _pick("image", image, image_candidates, columns, True, "image_column_name")}
+    if task == "pose":
+        names["keypoints"] = _pick("keypoints", keypoints, DEFAULT_COLUMNS["keypoints"], columns, True,
+                                   "keypoints_column_name")
+        names["bboxes"] = _pick("person box", bboxes, DEFAULT_COLUMNS["bboxes"], columns, True,
+                                "bboxes_column_name")
+        names["keypoint_visibility"] = _pick("keypoint visibility", keypoint_visibility,
+                                             DEFAULT_COLUMNS["keypoint_visibility"], columns, False,
+                                             "keypoint_visibility_column_name")
+        for role in ("area", "iscrowd", "image_id"):
+            names[role] = _pick(role, None, DEFAULT_COLUMNS[role], columns, False, "")
+        if bbox_format is None:
+            bbox_format = "xyxy" if is_synthetic_schema(columns) else "xywh"
+        if bbox_format not in BBOX_FORMATS:
+            raise ValueError(f"--bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}.")
+        return ColumnNames(**names, bbox_format=bbox_format)
+    if task not in _DENSE_TARGET_KEYS:
+        raise ValueError(f"Fine-tuning from `datasets` has no column adapter for task {task!r} yet; add its target "
+                         "to sapiens2_hf.data.hf_datasets (_DENSE_TARGET_KEYS and DEFAULT_COLUMNS['label']).")
+    names["label"] = _pick(f"{task} target", label, DEFAULT_COLUMNS["label"][task], columns, True,
+                           "label_column_name")
+    if task != "seg":
+        names["mask"] = _pick("mask", mask, DEFAULT_COLUMNS["mask"], columns, False, "mask_column_name")
+    if task == "pointmap":
+        names["intrinsics"] = _pick("camera intrinsics", intrinsics, DEFAULT_COLUMNS["intrinsics"], columns, True,
+                                    "intrinsics_column_name")
+    if task == "matting":
+        names["foreground"] = _pick("foreground", None, DEFAULT_COLUMNS["foreground"], columns, False, "")
+    return ColumnNames(**names)
+
+
+# ------------------------------------------------------------------------------------------------------ adapters
+def _array(value, dtype=None) -> np.ndarray:
+    """A column value as one numpy array (variable-length nested lists come as object arrays of arrays)."""
+    array = np.asarray(value)
+    if array.dtype == object:
+        array = np.stack([_array(item) for item in array]) if len(array) else np.zeros((0,))
+    return array.astype(dtype, copy=False) if dtype is not None else array
+
+
+class _ImageDecoder:
+    """Decodes an `Image` column read with `decode=False` into a PIL image (what the transforms' `load_image` takes,
+    as for a file on disk); any other value (path, array) is passed through."""
+
+    def __init__(self):
+        import datasets
+
+        self.feature = datasets.Image()
+
+    def __call__(self, value):
+        if isinstance(value, dict) and ("bytes" in value or "path" in value):
+            return self.feature.decode_example(value)
+        return value
+
+
+def _numpy_rows(dataset, columns: ColumnNames, only: Sequence[str] | None = None):
+    """`dataset` restricted to the used columns in the numpy format, with its image column left undecoded."""
+    import datasets
+
+    names = list(only) if only is not None else columns.used()
+    dataset = dataset.select_columns(names)
+    if columns.image in names and isinstance(dataset.features[columns.image], datasets.Image):
+        dataset = dataset.cast_column(columns.image, datasets.Image(decode=False))
+    return dataset.with_format("numpy")
+
+
+def dense_record(task: str, row: dict, columns: ColumnNames, decode_image: Callable = lambda value: value) -> dict:
+    """The task-transform record of one dense row (keys as the on-disk readers give them)."""
+    record = {"image": decode_image(row[columns.image])}
+    target = _array(row[columns.label])
+    if task == "pointmap":
+        if target.ndim not in (2, 3):
+            raise ValueError(f"The pointmap target column {columns.label!r} must hold (H, W) depth or (H, W, 3) XYZ, "
+                             f"got shape {target.shape}.")
+        record["depth" if target.ndim == 2 else "pointmap"] = target
+        record["K"] = _array(row[columns.intrinsics], np.float64).reshape(3, 3)
+    else:
+        record[_DENSE_TARGET_KEYS[task]] = target
+    for key in ("mask", "foreground"):
+        name = getattr(columns, key)
+        if name is not None and row.get(name) is not None:
+            record[key] = _array(row[name])
+    return record
+
+
+def _keypoints_to_308(keypoints: np.ndarray, layout: str) -> np.ndarray:
+    count = keypoints.shape[1]
+    detected = _KEYPOINT_LAYOUTS.get(count)
+    if layout == "auto":
+        layout = detected
+    if layout is None or detected != layout:
+        raise ValueError(f"Keypoints have {count} points per person, which is not the {layout or 'any known'} layout; "
+                         "use 308 (official order), 344 (raw, teeth dropped) or 133 (COCO-WholeBody) with "
+                         "--keypoint_layout auto / sapiens308 / sapiens344 / coco_wholebody.")
+    if layout == "sapiens344":
+        return np.delete(keypoints, TEETH_INDICES_344, axis=1)
+    if layout == "coco_wholebody":
+        return coco_wholebody_to_308(keypoints)
+    return keypoints
+
+
+def pose_people(row: dict, columns: ColumnNames, keypoint_layout: str = "auto") -> list[dict]:
+    """The people of one pose row, each `{bbox (4,) COCO xywh, keypoints (308, 3), area, iscrowd}` (no image)."""
+    boxes = _array(row[columns.bboxes], np.float64)
+    if boxes.size == 0:
+        return []
+    if boxes.shape[-1] != 4:
+        raise ValueError(f"Column {columns.bboxes!r} must hold 4 numbers per person, got shape {boxes.shape}.")
+    boxes = boxes.reshape(-1, 4)
+    if columns.bbox_format == "xyxy":
+        boxes = np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]], axis=1)
+    count = len(boxes)
+    flat = _array(row[columns.keypoints], np.float32).reshape(count, -1)
+    per_person = flat.shape[1]
+    channels = next((c for c in (3, 2) if per_person % c == 0 and per_person // c in _KEYPOINT_LAYOUTS), None)
+    if channels is None:
+        raise ValueError(f"Column {columns.keypoints!r} holds {per_person} numbers per person for {count} box(es); "
+                         f"expected K x 3 (x, y, visibility) or K x 2 with K in {sorted(_KEYPOINT_LAYOUTS)}.")
+    keypoints = flat.reshape(count, per_person // channels, channels)
+    if channels == 2:
+        visibility = np.full(keypoints.shape[:2], 2.0, np.float32)
+        if columns.keypoint_visibility is not None:
+            visibility = _array(row[columns.keypoint_visibility], np.float32).reshape(keypoints.shape[:2])
+        keypoints = np.concatenate([keypoints, visibility[..., None]], axis=-1)
+    keypoints = _keypoints_to_308(keypoints, keypoint_layout)
+    area = boxes[:, 2] * boxes[:, 3]
+    if columns.area is not None:
+        area = _array(row[columns.area], np.float64).reshape(count)
+    iscrowd = np.zeros(count, np.int64)
+    if columns.iscrowd is not None:
+        iscrowd = _array(row[columns.iscrowd], np.int64).reshape(count)
+    return [{"bbox": boxes[p].astype(np.float32), "keypoints": keypoints[p].astype(np.float32),
+             "area": float(area[p]), "iscrowd": int(iscrowd[p])} for p in range(count)]
+
+
+class DenseRecords(Sequence):
+    """Dense-task records of a `datasets.Dataset`, one per row, adapted when accessed (`dense_record`)."""
+
+    def __init__(self, dataset, task: str, columns: ColumnNames):
+        self.task, self.columns = task, columns
+        self.rows = _numpy_rows(dataset, columns)
+        self.decode_image = _ImageDecoder()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return dense_record(self.task, self.rows[int(index)], self.columns, self.decode_image)
+
+
+class PoseRecords(Sequence):
+    """One record per person of a pose `datasets.Dataset`, its image read from the row when accessed.
+
+    Args:
+        dataset: the rows.
+        people (`list[dict]`): per person `row` plus the fields of `pose_people`, `image_id` and `instance_id`.
+    """
+
+    def __init__(self, dataset, columns: ColumnNames, people: list[dict]):
+        self.columns, self.people = columns, people
+        self.images = _numpy_rows(dataset, columns, only=[columns.image])
+        self.decode_image = _ImageDecoder()
+
+    def __len__(self) -> int:
+        return len(self.people)
+
+    def __getitem__(self, index: int) -> dict:
+        person = self.people[int(index)]
+        record = {key: value for key, value in person.items() if key != "row"}
+        record["image"] = self.decode_image(self.images[person["row"]][self.columns.image])
+        return record
+
+
+class _Subset(Sequence):
+    def __init__(self, source: Sequence, indices: Sequence[int]):
+        self.source, self.indices = source, list(indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int):
+        return self.source[self.indices[index]]
+
+
+def subsample(records: Sequence, max_samples: int | None, seed: int) -> Sequence:
+    """At most `max_samples` records, a seeded random subset in their original order (transformers'
+    `--max_train_samples` / `--max_eval_samples`; for pose the samples are people)."""
+    if max_samples is None or max_samples >= len(records):
+        return records
+    if max_samples <= 0:
+        raise ValueError(f"--max_*_samples must be positive, got {max_samples}.")
+    chosen = np.sort(np.random.default_rng(seed).permutation(len(records))[:max_samples])
+    return _Subset(records, chosen.tolist())
+
+
+def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str = "auto", strict: bool = False,
+                 split: str = "train") -> tuple[Sequence[dict], list[SkippedSample]]:
+    """The task-transform records of one split of a `datasets.Dataset`, and the skipped ones.
+
+    Dense tasks: one record per row (no up-front check: the rows' arrays were written by `datasets`). Pose: the people
+    of every row, indexed up front from the box and keypoint columns alone; crowd people are left out and the others
+    checked as on-disk records are (`validate_records`; `strict` raises on the first bad one). A skipped entry's
+    `index` is its person index, and its `file` names the row.
+    """
+    if task != "pose":
+        return DenseRecords(dataset, task, columns), []
+    people = []
+    light = [name for name in columns.used() if name != columns.image]
+    for row_index, row in enumerate(_numpy_rows(dataset, columns, only=light)):
+        image_id = int(row[columns.image_id]) if columns.image_id is not None else row_index
+        for person in pose_people(row, columns, keypoint_layout):
+            if person["iscrowd"]:
+                continue
+            # `image` stands in for the not yet decoded picture (the checks need one, and a non-path skips file checks)
+            people.append({"row": row_index, "image": row_index, **person, "image_id": image_id,
+                           "instance_id": len(people)})
+    kept, skipped = validate_records(people, "pose", strict=strict, split=split)
+    skipped = [dataclasses.replace(entry, file=f"{split} row {people[entry.index]['row']}") for entry in skipped]
+    for person in kept:
+        del person["image"]
+    return PoseRecords(dataset, columns, kept), skipped
+
+
+def record_transform(task: str, columns: ColumnNames) -> Callable[[dict], dict]:
+    """The row-to-record adaptation of a dense task as a batch function for `Dataset.with_transform` (the records
+    `DenseRecords` gives, for use outside `finetune.py`; see the module docstring for why training reads the numpy
+    format instead)."""
+    if task == "pose":
+        raise ValueError("Pose rows hold several people (one record each); use task_records, which indexes them.")
+    decode_image = _ImageDecoder()
+
+    def transform(batch: dict) -> dict:
+        names = list(batch)
+        rows = [dict(zip(names, values)) for values in zip(*(batch[name] for name in names))]
+        records = [dense_record(task, row, columns, decode_image) for row in rows]
+        return {key: [record.get(key) for record in records] for key in records[0]} if records else {}
+
+    return transform

@@ -1,0 +1,47 @@
+"""Export of Sapiens2 models (ONNX, torch.export), the onnxruntime backend and CPU int8 quantization (layer 2).
+
+- `export_model(model_or_path, out_dir, format="onnx" | "torch-export")`: every task and the backbone, dynamic batch,
+  fixed input size, verified against the eager model (`ExportCheckError` when out of tolerance), written atomically
+  with config.json and preprocessor_config.json beside the artefact.
+- `OnnxRuntimeSapiens2Model.from_pretrained(folder)`: an exported folder as a model the pipelines and the CLI accept.
+- `quantize_onnx`: onnxruntime int8 quantization (dynamic or static) of an exported graph.
+
+onnx, onnxscript and onnxruntime are optional (`pip install 'sapiens2_hf[export]'`); they are imported only when used.
+"""
+
+from .exporter import (
+    DEFAULT_TOLERANCES,
+    EXPORT_FORMATS,
+    ExportCheckError,
+    ExportResult,
+    ExportTolerance,
+    compare_outputs,
+    export_model,
+    format_report,
+    load_model_for_export,
+    read_export_info,
+    verify_export,
+)
+from .quantization import QUANTIZATION_MODES, quantize_onnx
+from .runtime import ExportedSapiens2Model, OnnxRuntimeSapiens2Model, TorchExportSapiens2Model, load_exported
+
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "EXPORT_FORMATS",
+    "ExportCheckError",
+    "ExportResult",
+    "ExportTolerance",
+    "ExportedSapiens2Model",
+    "OnnxRuntimeSapiens2Model",
+    "QUANTIZATION_MODES",
+    "TorchExportSapiens2Model",
+    "compare_outputs",
+    "export_model",
+    "format_report",
+    "load_exported",
+    "load_model_for_export",
+    "quantize_onnx",
+    "read_export_info",
+    "verify_export",
+]

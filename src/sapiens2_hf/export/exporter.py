@@ -1,0 +1,603 @@
+"""Export a Sapiens2 model to ONNX or to a `torch.export` program, verified against the eager model.
+
+An exported folder holds:
+
+| file | content |
+|---|---|
+| `model.onnx` (format `onnx`) | the graph with its weights (`model.onnx.data` beside it for models over ~1.8 GB) |
+| `model.pt2` (format `torch-export`) | a `torch.export.save` archive |
+| `config.json` | the model's `Sapiens2Config`, `image_size` set to the exported input size |
+| `preprocessor_config.json` | the task's image processor at that size |
+| `export_info.json` | format, input/output names and shapes, RoPE handling, versions, and the verification figures |
+
+Shapes: the input is `pixel_values` `(batch_size, 3, height, width)` float32 with a dynamic batch size and a fixed
+height and width, the model's `image_size` unless `input_size` is given. The size is fixed because the RoPE cos/sin
+tables of the token grid are baked into the graph as constants (computed once, in the model's own RoPE dtype, exactly
+as the eager model computes them), and because the pointmap scale branch's MLP is tied to one token grid anyway.
+Export the same model again with another `input_size` for another size.
+
+RoPE in bfloat16 (the official default): torch exports the bf16 rotation as bf16 `Mul`/`Add` nodes, which
+onnxruntime's CPU provider cannot run. The ONNX graph therefore computes them in float32 with a
+`Cast(to=bfloat16) -> Cast(to=float)` pair after every rounding step (`onnx_bf16.py`), which reproduces torch's CPU
+bf16 arithmetic; `export_info.json -> rope` records how many such pairs the graph holds. The `torch-export` program
+keeps the bf16 ops as they are (torch runs them).
+
+The exporter is torch's dynamo-based `torch.onnx.export` (a `torch.export` program translated to ONNX, then
+optimised by onnxscript: constant folding turns the RoPE tables into initializers).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import MethodType
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..modeling import Sapiens2Config, model_class_for_task
+from ..modeling.loading_sapiens2_hf import resolve_checkpoint
+from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
+
+
+EXPORT_FORMATS = ("onnx", "torch-export")
+ONNX_FILE = "model.onnx"
+ONNX_INT8_FILE = "model_int8.onnx"
+TORCH_EXPORT_FILE = "model.pt2"
+INFO_FILE = "export_info.json"
+INPUT_NAME = "pixel_values"
+# Files an export writes; an `overwrite=True` export removes older copies of them that it did not rewrite.
+_STALE_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.pt2", INFO_FILE)
+# protobuf cannot serialise a message over 2 GiB: larger graphs keep their weights in a side file.
+_EXTERNAL_DATA_BYTES = int(1.8 * 2**30)
+# Output fields that are never exported (losses are not computed; per-layer states need flags).
+_NOT_EXPORTED = ("loss", "hidden_states", "attentions")
+
+
+class ExportCheckError(RuntimeError):
+    """An exported artefact that does not reproduce the eager model within tolerance (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class ExportTolerance:
+    """Largest deviation of an exported output from the eager model's that passes verification.
+
+    Attributes:
+        rel_l2 (`float`): `||exported - eager|| / ||eager||` over the whole output.
+        max_abs_relative (`float`): largest `|exported - eager|`, relative to the eager output's largest magnitude.
+    """
+
+    rel_l2: float
+    max_abs_relative: float
+
+
+# The envelope of the official fixtures' recommended tolerances (shared/fixtures/official/*/meta.json ->
+# noise_floor.recommended_tolerance, model cases): `*_rope_fp32` outputs reach rel-L2 2e-5 and max-abs 6e-4 at
+# absmax 1.7 (3.5e-4 relative); bf16-RoPE outputs reach rel-L2 3e-3 and max-abs 2e-2 at absmax 1.7 (1.2e-2 relative),
+# because an ulp of difference before a bf16 rounding (a different matmul kernel is enough) can flip it.
+DEFAULT_TOLERANCES = {
+    "float32": ExportTolerance(rel_l2=2e-5, max_abs_relative=4e-4),
+    "bfloat16": ExportTolerance(rel_l2=3e-3, max_abs_relative=1.2e-2),
+}
+
+
+@dataclass
+class ExportResult:
+    """What `export_model` wrote.
+
+    Attributes:
+        folder (`Path`): the exported folder.
+        format (`str`): `"onnx"` or `"torch-export"`.
+        artefact (`Path`): the model file inside `folder`.
+        info (`dict`): the content of `export_info.json` (verification figures under `"verification"`).
+    """
+
+    folder: Path
+    format: str
+    artefact: Path
+    info: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ model loading
+
+
+def _checkpoint_task(source: str) -> str | None:
+    from ..modeling.loading_sapiens2_hf import official_checkpoint_kind
+
+    resolved = resolve_checkpoint(source)
+    if resolved.kind == "official":
+        kind = official_checkpoint_kind(resolved.location)
+        return None if kind == "pretrain" else kind
+    return Sapiens2Config.from_pretrained(resolved.location).task
+
+
+def load_model_for_export(model_or_path, task: str | None = "auto", rope_dtype: str | None = None,
+                          image_size=None) -> nn.Module:
+    """The eager float32 model to export, in eval mode.
+
+    Args:
+        model_or_path: a sapiens2_hf model, or anything its `from_pretrained` reads (official file, folder, Hub id).
+        task (`str`, *optional*): `"auto"` (from the checkpoint), `None`/`"pretrain"` for the backbone, or a task.
+        rope_dtype (`str`, *optional*): `"bfloat16"` or `"float32"`; default: the model's own.
+        image_size (`(height, width)`, *optional*): overrides the model's `image_size` (pointmap scale branch).
+    """
+    overrides = {}
+    if rope_dtype is not None:
+        overrides["rope_dtype"] = rope_dtype
+    if image_size is not None:
+        overrides["image_size"] = [int(image_size[0]), int(image_size[1])]
+    if isinstance(model_or_path, nn.Module):
+        model = model_or_path
+        config = getattr(model, "config", None)
+        if not isinstance(config, Sapiens2Config):
+            raise ValueError(f"export_model exports Sapiens2 models; got a {type(model).__name__} without a Sapiens2Config.")
+        if task not in ("auto", None, "pretrain") and task != config.task:
+            raise ValueError(f"the model is a {config.task or 'backbone'} model, not {task!r}.")
+        if any(getattr(config, key) != value for key, value in overrides.items()):
+            # a twin with the new RoPE dtype / size: the RoPE periods are a non-persistent buffer rebuilt from it
+            new_config = copy.deepcopy(config)
+            for key, value in overrides.items():
+                setattr(new_config, key, value)
+            twin = type(model)(new_config)
+            twin.load_state_dict(model.state_dict(), strict=True)
+            model = twin
+    else:
+        source = str(model_or_path)
+        if task == "auto":
+            task = _checkpoint_task(source)
+        elif task == "pretrain":
+            task = None
+        model = model_class_for_task(task).from_pretrained(source, **overrides)
+    dtypes = {p.dtype for p in model.parameters()}
+    if dtypes != {torch.float32}:
+        raise ValueError(
+            f"export needs a float32 model (onnxruntime has no CPU kernels for bf16/fp16 weights); this one holds "
+            f"{sorted(str(d) for d in dtypes)}: call model.float() first."
+        )
+    return _with_own_storages(model).eval()
+
+
+def _with_own_storages(model: nn.Module) -> nn.Module:
+    """`model`, or a copy whose tensors each own their storage.
+
+    A model read from an official file holds each SwiGLU projection pair as two views of the fused `w12` tensor.
+    `torch.export.save` stores tensors by storage and warns that it finds no tensor covering such a shared storage
+    ("No complete tensor found in the group ... may cause issues"); a copy with separate storages avoids the question.
+    """
+    storages = {}
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in storages and storages[pointer] is not tensor:
+            twin = type(model)(model.config)
+            twin.load_state_dict(model.state_dict(), strict=True)  # copies into the twin's own tensors
+            return twin
+        storages[pointer] = tensor
+    return model
+
+
+# ------------------------------------------------------------------------------------------------ export wrapper
+
+
+class _ExportWrapper(nn.Module):
+    """`pixel_values -> tuple of output tensors` (named by `output_names`), the form exporters take."""
+
+    def __init__(self, model: nn.Module, output_names: tuple[str, ...]):
+        super().__init__()
+        self.model = model
+        self.output_names = output_names
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs = self.model(pixel_values=pixel_values, return_dict=True)
+        return tuple(outputs[name] for name in self.output_names)
+
+
+def _batched_window_tokenizer(self, pixel_values: torch.Tensor, patch_embeddings: nn.Conv2d) -> torch.Tensor:
+    """The 4K tokenizer over the whole batch at once (export only).
+
+    The eager tokenizer loops over samples and bands of window rows to bound its memory; `torch.export` cannot loop
+    over a dynamic batch size. This computes the same windows in one pass: patch-embed the whole input, cut it into
+    `window x window` blocks in row-major window order per sample, pool each block. Verified against the eager
+    tokenizer like every export.
+    """
+    window = self.window_size
+    features = patch_embeddings(pixel_values)  # (batch, hidden, rows, cols)
+    batch, hidden, rows, cols = features.shape
+    windows_h, windows_w = rows // window, cols // window
+    blocks = features.reshape(batch, hidden, windows_h, window, windows_w, window).permute(0, 2, 4, 3, 5, 1)
+    blocks = blocks.reshape(batch * windows_h * windows_w, window * window, hidden)
+    return self._pool_windows(blocks).reshape(batch, windows_h * windows_w, hidden)
+
+
+def _fixed_rope_tables(self, num_patches_h: int, num_patches_w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE `(cos, sin)` of the export grid, computed by the eager model before tracing (export only)."""
+    if (int(num_patches_h), int(num_patches_w)) != self._export_grid:
+        raise ValueError(f"the export was prepared for a {self._export_grid} token grid, not "
+                         f"{(num_patches_h, num_patches_w)}.")
+    return self._export_tables
+
+
+@contextmanager
+def _export_friendly(model: nn.Module, grid: tuple[int, int]):
+    """Swaps, for the duration of an export, two eager code paths.
+
+    - RoPE: the `(cos, sin)` tables of the fixed token grid are computed by the eager module before tracing and enter
+      the graph as constants. Traced, they would be folded into constants by the ONNX optimizer in its own arithmetic,
+      which does not round every bf16 step as torch does (seen: cos -0.527 instead of torch's -0.5), and a 1-layer
+      model then drifts by 4e-3 relative.
+    - The 4K tokenizer loops over samples; see `_batched_window_tokenizer`.
+    """
+    swapped = []
+    for module in model.modules():
+        name = type(module).__name__
+        if name == "Sapiens2WindowTokenizer" and hasattr(module, "_pool_windows"):
+            module.forward = MethodType(_batched_window_tokenizer, module)
+            swapped.append(module)
+        elif name == "Sapiens2RopePositionEmbedding" and hasattr(module, "compute_cos_sin"):
+            with torch.no_grad():
+                module._export_tables = tuple(t.detach().clone() for t in module.compute_cos_sin(*grid))
+            module._export_grid = tuple(grid)
+            module.forward = MethodType(_fixed_rope_tables, module)
+            swapped.append(module)
+    try:
+        yield
+    finally:
+        for module in swapped:
+            for attribute in ("forward", "_export_tables", "_export_grid"):
+                if attribute in module.__dict__:
+                    delattr(module, attribute)
+
+
+def output_names_of(model: nn.Module, example: torch.Tensor) -> tuple[tuple[str, ...], str]:
+    """`(names of the tensor fields the model returns, output class name)` for one eager forward pass."""
+    with torch.no_grad():
+        outputs = model(pixel_values=example, return_dict=True)
+    names = tuple(k for k, v in outputs.items() if isinstance(v, torch.Tensor) and k not in _NOT_EXPORTED)
+    return names, type(outputs).__name__
+
+
+def _example_input(channels: int, height: int, width: int, batch_size: int, seed: int = 0) -> torch.Tensor:
+    # N(0, 1): the scale of normalised pixels; seeded so that verification figures are reproducible.
+    return torch.randn(batch_size, channels, height, width, generator=torch.Generator().manual_seed(seed))
+
+
+def _dynamic_batch(example: torch.Tensor):
+    return ({0: torch.export.Dim("batch_size", min=1, max=4096)},)
+
+
+def _torch_export(wrapper: nn.Module, example: torch.Tensor):
+    # batch 2 in the example: torch.export specialises a dimension of size 1 to a constant
+    with torch.no_grad():
+        return torch.export.export(wrapper, (example,), dynamic_shapes=_dynamic_batch(example), strict=False)
+
+
+def _write_onnx(program, path: Path, output_names, opset: int | None, rope_bf16: bool) -> dict:
+    """Translates the `torch.export` program to ONNX, emulates bf16 arithmetic (see module docstring), saves."""
+    import onnx
+
+    from .onnx_bf16 import emulate_bfloat16
+
+    onnx_program = torch.onnx.export(
+        program, dynamo=True, input_names=[INPUT_NAME], output_names=list(output_names), opset_version=opset,
+        optimize=True, verbose=False, report=False,
+    )
+    proto = onnx_program.model_proto
+    emulation = emulate_bfloat16(proto)
+    if rope_bf16 and not emulation["rounding_casts"]:
+        raise ExportCheckError(
+            "the model runs RoPE in bfloat16 but the exported ONNX graph holds no bf16 rounding; the exporter folded "
+            "it away. Export with rope_dtype='float32' and see the documented deviation."
+        )
+    weight_bytes = sum(len(init.raw_data) for init in proto.graph.initializer)
+    external = weight_bytes > _EXTERNAL_DATA_BYTES
+    onnx.save_model(proto, str(path), save_as_external_data=external, all_tensors_to_one_file=True,
+                    location=f"{path.name}.data" if external else None)
+    return {
+        "opset": max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None),
+        "external_data": external,
+        "num_nodes": len(proto.graph.node),
+        "bf16_emulation": emulation,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ verification
+
+
+def _deviation(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
+    actual, expected = actual.detach().double().cpu(), expected.detach().double().cpu()
+    diff = (actual - expected).abs()
+    scale = expected.abs().max().item()
+    return {
+        "max_abs": diff.max().item(),
+        "mean_abs": diff.mean().item(),
+        "rel_l2": (diff.norm() / expected.norm().clamp_min(1e-30)).item(),
+        "reference_absmax": scale,
+        "finite": bool(torch.isfinite(actual).all()),
+    }
+
+
+def compare_outputs(actual: dict, expected: dict, tolerance: ExportTolerance | None) -> dict[str, dict]:
+    """Per output name: deviation figures (`max_abs`, `mean_abs`, `rel_l2`, `reference_absmax`) and, with a
+    `tolerance`, the limits and `ok`."""
+    report = {}
+    for name, reference in expected.items():
+        if name not in actual:
+            report[name] = {"missing": True, "ok": False}
+            continue
+        if tuple(actual[name].shape) != tuple(reference.shape):
+            report[name] = {"shape": list(actual[name].shape), "expected_shape": list(reference.shape), "ok": False}
+            continue
+        figures = _deviation(actual[name], reference)
+        if tolerance is not None:
+            max_abs_limit = tolerance.max_abs_relative * max(figures["reference_absmax"], 1e-12)
+            figures.update(
+                rel_l2_limit=tolerance.rel_l2, max_abs_limit=max_abs_limit,
+                ok=figures["finite"] and figures["rel_l2"] <= tolerance.rel_l2 and figures["max_abs"] <= max_abs_limit,
+            )
+        report[name] = figures
+    return report
+
+
+def format_report(report: dict[str, dict], title: str = "") -> str:
+    """A small text table of `compare_outputs` figures."""
+    lines = [title] if title else []
+    for name, figures in report.items():
+        if "max_abs" not in figures:
+            lines.append(f"  {name}: {'missing' if figures.get('missing') else 'shape mismatch'}")
+            continue
+        text = f"  {name}: rel-L2 {figures['rel_l2']:.3g}, max-abs {figures['max_abs']:.3g} (mean {figures['mean_abs']:.3g}, ref absmax {figures['reference_absmax']:.3g})"
+        if "ok" in figures:
+            text += f" limits rel-L2 {figures['rel_l2_limit']:.3g}, max-abs {figures['max_abs_limit']:.3g}: " + (
+                "ok" if figures["ok"] else "FAIL")
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def eager_outputs(model: nn.Module, pixel_values: torch.Tensor, names) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        outputs = model(pixel_values=pixel_values, return_dict=True)
+    return {name: outputs[name] for name in names}
+
+
+def verify_export(folder, model: nn.Module, pixel_values: torch.Tensor | None = None,
+                  tolerance: ExportTolerance | None = None, precision: str = "fp32", raise_on_failure: bool = True,
+                  num_threads: int | None = None, label: str | None = None) -> dict[str, dict]:
+    """Runs the exported artefact in `folder` and the eager `model` on the same input and compares every output.
+
+    Args:
+        folder: an exported folder (ONNX or torch-export, read from `export_info.json`).
+        model: the eager model it should reproduce.
+        pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): default: 2 seeded N(0, 1)
+            images at the exported size.
+        tolerance (`ExportTolerance`, *optional*): default `DEFAULT_TOLERANCES[model.config.rope_dtype]`.
+        precision (`str`): `"fp32"` or `"int8"` (the quantized ONNX file; pass a tolerance of your own, or
+            `raise_on_failure=False` to only measure).
+
+    Returns:
+        `compare_outputs` figures per output name.
+
+    Raises:
+        ExportCheckError: an output is missing, misshapen, not finite or out of tolerance (with `raise_on_failure`).
+    """
+    from .runtime import load_exported
+
+    runtime = load_exported(folder, precision=precision, num_threads=num_threads)
+    if pixel_values is None:
+        height, width = runtime.input_size
+        pixel_values = _example_input(runtime.config.num_channels, height, width, 2, seed=1)
+    tolerance = tolerance or DEFAULT_TOLERANCES[model.config.rope_dtype]
+    expected = eager_outputs(model, pixel_values, runtime.output_names)
+    actual = runtime.run(pixel_values)
+    report = compare_outputs(actual, expected, tolerance)
+    failed = [name for name, figures in report.items() if not figures["ok"]]
+    if failed and raise_on_failure:
+        raise ExportCheckError(
+            f"the exported {runtime.format} model {label or folder} does not reproduce the eager model: "
+            f"{', '.join(failed)} out of tolerance.\n{format_report(report)}\nA wrong or modified model, or an "
+            "exporter bug; nothing was published. For a bfloat16-RoPE model you can export the float32-RoPE variant "
+            "(rope_dtype='float32')."
+        )
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ export
+
+
+def _save_processor(folder: Path, task: str | None, height: int, width: int, image_processor=None) -> None:
+    if image_processor is None:
+        from ..processing import image_processor_for_task
+
+        image_processor = image_processor_for_task(task, size={"height": height, "width": width})
+    else:
+        image_processor = copy.deepcopy(image_processor)
+        image_processor.size = {"height": height, "width": width}
+    image_processor.save_pretrained(folder)
+
+
+def export_model(
+    model_or_path,
+    out_dir,
+    format: str = "onnx",
+    task: str | None = "auto",
+    input_size: tuple[int, int] | None = None,
+    rope_dtype: str | None = None,
+    opset: int | None = None,
+    verify: bool = True,
+    tolerance: ExportTolerance | None = None,
+    image_processor=None,
+    overwrite: bool = False,
+    quantize: str | None = None,
+    calibration_inputs=None,
+    num_threads: int | None = None,
+) -> ExportResult:
+    """Exports a Sapiens2 model (backbone or any task) and verifies it against the eager model.
+
+    Args:
+        model_or_path: a sapiens2_hf model, or an official file / folder / Hub id (`from_pretrained`).
+        out_dir: the folder to write (atomically: written beside it, then renamed into place).
+        format (`str`): `"onnx"` (onnxruntime, `OnnxRuntimeSapiens2Model`) or `"torch-export"`.
+        task (`str`, *optional*): `"auto"` (from the checkpoint), `None`/`"pretrain"`, or a task name.
+        input_size (`(height, width)`, *optional*): the fixed input size; default the model's `image_size`.
+        rope_dtype (`str`, *optional*): `"bfloat16"` (official) or `"float32"`; default: the model's own.
+        opset (`int`, *optional*): ONNX opset; default: the exporter's.
+        verify (`bool`): compare the artefact with the eager model (2 seeded images) and refuse to write it when out
+            of `tolerance` (default `DEFAULT_TOLERANCES[rope_dtype]`).
+        image_processor: the processor to save beside (resized to the input size); default: the task's own.
+        overwrite (`bool`): replace the export files in an existing non-empty `out_dir` (other files stay).
+        quantize (`str`, *optional*): `"int8-dynamic"`, `"int8-dynamic-linear"` or `"int8-static"` also writes
+            `model_int8.onnx` (ONNX only; see `quantize_onnx`); its deviation from the float32 graph is measured and
+            recorded, not checked.
+        calibration_inputs: for `"int8-static"`: an iterable of `pixel_values` batches (default: seeded noise).
+        num_threads (`int`, *optional*): onnxruntime threads for the verification runs.
+
+    Returns:
+        `ExportResult`.
+
+    Raises:
+        ExportCheckError: verification failed (nothing is written).
+        FileExistsError: `out_dir` is not empty and `overwrite` is False.
+    """
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {format!r}; choose one of {EXPORT_FORMATS}.")
+    if quantize is not None and format != "onnx":
+        raise ValueError("quantize= needs format='onnx' (onnxruntime quantization).")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
+    if format == "onnx":
+        _require_onnx()
+    model = load_model_for_export(model_or_path, task=task, rope_dtype=rope_dtype,
+                                  image_size=input_size if input_size is not None else None)
+    config = model.config
+    height, width = (int(input_size[0]), int(input_size[1])) if input_size is not None else config.image_size_hw
+    stride_h, stride_w = config.feature_stride
+    if height % stride_h or width % stride_w:
+        raise ValueError(f"the input size {height}x{width} is not a multiple of the model's feature stride "
+                         f"{stride_h}x{stride_w}.")
+    example = _example_input(config.num_channels, height, width, 2)
+    output_names, output_class = output_names_of(model, example)
+    rope_bf16 = config.rope_dtype == "bfloat16"
+    started = time.perf_counter()
+    with staging_folder(out_dir) as staging:
+        wrapper = _ExportWrapper(model, output_names).eval()
+        with _export_friendly(model, (height // stride_h, width // stride_w)):
+            program = _torch_export(wrapper, example)
+        info: dict[str, Any] = {
+            "format": format,
+            "task": config.task,
+            "model_class": type(model).__name__,
+            "output_class": output_class,
+            "input_name": INPUT_NAME,
+            "input_shape": ["batch_size", config.num_channels, height, width],
+            "input_size": [height, width],
+            "input_dtype": "float32",
+            "output_names": list(output_names),
+            "dynamic_axes": {"batch_size": [INPUT_NAME, *output_names]},
+            "exporter": None,
+            "versions": _versions(),
+            "rope": {"dtype": config.rope_dtype},
+        }
+        if format == "onnx":
+            artefact = staging / ONNX_FILE
+            details = _write_onnx(program, artefact, output_names, opset, rope_bf16)
+            info["exporter"] = "torch.onnx.export (dynamo: torch.export program -> ONNX, onnxscript optimizer)"
+            info["files"] = {"fp32": ONNX_FILE}
+            info["opset"] = details["opset"]
+            info["external_data"] = details["external_data"]
+            emulation = details["bf16_emulation"]
+            info["rope"]["onnx"] = (
+                f"bf16 arithmetic in float32 storage with {emulation['rounding_casts']} Cast(bfloat16)->Cast(float) "
+                f"rounding pairs ({emulation['emulated_ops']})" if emulation["rounding_casts"] else "float32"
+            )
+            info["rope"]["rounding_casts"] = emulation["rounding_casts"]
+        else:
+            artefact = staging / TORCH_EXPORT_FILE
+            torch.export.save(program, str(artefact))
+            info["exporter"] = "torch.export.export (non-strict) + torch.export.save"
+            info["files"] = {"fp32": TORCH_EXPORT_FILE}
+        info["export_seconds"] = round(time.perf_counter() - started, 2)
+        export_config = copy.deepcopy(config)
+        export_config.image_size = [height, width]
+        export_config.architectures = [type(model).__name__]
+        export_config.save_pretrained(staging)
+        _save_processor(staging, config.task, height, width, image_processor)
+        atomic_write_json(staging / INFO_FILE, info, indent=1)  # read by the runtime during verification
+        if verify:
+            tolerance = tolerance or DEFAULT_TOLERANCES[config.rope_dtype]
+            report = verify_export(staging, model, tolerance=tolerance, label=f"for {out_dir}",
+                                   num_threads=num_threads)
+            info["verification"] = {"input": "2 images, N(0, 1), seed 1", "tolerance": asdict(tolerance),
+                                    "outputs": report}
+        if quantize is not None:
+            from .quantization import quantize_onnx
+
+            quantization = quantize_onnx(staging / ONNX_FILE, staging / ONNX_INT8_FILE, mode=quantize,
+                                         calibration_inputs=calibration_inputs, input_size=(height, width))
+            info["files"]["int8"] = ONNX_INT8_FILE
+            atomic_write_json(staging / INFO_FILE, info, indent=1)
+            quantization["deviation_from_fp32_onnx"] = _int8_deviation(staging, num_threads)
+            info["quantization"] = quantization
+        atomic_write_json(staging / INFO_FILE, _json_safe(info), indent=1)
+        replace_into_folder(staging, out_dir, stale=_STALE_PATTERNS)
+    return ExportResult(folder=out_dir, format=format, artefact=out_dir / artefact.name, info=info)
+
+
+def _int8_deviation(folder: Path, num_threads: int | None = None) -> dict:
+    """Deviation of the int8 graph from the float32 graph on 2 seeded images (informational)."""
+    from .runtime import load_exported
+
+    fp32 = load_exported(folder, precision="fp32", num_threads=num_threads)
+    int8 = load_exported(folder, precision="int8", num_threads=num_threads)
+    height, width = fp32.input_size
+    pixel_values = _example_input(fp32.config.num_channels, height, width, 2, seed=1)
+    return compare_outputs(int8.run(pixel_values), fp32.run(pixel_values), None)
+
+
+def _json_safe(value):
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _versions() -> dict[str, str]:
+    import transformers
+
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    for name in ("onnx", "onnxscript", "onnxruntime"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return versions
+
+
+def _require_onnx() -> None:
+    missing = []
+    for name in ("onnx", "onnxscript", "onnxruntime"):
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ImportError(
+            f"ONNX export needs {', '.join(missing)}: pip install 'sapiens2_hf[export]' (or pip install onnx "
+            "onnxscript onnxruntime)."
+        )
+
+
+def read_export_info(folder) -> dict:
+    """The `export_info.json` of an exported folder, or a clear error when `folder` is not one."""
+    path = Path(folder) / INFO_FILE
+    if not path.is_file():
+        raise OSError(f"{folder} is not an exported Sapiens2 folder (no {INFO_FILE}); make one with "
+                      "`sapiens2-hf export MODEL --out DIR` or sapiens2_hf.export.export_model.")
+    return json.loads(path.read_text())

@@ -1,0 +1,172 @@
+"""bfloat16 arithmetic of an ONNX graph, reproduced in float32 storage with explicit rounding Casts.
+
+Why: in its official mode the Sapiens2 RoPE runs in bfloat16 (queries and keys cast to bf16, rotated with bf16
+cos/sin, cast back). The exported graph keeps those bf16 `Mul`/`Add` nodes, but onnxruntime's CPU provider has no
+bf16 kernels for them ("Could not find an implementation for Mul(14)"), only for `Cast`.
+
+How: torch's CPU bf16 element-wise kernels load bf16 values as float32, compute in float32 and round the result to
+bf16 (round to nearest even). This pass does the same in the graph:
+
+- every bf16 tensor becomes a float32 tensor that holds bf16-representable values (bf16 initializers and constants are
+  widened, which is exact);
+- a `Cast(to=bfloat16)` keeps its rounding and is followed by `Cast(to=float)`;
+- a rounding op (`Mul`, `Add`, `Sub`, `Div`, `Cos`, ...) computes in float32 and gets the same `Cast` pair after it;
+- value-preserving ops (`Split`, `Concat`, `Neg`, `Slice`, `Reshape`, ...) are left alone: their outputs stay
+  bf16-representable.
+
+For a product of two bf16 values float32 is exact, so the result is bit-identical to torch's; for a sum the float32
+result is rounded twice (to float32, then to bf16), exactly as torch's own kernel does. onnxruntime's float->bf16 Cast
+rounds to nearest even like torch (checked by tests/test_export.py), and its graph optimiser keeps the Cast pairs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+
+# Ops whose float32 output is already bf16-representable when their inputs are (no new rounding).
+_VALUE_PRESERVING = {
+    "Abs", "Concat", "Expand", "Flatten", "Gather", "GatherElements", "Identity", "Neg", "Reshape", "Slice", "Split",
+    "Squeeze", "Tile", "Transpose", "Unsqueeze", "Max", "Min", "Relu",
+}
+# Ops that read only the shape of a bf16 tensor.
+_SHAPE_ONLY = {"Shape", "Size"}
+# Ops that torch computes in float32 and rounds once to bf16: emulated as float32 op + Cast pair.
+_ROUNDING = {
+    "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Cos", "Sin", "Exp", "Log", "Sigmoid", "Tanh", "Erf",
+    "ReduceMean", "ReduceSum", "Softmax", "MatMul",
+}
+
+
+class Bfloat16EmulationError(ValueError):
+    """A bf16 op this pass does not know how to reproduce in float32."""
+
+
+def _bf16_names(graph, TensorProto) -> set[str]:
+    """Names of the bf16 tensors of `graph`: declared ones plus a forward propagation through the node list (which
+    ONNX keeps in topological order), so a graph without complete `value_info` is handled too."""
+    bf16 = set()
+    for value in list(graph.value_info) + list(graph.input) + list(graph.output):
+        if value.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            bf16.add(value.name)
+    bf16.update(init.name for init in graph.initializer if init.data_type == TensorProto.BFLOAT16)
+    for node in graph.node:
+        if node.op_type == "Cast":
+            to = next(a.i for a in node.attribute if a.name == "to")
+            if to == TensorProto.BFLOAT16:
+                bf16.update(node.output)
+        elif node.op_type == "Constant":
+            for attribute in node.attribute:
+                if attribute.name == "value" and attribute.t.data_type == TensorProto.BFLOAT16:
+                    bf16.update(node.output)
+        elif node.op_type in _VALUE_PRESERVING | _ROUNDING and node.input and node.input[0] in bf16:
+            bf16.update(node.output[:1] if node.op_type != "Split" else node.output)
+    return bf16
+
+
+def emulate_bfloat16(model) -> dict:
+    """Rewrites `model` (an `onnx.ModelProto`, in place) so that it holds no bf16 arithmetic (see the module docstring).
+
+    Returns:
+        `dict` with `rounding_casts` (the number of float32 -> bf16 -> float32 Cast pairs the graph now holds),
+        `emulated_ops` (op type -> count of float32 ops standing in for bf16 ops) and `widened_initializers`.
+
+    Raises:
+        Bfloat16EmulationError: a graph input or output is bf16, or an op on bf16 values is not in the known sets.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    if any(v.type.tensor_type.elem_type == TensorProto.BFLOAT16 for v in list(graph.input) + list(graph.output)):
+        raise Bfloat16EmulationError("a graph input or output is bfloat16; export the model in float32.")
+    bf16 = _bf16_names(graph, TensorProto)
+    control_flow = sorted({node.op_type for node in graph.node if any(a.type == a.GRAPH for a in node.attribute)})
+    if bf16 and control_flow:
+        raise Bfloat16EmulationError(f"bf16 values in a graph with control flow ({control_flow}) are not supported.")
+    report = {"rounding_casts": 0, "emulated_ops": Counter(), "widened_initializers": 0}
+    if not bf16:
+        report["emulated_ops"] = {}
+        return report
+
+    for index, init in enumerate(graph.initializer):
+        if init.data_type == TensorProto.BFLOAT16:
+            values = numpy_helper.to_array(init).astype(np.float32)
+            graph.initializer[index].CopyFrom(numpy_helper.from_array(values, init.name))
+            report["widened_initializers"] += 1
+
+    def rounding_pair(source: str, target: str) -> list:
+        report["rounding_casts"] += 1
+        rounded = f"{target}__bf16"
+        return [
+            helper.make_node("Cast", [source], [rounded], to=TensorProto.BFLOAT16, name=f"{target}__round_bf16"),
+            helper.make_node("Cast", [rounded], [target], to=TensorProto.FLOAT, name=f"{target}__widen_f32"),
+        ]
+
+    nodes = []
+    for node in graph.node:
+        touches = [name for name in list(node.input) + list(node.output) if name in bf16]
+        if not touches:
+            nodes.append(node)
+            continue
+        op = node.op_type
+        if op == "Cast":
+            to = next(a.i for a in node.attribute if a.name == "to")
+            if to == TensorProto.BFLOAT16:
+                # the rounding itself: kept, then widened back to float32 storage
+                output = node.output[0]
+                node.output[0] = f"{output}__bf16"
+                nodes.append(node)
+                nodes.append(helper.make_node("Cast", [node.output[0]], [output], to=TensorProto.FLOAT,
+                                              name=f"{output}__widen_f32"))
+                report["rounding_casts"] += 1
+            else:
+                nodes.append(node)  # bf16 (now float32) -> float32 or int: same values
+        elif op == "Constant":
+            attribute = next(a for a in node.attribute if a.name == "value")
+            values = numpy_helper.to_array(attribute.t).astype(np.float32)
+            attribute.t.CopyFrom(numpy_helper.from_array(values, attribute.t.name))
+            nodes.append(node)
+        elif op in _VALUE_PRESERVING or op in _SHAPE_ONLY:
+            nodes.append(node)
+        elif op in _ROUNDING:
+            report["emulated_ops"][op] += 1
+            pairs = []
+            for position, output in enumerate(node.output):
+                node.output[position] = f"{output}__f32"
+                pairs.extend(rounding_pair(node.output[position], output))
+            nodes.append(node)
+            nodes.extend(pairs)
+        else:
+            raise Bfloat16EmulationError(
+                f"the exported graph computes {op} ({node.name}) in bfloat16, which this pass cannot reproduce in "
+                "float32; export the float32-RoPE variant (rope_dtype='float32')."
+            )
+    del graph.node[:]
+    graph.node.extend(nodes)
+    for value in graph.value_info:
+        if value.name in bf16:
+            value.type.tensor_type.elem_type = TensorProto.FLOAT
+    report["emulated_ops"] = dict(sorted(report["emulated_ops"].items()))
+    return report
+
+
+def count_rounding_casts(model) -> int:
+    """Number of `Cast(to=bfloat16)` nodes directly followed by `Cast(to=float)` in `model`'s main graph."""
+    from onnx import TensorProto
+
+    consumers = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    count = 0
+    for node in model.graph.node:
+        if node.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.BFLOAT16 for a in node.attribute):
+            after = consumers.get(node.output[0], [])
+            if after and all(
+                n.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.FLOAT for a in n.attribute)
+                for n in after
+            ):
+                count += 1
+    return count

@@ -1,0 +1,283 @@
+"""The fast-inference recipe: `prepare_for_inference(model, device, dtype, compile, attention)`.
+
+One call turns a loaded Sapiens2 model into the fastest configuration its hardware allows, without changing what it
+computes beyond the chosen precision:
+
+1. **Device and precision.** Weights are moved and cast (`bfloat16` by default, the precision the official "lite"
+   path of the first Sapiens used). The RoPE is then put back into its official arithmetic: `nn.Module.to(dtype)`
+   casts every floating buffer, so it would turn the RoPE `periods` (kept in `config.rope_dtype`, bfloat16 like the
+   official model) into float16, or into float32 when a model is cast back to float32, and the cos/sin would then be
+   computed in another precision than the official one (on the tiny test model a float32 round trip moves the
+   outputs by ~5e-4 of 0.9). Every RoPE module whose periods left its `rope_dtype` gets them recomputed
+   (`reset_periods`, which also empties its cos/sin cache; the cache is keyed on dtype and device anyway).
+   With bfloat16 weights and the default bfloat16 RoPE nothing changes: the official model's arithmetic exactly.
+2. **Attention kernel.** Through transformers' public `set_attn_implementation` (`config._attn_implementation`):
+   `"sdpa"` by default, i.e. `torch.nn.functional.scaled_dot_product_attention`, which on CUDA picks the
+   FlashAttention-2 kernel by itself when it can (fp16/bf16, head dim <= 256, no mask: every Sapiens2 size has head
+   dim 64), else the memory-efficient one; `"flash_attention_2"`/`"flex_attention"`/`"eager"` are passed through
+   (transformers checks that the package they need is installed).
+3. **Compilation.** `torch.compile` of the model's `forward` (the model object itself stays: pipelines,
+   `save_pretrained`, `.config` keep working), `fullgraph=True` by default (the whole model is one graph: the RoPE
+   cos/sin cache steps aside while compiling, see `Sapiens2RopePositionEmbedding`). Inductor's
+   `emulate_precision_casts` is switched on for this model so that compiled reduced-precision code rounds where
+   eager rounds (the bfloat16 RoPE in particular), keeping compiled outputs at the eager ones.
+4. **CUDA graphs**, optional (`mode="reduce-overhead"` or `"max-autotune"`): they remove the per-kernel launch cost,
+   which pays for small batches or small inputs, little for 0.4b-1b at 1024x768 where the GPU is busy for tens of
+   milliseconds per image (`benchmarks/bench_gpu.py` measures both). A CUDA-graph replay overwrites the previous
+   replay's outputs, and the pose pipeline runs the model twice per batch (flip test), so the outputs are copied out
+   of the graph's memory (`clone_outputs`, on by default with CUDA graphs).
+
+Shapes: compiled code is specialised to the input shape; a second shape (a smaller last batch, another number of
+people) recompiles once with a dynamic batch dimension (torch's default `dynamic=None`). Pass `dynamic=False` to keep
+one static graph per shape (what CUDA graphs record anyway).
+
+    from sapiens2_hf.inference_recipe import prepare_for_inference
+    model = prepare_for_inference(Sapiens2ForPoseEstimation.from_pretrained(...))   # cuda, bf16, sdpa, compiled
+    pipe = sapiens2_hf.pipeline("sapiens2-pose", model=..., fast=True)              # the same, from the factory
+
+Layer 2: imports torch, transformers (through the model) and `modeling` only.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from .modeling.modeling_sapiens2_hf import Sapiens2RopePositionEmbedding
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["InferenceRecipe", "prepare_for_inference", "restore_rope_precision", "resolve_dtype"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class InferenceRecipe:
+    """What `prepare_for_inference` did, kept on the model as `model.inference_recipe`.
+
+    Attributes:
+        device (`str`): where the weights are.
+        dtype (`torch.dtype`): the weights' precision.
+        attention (`str`): `config._attn_implementation` after the switch.
+        compiled (`bool`): `forward` is a `torch.compile`d function.
+        mode (`str` or `None`): the compile mode (`None`: torch's default).
+        fullgraph (`bool`): compiled as one graph (no graph breaks allowed).
+        cuda_graphs (`bool`): the compile mode records CUDA graphs.
+        clone_outputs (`bool`): outputs are copied out of the CUDA graphs' memory.
+        rope_restored (`int`): RoPE modules whose periods were put back into `rope_dtype`.
+        flash_attention_available (`bool`): this torch build and device can run SDPA's FlashAttention kernel.
+    """
+
+    device: str
+    dtype: torch.dtype
+    attention: str
+    compiled: bool
+    mode: str | None
+    fullgraph: bool
+    cuda_graphs: bool
+    clone_outputs: bool
+    rope_restored: int
+    flash_attention_available: bool
+
+
+def resolve_dtype(dtype) -> torch.dtype:
+    """`torch.float32/bfloat16/float16` from a dtype or its name (`"bf16"`, `"fp16"`, `"fp32"` accepted)."""
+    if isinstance(dtype, torch.dtype):
+        if dtype in _DTYPES.values():
+            return dtype
+    elif isinstance(dtype, str):
+        name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}.get(
+            dtype.removeprefix("torch."), dtype.removeprefix("torch.")
+        )
+        if name in _DTYPES:
+            return _DTYPES[name]
+    raise ValueError(f"dtype must be one of {sorted(_DTYPES)} (or the torch dtype), got {dtype!r}.")
+
+
+def _check_device(device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = torch.version.cuda
+            why = (f"this torch build has CUDA {build} but sees no GPU (driver, CUDA_VISIBLE_DEVICES?)" if build
+                   else "this torch build has no CUDA support")
+            raise RuntimeError(
+                f"prepare_for_inference(device={str(device)!r}): CUDA is not available ({why}). Pass device='cpu' "
+                "(then dtype=torch.float32: CPUs without bfloat16 units run bfloat16 several times slower), or run on "
+                "a machine with an NVIDIA GPU and a CUDA build of torch."
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise RuntimeError(f"prepare_for_inference: {device} does not exist, this machine has "
+                               f"{torch.cuda.device_count()} CUDA device(s).")
+    elif device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise RuntimeError("prepare_for_inference(device='mps'): MPS is not available; pass device='cpu'.")
+    return device
+
+
+def restore_rope_precision(model: torch.nn.Module) -> int:
+    """Puts every Sapiens2 RoPE module's `periods` back into its `rope_dtype` (recomputed, as at construction) after a
+    cast moved them; returns how many were restored. A model cast with plain `.to(dtype)` needs this to keep the
+    official RoPE arithmetic (see the module docstring)."""
+    restored = 0
+    for module in model.modules():
+        if isinstance(module, Sapiens2RopePositionEmbedding) and module.periods.dtype != module.rope_dtype:
+            module.reset_periods()
+            restored += 1
+    return restored
+
+
+def _flash_attention_available(device: torch.device, dtype: torch.dtype) -> bool:
+    if device.type != "cuda" or dtype == torch.float32:
+        return False
+    backends = torch.backends.cuda
+    built = getattr(backends, "is_flash_attention_available", lambda: True)()
+    return bool(built and backends.flash_sdp_enabled() and torch.cuda.get_device_capability(device)[0] >= 8)
+
+
+def _set_attention(model: torch.nn.Module, attention: str) -> str:
+    """Switches `config._attn_implementation` to `attention`, through transformers' `set_attn_implementation` where
+    it accepts the model, else on the config directly after checking the kernel exists.
+
+    transformers decides whether a class may switch by reading its module's source for
+    `ALL_ATTENTION_FUNCTIONS.get_interface(`; a model that indexes the registry directly (as sapiens2_hf's does
+    today) is refused with a warning, although it reads `config._attn_implementation` at every call."""
+    config = model.config
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    if hasattr(model, "set_attn_implementation") and (can_set is None or can_set()):
+        # The dict form targets the model's own config only: its `head_config` sub-config has no attention and
+        # would only draw a warning.
+        model.set_attn_implementation({"": attention})
+    elif config._attn_implementation != attention:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        if attention != "eager" and attention not in ALL_ATTENTION_FUNCTIONS:
+            raise ValueError(f"unknown attention implementation {attention!r}; choose 'sdpa', 'eager' or one of "
+                             f"{sorted(ALL_ATTENTION_FUNCTIONS)}.")
+        if attention.startswith("flash_attention"):
+            from transformers.utils import is_flash_attn_2_available
+
+            if not is_flash_attn_2_available():
+                raise ImportError(f"attention={attention!r} needs the flash-attn package; use attention='sdpa', "
+                                  "which runs PyTorch's own FlashAttention kernel on GPUs that have it.")
+        config._attn_implementation = attention
+    in_use = config._attn_implementation
+    if in_use != attention:
+        raise RuntimeError(f"asked for attention={attention!r} but the model kept {in_use!r}; "
+                           f"{type(model).__name__} may not support it (try 'sdpa' or 'eager').")
+    return in_use
+
+
+def _mode_options(mode: str | None, dynamic: bool | None) -> dict:
+    """Inductor options of a torch.compile mode (`None`: the default mode, no options)."""
+    import torch._inductor
+
+    # `list_mode_options(None)` answers the table of every mode, not the default one's options.
+    try:
+        options = torch._inductor.list_mode_options(mode or "default", dynamic)
+    except RuntimeError:  # "Unrecognized mode=..."
+        options = None
+    if not isinstance(options, dict):
+        raise ValueError(f"unknown torch.compile mode {mode!r}; choose None, 'default', 'reduce-overhead', "
+                         "'max-autotune' or 'max-autotune-no-cudagraphs'.")
+    return dict(options)
+
+
+def _clone_outputs(outputs):
+    """Copies the tensors of a `ModelOutput` (or tuple/tensor) out of CUDA-graph memory."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs.clone()
+    if isinstance(outputs, tuple) and not hasattr(outputs, "keys"):
+        return type(outputs)(_clone_outputs(value) for value in outputs)
+    if hasattr(outputs, "keys"):
+        for key in list(outputs.keys()):
+            outputs[key] = _clone_outputs(outputs[key])
+    return outputs
+
+
+def prepare_for_inference(
+    model: torch.nn.Module,
+    device="cuda",
+    dtype=torch.bfloat16,
+    compile: bool = True,
+    attention: str | None = "sdpa",
+    *,
+    mode: str | None = None,
+    fullgraph: bool = True,
+    dynamic: bool | None = None,
+    backend: str = "inductor",
+    clone_outputs: bool | None = None,
+    exact_casts: bool = True,
+) -> torch.nn.Module:
+    """Moves, casts, picks the attention kernel and compiles `model` for inference, in place; returns `model`.
+
+    Args:
+        model: a Sapiens2 model (any task, or the backbone); transformers' own Sapiens2 classes work too (their RoPE
+            is float32 by design and left alone).
+        device (`str` or `torch.device`): `"cuda"` (default), `"cuda:1"`, `"cpu"`, ... A clear `RuntimeError` when it
+            is not available.
+        dtype (`torch.dtype` or name): weight precision, `torch.bfloat16` (default), `torch.float16` or
+            `torch.float32`. The RoPE keeps `config.rope_dtype` whatever this is.
+        compile (`bool`): wrap `forward` in `torch.compile`.
+        attention (`str`, *optional*): `"sdpa"` (default; FlashAttention through SDPA on CUDA when possible),
+            `"eager"`, `"flash_attention_2"`, `"flex_attention"`; `None` leaves the model's setting.
+        mode (`str`, *optional*): `torch.compile` mode: `None` (default), `"reduce-overhead"` (CUDA graphs),
+            `"max-autotune"` (autotuned kernels + CUDA graphs), `"max-autotune-no-cudagraphs"`.
+        fullgraph (`bool`): require one graph (an error instead of a silent graph break).
+        dynamic (`bool`, *optional*): torch.compile's `dynamic` (`None`: static first, dynamic after a new shape).
+        backend (`str`): torch.compile backend (`"inductor"`; `"eager"`/`"aot_eager"` to debug capture only).
+        clone_outputs (`bool`, *optional*): copy outputs out of CUDA-graph memory; default on with CUDA graphs.
+        exact_casts (`bool`): inductor's `emulate_precision_casts` (round bf16/fp16 intermediates as eager does).
+
+    Returns:
+        the same `model` object, in eval mode, with `model.inference_recipe` (`InferenceRecipe`) describing it.
+    """
+    device = _check_device(device)
+    dtype = resolve_dtype(dtype)
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise RuntimeError(f"{torch.cuda.get_device_name(device)} has no bfloat16 support; pass dtype=torch.float16 "
+                           "(or torch.float32).")
+    if device.type == "cpu" and dtype != torch.float32:
+        logger.warning("prepare_for_inference: %s on CPU is usually slower than float32 (no bfloat16/float16 units "
+                       "on most CPUs); it is meant for GPUs.", dtype)
+    if mode is not None and not compile:
+        raise ValueError(f"mode={mode!r} is a torch.compile mode; pass compile=True or drop it.")
+    mode_options = _mode_options(mode, dynamic) if compile and backend == "inductor" else {}
+    cuda_graphs = bool(mode_options.get("triton.cudagraphs", False))
+    if cuda_graphs and device.type != "cuda":
+        raise ValueError(f"mode={mode!r} records CUDA graphs and needs device='cuda'; on {device.type} use mode=None.")
+    if getattr(model, "inference_recipe", None) is not None and model.inference_recipe.compiled:
+        raise RuntimeError("this model was already prepared and compiled by prepare_for_inference; prepare a fresh "
+                           "model (compiling twice would wrap the compiled forward again).")
+
+    model.eval()
+    model.to(device=device, dtype=dtype)
+    rope_restored = restore_rope_precision(model)
+    in_use = _set_attention(model, attention) if attention is not None else model.config._attn_implementation
+
+    clone = cuda_graphs if clone_outputs is None else bool(clone_outputs)
+    if compile:
+        options = None
+        if backend == "inductor":
+            # Round reduced-precision intermediates where eager rounds (the official bf16 RoPE arithmetic); `mode`
+            # and `options` are exclusive in torch.compile, so the mode is spelled out as its options.
+            options = {**mode_options, "emulate_precision_casts": bool(exact_casts)}
+        compiled_forward = torch.compile(model.forward, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
+                                         options=options)
+
+        @functools.wraps(model.forward)
+        def forward(*args, **kwargs):
+            outputs = compiled_forward(*args, **kwargs)
+            return _clone_outputs(outputs) if clone else outputs
+
+        # An instance attribute shadows the class's `forward`; `nn.Module.__call__` (hooks included) calls it.
+        model.forward = forward
+    model.inference_recipe = InferenceRecipe(
+        device=str(device), dtype=dtype, attention=in_use, compiled=bool(compile), mode=mode,
+        fullgraph=bool(fullgraph), cuda_graphs=cuda_graphs, clone_outputs=clone and bool(compile),
+        rope_restored=rope_restored, flash_attention_available=_flash_attention_available(device, dtype),
+    )
+    return model

@@ -1,0 +1,310 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
+"""Sapiens2's 308 keypoints in the layouts other tools read: COCO-17, COCO-WholeBody-133, OpenPose BODY_25 (layer 0).
+
+Every target keypoint is defined by NAME from the 308 official names (`sapiens2_label_data.POSE_KEYPOINT_NAMES`), in
+one of three ways:
+
+* a copy of one 308 keypoint (same landmark, or the nearest sample of the same contour; see each entry's note);
+* the mean of two 308 keypoints, with score = the smaller of the two (a mean is only as sure as its least sure
+  part), e.g. BODY_25 `MidHip` = mean of the hips;
+* missing: the 308 layout has no counterpart (the COCO-WholeBody jaw line, for instance).
+
+Missing points follow the convention of the target ecosystems: COCO stores an unlabelled keypoint as `(0, 0)` with
+visibility 0 and OpenPose writes `(0, 0)` with confidence 0, so missing points get coordinates `missing_value`
+(default 0.0) and score 0. Which points are missing depends only on the format (`missing_keypoint_indices`), never on
+the image, so a real keypoint whose heatmap maximum happens to be 0 is never mistaken for a missing one. Pass
+`missing_value=float("nan")` to make missing points poison any arithmetic instead.
+
+The tables and the reasoning behind each choice are rendered in docs/keypoint_formats.md by
+scripts/generate_keypoint_format_docs.py.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from .sapiens2_label_data import POSE_KEYPOINT_NAMES
+
+
+class KeypointSource(NamedTuple):
+    """How one keypoint of a target format is made from the 308 Sapiens2 keypoints.
+
+    Attributes:
+        name (`str`): the keypoint's name in the target format's own spelling.
+        sources (`tuple[str, ...]`): 308 names: one (copied), two (mean; score = min) or none (missing).
+        note (`str`): why this choice, where it is not the same landmark under the same name.
+    """
+
+    name: str
+    sources: tuple[str, ...]
+    note: str = ""
+
+
+def _same(names) -> tuple[KeypointSource, ...]:
+    """Target points that are the 308 keypoints of the same name."""
+    return tuple(KeypointSource(name, (name,)) for name in names)
+
+
+_COCO17_NAMES = (
+    "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder", "left_elbow",
+    "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip", "left_knee", "right_knee", "left_ankle",
+    "right_ankle",
+)
+_FEET = ("left_big_toe", "left_small_toe", "left_heel", "right_big_toe", "right_small_toe", "right_heel")
+_FINGERS = ("thumb", "forefinger", "middle_finger", "ring_finger", "pinky_finger")
+
+# -- OpenPose BODY_25 (names as OpenPose's poseParameters spells them) -----------------------------------------------
+_NECK_NOTE = ("OpenPose made its Neck labels as the midpoint of the shoulders (COCO, its training data, has no neck); "
+              "the 308 layout's own `neck` (69) is placed by its own, undocumented rule and is not used")
+_MIDHIP_NOTE = "OpenPose's MidHip is the midpoint of the hips"
+_BODY25 = (
+    KeypointSource("Nose", ("nose",)),
+    KeypointSource("Neck", ("left_shoulder", "right_shoulder"), _NECK_NOTE),
+    KeypointSource("RShoulder", ("right_shoulder",)),
+    KeypointSource("RElbow", ("right_elbow",)),
+    KeypointSource("RWrist", ("right_wrist",)),
+    KeypointSource("LShoulder", ("left_shoulder",)),
+    KeypointSource("LElbow", ("left_elbow",)),
+    KeypointSource("LWrist", ("left_wrist",)),
+    KeypointSource("MidHip", ("left_hip", "right_hip"), _MIDHIP_NOTE),
+    KeypointSource("RHip", ("right_hip",)),
+    KeypointSource("RKnee", ("right_knee",)),
+    KeypointSource("RAnkle", ("right_ankle",)),
+    KeypointSource("LHip", ("left_hip",)),
+    KeypointSource("LKnee", ("left_knee",)),
+    KeypointSource("LAnkle", ("left_ankle",)),
+    KeypointSource("REye", ("right_eye",)),
+    KeypointSource("LEye", ("left_eye",)),
+    KeypointSource("REar", ("right_ear",)),
+    KeypointSource("LEar", ("left_ear",)),
+    KeypointSource("LBigToe", ("left_big_toe",)),
+    KeypointSource("LSmallToe", ("left_small_toe",)),
+    KeypointSource("LHeel", ("left_heel",)),
+    KeypointSource("RBigToe", ("right_big_toe",)),
+    KeypointSource("RSmallToe", ("right_small_toe",)),
+    KeypointSource("RHeel", ("right_heel",)),
+)
+
+# -- COCO-WholeBody face: the 68 points of the iBUG / 300-W layout ----------------------------------------------------
+# iBUG-68 runs from the subject's right to the subject's left (image left to right for a person facing the camera).
+# The 308 layout numbers the midpoints of a contour level by level (its centre, then the quarter points, then the
+# eighth points), each level from the subject's right to the subject's left: the official listing of the right upper
+# eyelid is outer end, 3, 1, 4, centre, 5, 2, 6 (spatial order), and the flip pairs (right 1 <-> left 2, right 3 <->
+# left 6, eyebrow right 2 <-> left 3) agree. iBUG spaces points evenly between anchors (thirds on an eyelid, sixths
+# on the outer lip, quarters on the inner lip and the eyebrow); where the 308 contour has no sample there, the nearest
+# sample is used and the note says so.
+_JAW_NOTE = "jaw contour: the 308 layout has no points on the jaw line"
+_BROW_NOTE = "upper edge of the eyebrow (iBUG's eyebrow points trace it), quarter point"
+_EYE_CORNER_NOTE = "eye corner: mean of the ends of the upper and lower lash lines"
+_LID_NOTE = "nearest lash-line sample: iBUG puts it at {} of the lid, the 308 lash line has it at {}"
+_LIP_NOTE = "nearest lip sample: iBUG puts it at {} of the lip, the 308 contour has it at {}"
+_FACE68 = {
+    **{i: ((), _JAW_NOTE) for i in (*range(0, 8), *range(9, 17))},
+    8: (("tip_of_chin",), "bottom of the chin"),
+    17: (("end_of_r_eyebrow",), "outer end of the right eyebrow"),
+    18: (("upper_midpoint_2_of_r_eyebrow",), _BROW_NOTE),
+    19: (("upper_midpoint_1_of_r_eyebrow",), "upper edge of the eyebrow, middle"),
+    20: (("upper_midpoint_3_of_r_eyebrow",), _BROW_NOTE),
+    21: (("upper_startpoint_of_r_eyebrow",), "inner end (the eyebrow's blunt head, where it has two start points)"),
+    22: (("upper_startpoint_of_l_eyebrow",), "inner end (the eyebrow's blunt head, where it has two start points)"),
+    23: (("upper_midpoint_2_of_l_eyebrow",), _BROW_NOTE),
+    24: (("upper_midpoint_1_of_l_eyebrow",), "upper edge of the eyebrow, middle"),
+    25: (("upper_midpoint_3_of_l_eyebrow",), _BROW_NOTE),
+    26: (("end_of_l_eyebrow",), "outer end of the left eyebrow"),
+    27: (("center_of_nose_root",), "top of the nose bridge (nasion)"),
+    28: ((), "nose bridge at 1/3: the 308 bridge points (root, midpoints, tip of bridge) have no stated spacing"),
+    29: ((), "nose bridge at 2/3: the 308 bridge points (root, midpoints, tip of bridge) have no stated spacing"),
+    30: (("tip_of_nose",), ""),
+    31: (("r_outer_corner_of_nose",), "outer corner of the nose wing"),
+    32: ((), "lower nose outline between wing and centre: the 308 nostril corners lie on the nostril opening"),
+    33: (("bottom_center_of_nose",), ""),
+    34: ((), "lower nose outline between wing and centre: the 308 nostril corners lie on the nostril opening"),
+    35: (("l_outer_corner_of_nose",), "outer corner of the nose wing"),
+    36: (("r_outer_end_of_upper_lash_line", "r_outer_end_of_lower_lash_line"), _EYE_CORNER_NOTE),
+    37: (("r_midpoint_4_of_upper_lash_line",), _LID_NOTE.format("1/3", "3/8")),
+    38: (("r_midpoint_5_of_upper_lash_line",), _LID_NOTE.format("2/3", "5/8")),
+    39: (("r_inner_end_of_upper_lash_line", "r_inner_end_of_lower_lash_line"), _EYE_CORNER_NOTE),
+    40: (("r_midpoint_5_of_lower_lash_line",), _LID_NOTE.format("2/3", "5/8")),
+    41: (("r_midpoint_4_of_lower_lash_line",), _LID_NOTE.format("1/3", "3/8")),
+    42: (("l_inner_end_of_upper_lash_line", "l_inner_end_of_lower_lash_line"), _EYE_CORNER_NOTE),
+    43: (("l_midpoint_4_of_upper_lash_line",), _LID_NOTE.format("1/3", "3/8")),
+    44: (("l_midpoint_5_of_upper_lash_line",), _LID_NOTE.format("2/3", "5/8")),
+    45: (("l_outer_end_of_upper_lash_line", "l_outer_end_of_lower_lash_line"), _EYE_CORNER_NOTE),
+    46: (("l_midpoint_5_of_lower_lash_line",), _LID_NOTE.format("2/3", "5/8")),
+    47: (("l_midpoint_4_of_lower_lash_line",), _LID_NOTE.format("1/3", "3/8")),
+    48: (("r_outer_corner_of_mouth",), ""),
+    49: (("midpoint_3_of_upper_outer_lip",), _LIP_NOTE.format("1/6", "1/8")),
+    50: (("midpoint_4_of_upper_outer_lip",), _LIP_NOTE.format("1/3", "3/8")),
+    51: (("center_of_cupid_bow",), "top centre of the upper lip"),
+    52: (("midpoint_5_of_upper_outer_lip",), _LIP_NOTE.format("2/3", "5/8")),
+    53: (("midpoint_6_of_upper_outer_lip",), _LIP_NOTE.format("5/6", "7/8")),
+    54: (("l_outer_corner_of_mouth",), ""),
+    55: (("midpoint_6_of_lower_outer_lip",), _LIP_NOTE.format("5/6", "7/8")),
+    56: (("midpoint_5_of_lower_outer_lip",), _LIP_NOTE.format("2/3", "5/8")),
+    57: (("center_of_lower_outer_lip",), ""),
+    58: (("midpoint_4_of_lower_outer_lip",), _LIP_NOTE.format("1/3", "3/8")),
+    59: (("midpoint_3_of_lower_outer_lip",), _LIP_NOTE.format("1/6", "1/8")),
+    60: (("r_inner_corner_of_mouth",), ""),
+    61: (("midpoint_1_of_upper_inner_lip",), "quarter point"),
+    62: (("center_of_upper_inner_lip",), ""),
+    63: (("midpoint_2_of_upper_inner_lip",), "quarter point"),
+    64: (("l_inner_corner_of_mouth",), ""),
+    65: (("midpoint_2_of_lower_inner_lip",), "quarter point"),
+    66: (("center_of_lower_inner_lip",), ""),
+    67: (("midpoint_1_of_lower_inner_lip",), "quarter point"),
+}
+
+
+def _hand(side: str) -> tuple[KeypointSource, ...]:
+    """COCO-WholeBody hand (root, then four joints per finger from the knuckle to the tip) from the 308 names.
+
+    The 308 layout calls the knuckle `*_third_joint` (third from the tip) and the tip `*4`: its skeleton links wrist ->
+    third_joint -> 2 -> 3 -> 4, the same chain as COCO-WholeBody's root -> 1 -> 2 -> 3 -> 4.
+    """
+    points = [KeypointSource(f"{side}_hand_root", (f"{side}_wrist",), "COCO-WholeBody's hand root is the wrist")]
+    for finger in _FINGERS:
+        points.append(KeypointSource(f"{side}_{finger}1", (f"{side}_{finger}_third_joint",), "knuckle"))
+        points += [KeypointSource(f"{side}_{finger}{joint}", (f"{side}_{finger}{joint}",)) for joint in (2, 3, 4)]
+    return tuple(points)
+
+
+_WHOLEBODY133 = (
+    _same(_COCO17_NAMES)
+    + _same(_FEET)
+    + tuple(KeypointSource(f"face-{i}", *_FACE68[i]) for i in range(68))
+    + _hand("left")
+    + _hand("right")
+)
+
+#: Target format -> how each of its keypoints (in the format's official order) is made from the 308.
+KEYPOINT_FORMAT_MAPPINGS: dict[str, tuple[KeypointSource, ...]] = {
+    "coco17": _same(_COCO17_NAMES),
+    "coco_wholebody133": _WHOLEBODY133,
+    "body25": _BODY25,
+}
+
+#: Target format -> its keypoint names, in the format's official order.
+KEYPOINT_FORMATS: dict[str, tuple[str, ...]] = {
+    target: tuple(point.name for point in points) for target, points in KEYPOINT_FORMAT_MAPPINGS.items()
+}
+
+
+class _Plan(NamedTuple):
+    """Index form of one mapping: out[k] = in[first[k]] or mean(in[first[k]], in[second[k]]) or missing."""
+
+    first: np.ndarray  # (K,) int64 308-indices (0 for missing points)
+    second: np.ndarray  # (K,) int64; equals `first` unless the point is a mean
+    mean: np.ndarray  # (K,) bool
+    missing: np.ndarray  # (K,) bool
+
+
+def _check_target(target: str) -> None:
+    if target not in KEYPOINT_FORMAT_MAPPINGS:
+        raise ValueError(f"unknown keypoint format {target!r}; use one of {sorted(KEYPOINT_FORMAT_MAPPINGS)} "
+                         "(or None to keep the 308 Sapiens2 keypoints).")
+
+
+@lru_cache(maxsize=None)
+def _plan(target: str) -> _Plan:
+    index = {name: i for i, name in enumerate(POSE_KEYPOINT_NAMES)}
+    first, second, mean, missing = [], [], [], []
+    for point in KEYPOINT_FORMAT_MAPPINGS[target]:
+        unknown = [name for name in point.sources if name not in index]
+        if unknown or len(point.sources) > 2:  # a table error; the tests build every plan
+            raise ValueError(f"{target} keypoint {point.name!r}: sources {point.sources} must be at most two of the "
+                             f"308 Sapiens2 names (unknown: {unknown}).")
+        ids = [index[name] for name in point.sources] or [0]
+        first.append(ids[0])
+        second.append(ids[-1])
+        mean.append(len(point.sources) == 2)
+        missing.append(not point.sources)
+    return _Plan(np.asarray(first, np.int64), np.asarray(second, np.int64), np.asarray(mean), np.asarray(missing))
+
+
+def missing_keypoint_indices(target: str) -> tuple[int, ...]:
+    """Indices (in `KEYPOINT_FORMATS[target]`) of the points the 308 layout has no counterpart for."""
+    _check_target(target)
+    return tuple(int(i) for i in np.flatnonzero(_plan(target).missing))
+
+
+def convert_keypoints(keypoints: Any, scores: Any = None, target: str = "coco17", *, missing_value: float = 0.0):
+    r"""Convert Sapiens2 308-keypoint predictions (or labels) to another keypoint format.
+
+    Works on numpy arrays and torch tensors (any device; differentiable), batched over any leading dimensions
+    (people, images, frames).
+
+    Args:
+        keypoints (`np.ndarray` or `torch.Tensor` of shape `(..., 308, D)`, floating point): coordinates of the 308
+            keypoints in heatmap-channel order, in any frame (usually `(x, y)` image pixels, `D = 2`).
+        scores (same type as `keypoints`, shape `(..., 308)`, or `None`): per-keypoint scores (heatmap maxima,
+            visibilities, ...). Copied points keep their score; a mean takes the smaller score of its two sources.
+        target (`str`): `"coco17"`, `"coco_wholebody133"` or `"body25"` (names and order: `KEYPOINT_FORMATS`).
+        missing_value (`float`, defaults to 0.0): coordinate written for points the 308 layout has no counterpart
+            for (`missing_keypoint_indices(target)`); their score is 0. 0.0 is the COCO and OpenPose convention
+            (`(0, 0)` with visibility / confidence 0); `float("nan")` makes them poison arithmetic instead.
+
+    Returns:
+        `(keypoints, scores)`: keypoints of shape `(..., K, D)` and scores of shape `(..., K)` (`None` when `scores` is
+        `None`), with `K = len(KEYPOINT_FORMATS[target])`, of the input's type, dtype and device.
+    """
+    _check_target(target)
+    is_torch = isinstance(keypoints, torch.Tensor)
+    if not is_torch and not isinstance(keypoints, np.ndarray):
+        raise TypeError(f"keypoints must be a numpy array or a torch tensor, got {type(keypoints).__name__}; wrap "
+                        "lists with np.asarray(..., dtype=np.float64).")
+    if keypoints.ndim < 2 or keypoints.shape[-2] != len(POSE_KEYPOINT_NAMES):
+        raise ValueError(f"keypoints must have shape (..., {len(POSE_KEYPOINT_NAMES)}, D) (the Sapiens2 keypoints in "
+                         f"channel order, coordinates last), got {tuple(keypoints.shape)}.")
+    floating = keypoints.is_floating_point() if is_torch else np.issubdtype(keypoints.dtype, np.floating)
+    if not floating:
+        raise TypeError(f"keypoints must be floating point (means of two points are fractional), got "
+                        f"{keypoints.dtype}; convert them first, e.g. keypoints.astype(np.float64) or .double().")
+    if scores is not None:
+        if isinstance(scores, torch.Tensor) != is_torch or not (is_torch or isinstance(scores, np.ndarray)):
+            raise TypeError(f"scores must be of the same type as keypoints ({type(keypoints).__name__}), got "
+                            f"{type(scores).__name__}.")
+        if tuple(scores.shape) != tuple(keypoints.shape[:-1]):
+            raise ValueError(f"scores must have shape {tuple(keypoints.shape[:-1])} (the keypoints' shape without "
+                             f"the coordinate axis), got {tuple(scores.shape)}.")
+
+    plan = _plan(target)
+    if is_torch:
+        device = keypoints.device
+        first, second = torch.from_numpy(plan.first).to(device), torch.from_numpy(plan.second).to(device)
+        mean, missing = torch.from_numpy(plan.mean).to(device), torch.from_numpy(plan.missing).to(device)
+        a, b = keypoints.index_select(-2, first), keypoints.index_select(-2, second)
+        # `where`, not a weight matrix: a NaN anywhere in the 308 must not leak into unrelated target points
+        out = torch.where(mean[:, None], (a + b) / 2, a).masked_fill(missing[:, None], missing_value)
+        if scores is None:
+            return out, None
+        sa, sb = scores.index_select(-1, first), scores.index_select(-1, second)
+        return out, torch.where(mean, torch.minimum(sa, sb), sa).masked_fill(missing, 0)
+    a, b = keypoints[..., plan.first, :], keypoints[..., plan.second, :]
+    out = np.where(plan.mean[:, None], (a + b) / 2, a).astype(keypoints.dtype, copy=False)
+    out[..., plan.missing, :] = missing_value
+    if scores is None:
+        return out, None
+    sa, sb = scores[..., plan.first], scores[..., plan.second]
+    out_scores = np.where(plan.mean, np.minimum(sa, sb), sa).astype(scores.dtype, copy=False)
+    out_scores[..., plan.missing] = 0
+    return out, out_scores
+
+
+def describe_sources(target: str) -> list[dict[str, Any]]:
+    """One row per keypoint of `target`: `{"index", "name", "sources", "source_indices", "kind", "note"}`, where
+    kind is `"copy"`, `"mean"` or `"missing"` (for tables such as docs/keypoint_formats.md)."""
+    _check_target(target)
+    index = {name: i for i, name in enumerate(POSE_KEYPOINT_NAMES)}
+    kinds = {0: "missing", 1: "copy", 2: "mean"}
+    return [{"index": k, "name": point.name, "sources": point.sources,
+             "source_indices": tuple(index[name] for name in point.sources), "kind": kinds[len(point.sources)],
+             "note": point.note}
+            for k, point in enumerate(KEYPOINT_FORMAT_MAPPINGS[target])]
+
+
+__all__ = ["KEYPOINT_FORMATS", "KEYPOINT_FORMAT_MAPPINGS", "KeypointSource", "convert_keypoints",
+           "describe_sources", "missing_keypoint_indices"]

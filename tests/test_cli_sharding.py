@@ -1,0 +1,145 @@
+"""Sharded and resumable batch inference (cli/sharding.py): two CPU processes under `accelerate launch` write the
+same files as one process, each input once; a rerun skips complete inputs and recomputes only missing outputs."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import sapiens2_hf
+from sapiens2_hf.cli.main import main
+from sapiens2_hf.processing import Sapiens2HFImageProcessor
+from sapiens2_hf.video import VideoReader, write_video
+
+STATE = ".sapiens2-hf"
+
+
+def _model_folder(tmp_path, task):
+    torch.manual_seed(0)
+    folder = tmp_path / f"model_{task}"
+    sapiens2_hf.model_class_for_task(task)(sapiens2_hf.tiny_config(task)).save_pretrained(folder)
+    Sapiens2HFImageProcessor(task=task, size={"height": 64, "width": 48}).save_pretrained(folder)
+    return folder
+
+
+def _inputs(tmp_path, images=5, frames=4):
+    """`images` images and one video of `frames` frames, and a boxes file for all of them (pose)."""
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    boxes = {}
+    for k in range(images):
+        Image.fromarray(rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)).save(folder / f"img{k}.png")
+        boxes[f"img{k}.png"] = [[2, 3, 25, 36]]
+    write_video(folder / "clip.mp4", [rng.integers(0, 256, (32, 48, 3), dtype=np.uint8) for _ in range(frames)],
+                fps=5)
+    for k in range(frames):
+        boxes[f"clip.mp4#{k}"] = [[4 + k, 2, 30 + k, 30]]
+    boxes_file = tmp_path / "boxes.json"
+    boxes_file.write_text(json.dumps(boxes))
+    return folder, boxes_file
+
+
+def _outputs(out: Path) -> dict[str, Path]:
+    return {str(p.relative_to(out)): p for p in sorted(out.rglob("*"))
+            if p.is_file() and STATE not in p.parts and p.name != "summary.json"}
+
+
+def _markers(out: Path) -> dict[str, dict]:
+    return {str(p.relative_to(out / STATE / "done")): json.loads(p.read_text())
+            for p in sorted((out / STATE / "done").rglob("*.json"))}
+
+
+def _argv(task, inputs, model, out, boxes):
+    extra = ["--boxes", str(boxes), "--no-flip-test"] if task == "pose" else []
+    return [task, str(inputs), "--model", str(model), "--out", str(out), "--device", "cpu", "--threads", "1",
+            "--quiet", *extra]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["seg", "pose"])
+def test_two_processes_write_what_one_process_writes(tmp_path, task, free_port):
+    launcher = Path(sys.executable).parent / "accelerate"
+    if not launcher.is_file():
+        pytest.skip("accelerate's launcher is not installed next to this interpreter")
+    model = _model_folder(tmp_path, task)
+    inputs, boxes = _inputs(tmp_path)
+    assert main(_argv(task, inputs, model, tmp_path / "one", boxes)) == 0
+    # --multi_gpu: accelerate's multi-process launcher; without GPUs the processes use gloo on the CPU
+    command = [str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1",
+               "--main_process_port", str(free_port), "-m", "sapiens2_hf.cli.main",
+               *_argv(task, inputs, model, tmp_path / "two", boxes)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "with 2 processes" in result.stdout
+    one, two = _outputs(tmp_path / "one"), _outputs(tmp_path / "two")
+    assert sorted(one) == sorted(two) and len(one) > 10  # no gaps, nothing extra
+    for name, path in one.items():
+        if name.endswith(".mp4"):  # the encoder's bytes are not the point: the frames are
+            frames = [[f.image for f in VideoReader(p)] for p in (path, two[name])]
+            assert len(frames[0]) == len(frames[1]) == 4
+            assert all(np.array_equal(a, b) for a, b in zip(*frames))
+        else:  # JSON, npy, png: the same bytes
+            assert path.read_bytes() == two[name].read_bytes(), name
+    # each input done exactly once, by one of the two processes, and both worked
+    markers = _markers(tmp_path / "two")
+    assert sorted(markers) == [f"images/img{k}.json" for k in range(5)] + ["videos/clip.json"]
+    assert {m["process"] for m in markers.values()} == {0, 1}
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("one", "two")]
+    assert summaries[1]["processes"] == 2 and not list((tmp_path / "two" / STATE).glob("summary-process*"))
+    for key in ("processed", "video_frames", "files_written", "skipped", "already_done"):
+        assert summaries[0][key] == summaries[1][key], key  # a duplicate would count twice, a gap not at all
+    assert summaries[0]["processed"] == 9
+
+
+def test_a_rerun_recomputes_only_missing_outputs(tmp_path, capsys):
+    model = _model_folder(tmp_path, "seg")
+    inputs, boxes = _inputs(tmp_path)
+    out = tmp_path / "out"
+    argv = _argv("seg", inputs, model, out, boxes)
+    assert main(argv) == 0
+    before = {name: (path.read_bytes(), path.stat().st_mtime_ns) for name, path in _outputs(out).items()}
+    removed = ["img1_seg.npy", "clip/frame_000002_seg.npy"]
+    for name in removed:
+        (out / name).unlink()
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "4 input(s) already done" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    # img1 (1 image) and the video (4 frames) again; the 4 other images skipped
+    assert (summary["processed"], summary["video_frames"], summary["already_done"]) == (5, 4, 4)
+    after = _outputs(out)
+    assert sorted(after) == sorted(before)
+    recomputed = {"img1_seg.npy", "img1_seg.png", "clip.mp4"} | {f"clip/frame_{k:06d}_seg.npy" for k in range(4)}
+    for name, path in after.items():
+        content, mtime = before[name]
+        if name.endswith(".npy") or name.endswith(".png"):
+            assert path.read_bytes() == content, name  # recomputed or not: the same result
+        assert (path.stat().st_mtime_ns == mtime) == (name not in recomputed), name
+    # all done: nothing is recomputed; --overwrite recomputes everything; other options too
+    assert main(argv) == 0
+    assert json.loads((out / "summary.json").read_text())["already_done"] == 6
+    assert main([*argv, "--overwrite"]) == 0
+    assert json.loads((out / "summary.json").read_text())["processed"] == 9
+    assert main([*argv, "--no-overlay"]) == 0
+    assert json.loads((out / "summary.json").read_text())["already_done"] == 0
+
+
+def test_a_failed_input_is_not_marked_done(tmp_path, capsys):
+    model = _model_folder(tmp_path, "seg")
+    inputs, boxes = _inputs(tmp_path, images=2, frames=2)
+    (inputs / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    out = tmp_path / "out"
+    assert main(_argv("seg", inputs, model, out, boxes)) == 1
+    assert sorted(_markers(out)) == ["images/img0.json", "images/img1.json", "videos/clip.json"]
+    assert main(_argv("seg", inputs, model, out, boxes)) == 1  # tried again, reported again
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["already_done"] == 3 and [Path(s["input"]).name for s in summary["skipped"]] == ["broken.png"]

@@ -1,0 +1,174 @@
+"""`sapiens2-hf` starts without torch or transformers; the lazy package still registers with transformers before our
+types can be asked for; the CLI's error classification.
+
+The import checks run in fresh interpreters (this one has imported everything already). Each has a control that
+must see the heavy import, so that a check which cannot see it fails instead of passing.
+"""
+
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sapiens2_hf
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+HEAVY = ("torch", "transformers")
+# Prints which of HEAVY the code before it imported, as the last line of stdout.
+REPORT_HEAVY = "\nimport sys as _s; print(sorted(m for m in ('torch', 'transformers') if m in _s.modules))"
+
+
+def _python(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+def _heavy_imported(code: str) -> list[str]:
+    result = _python(code + REPORT_HEAVY)
+    assert result.returncode == 0, result.stderr
+    return eval(result.stdout.strip().splitlines()[-1])  # a list literal printed by REPORT_HEAVY
+
+
+def test_parser_help_and_argument_errors_do_not_import_torch_or_transformers():
+    code = """
+import contextlib, io, sys
+import sapiens2_hf.cli.main as m
+m.build_parser()
+for argv, expected in [(["--help"], 0), (["pose", "--help"], 0), (["convert", "--help"], 0), (["demo", "--help"], 0),
+                       (["merge", "--help"], 0), (["seg", "a.png", "--model", "m", "--out", "o", "--threads", "0"], 2),
+                       (["pose", "a.png"], 2), (["unknown-command"], 2)]:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            m.main(argv)
+        except SystemExit as exit:
+            assert exit.code == expected, (argv, exit.code)
+        else:
+            raise AssertionError(argv)
+"""
+    assert _heavy_imported(code) == []
+    assert _heavy_imported("import sapiens2_hf") == []
+    # control: the same check sees the model code's imports
+    assert _heavy_imported("import sapiens2_hf.cli.main as m; m.build_parser(); import sapiens2_hf.modeling") == list(HEAVY)
+
+
+def _imported_by(argv: list[str]) -> set[str]:
+    """Top-level modules an interpreter run imported, from its `-X importtime` report."""
+    result = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, env=ENV,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_installed_command_help_does_not_import_torch_or_transformers():
+    script = Path(sys.executable).parent / "sapiens2-hf"
+    if not script.is_file():
+        pytest.skip("the sapiens2-hf console script is not installed next to this interpreter")
+    imported = _imported_by([str(script), "--help"])
+    assert "sapiens2_hf.cli.main" in imported and not imported & set(HEAVY), sorted(imported & set(HEAVY))
+    assert set(HEAVY) <= _imported_by(["-c", "import transformers, torch"])  # control: the report lists them
+
+
+REGISTERED = """
+from transformers import CONFIG_MAPPING
+from transformers.pipelines import PIPELINE_REGISTRY
+import sys
+registration = sys.modules.get('sapiens2_hf._registration')  # read, never imported here: that would register
+tasks = PIPELINE_REGISTRY.get_supported_tasks()
+print('REGISTERED', getattr(registration, '_registered', False), 'sapiens2_hf' in CONFIG_MAPPING,
+      all(t in tasks for t in ('sapiens2-pose', 'sapiens2-segmentation', 'sapiens2-albedo')))
+"""
+
+
+def _registered_after(code: str) -> str:
+    """Runs `code` (which must not touch transformers' registries itself) and reports whether registration had
+    happened by then, read through transformers' own registries."""
+    result = _python(code + REGISTERED)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [line for line in result.stdout.splitlines() if line.startswith("REGISTERED")][-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", [
+    # the README's pattern: import the package, then use transformers' pipeline factory
+    "import sys, sapiens2_hf\nassert 'transformers' not in sys.modules\nfrom transformers import pipeline",
+    # transformers first imported from inside one of our modules: registration waits for that import to finish
+    "from sapiens2_hf.modeling import Sapiens2Config",
+    # transformers imported before the package
+    "import transformers, sapiens2_hf",
+    # first use of a public name
+    "import sapiens2_hf\nsapiens2_hf.Sapiens2Config",
+], ids=["readme", "submodule-first", "transformers-first", "public-name"])
+def test_registration_happens_before_transformers_can_be_asked(code):
+    assert _registered_after(code) == "REGISTERED True True True"
+
+
+@pytest.mark.slow
+def test_registration_check_sees_an_unregistered_process():
+    """Control for the test above: without the package, the same check reports nothing registered."""
+    assert _registered_after("import transformers") == "REGISTERED False False False"
+
+
+def test_every_public_name_is_importable_as_before():
+    import importlib
+
+    # Every lazy name resolves to the object of the module `_LAZY_NAMES` names, and nothing else is public.
+    assert set(sapiens2_hf.__all__) == {*sapiens2_hf._LAZY_NAMES, "__version__"}
+    where = {name: importlib.import_module(f"sapiens2_hf.{module}") for name, module in sapiens2_hf._LAZY_NAMES.items()}
+    for name in sapiens2_hf.__all__:
+        if name == "__version__":
+            assert sapiens2_hf.__version__ == "0.1.0"
+            continue
+        assert getattr(sapiens2_hf, name) is getattr(where[name], name), name
+        assert name in dir(sapiens2_hf)
+    namespace = {}
+    exec("from sapiens2_hf import *", namespace)
+    assert set(sapiens2_hf.__all__) <= set(namespace)
+    assert sapiens2_hf.processing.Sapiens2HFImageProcessor is not None  # sub-packages stay reachable as attributes
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        sapiens2_hf.not_a_name
+    assert not hasattr(sapiens2_hf, "__wrapped__")
+    from sapiens2_hf import _registration
+
+    assert _registration._registered
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# error classification (main.py): one line and exit code 2 for the user's input, a traceback for bugs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _main_with_handler(monkeypatch, handler, argv):
+    import sapiens2_hf.cli.merge as merge_cli
+    from sapiens2_hf.cli.main import main
+
+    monkeypatch.setattr(merge_cli, "run_merge", handler)
+    return main(argv)
+
+
+def _raising(error):
+    def handler(args):
+        raise error
+
+    return handler
+
+
+def test_conversion_check_errors_are_expected_wherever_the_class_lives(monkeypatch, capsys):
+    for module in ("sapiens2_hf.hub.convert_official", "sapiens2_hf.conversion.checks"):
+        error_type = type("ConversionCheckError", (RuntimeError,), {"__module__": module})
+        code = _main_with_handler(monkeypatch, _raising(error_type("tensor `x` differs\n after reloading")),
+                                  ["merge", "adapter", "--out", "o", "--threads", "1"])
+        assert code == 2
+        assert capsys.readouterr().err == "sapiens2-hf merge: error: tensor `x` differs after reloading\n"
+    # the real class, wherever the conversion code lives now
+    modules = [importlib.import_module(name) for name in ("sapiens2_hf.conversion", "sapiens2_hf.hub.convert_official")
+               if importlib.util.find_spec(name) is not None]
+    real = [module.ConversionCheckError for module in modules if hasattr(module, "ConversionCheckError")]
+    assert real, "ConversionCheckError not found: update this test and cli/main.py's _EXPECTED_ERROR_NAMES"
+    assert _main_with_handler(monkeypatch, _raising(real[0]("bad")), ["merge", "a", "--out", "o"]) == 2
+    # control: a bug keeps its traceback, also when a class of the same name lives outside the package
+    for error in (RuntimeError("bug"), type("ConversionCheckError", (RuntimeError,), {"__module__": "elsewhere"})()):
+        with pytest.raises(RuntimeError):
+            _main_with_handler(monkeypatch, _raising(error), ["merge", "adapter", "--out", "o"])
