@@ -8,6 +8,9 @@ Three parts, each printed as it finishes (all figures also go to `--output` as J
    interleaved for `--rounds` rounds on `--threads` threads; printed: median wall time and process CPU time per run
    (the CPU figure is the fairer one when other processes share the machine), and the median of per-round ratios.
    Also the deviation of each graph from eager (float32 ONNX: the bf16-RoPE emulation; int8: the quantization).
+   Then where the time goes: onnxruntime's profiler per op type for the float32 graph and each int8 graph (one run
+   each), the int8 GEMM kernel's own speed-up on the backbone's linear shapes (single-MatMul graphs, interleaved,
+   process CPU time), and the whole-model speed-up that follows if the linear layers ran at that kernel speed-up.
 2. Official e2e fixtures (tests/fixtures/official/*_e2e: the official demo on a photo with tiny 2-layer models):
    the pipelines with the torch model, the float32 ONNX model and the int8 ONNX model, each against the official
    demo's final outputs (keypoints in px, class-map disagreement, normal angle, pointmap and albedo error).
@@ -17,10 +20,12 @@ Three parts, each printed as it finishes (all figures also go to `--output` as J
    (`--synthetic-layers` layers, official heads, random weights) at a small input.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_export.py [--layers 4] [--height 512 --width 384]
-        [--rounds 5] [--threads 2] [--quantize int8-dynamic,int8-dynamic-linear] [--skip-speed] [--skip-e2e]
+        [--rounds 5] [--threads 2] [--quantize int8-dynamic,int8-static] [--skip-speed] [--skip-e2e]
         [--skip-synthetic] [--synthetic-images 8] [--output result.json]
 
-Random weights make int8 errors representative of the arithmetic only, not of a trained model's sensitivity.
+Random weights make int8 errors representative of the arithmetic only, not of a trained model's sensitivity. On a
+machine shared with other processes, compare the process CPU times (and `--threads 1`): wall times then measure the
+other processes too.
 """
 
 import os
@@ -86,6 +91,130 @@ def _add_int8(folder: Path, mode: str) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ 1. speed
+
+_INT8_GEMM_OPS = {"MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulInteger", "QLinearMatMul",
+                  "DynamicQuantizeLinear", "QuantizeLinear", "DequantizeLinear"}
+
+
+def _profile_by_node(path: Path, threads: int, feed: dict, work: Path) -> list:
+    """`[(node name, op type, seconds per run)]` of the graph at `path`: onnxruntime's profiler over 3 runs (the first
+    one warms up, and is counted: its one-time costs are a third of it), the same session options as the timed runs."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_profiling = True
+    options.profile_file_prefix = str(work / f"profile-{path.parent.name}")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    runs = 3
+    for _ in range(runs):
+        session.run(None, feed)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    per_run = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            key = (event["name"][: -len("_kernel_time")], event["args"]["op_name"])
+            per_run[key] = per_run.get(key, 0.0) + event["dur"] / 1e6 / runs
+    return [(name, op, seconds) for (name, op), seconds in per_run.items()]
+
+
+def _linear_matmuls(path: Path) -> tuple[set, list]:
+    """Names of the float32 graph's MatMuls with a constant weight, and their `(K, N)` weight shapes."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {init.name: tuple(init.dims) for init in graph.initializer}
+    nodes = [node for node in graph.node if node.op_type == "MatMul" and node.input[1] in weights]
+    return {node.name for node in nodes}, [weights[node.input[1]] for node in nodes]
+
+
+def _gemm_kernel_speedup(shapes: list, tokens: int, mode: str, threads: int, rounds: int, work: Path) -> float:
+    """Time-weighted speed-up of the int8 graph over the float32 one on single-MatMul graphs of the linear layers'
+    shapes (`tokens` rows): what onnxruntime's int8 GEMM itself gains on this CPU. Process CPU time, interleaved."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    generator = np.random.default_rng(0)
+    sessions, feeds, counts = [], [], []
+    for k, n in sorted(set(shapes)):
+        weight = (generator.standard_normal((k, n)) * k ** -0.5).astype(np.float32)
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"], name="linear")], "gemm",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, k])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, n])],
+            [numpy_helper.from_array(weight, "w")])
+        fp32, int8 = work / f"gemm-{k}x{n}.onnx", work / f"gemm-{k}x{n}-int8.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(fp32))
+        calibration = [generator.standard_normal((1, tokens, k)).astype(np.float32)]  # int8-static only
+        quantize_onnx(fp32, int8, mode=mode, calibration_inputs=calibration, input_name="x")
+        sessions.append([ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
+                         for p in (fp32, int8)])
+        feeds.append({"x": generator.standard_normal((1, tokens, k)).astype(np.float32)})
+        counts.append(shapes.count((k, n)))
+    cpu = [[[], []] for _ in sessions]
+    for _ in range(rounds + 1):  # the first round warms up
+        for pair, feed, times in zip(sessions, feeds, cpu):
+            for session, series in zip(pair, times):
+                started = time.process_time()
+                session.run(None, feed)
+                series.append(time.process_time() - started)
+    fp32_total = sum(c * statistics.median(t[0][1:]) for c, t in zip(counts, cpu))
+    int8_total = sum(c * statistics.median(t[1][1:]) for c, t in zip(counts, cpu))
+    return fp32_total / int8_total
+
+
+def _where_time_goes(args, folders: dict, pixel_values, tokens: int, work: Path) -> dict:
+    fp32_path = folders["onnx fp32"][0] / "model.onnx"
+    linear_names, shapes = _linear_matmuls(fp32_path)
+    feed = {"pixel_values": pixel_values.numpy()}
+    print(f"   where the time goes (onnxruntime profiler per op type, {args.threads} threads, s per run; 3 profiled "
+          "runs per graph, not interleaved: indicative, the timed rounds above are the measurement):")
+    profiles, results = {}, {}
+    for name, (folder, precision) in folders.items():
+        path = folder / ("model.onnx" if precision == "fp32" else "model_int8.onnx")
+        nodes = _profile_by_node(path, args.threads, feed, work)
+        if precision == "fp32":
+            linear = sum(s for node, op, s in nodes if op == "MatMul" and node in linear_names)
+        else:
+            linear = sum(s for _, op, s in nodes if op in _INT8_GEMM_OPS)
+        by_op = {}
+        for node, op, seconds in nodes:
+            if not (op in _INT8_GEMM_OPS or (op == "MatMul" and node in linear_names)):
+                by_op[op] = by_op.get(op, 0.0) + seconds
+        total = sum(s for _, _, s in nodes)
+        profiles[name] = {"total_s": total, "linear_layers_s": linear, "other_s": total - linear,
+                          "other_by_op_s": dict(sorted(by_op.items(), key=lambda kv: -kv[1]))}
+        top = ", ".join(f"{op} {s:.3f}" for op, s in list(profiles[name]["other_by_op_s"].items())[:7])
+        print(f"   {name:30s} total {total:.3f}: linear layers {linear:.3f} ({100 * linear / total:.0f} %), "
+              f"other {total - linear:.3f} ({top}, ...)")
+    results["profile"] = profiles
+    fp32 = profiles["onnx fp32"]
+    fraction = fp32["linear_layers_s"] / fp32["total_s"]
+    for name, profile in profiles.items():
+        if name == "onnx fp32":
+            continue
+        mode = name[len("onnx "):]
+        kernel = _gemm_kernel_speedup(shapes, tokens, mode, args.threads, args.rounds, work)
+        in_model = fp32["linear_layers_s"] / profile["linear_layers_s"]
+        # Amdahl: the linear layers at the isolated kernel's speed-up, everything else as this int8 graph runs it
+        ceiling = fp32["total_s"] / (fp32["linear_layers_s"] / kernel + profile["other_s"])
+        results[mode] = {"gemm_kernel_speedup": kernel, "linear_layers_speedup_in_model": in_model,
+                         "fp32_linear_fraction": fraction, "profiled_speedup": fp32["total_s"] / profile["total_s"],
+                         "ceiling_at_kernel_speed": ceiling}
+        print(f"   {name}: int8 GEMM kernel x{kernel:.2f} alone on the linear shapes ({len(shapes)} MatMuls, "
+              f"{tokens} tokens), x{in_model:.2f} inside the model; the linear layers are {100 * fraction:.0f} % of "
+              f"the float32 time, so even at the kernel's x{kernel:.2f} the whole model reaches x{ceiling:.2f} "
+              f"(profiled: x{results[mode]['profiled_speedup']:.2f})")
+    return results
+
 
 
 def bench_speed(args, work: Path) -> dict:
@@ -158,9 +287,12 @@ def bench_speed(args, work: Path) -> dict:
     print(f"   bf16 RoPE: ONNX vs eager rel-L2 {rope['onnx_fp32_vs_eager_bf16_rope']:.3g} (max-abs "
           f"{(fp32 - reference).abs().max().item():.3g}); for scale, float32 RoPE vs bf16 RoPE in eager: rel-L2 "
           f"{rope['eager_fp32_rope_vs_eager_bf16_rope']:.3g}; {rope['rounding_casts']} Cast pairs in the graph")
+    where = None
+    if not args.skip_profile:
+        where = _where_time_goes(args, folders, pixel_values, reference.shape[1], work)
     return {"layers": args.layers, "size": [args.height, args.width], "threads": args.threads,
             "rounds": args.rounds, "export_seconds": export_seconds, "quantize_seconds": quantize_seconds,
-            "runners": table, "rope": rope}
+            "runners": table, "rope": rope, "where_time_goes": where}
 
 
 # ------------------------------------------------------------------------------------------------ 2. e2e fixtures
@@ -300,8 +432,9 @@ def main(argv=None) -> int:
     parser.add_argument("--width", type=int, default=384)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--quantize", default="int8-dynamic,int8-dynamic-linear",
+    parser.add_argument("--quantize", default="int8-dynamic,int8-static",
                         help="comma-separated modes; the first one is used in parts 2 and 3")
+    parser.add_argument("--skip-profile", action="store_true", help="part 1 without the per-op profile")
     parser.add_argument("--synthetic-images", type=int, default=8)
     parser.add_argument("--synthetic-layers", type=int, default=2)
     parser.add_argument("--skip-speed", action="store_true")
@@ -312,8 +445,9 @@ def main(argv=None) -> int:
     args.quantize = [mode for mode in args.quantize.split(",") if mode]
     import onnxruntime
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus; torch {torch.__version__}, "
-          f"onnxruntime {onnxruntime.__version__}")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; torch {torch.__version__}, onnxruntime "
+          f"{onnxruntime.__version__}")
     figures = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -323,6 +457,7 @@ def main(argv=None) -> int:
             figures["e2e"] = bench_e2e(args, work)
         if not args.skip_synthetic:
             figures["synthetic"] = bench_synthetic(args, work)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.output:
         Path(args.output).write_text(json.dumps(figures, indent=1))
     return 0

@@ -1,5 +1,6 @@
 """Fixtures shared by the whole suite. Helper code lives in plain modules beside the tests (toy_records.py,
-official_cases.py); no test module imports another (tests/test_suite_hygiene.py checks it)."""
+official_cases.py, worker_pool.py, export_jobs.py); no test module imports another (tests/test_suite_hygiene.py
+checks it)."""
 
 import os
 
@@ -42,11 +43,56 @@ def load_case():
     return load_case
 
 
-@pytest.fixture
-def free_port():
-    """A free TCP port on 127.0.0.1 for a distributed launch (`--master_addr 127.0.0.1 --master_port <port>`)."""
+def _free_port() -> int:
     # The OS picks a port nobody holds; closing the socket before the launcher binds it leaves a short race, far less
     # likely to lose than a fixed port that two concurrent runs (or a stale process) share.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture
+def free_port():
+    """A free TCP port on 127.0.0.1 for a distributed launch (`--master_addr 127.0.0.1 --master_port <port>`)."""
+    return _free_port()
+
+
+@pytest.fixture(scope="session")
+def free_port_factory():
+    """`free_port_factory() -> port`: `free_port` for module-scoped fixtures (one launch shared by several tests);
+    call it right before the launch, so that the race above stays short."""
+    return _free_port
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _early_children(request, tmp_path_factory):
+    """Starts, when the session starts, the child processes that the selected tests will check, one at a time, on the
+    core pytest leaves idle (tests/worker_pool.py `EarlyChildren`). A test module declares them as
+    `EARLY_CHILDREN = {name: (test function name, command(folder) -> subprocess.Popen keyword arguments)}`, with
+    `folder` an empty folder of the child's own; the test takes the result with the `early_child` fixture. Only
+    self-contained children qualify: a command may read fixtures and write under its folder, nothing else."""
+    from worker_pool import EarlyChildren
+
+    children = EarlyChildren()
+    for item in request.session.items:
+        module = getattr(item, "module", None)
+        for name, (test, command) in getattr(module, "EARLY_CHILDREN", {}).items():
+            key = (module.__name__, name)
+            if getattr(item, "originalname", None) == test and key not in children:
+                folder = tmp_path_factory.mktemp(f"early-{name}")
+                children.add(key, folder, command(folder))
+    children.start()
+    yield children
+    children.stop()
+
+
+@pytest.fixture
+def early_child(request, _early_children):
+    """`early_child(name) -> (subprocess.CompletedProcess, folder)` of this module's `EARLY_CHILDREN[name]`, waiting
+    for it if it has not finished yet (see `_early_children`)."""
+
+    def result(name):
+        key = (request.module.__name__, name)
+        return _early_children.result(key), _early_children.folders[key]
+
+    return result

@@ -57,7 +57,8 @@ HUB_LAYOUT_CASES = {
 }
 
 
-def make_official_hub_folder(case: str, folder: Path, files: tuple[str, ...] = ("hf", "official")) -> Path:
+def make_official_hub_folder(case: str, folder: Path, files: tuple[str, ...] = ("hf", "official"),
+                             image_size: tuple[int, int] | None = None) -> Path:
     """Lays out `folder` like Meta's official Hub repos (facebook/sapiens2-<task>-<size>).
 
     - `"hf"`: config.json and model.safetensors written by transformers' own classes, and preprocessor_config.json
@@ -65,7 +66,8 @@ def make_official_hub_folder(case: str, folder: Path, files: tuple[str, ...] = (
     - `"official"`: the original `sapiens2_<size>_<task>.safetensors` file;
     - `"bare"`: no config.json or preprocessor_config.json at all (with `"official"`: the original file alone).
     Without `"hf"` but not bare, the two configs are still written beside the original file (a repo whose
-    transformers-format weights were not uploaded).
+    transformers-format weights were not uploaded). `image_size` (height, width): the input size the configs record
+    (default: the original file's own, 1024x768 for most cases).
     """
     import shutil
 
@@ -75,7 +77,8 @@ def make_official_hub_folder(case: str, folder: Path, files: tuple[str, ...] = (
 
     meta, _, weights = load_case(case)
     folder.mkdir(parents=True, exist_ok=True)
-    ours = getattr(sapiens2_hf, HUB_LAYOUT_CASES[case]).from_pretrained(weights)
+    size = {} if image_size is None else {"image_size": list(image_size)}
+    ours = getattr(sapiens2_hf, HUB_LAYOUT_CASES[case]).from_pretrained(weights, **size)
     if "bare" not in files:
         # What transformers' conversion script writes: its own config class (no rope_dtype/task fields), its own
         # model class's save_pretrained, and the stock processor at the model's input size.

@@ -141,7 +141,7 @@ def test_wrong_processor_task_is_a_clear_error(tmp_path, capsys):
 
 
 def test_cli_tasks_are_the_registry_tasks():
-    """The CLI's task table is written out (importing the registry would import torch at `--help`): it must name
+    """The CLI's task table is derived from the registry (read torch-free, `_registration.task_registry`): it names
     exactly the registry's tasks and pipelines."""
     from sapiens2_hf.cli.predict import _HELP, TASK_TO_PIPELINE
     from sapiens2_hf.modeling.sapiens2_tasks import TASK_SPECS

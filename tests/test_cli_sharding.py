@@ -62,24 +62,41 @@ def _argv(task, inputs, model, out, boxes):
             "--quiet", *extra]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("task", ["seg", "pose"])
-def test_two_processes_write_what_one_process_writes(tmp_path, task, free_port):
+SHARDED_TASKS = ("seg", "pose")
+
+
+@pytest.fixture(scope="module")
+def sharded_runs(tmp_path_factory, free_port_factory):
+    """Both tasks run by one process (in this one) and by one `accelerate launch` of two processes: this file runs as
+    the launched script (see the end) and calls the CLI's `main` once per task, so the two tasks share one launch
+    (each launch costs ~10 s of process start-up and imports). Returns (launch result, {task: working folder})."""
     launcher = Path(sys.executable).parent / "accelerate"
     if not launcher.is_file():
         pytest.skip("accelerate's launcher is not installed next to this interpreter")
-    model = _model_folder(tmp_path, task)
-    inputs, boxes = _inputs(tmp_path)
-    assert main(_argv(task, inputs, model, tmp_path / "one", boxes)) == 0
+    folders, commands = {}, []
+    for task in SHARDED_TASKS:
+        folder = folders[task] = tmp_path_factory.mktemp(f"sharded-{task}")
+        model = _model_folder(folder, task)
+        inputs, boxes = _inputs(folder)
+        assert main(_argv(task, inputs, model, folder / "one", boxes)) == 0
+        commands.append(_argv(task, inputs, model, folder / "two", boxes))
+    port = free_port_factory()
     # --multi_gpu: accelerate's multi-process launcher; without GPUs the processes use gloo on the CPU
     command = [str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1",
-               "--main_process_port", str(free_port), "-m", "sapiens2_hf.cli.main",
-               *_argv(task, inputs, model, tmp_path / "two", boxes)]
+               "--main_process_port", str(port), __file__, json.dumps(commands)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    return result, folders
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", SHARDED_TASKS)
+def test_two_processes_write_what_one_process_writes(sharded_runs, task):
+    result, folders = sharded_runs
+    tmp_path = folders[task]
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "with 2 processes" in result.stdout
+    assert result.stdout.count("with 2 processes") == len(SHARDED_TASKS), result.stdout
     one, two = _outputs(tmp_path / "one"), _outputs(tmp_path / "two")
     assert sorted(one) == sorted(two) and len(one) > 10  # no gaps, nothing extra
     for name, path in one.items():
@@ -143,3 +160,9 @@ def test_a_failed_input_is_not_marked_done(tmp_path, capsys):
     assert main(_argv("seg", inputs, model, out, boxes)) == 1  # tried again, reported again
     summary = json.loads((out / "summary.json").read_text())
     assert summary["already_done"] == 3 and [Path(s["input"]).name for s in summary["skipped"]] == ["broken.png"]
+
+
+if __name__ == "__main__":  # a process of the launch in `sharded_runs`: one CLI command line after the other
+    for argv in json.loads(sys.argv[1]):
+        if main(argv) != 0:
+            sys.exit(1)

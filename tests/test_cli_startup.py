@@ -82,33 +82,51 @@ print('REGISTERED', getattr(registration, '_registered', False), 'sapiens2_hf' i
 """
 
 
-def _registered_after(code: str) -> str:
-    """Runs `code` (which must not touch transformers' registries itself) and reports whether registration had
-    happened by then, read through transformers' own registries."""
-    result = _python(code + REGISTERED)
+REGISTRATION_CASES = {
+    # the README's pattern: import the package, then use transformers' pipeline factory
+    "readme": "import sys, sapiens2_hf\nassert 'transformers' not in sys.modules\nfrom transformers import pipeline",
+    # transformers first imported from inside one of our modules: registration waits for that import to finish
+    "submodule-first": "from sapiens2_hf.modeling import Sapiens2Config",
+    # transformers imported before the package
+    "transformers-first": "import transformers, sapiens2_hf",
+    # first use of a public name
+    "public-name": "import sapiens2_hf\nsapiens2_hf.Sapiens2Config",
+    # the control: without the package
+    "unregistered": "import transformers",
+}
+
+
+def _registration_child(code: str):
+    """A child that runs `code` (which must not touch transformers' registries itself), then reports whether
+    registration had happened by then, read through transformers' own registries."""
+    return lambda folder: {"args": [sys.executable, "-c", code + REGISTERED], "env": ENV}
+
+
+# Every case needs a fresh interpreter (~6 s on one core, mostly importing transformers' pipelines); they run from the
+# start of the session, beside the other tests (conftest.py).
+EARLY_CHILDREN = {
+    name: ("test_registration_check_sees_an_unregistered_process" if name == "unregistered"
+           else "test_registration_happens_before_transformers_can_be_asked", _registration_child(code))
+    for name, code in REGISTRATION_CASES.items()
+}
+
+
+def _registration_report(early_child, case: str) -> str:
+    result, _ = early_child(case)
     assert result.returncode == 0, result.stderr[-3000:]
     return [line for line in result.stdout.splitlines() if line.startswith("REGISTERED")][-1]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("code", [
-    # the README's pattern: import the package, then use transformers' pipeline factory
-    "import sys, sapiens2_hf\nassert 'transformers' not in sys.modules\nfrom transformers import pipeline",
-    # transformers first imported from inside one of our modules: registration waits for that import to finish
-    "from sapiens2_hf.modeling import Sapiens2Config",
-    # transformers imported before the package
-    "import transformers, sapiens2_hf",
-    # first use of a public name
-    "import sapiens2_hf\nsapiens2_hf.Sapiens2Config",
-], ids=["readme", "submodule-first", "transformers-first", "public-name"])
-def test_registration_happens_before_transformers_can_be_asked(code):
-    assert _registered_after(code) == "REGISTERED True True True"
+@pytest.mark.parametrize("case", [name for name in REGISTRATION_CASES if name != "unregistered"])
+def test_registration_happens_before_transformers_can_be_asked(case, early_child):
+    assert _registration_report(early_child, case) == "REGISTERED True True True"
 
 
 @pytest.mark.slow
-def test_registration_check_sees_an_unregistered_process():
+def test_registration_check_sees_an_unregistered_process(early_child):
     """Control for the test above: without the package, the same check reports nothing registered."""
-    assert _registered_after("import transformers") == "REGISTERED False False False"
+    assert _registration_report(early_child, "unregistered") == "REGISTERED False False False"
 
 
 def test_every_public_name_is_importable_as_before():
@@ -155,20 +173,33 @@ def _raising(error):
     return handler
 
 
-def test_conversion_check_errors_are_expected_wherever_the_class_lives(monkeypatch, capsys):
-    for module in ("sapiens2_hf.hub.convert_official", "sapiens2_hf.conversion.checks"):
-        error_type = type("ConversionCheckError", (RuntimeError,), {"__module__": module})
-        code = _main_with_handler(monkeypatch, _raising(error_type("tensor `x` differs\n after reloading")),
-                                  ["merge", "adapter", "--out", "o", "--threads", "1"])
-        assert code == 2
-        assert capsys.readouterr().err == "sapiens2-hf merge: error: tensor `x` differs after reloading\n"
-    # the real class, wherever the conversion code lives now
-    modules = [importlib.import_module(name) for name in ("sapiens2_hf.conversion", "sapiens2_hf.hub.convert_official")
-               if importlib.util.find_spec(name) is not None]
-    real = [module.ConversionCheckError for module in modules if hasattr(module, "ConversionCheckError")]
-    assert real, "ConversionCheckError not found: update this test and cli/main.py's _EXPECTED_ERROR_NAMES"
-    assert _main_with_handler(monkeypatch, _raising(real[0]("bad")), ["merge", "a", "--out", "o"]) == 2
-    # control: a bug keeps its traceback, also when a class of the same name lives outside the package
-    for error in (RuntimeError("bug"), type("ConversionCheckError", (RuntimeError,), {"__module__": "elsewhere"})()):
+def test_conversion_check_errors_are_expected_by_class(monkeypatch, capsys):
+    from sapiens2_hf.cli import main as cli_main
+
+    # every entry of the table names a class that exists where it says (the conversion code may move)
+    for module_name, class_name in cli_main._EXPECTED_ERRORS:
+        assert isinstance(getattr(importlib.import_module(module_name), class_name), type), (module_name, class_name)
+    from sapiens2_hf.hub.convert_official import ConversionCheckError
+
+    code = _main_with_handler(monkeypatch, _raising(ConversionCheckError("tensor `x` differs\n after reloading")),
+                              ["merge", "adapter", "--out", "o", "--threads", "1"])
+    assert code == 2
+    assert capsys.readouterr().err == "sapiens2-hf merge: error: tensor `x` differs after reloading\n"
+    subclass = type("Mismatch", (ConversionCheckError,), {})
+    assert _main_with_handler(monkeypatch, _raising(subclass("bad")), ["merge", "a", "--out", "o"]) == 2
+    # controls: a bug keeps its traceback, also when a class of the same name lives elsewhere or in the same module
+    for error in (RuntimeError("bug"), type("ConversionCheckError", (RuntimeError,), {"__module__": "elsewhere"})(),
+                  type("ConversionCheckError", (RuntimeError,), {"__module__": ConversionCheckError.__module__})()):
         with pytest.raises(RuntimeError):
             _main_with_handler(monkeypatch, _raising(error), ["merge", "adapter", "--out", "o"])
+
+
+def test_error_classification_imports_nothing():
+    """A failure in a process that never imported the conversion code is classified without importing it."""
+    code = """
+import sys
+from sapiens2_hf.cli.main import _is_expected
+assert not _is_expected(RuntimeError("bug")) and _is_expected(ValueError("bad input"))
+assert "sapiens2_hf.hub.convert_official" not in sys.modules
+"""
+    assert _heavy_imported(code) == []

@@ -16,13 +16,6 @@ from official_cases import MODEL_CASES, compare, load_case, make_official_hub_fo
 CASES = {"pretrain": None, "pose": "pose", "seg": "seg", "normal": "normal", "pointmap": "pointmap", "albedo": "albedo"}
 
 
-def _convert_subprocess(args, cwd):
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "sapiens2-hf"), "convert", *args],
-        cwd=cwd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
-    )
-
-
 def _convert(args, capsys):
     from sapiens2_hf.cli.main import main
 
@@ -158,22 +151,31 @@ def test_verification_catches_a_broken_reload():
         verify_reload(model, other, "x")
 
 
-def test_installed_command_runs_from_outside_the_repo(tmp_path):
-    """The console script, run from an unrelated folder, converts and the folder loads in a fresh process."""
-    _, reference, weights = load_case("pointmap")
-    result = _convert_subprocess([str(weights), "--out", str(tmp_path / "pm"), "--image-size", "160", "144"], cwd=tmp_path)
+def _installed_convert(folder):
+    """`sapiens2-hf convert` of the pointmap case by the console script, run from an unrelated folder."""
+    _, _, weights = load_case("pointmap")
+    command = [str(Path(sys.executable).parent / "sapiens2-hf"), "convert", str(weights), "--out", str(folder / "pm"),
+               "--image-size", "160", "144"]
+    return {"args": command, "cwd": folder, "env": {**os.environ, "HF_HUB_OFFLINE": "1"}}
+
+
+# The console script's run (~7 s on one core, mostly imports) starts with the session, beside the other tests
+# (conftest.py).
+EARLY_CHILDREN = {"installed-convert": ("test_installed_command_runs_from_outside_the_repo", _installed_convert)}
+
+
+def test_installed_command_runs_from_outside_the_repo(early_child):
+    """The console script, run from an unrelated folder, converts, and the folder loads in another process (this one:
+    a second child process would add ~7 s of imports and test nothing more, since the converting process is gone)."""
+    result, folder = early_child("installed-convert")
     assert result.returncode == 0, result.stderr
-    check = (
-        "import sys, torch, sapiens2_hf; from safetensors.torch import load_file; "
-        "m = sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(sys.argv[1]); "
-        "ref = load_file(sys.argv[2]); o = m(ref['pixel_values']); "
-        "print(float((o.pointmaps - ref['pointmaps']).abs().max()), float((o.scales - ref['scales']).abs().max()))"
-    )
-    case_file = weights.parent / "case.safetensors"
-    result = subprocess.run([sys.executable, "-c", check, str(tmp_path / "pm"), str(case_file)], cwd=tmp_path,
-                            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
-    assert result.returncode == 0, result.stderr
-    pointmap_error, scale_error = map(float, result.stdout.split())
+    out = folder / "pm"
+    _, reference, _ = load_case("pointmap")
+    model = sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(out)
+    with torch.no_grad():
+        outputs = model(reference["pixel_values"])
+    pointmap_error = (outputs.pointmaps - reference["pointmaps"]).abs().max().item()
+    scale_error = (outputs.scales - reference["scales"]).abs().max().item()
     assert pointmap_error < 0.02 and scale_error < 2e-4  # the case's recorded max-abs tolerances
 
 

@@ -1,5 +1,6 @@
 """Export of every task and of the model-case fixtures, checked against the official outputs (slow: one ONNX export
-costs ~15 s of CPU for a 2-layer model and ~70 s for the 18-layer pose model).
+costs 5-9 s of CPU for a 2-4-layer model and ~35 s for the 18-layer pose model on a quiet machine, twice that on a
+loaded one).
 
 - Dense tasks: the exported ONNX model inside its pipeline reproduces the official demo's final outputs
   (`*_e2e` fixtures, their tolerances) and the torch pipeline's.
@@ -7,6 +8,10 @@ costs ~15 s of CPU for a 2-layer model and ~70 s for the 18-layer pose model).
   backbone (windowed tokenizer, batched for export) reproduce the official bf16-RoPE outputs within the recommended
   tolerances and are closer to them than to the fp32-RoPE ones (the bf16 path is really followed); the
   float32-RoPE export reproduces the `*_rope_fp32` outputs; `torch.export` programs equal the eager model exactly.
+
+The exports run on two worker processes (tests/export_jobs.py, tests/worker_pool.py), started when the first test of
+this module needs one, with every selected test's export submitted at once; each test checks its folder here, in
+this process.
 """
 
 
@@ -18,17 +23,50 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from official_cases import MODEL_CASES, ROPE_SUFFIX, load_case  # noqa: E402
+from export_jobs import case_model, run_export  # noqa: E402
+from official_cases import ROPE_SUFFIX  # noqa: E402
 from official_cases import e2e_case  # noqa: E402
+from worker_pool import WorkerPool  # noqa: E402
 from transformers import pipeline  # noqa: E402
 
-import sapiens2_hf  # noqa: E402
+import sapiens2_hf  # noqa: E402, F401  (registers the pipelines)
 from sapiens2_hf.modeling.sapiens2_tasks import TASK_SPECS  # noqa: E402
-from sapiens2_hf.export import export_model, load_exported, read_export_info  # noqa: E402
+from sapiens2_hf.export import load_exported, read_export_info  # noqa: E402
 from sapiens2_hf.processing import Sapiens2HFImageProcessor  # noqa: E402
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+
+# test -> its export job `(source, name, rope_dtype, format)` from the test's parameters (see tests/export_jobs.py)
+_JOBS = {
+    "test_onnxruntime_dense_pipeline_reproduces_the_official_demo": lambda p: ("e2e", p["task"], None, "onnx"),
+    "test_onnx_model_case_reproduces_official_bf16_outputs": lambda p: ("case", p["case"], "bfloat16", "onnx"),
+    "test_onnx_float32_rope_variant_reproduces_the_fp32_reference": lambda p: ("case", "pointmap", "float32", "onnx"),
+    "test_torch_export_model_case_equals_eager": lambda p: ("case", p["case"], "bfloat16", "torch-export"),
+}
+_LONGEST = ("case", "pose", "bfloat16", "onnx")  # ~35 s (18 layers), submitted first; the others take 5-9 s
+
+
+def _job(item):
+    make = _JOBS.get(getattr(item, "originalname", None))
+    return make(item.callspec.params if hasattr(item, "callspec") else {}) if make else None
+
+
+@pytest.fixture(scope="module")
+def export_pool(request, tmp_path_factory):
+    """Every selected test's export, submitted at once to two workers."""
+    root, pool = tmp_path_factory.mktemp("exports"), WorkerPool()
+    jobs = [_job(item) for item in request.session.items if item.module is request.module]
+    for job in sorted(filter(None, jobs), key=lambda job: job != _LONGEST):  # stable: the rest in test order
+        pool.submit(job, run_export, job, str(root / "-".join(str(part) for part in job)))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def exported(request, export_pool):
+    """This test's `ExportResult`, written by a worker."""
+    return export_pool.result(_job(request.node))
 
 
 def _stats(actual, reference):
@@ -45,9 +83,9 @@ def _within(stats, tolerance):
 
 
 @pytest.mark.parametrize("task", ["seg", "normal", "pointmap", "albedo"])
-def test_onnxruntime_dense_pipeline_reproduces_the_official_demo(task, tmp_path):
+def test_onnxruntime_dense_pipeline_reproduces_the_official_demo(task, exported):
     folder, meta, ref, model = e2e_case(task)
-    result = export_model(model, tmp_path / task, format="onnx")
+    result = exported
     runtime = load_exported(result.folder, num_threads=1)
     processor = Sapiens2HFImageProcessor.from_pretrained(result.folder)
     image = str(folder / meta["image"]["file"])
@@ -74,19 +112,10 @@ def test_onnxruntime_dense_pipeline_reproduces_the_official_demo(task, tmp_path)
 # ------------------------------------------------------------------------------------------------ model cases
 
 
-def _case_model(case, rope_dtype="bfloat16"):
-    meta, ref, weights = load_case(case)
-    task = None if case.startswith("pretrain") else case
-    size = [meta["input"]["height"], meta["input"]["width"]]
-    model = sapiens2_hf.model_class_for_task(task).from_pretrained(weights, image_size=size, rope_dtype=rope_dtype)
-    fields = dict(MODEL_CASES["pretrain" if task is None else case][1])
-    return meta, ref, model.eval(), fields
-
-
 @pytest.mark.parametrize("case", ["pose", "pointmap", "pretrain_4k"])
-def test_onnx_model_case_reproduces_official_bf16_outputs(case, tmp_path):
-    meta, ref, model, fields = _case_model(case)
-    result = export_model(model, tmp_path / case, format="onnx")
+def test_onnx_model_case_reproduces_official_bf16_outputs(case, exported):
+    meta, ref, model, fields = case_model(case)
+    result = exported
     info = read_export_info(result.folder)
     assert info["rope"]["rounding_casts"] > 0
     outputs = load_exported(result.folder, num_threads=1).run(ref["pixel_values"])
@@ -98,9 +127,9 @@ def test_onnx_model_case_reproduces_official_bf16_outputs(case, tmp_path):
         assert stats["rel_l2"] < 0.5 * _stats(outputs[ours], ref[theirs + ROPE_SUFFIX["float32"]])["rel_l2"]
 
 
-def test_onnx_float32_rope_variant_reproduces_the_fp32_reference(tmp_path):
-    meta, ref, model, fields = _case_model("pointmap", rope_dtype="float32")
-    result = export_model(model, tmp_path / "fp32", format="onnx")
+def test_onnx_float32_rope_variant_reproduces_the_fp32_reference(exported):
+    meta, ref, model, fields = case_model("pointmap", rope_dtype="float32")
+    result = exported
     assert read_export_info(result.folder)["rope"]["rounding_casts"] == 0
     outputs = load_exported(result.folder, num_threads=1).run(ref["pixel_values"])
     tolerances = meta["noise_floor"]["recommended_tolerance"]
@@ -113,9 +142,9 @@ def test_onnx_float32_rope_variant_reproduces_the_fp32_reference(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["pointmap", "pretrain_4k"])
-def test_torch_export_model_case_equals_eager(case, tmp_path):
-    meta, ref, model, fields = _case_model(case)
-    result = export_model(model, tmp_path / case, format="torch-export")
+def test_torch_export_model_case_equals_eager(case, exported):
+    meta, ref, model, fields = case_model(case)
+    result = exported
     runtime = load_exported(result.folder)
     for batch in (ref["pixel_values"], ref["pixel_values"][:1]):
         outputs = runtime.run(batch)

@@ -72,22 +72,46 @@ def test_official_hub_layout_control_with_swapped_mlp_halves_fails(tmp_path):
         _assert_reproduces_official("seg", model)
 
 
+_IMAGE = np.random.default_rng(0).integers(0, 256, (90, 70, 3), dtype=np.uint8)
+# The pose case is 18 layers deep: at its file's 1024x768 (3072 tokens) one pipeline call with the flip test takes
+# ~4 s; the layouts are what is tested here, and a folder whose configs record another size is as much the official
+# layout (the size comes from config.json and the stock preprocessor_config.json, as there).
+PIPELINE_SIZES = {"pose": (256, 192)}
+
+
+def _pipeline_kwargs(case):
+    return {"boxes": [[5, 5, 60, 85]]} if case == "pose" else {}
+
+
+@pytest.fixture(scope="module")
+def reference_result():
+    """`reference_result(case)`: the pipeline built by hand from the official file (at the folder's input size), run
+    on `_IMAGE`; computed once per case, for the three layouts."""
+    results = {}
+
+    def run(case):
+        if case not in results:
+            _, _, weights = load_case(case)
+            size = {"image_size": list(PIPELINE_SIZES[case])} if case in PIPELINE_SIZES else {}
+            model = getattr(sapiens2_hf, HUB_LAYOUT_CASES[case]).from_pretrained(weights, **size)
+            results[case] = pipeline(PIPELINE_TASKS[case], model=model, device="cpu")(_IMAGE, **_pipeline_kwargs(case))
+        return results[case]
+
+    return run
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("case", list(PIPELINE_TASKS))
-def test_pipelines_accept_the_official_hub_layout(case, layout, tmp_path):
-    folder = make_official_hub_folder(case, tmp_path / "repo", LAYOUTS[layout])
+def test_pipelines_accept_the_official_hub_layout(case, layout, tmp_path, reference_result):
+    folder = make_official_hub_folder(case, tmp_path / "repo", LAYOUTS[layout], image_size=PIPELINE_SIZES.get(case))
     assert json.loads((folder / "preprocessor_config.json").read_text())["image_processor_type"] == "Sapiens2ImageProcessor"
     pipe = pipeline(PIPELINE_TASKS[case], model=str(folder), device="cpu")
     assert type(pipe.model) is getattr(sapiens2_hf, HUB_LAYOUT_CASES[case])  # ours, never transformers' fallback
     assert isinstance(pipe.image_processor, Sapiens2HFImageProcessor) and pipe.image_processor.task == case
     assert pipe.image_processor.input_size == pipe.model.config.image_size_hw
+    assert case not in PIPELINE_SIZES or pipe.model.config.image_size_hw == PIPELINE_SIZES[case]  # the folder's size
     # the same pipeline built by hand from the official file and our processor
-    _, _, weights = load_case(case)
-    reference_pipe = pipeline(PIPELINE_TASKS[case], model=getattr(sapiens2_hf, HUB_LAYOUT_CASES[case]).from_pretrained(weights),
-                              device="cpu")
-    image = np.random.default_rng(0).integers(0, 256, (90, 70, 3), dtype=np.uint8)
-    kwargs = {"boxes": [[5, 5, 60, 85]]} if case == "pose" else {}
-    ours, expected = pipe(image, **kwargs), reference_pipe(image, **kwargs)
+    ours, expected = pipe(_IMAGE, **_pipeline_kwargs(case)), reference_result(case)
     if case == "pose":
         np.testing.assert_allclose(ours[0]["keypoints"], expected[0]["keypoints"], atol=1e-3)
     elif case == "seg":

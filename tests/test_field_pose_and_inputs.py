@@ -4,7 +4,6 @@ inputs (16 bit, truncated JPEG, non-finite floats), batch sizes, segmentation me
 import io
 import json
 import math
-import subprocess
 import sys
 import textwrap
 import threading
@@ -255,21 +254,27 @@ def test_chunked_segmentation_is_bit_identical_to_the_one_shot_resize():
     assert torch.equal(batched[1], logits.max(dim=0).indices)
 
 
-@pytest.mark.slow  # ~15 s: 29 bilinear resizes to 12 Mpx in a fresh interpreter
-def test_segmentation_of_a_large_photo_has_bounded_peak_memory():
+_LARGE_SEGMENTATION = textwrap.dedent("""
+    import resource, torch
+    from sapiens2_hf.processing import Sapiens2HFImageProcessor
+    processor = Sapiens2HFImageProcessor(task="seg")
+    logits = torch.randn(1, 29, 256, 192, generator=torch.Generator().manual_seed(0))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    labels = processor.post_process_semantic_segmentation(logits, target_sizes=[(4000, 3000)])[0]
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert labels.shape == (4000, 3000)
+    print((after - before) * 1024 if __import__("sys").platform != "darwin" else after - before)
+""")
+# The fresh interpreter (~11 s on one core: 29 bilinear resizes to 12 Mpx) runs from the start of the session, beside
+# the other tests (conftest.py).
+EARLY_CHILDREN = {"large-segmentation": ("test_segmentation_of_a_large_photo_has_bounded_peak_memory",
+                                         lambda folder: {"args": [sys.executable, "-c", _LARGE_SEGMENTATION]})}
+
+
+@pytest.mark.slow  # ~11 s: 29 bilinear resizes to 12 Mpx in a fresh interpreter
+def test_segmentation_of_a_large_photo_has_bounded_peak_memory(early_child):
     """Before: all 29 channels were resized at once (29 x 4 bytes per output pixel, 1.4 GB at 4000x3000)."""
-    script = textwrap.dedent("""
-        import resource, torch
-        from sapiens2_hf.processing import Sapiens2HFImageProcessor
-        processor = Sapiens2HFImageProcessor(task="seg")
-        logits = torch.randn(1, 29, 256, 192, generator=torch.Generator().manual_seed(0))
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        labels = processor.post_process_semantic_segmentation(logits, target_sizes=[(4000, 3000)])[0]
-        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        assert labels.shape == (4000, 3000)
-        print((after - before) * 1024 if __import__("sys").platform != "darwin" else after - before)
-    """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result, _ = early_child("large-segmentation")
     assert result.returncode == 0, result.stderr
     growth = int(result.stdout.strip().splitlines()[-1])
     # 12e6 output pixels: int64 labels (96 MB) + two channels, running maximum and indices (~250 MB); one-shot: 1.5 GB

@@ -1,7 +1,6 @@
 """`training_scripts/publish_official.py`: the official zoo (here: official-format tiny files) into repo folders."""
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,24 +20,31 @@ def test_official_repo_ids():
     assert official_repo_id("model.safetensors") is None
 
 
-def test_publish_script_converts_and_verifies_every_file(tmp_path):
-    checkpoint_root = tmp_path / "sapiens2_host"
+def _publish(folder):
+    """The publish script over a checkpoint folder laid out like the official host's (one folder per task)."""
+    checkpoint_root = folder / "sapiens2_host"
     for case, task_folder in (("pretrain", "pretrain"), ("pose", "pose"), ("pointmap", "pointmap")):
         _, _, weights = load_case(case)
         (checkpoint_root / task_folder).mkdir(parents=True)
         shutil.copy(weights, checkpoint_root / task_folder / weights.name)
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "training_scripts" / "publish_official.py"), "--checkpoint-root",
-         str(checkpoint_root), "--out", str(tmp_path / "repos"), "--image-size", "sapiens2_tinyc_pointmap.safetensors=160x144"],
-        capture_output=True, text=True, timeout=300,
-    )
+    return {"args": [sys.executable, str(ROOT / "training_scripts" / "publish_official.py"), "--checkpoint-root",
+                     str(checkpoint_root), "--out", str(folder / "repos"), "--image-size",
+                     "sapiens2_tinyc_pointmap.safetensors=160x144"]}
+
+
+# The script's run (~7 s on one core) starts with the session, beside the other tests (conftest.py).
+EARLY_CHILDREN = {"publish": ("test_publish_script_converts_and_verifies_every_file", _publish)}
+
+
+def test_publish_script_converts_and_verifies_every_file(early_child):
+    result, folder = early_child("publish")
     assert result.returncode == 0, result.stderr
-    folders = sorted(p.name for p in (tmp_path / "repos").iterdir())
+    folders = sorted(p.name for p in (folder / "repos").iterdir())
     assert folders == ["sapiens2-pointmap-tinyc", "sapiens2-pose-tinyp", "sapiens2-pretrain-tinya"]
-    card = ModelCard.load(tmp_path / "repos" / "sapiens2-pose-tinyp" / "README.md")
+    card = ModelCard.load(folder / "repos" / "sapiens2-pose-tinyp" / "README.md")
     assert card.data.base_model == "facebook/sapiens2-pretrain-tinyp"
     _, reference, weights = load_case("pose")
-    model = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(tmp_path / "repos" / "sapiens2-pose-tinyp")
+    model = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(folder / "repos" / "sapiens2-pose-tinyp")
     direct = sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(weights)
     direct_state = direct.state_dict()
     assert all(torch.equal(tensor, direct_state[name]) for name, tensor in model.state_dict().items())

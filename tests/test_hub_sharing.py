@@ -83,8 +83,9 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
     torch.save({t: v for t, v in expected.items()}, tmp_path / "expected.pt")
     torch.save(pixel_values, tmp_path / "pixel_values.pt")
 
-    # 1. A fresh process with sapiens2_hf installed loads each repo with our classes, exactly.
-    fresh = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    # 1. A fresh process with sapiens2_hf installed loads each repo with our classes, exactly. It runs while the
+    # blocked process below runs (each is one core's work for ~7 s, mostly imports).
+    fresh = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import torch, sapiens2_hf
         expected = torch.load({str(tmp_path / 'expected.pt')!r}); x = torch.load({str(tmp_path / 'pixel_values.pt')!r})
         fields = {FIELDS!r}
@@ -93,39 +94,51 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
             with torch.no_grad():
                 assert torch.equal(getattr(model(x), fields[task]), expected[task]), task
         print("ok")
-    """)], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
-    assert fresh.returncode == 0 and "ok" in fresh.stdout, fresh.stderr
+    """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    # 2. and 3. Without sapiens2_hf (one blocked process for the three checks: each process costs ~7 s of imports).
+    # Vanilla transformers runs first, so that nothing the remote code registers can be what it loads.
+    try:
+        isolated = _run_isolated(f"""
+            import numpy as np
+            import torch, transformers
+            from transformers import AutoModel, pipeline
+            expected = torch.load({str(tmp_path / 'expected.pt')!r}); x = torch.load({str(tmp_path / 'pixel_values.pt')!r})
+            fields = {FIELDS!r}
 
-    # 2. Without sapiens2_hf: remote code (trust_remote_code=True) gives our exact classes ...
-    remote = _run_isolated(f"""
-        import torch
-        from transformers import AutoModel
-        expected = torch.load({str(tmp_path / 'expected.pt')!r}); x = torch.load({str(tmp_path / 'pixel_values.pt')!r})
-        fields = {FIELDS!r}
-        for task in {TASKS!r}:
-            model = AutoModel.from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}", trust_remote_code=True)
-            assert type(model).__module__.startswith("transformers_modules"), type(model)
-            with torch.no_grad():
-                assert torch.equal(getattr(model(x), fields[task]), expected[task]), task
-        print("ok")
-    """, tmp_path)
-    assert remote.returncode == 0 and "ok" in remote.stdout, remote.stderr
+            # 3. Vanilla transformers loads the tasks it supports with no remote code at all (float32 RoPE there).
+            for task, auto in {VANILLA_AUTO!r}.items():
+                model = getattr(transformers, auto).from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}")
+                assert type(model).__module__.startswith("transformers.models.sapiens2"), type(model)
+                with torch.no_grad():
+                    drift = (getattr(model.eval()(x), fields[task]) - expected[task]).abs().max().item()
+                assert drift < 0.1, (task, drift)
+            print("vanilla ok")
 
-    # ... and the pipelines ship too: `pipeline(task, trust_remote_code=True)` runs model, processor and pipeline
-    # from the repository's own files.
-    remote_pipeline = _run_isolated(f"""
-        import numpy as np
-        from transformers import pipeline
-        image = np.random.default_rng(0).integers(0, 255, (80, 60, 3), dtype=np.uint8)
-        for task, key in (("pose", None), ("seg", "segmentation"), ("albedo", "albedo")):
-            runner = pipeline(model={str(api.root)!r} + f"/me/sapiens2-tiny-{{task}}", trust_remote_code=True)
-            assert type(runner).__module__.startswith("transformers_modules"), type(runner)
-            result = runner(image, boxes=[[5.0, 5.0, 50.0, 70.0]]) if task == "pose" else runner(image)
-            shape = np.asarray(result[0]["keypoints"]).shape if task == "pose" else result[key].shape[:2]
-            assert shape == ((308, 2) if task == "pose" else (80, 60)), (task, shape)
-        print("ok")
-    """, tmp_path)
-    assert remote_pipeline.returncode == 0 and "ok" in remote_pipeline.stdout, remote_pipeline.stderr
+            # 2. Remote code (trust_remote_code=True) gives our exact classes ...
+            for task in {TASKS!r}:
+                model = AutoModel.from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}", trust_remote_code=True)
+                assert type(model).__module__.startswith("transformers_modules"), type(model)
+                with torch.no_grad():
+                    assert torch.equal(getattr(model(x), fields[task]), expected[task]), task
+            print("remote ok")
+
+            # ... and the pipelines ship too: `pipeline(task, trust_remote_code=True)` runs model, processor and
+            # pipeline from the repository's own files.
+            image = np.random.default_rng(0).integers(0, 255, (80, 60, 3), dtype=np.uint8)
+            for task, key in (("pose", None), ("seg", "segmentation"), ("albedo", "albedo")):
+                runner = pipeline(model={str(api.root)!r} + f"/me/sapiens2-tiny-{{task}}", trust_remote_code=True)
+                assert type(runner).__module__.startswith("transformers_modules"), type(runner)
+                result = runner(image, boxes=[[5.0, 5.0, 50.0, 70.0]]) if task == "pose" else runner(image)
+                shape = np.asarray(result[0]["keypoints"]).shape if task == "pose" else result[key].shape[:2]
+                assert shape == ((308, 2) if task == "pose" else (80, 60)), (task, shape)
+            print("remote pipelines ok")
+        """, tmp_path)
+    finally:  # the fresh process is waited for also when the blocked one fails
+        fresh_out, fresh_err = fresh.communicate(timeout=300)
+    assert isolated.returncode == 0, isolated.stdout + isolated.stderr
+    done = [line for line in isolated.stdout.splitlines() if line.endswith(" ok")]
+    assert done == ["vanilla ok", "remote ok", "remote pipelines ok"], isolated.stdout
+    assert fresh.returncode == 0 and "ok" in fresh_out, fresh_err
 
     # With sapiens2_hf installed, the registered pipeline runs on the same repository without any remote code.
     from transformers import pipeline
@@ -133,21 +146,6 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
     local = pipeline("sapiens2-pose", model=str(api.root / "me" / "sapiens2-tiny-pose"))
     assert type(local).__module__ == "sapiens2_hf.pipelines.pipeline_sapiens2_hf"
     assert type(local.model) is sapiens2_hf.Sapiens2ForPoseEstimation
-
-    # 3. ... and vanilla transformers loads the tasks it supports with no remote code at all (float32 RoPE there).
-    vanilla = _run_isolated(f"""
-        import torch, transformers
-        expected = torch.load({str(tmp_path / 'expected.pt')!r}); x = torch.load({str(tmp_path / 'pixel_values.pt')!r})
-        fields = {FIELDS!r}
-        for task, auto in {VANILLA_AUTO!r}.items():
-            model = getattr(transformers, auto).from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}")
-            assert type(model).__module__.startswith("transformers.models.sapiens2"), type(model)
-            with torch.no_grad():
-                drift = (getattr(model.eval()(x), fields[task]) - expected[task]).abs().max().item()
-            assert drift < 0.1, (task, drift)
-        print("ok")
-    """, tmp_path)
-    assert vanilla.returncode == 0 and "ok" in vanilla.stdout, vanilla.stderr
 
 
 def test_save_for_hub_replaces_only_its_own_files(tmp_path):

@@ -5,7 +5,7 @@ from benchmarks/bench_gpu.py (unrun here: no GPU)."""
 
 import copy
 import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -187,24 +187,44 @@ def test_pipeline_fast_and_dtype_flags():
         sapiens2_hf.pipeline("sapiens2-normal", model=_model("normal"), device="cpu", compile="yes")
 
 
-def _run_bench(*args):
-    command = [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--device", "cpu", "--variant", "tiny",
-               "--rounds", "1", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+BENCH = ROOT / "benchmarks" / "bench_gpu.py"
+BENCH_ARGS = ["--device", "cpu", "--variant", "tiny", "--rounds", "1"]
 
 
-@pytest.mark.slow  # 5 tasks x 4 configurations with dynamo capture: ~2-3 min on a loaded 2-core machine
-def test_bench_gpu_runs_on_cpu_with_tiny_settings():
-    out = _run_bench("--compile-backend", "eager")
-    for task in ("pose", "seg", "normal", "pointmap", "albedo"):
-        assert f"tiny {task}" in out, out
-    assert "compiled" in out and "bfloat16" in out and "max|x-fp32|" in out
+def _eager_bench(folder):
+    return {"args": [sys.executable, str(BENCH), *BENCH_ARGS, "--compile-backend", "eager"], "cwd": ROOT,
+            "env": {**os.environ, "OMP_NUM_THREADS": "1"}}
+
+
+# The eager-backend bench run (all tasks and dtypes: ten dynamo captures, ~30 s on one core) starts with the session,
+# beside the other tests (conftest.py).
+EARLY_CHILDREN = {"eager-bench": ("test_bench_gpu_runs_on_cpu_with_tiny_settings", _eager_bench)}
 
 
 @pytest.mark.slow  # one inductor compile of the tiny pose model
-def test_bench_gpu_runs_with_inductor_on_cpu():
-    out = _run_bench("--tasks", "pose", "--dtypes", "float32")
+def test_bench_gpu_runs_with_inductor_on_cpu(monkeypatch, capsys):
+    """The bench script with inductor, run as `__main__` in this process (a child process would add ~7 s of imports;
+    this module already runs on one thread, as OMP_NUM_THREADS=1 would make it)."""
+    # batch 2: the graph test_compiled_fp32_matches_eager_within_float_tolerance compiled, so inductor's caches serve
+    # it when that test ran first (a cold compile takes over a minute on a loaded 2-core machine)
+    argv = [str(BENCH), *BENCH_ARGS, "--tasks", "pose", "--dtypes", "float32", "--batch", "2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    capsys.readouterr()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path(str(BENCH), run_name="__main__")
+    finally:
+        torch._dynamo.reset()  # leave no compiled frames behind for the next tests
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0, out[-3000:]
     assert "tiny pose" in out and "compiled" in out
+
+
+@pytest.mark.slow  # 5 tasks x 4 configurations with dynamo capture: ~30 s, beside the other tests (EARLY_CHILDREN)
+def test_bench_gpu_runs_on_cpu_with_tiny_settings(early_child):
+    done, _ = early_child("eager-bench")
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    for task in ("pose", "seg", "normal", "pointmap", "albedo"):
+        assert f"tiny {task}" in out, out
+    assert "compiled" in out and "bfloat16" in out and "max|x-fp32|" in out

@@ -10,6 +10,7 @@ the port; and a saved repository (model and image processor) runs in a process w
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -345,6 +346,15 @@ def test_saved_repo_runs_where_the_port_cannot_be_imported(tmp_path):
         if processor is not None:
             processed[task] = namespace["run_processor"](processor, model, image)
     torch.save({"expected": expected, "pixel_values": pixel_values, "image": image}, tmp_path / "reference.pt")
+    # Controls: copies of the seg repo with one shipped file (modeling, then processing) importing the port.
+    controls = []
+    for shipped, load in [("modeling_sapiens2_hf.py", "AutoModel"), ("image_processing_sapiens2_hf.py", "AutoImageProcessor")]:
+        tampered = tmp_path / f"repo-seg-tampered-{load}"
+        shutil.copytree(tmp_path / "repo-seg", tampered)
+        path = tampered / shipped
+        path.write_text(path.read_text() + f"\nimport {PORT_MODULE}.modeling_sapiens2\n")  # after any __future__ import
+        controls.append((load, str(tampered)))
+    # One child process for the loads and the controls (each process costs ~7 s of imports); the controls run last.
     code = BLOCK_PORT_AND_PACKAGE + RUN_PROCESSOR + textwrap.dedent(
         f"""
         import torch
@@ -369,11 +379,24 @@ def test_saved_repo_runs_where_the_port_cannot_be_imported(tmp_path):
         loaded = sorted(name for name in sys.modules if name.startswith({PORT_MODULE!r}) or name.startswith("sapiens2_hf"))
         assert not loaded, loaded
         print("ok")
+
+        import traceback
+        import transformers
+        for load, repo in {controls!r}:
+            try:
+                getattr(transformers, load).from_pretrained(repo, trust_remote_code=True)
+            except Exception:
+                blocked = "is blocked in this process" in traceback.format_exc()
+                print("control", load, "blocked" if blocked else "failed otherwise")
+                if not blocked:
+                    traceback.print_exc()
+            else:
+                print("control", load, "loaded")
         """
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+    assert result.returncode == 0 and "ok" in result.stdout.splitlines(), result.stderr[-3000:]
     remote = torch.load(tmp_path / "processed.pt")
     assert sorted(remote) == sorted(processed)
     for task, (pixels, prediction) in processed.items():
@@ -383,32 +406,24 @@ def test_saved_repo_runs_where_the_port_cannot_be_imported(tmp_path):
         assert _rel_l2(remote_prediction, prediction) < REL_L2_TOLERANCE, task
 
     # Controls: the same loads fail once a shipped modeling or processing file imports the port.
-    for shipped, load in [("modeling_sapiens2_hf.py", "AutoModel"), ("image_processing_sapiens2_hf.py", "AutoImageProcessor")]:
-        path = tmp_path / "repo-seg" / shipped
-        original = path.read_text()
-        path.write_text(original + f"\nimport {PORT_MODULE}.modeling_sapiens2\n")  # after any __future__ import
-        tampered = BLOCK_PORT_AND_PACKAGE + textwrap.dedent(
-            f"""
-            from transformers import {load}
-            {load}.from_pretrained({str(tmp_path / 'repo-seg')!r}, trust_remote_code=True)
-            """
-        )
-        env["HF_MODULES_CACHE"] = str(tmp_path / f"modules-tampered-{load}")
-        result = subprocess.run([sys.executable, "-c", tampered], capture_output=True, text=True, env=env, cwd=tmp_path,
-                                timeout=300)
-        assert result.returncode != 0 and "is blocked in this process" in result.stderr, (load, result.stderr[-3000:])
-        path.write_text(original)
+    for load, _ in controls:
+        assert f"control {load} blocked" in result.stdout.splitlines(), (load, result.stdout, result.stderr[-3000:])
 
 
-def test_the_port_block_works(tmp_path):
+_PORT_BLOCK_CHECK = BLOCK_PORT_AND_PACKAGE + textwrap.dedent(
+    """
+    import transformers
+    assert "sapiens2" not in transformers.CONFIG_MAPPING
+    transformers.Sapiens2Model
+    """
+)
+# The child (~4 s on one core, mostly importing transformers) runs from the start of the session, beside the other
+# tests (conftest.py).
+EARLY_CHILDREN = {"port-block": ("test_the_port_block_works", lambda folder: {
+    "args": [sys.executable, "-c", _PORT_BLOCK_CHECK], "env": {**os.environ, "PYTHONPATH": ""}, "cwd": folder})}
+
+
+def test_the_port_block_works(early_child):
     """Control: the blocker really makes the port unimportable in the child process."""
-    code = BLOCK_PORT_AND_PACKAGE + textwrap.dedent(
-        """
-        import transformers
-        assert "sapiens2" not in transformers.CONFIG_MAPPING
-        transformers.Sapiens2Model
-        """
-    )
-    env = {**os.environ, "PYTHONPATH": ""}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    result, _ = early_child("port-block")
     assert result.returncode != 0 and "is blocked in this process" in result.stderr, result.stderr[-2000:]

@@ -33,6 +33,7 @@ from sapiens2_hf.pretraining import (
 from sapiens2_hf.pretraining.multicrop import normalize_image
 from sapiens2_hf.pretraining.toy_data import make_toy_images
 from sapiens2_hf.pretraining.trainer import Sapiens2PreTrainingTrainer
+from worker_pool import WorkerPool
 
 
 IMAGE_SIZE = 32
@@ -161,29 +162,67 @@ def mae_on_a_handful_of_images(output_dir, mae_loss_weight, steps=60):
     return before, fixed_batch_mae(), curve
 
 
-def test_mae_loss_falls_on_a_handful_of_images(tmp_path):
-    # Measured: fixed batch 1.013 -> 0.657 (x0.65); logged curve, mean of the first 5 steps 0.99 -> last 5 0.63.
-    before, after, curve = mae_on_a_handful_of_images(tmp_path / "mae", mae_loss_weight=1.0)
-    assert before > 0.9  # an untrained decoder costs ~1 with normalised pixel targets
-    assert after < 0.8 * before, (before, after)
-    assert len(curve) == 60 and sum(curve[-5:]) < 0.8 * sum(curve[:5]), curve
-    # Control: the same run without the MAE term leaves the MAE loss where it was.
-    before, after, _ = mae_on_a_handful_of_images(tmp_path / "control", mae_loss_weight=0.0)
-    assert after > 0.9 * before, (before, after)
-
-
-@pytest.mark.parametrize("centering", ["sinkhorn_knopp", "none"])
-def test_teacher_does_not_collapse_with_centering(centering):
-    # DINO term only, so that nothing but the centering stands between the teacher and collapse.
-    steps = 40
+def teacher_entropy(centering, steps=40):
+    """DINO term only, so that nothing but the centering stands between the teacher and collapse: the teacher's
+    prototype entropy over the last 5 of `steps` steps, and its maximum."""
     config = evidence_config(
         centering=centering, mae_loss_weight=0.0, patch_loss_weight=0.0, koleo_loss_weight=0.0,
         teacher_temp_warmup_steps=steps // 3,
     )
     images, _ = make_toy_images(128, IMAGE_SIZE, IMAGE_SIZE, seed=100)
     _, history = pretrain(config, images, steps, seed=0)
-    final_entropy = sum(h["teacher_prototype_entropy"] for h in history[-5:]) / 5
-    maximum = math.log(config.cls_num_prototypes)
+    return sum(h["teacher_prototype_entropy"] for h in history[-5:]) / 5, math.log(config.cls_num_prototypes)
+
+
+def _probe_run(folder, seed):
+    return probe_gain(seed)
+
+
+def _mae_run(folder, mae_loss_weight):
+    return mae_on_a_handful_of_images(folder, mae_loss_weight)
+
+
+def _centering_run(folder, centering):
+    return teacher_entropy(centering)
+
+
+# test -> its training runs: (key, function(output folder, *arguments), arguments); the longest test first
+_RUNS = {
+    "test_knn_probe_beats_random_init": [(("knn", 0), _probe_run, (0,))],
+    "test_mae_loss_falls_on_a_handful_of_images": [(("mae", w), _mae_run, (w,)) for w in (1.0, 0.0)],
+    "test_teacher_does_not_collapse_with_centering": [(("centering", c), _centering_run, (c,))
+                                                      for c in ("sinkhorn_knopp", "none")],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory):
+    """`runs(key)` waits for a training run's result. The runs of every selected test are submitted at once to two
+    worker processes (tests/worker_pool.py: one thread each, as here), which train while the tests wait."""
+    selected = {item.originalname for item in request.session.items if item.module is request.module}
+    pool = WorkerPool()
+    for name, jobs in _RUNS.items():
+        if name in selected:
+            for key, function, arguments in jobs:
+                pool.submit(key, function, str(tmp_path_factory.mktemp("-".join(map(str, key)))), *arguments)
+    yield pool.result
+    pool.close()
+
+
+def test_mae_loss_falls_on_a_handful_of_images(runs):
+    # Measured: fixed batch 1.013 -> 0.657 (x0.65); logged curve, mean of the first 5 steps 0.99 -> last 5 0.63.
+    before, after, curve = runs(("mae", 1.0))
+    assert before > 0.9  # an untrained decoder costs ~1 with normalised pixel targets
+    assert after < 0.8 * before, (before, after)
+    assert len(curve) == 60 and sum(curve[-5:]) < 0.8 * sum(curve[:5]), curve
+    # Control: the same run without the MAE term leaves the MAE loss where it was.
+    before, after, _ = runs(("mae", 0.0))
+    assert after > 0.9 * before, (before, after)
+
+
+@pytest.mark.parametrize("centering", ["sinkhorn_knopp", "none"])
+def test_teacher_does_not_collapse_with_centering(centering, runs):
+    final_entropy, maximum = runs(("centering", centering))
     if centering == "sinkhorn_knopp":
         assert final_entropy > 0.9 * maximum, final_entropy
     else:  # the control collapses: one prototype takes (nearly) all the mass
@@ -191,8 +230,8 @@ def test_teacher_does_not_collapse_with_centering(centering):
 
 
 @pytest.mark.slow
-def test_knn_probe_beats_random_init():
-    accuracies = probe_gain(seed=0)
+def test_knn_probe_beats_random_init(runs):
+    accuracies = runs(("knn", 0))
     assert accuracies["teacher"] - accuracies["random"] >= PROBE_MIN_GAIN, accuracies
 
 

@@ -1,12 +1,15 @@
 """Rules for the test suite itself: no test module imports another (shared code lives in helper modules such as
-toy_records.py and official_cases.py, shared fixtures in conftest.py), and distributed launches take a free port from
-the `free_port` fixture instead of a fixed one."""
+toy_records.py and official_cases.py, shared fixtures in conftest.py), distributed launches take a free port from
+the `free_port` fixture instead of a fixed one, and the child processes run beside the tests report what happened."""
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from worker_pool import EarlyChildren
 
 THIS = Path(__file__).resolve()
 TESTS = THIS.parent
@@ -83,3 +86,25 @@ def test_distributed_launches_use_a_free_port():
             launching.append(path.name)
             assert "free_port" in text, f"{where} launches processes without the `free_port` fixture"
     assert len(launching) >= 2  # the gloo fine-tuning and pretraining tests; the scan must see them
+
+
+def test_early_children_report_what_happened(tmp_path):
+    """tests/worker_pool.py `EarlyChildren` (conftest.py `early_child`): each child's exit code and output reach the
+    test that asks, a child that cannot start raises there, and an undeclared name is a clear error."""
+    children = EarlyChildren(timeout=60)
+    script = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    children.add("fails", tmp_path, {"args": [sys.executable, "-c", script]})
+    children.add("ok", tmp_path, {"args": [sys.executable, "-c", "print(42)"]})
+    children.add("missing", tmp_path, {"args": [str(tmp_path / "no-such-program")]})
+    children.start()
+    try:
+        failed = children.result("fails")
+        assert isinstance(failed, subprocess.CompletedProcess)
+        assert (failed.returncode, failed.stdout, failed.stderr) == (3, "out\n", "err\n")
+        assert children.result("ok").stdout == "42\n" and children.folders["ok"] == tmp_path
+        with pytest.raises(FileNotFoundError):
+            children.result("missing")
+        with pytest.raises(KeyError, match="declare it in the module's EARLY_CHILDREN"):
+            children.result("never-added")
+    finally:
+        children.stop()

@@ -1,16 +1,28 @@
-"""The task registries: layer 0 (`sapiens2_hf.modeling.sapiens2_tasks.TASK_SPECS`) and training
-(`sapiens2_hf.training.tasks.TRAINING_TASKS`). Every per-task table is derived from them, and every fact an entry
-states is true of the code it names: model classes and their output fields, head choices, Auto classes, processor
-policies and post-processing methods, pipelines, metric scripts, and the arguments `task_loss` feeds the loss."""
+"""The task registries: layer 0 (`sapiens2_hf.modeling.sapiens2_tasks.TASK_SPECS`), data
+(`sapiens2_hf.data.tasks.DATA_TASKS`) and training (`sapiens2_hf.training.tasks.TRAINING_TASKS`). Every per-task table
+is derived from them, and every fact an entry states is true of the code it names: model classes, their output classes
+and fields, head choices, Auto classes, processor policies and post-processing methods, pipelines, metric scripts, the
+arguments `task_loss` feeds the loss, the data sources' columns and files. A hypothetical seventh (dense) task goes
+through the data and training layers with registry entries alone."""
 
+import ast
+import dataclasses
+import inspect
 import types
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
 
 import sapiens2_hf
+from sapiens2_hf import _registration
+from sapiens2_hf.data import hf_datasets, validation
+from sapiens2_hf.data.dense import read_dense_folder
+from sapiens2_hf.data.synthetic import sample_to_row, task_features
 from sapiens2_hf.data.synthetic.writer import WRITER_TASKS
+from sapiens2_hf.data.tasks import DATA_TASKS, DataTaskSpec, synthetic_record
 from sapiens2_hf.hub import model_card, sharing
 from sapiens2_hf.metrics import EVALUATE_MODULES, evaluate_module_path
 from sapiens2_hf.modeling import HEAD_PRESETS, TASK_MODEL_CLASSES, tiny_config
@@ -19,8 +31,9 @@ from sapiens2_hf.modeling.sapiens2_tasks import BACKBONE_MODEL_CLASS, PRETRAIN_T
 from sapiens2_hf.pipelines import PIPELINE_CLASSES, PIPELINE_TASKS
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, image_processor_for_task
 from sapiens2_hf.processing import image_processing_sapiens2_hf as image_processing
-from sapiens2_hf.training import TRAINING_TASKS, task_loss
+from sapiens2_hf.training import TRAINING_TASKS, TaskEvaluator, TrainingTaskSpec, lora_config, task_loss
 from sapiens2_hf.training.finetune import TRANSFORMS
+from sapiens2_hf.training.tasks import HEAD_MODULES
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -28,6 +41,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_the_training_registry_has_exactly_the_layer0_tasks():
     assert tuple(TRAINING_TASKS) == TASK_NAMES
+    assert tuple(DATA_TASKS) == TASK_NAMES
     assert tuple(TRANSFORMS) == TASK_NAMES
     assert tuple(EVALUATE_MODULES) == TASK_NAMES
     assert WRITER_TASKS == TASK_NAMES
@@ -65,6 +79,13 @@ def test_each_task_model_is_the_registry_entry(task):
         outputs = model(pixel_values=torch.randn(1, 3, 64, 48))
     prediction = getattr(outputs, spec.output_field)
     assert prediction.shape[0] == 1 and torch.isfinite(prediction).all()
+    assert type(outputs).__name__ == spec.output_class
+    if spec.output_class.startswith("Sapiens2"):  # ours: public, as the registry derives it
+        assert getattr(sapiens2_hf, spec.output_class) is type(outputs)
+    # the training registry's heads are exactly the model's head sub-modules
+    present = tuple(name for name in HEAD_MODULES if isinstance(getattr(model, name, None), torch.nn.Module))
+    assert present == TRAINING_TASKS[task].head_modules
+    assert lora_config(task).modules_to_save == list(present)
     # The predictor's channels: all in `output_field`, or split with the `extra_output_fields` (matting).
     fields = (spec.output_field, *spec.extra_output_fields)
     assert sum(getattr(outputs, field).shape[1] for field in fields) == spec.num_labels
@@ -91,6 +112,10 @@ def test_auto_classes_processors_and_pipelines_follow_the_registry(task):
     # pipeline
     assert PIPELINE_TASKS[spec.pipeline_name] == task
     assert PIPELINE_CLASSES[spec.pipeline_name].task_name == task
+    # foreground masking: the processor's background value and the pipeline's mask options follow `foreground_fill`
+    maskable = spec.foreground_fill is not None
+    assert (task in image_processing.FOREGROUND_FILL_VALUES) == maskable
+    assert ("segmenter" in inspect.signature(PIPELINE_CLASSES[spec.pipeline_name].__init__).parameters) == maskable
     assert transformers.pipelines.PIPELINE_REGISTRY.supported_tasks[spec.pipeline_name]["pt"] == (model_class,)
     # metric script
     assert EVALUATE_MODULES[task] == f"sapiens2_{task}"
@@ -169,3 +194,139 @@ def test_task_loss_numbers_equal_the_direct_call():
     # Control: the comparison sees a change of the targets (mirrored labels).
     mirrored, _ = loss_fn(pointmaps, scales, labels.flip(-1), target_scales, mask, intrinsics, None)
     assert (mirrored - routed).abs() > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tables derived from the registries
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_public_names_are_derived_from_the_registry():
+    per_task = {name for name in sapiens2_hf._LAZY_NAMES if name not in sapiens2_hf._GENERIC_NAMES}
+    expected = set()
+    for spec in TASK_SPECS.values():
+        expected |= {spec.model_class, *([spec.output_class] if spec.output_class.startswith("Sapiens2") else [])}
+        if spec.auto_class == "AutoModel":
+            expected.add("AutoModelFor" + spec.model_class.removeprefix("Sapiens2For"))
+    assert set(per_task) == expected and "AutoModelForAlbedoEstimation" in per_task
+    assert "SemanticSegmenterOutput" not in per_task  # transformers' class, not re-exported
+    # The TYPE_CHECKING imports (for IDEs) are spelled out: they must be exactly the public names.
+    tree = ast.parse((Path(sapiens2_hf.__file__)).read_text())
+    block = next(node for node in tree.body
+                 if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
+    imported = {alias.name for node in block.body for alias in node.names}
+    assert imported == set(sapiens2_hf._LAZY_NAMES), (
+        f"add to / remove from the TYPE_CHECKING imports of sapiens2_hf/__init__.py: "
+        f"{sorted(set(sapiens2_hf._LAZY_NAMES) - imported)} / {sorted(imported - set(sapiens2_hf._LAZY_NAMES))}")
+
+
+def test_the_torch_free_registry_copy_equals_the_registry():
+    """`_registration.task_registry()` reads `modeling/sapiens2_tasks.py` by path before torch is imported; here
+    (torch imported) it is the real module, so load the by-path copy as a fresh interpreter would."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_registry_copy_under_test", Path(configuration.__file__).with_name(
+        "sapiens2_tasks.py"))
+    copy = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules[spec.name] = copy
+    try:
+        spec.loader.exec_module(copy)
+    finally:
+        del sys.modules[spec.name]
+    assert copy.TASK_SPECS is not TASK_SPECS and copy.TASK_NAMES == TASK_NAMES
+    # compared as text: the pointmap's `foreground_fill` is NaN, which never equals itself
+    assert {n: repr(dataclasses.astuple(s)) for n, s in copy.TASK_SPECS.items()} == {
+        n: repr(dataclasses.astuple(s)) for n, s in TASK_SPECS.items()}
+    assert _registration.task_registry().TASK_NAMES == TASK_NAMES
+
+
+def test_cli_tables_are_derived_from_the_registry():
+    from sapiens2_hf.cli import main, predict
+
+    assert predict.TASK_TO_PIPELINE == {name: spec.pipeline_name for name, spec in TASK_SPECS.items()}
+    assert predict._HELP == {name: spec.title[0].lower() + spec.title[1:] for name, spec in TASK_SPECS.items()}
+    assert set(predict.FOREGROUND_TASKS) == {n for n, spec in TASK_SPECS.items() if spec.foreground_fill is not None}
+    parser = main.build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert set(TASK_NAMES) <= set(commands)
+    for command in ("convert", "export"):  # every task converts and exports
+        task_choices = next(a for a in commands[command]._actions if a.dest == "task").choices
+        assert set(TASK_NAMES) <= set(task_choices), command
+
+
+def test_data_tables_are_derived_from_the_registry():
+    dense = [name for name in TASK_NAMES if not TASK_SPECS[name].top_down]
+    assert hf_datasets.DEFAULT_COLUMNS["label"] == {name: DATA_TASKS[name].target_columns for name in dense}
+    assert set(validation._FILE_FIELDS) == {DATA_TASKS[name].file_key for name in dense} | {"mask"}
+    assert validation._FILE_FIELDS[-1] == "mask"
+    for name in TASK_NAMES:
+        assert task_features(name, 8, 6).keys() == {"sample_index", "image", *DATA_TASKS[name].synthetic_columns}
+
+
+@pytest.mark.parametrize("task", [name for name in TASK_NAMES if not TASK_SPECS[name].top_down])
+def test_each_dense_task_reads_its_own_synthetic_rows_through_every_adapter(task):
+    """The data entry is consistent: the `datasets` adapter finds the task's target (and required roles) among the
+    synthetic schema's columns, and gives the record the synthetic source gives (same keys, same arrays)."""
+    spec = DATA_TASKS[task]
+    from sapiens2_hf.data.synthetic import SyntheticHumans, sample_seed
+
+    sample = SyntheticHumans(height=32, width=24).sample(sample_seed(0, 0))
+    row = sample_to_row(sample, task, 0)
+    columns = hf_datasets.resolve_columns(task, list(row))
+    record = hf_datasets.dense_record(task, row, columns)
+    reference = synthetic_record(task, sample_to_row(sample, "all", 0))
+    assert set(reference) <= set(record), (task, set(reference) - set(record))
+    for key, value in reference.items():
+        assert np.array_equal(np.asarray(record[key]).reshape(np.shape(value)), value), (task, key)
+    assert spec.file_key in validation._FILE_FIELDS and spec.file_suffixes
+
+
+def test_a_seventh_dense_task_needs_only_registry_entries_below_the_model(monkeypatch, tmp_path):
+    """`depth` (a 1-channel dense map), declared by one entry in each registry (its layer-0 entry borrows the albedo
+    model, as if `Sapiens2ForDepthEstimation` existed): the data sources and the training loop need no other change."""
+    from PIL import Image
+
+    from sapiens2_hf.losses import AlbedoLoss
+    from sapiens2_hf.metrics import AlbedoMetric
+
+    layer0 = dataclasses.replace(TASK_SPECS["albedo"], name="depth", output_field="depths", num_labels=1)
+    monkeypatch.setitem(TASK_SPECS, "depth", layer0)
+    monkeypatch.setitem(DATA_TASKS, "depth", DataTaskSpec(
+        synthetic_columns=("depth", "mask"), synthetic_record={"depth_map": "depth", "mask": "mask"},
+        target_columns=("depth_map", "label"), array_key="depth_map", roles={"mask": False}, file_key="depth_map",
+        file_suffixes=(".npy",)))
+    monkeypatch.setitem(TRAINING_TASKS, "depth", TrainingTaskSpec(
+        loss=AlbedoLoss, transform=TRANSFORMS["albedo"], metrics={"depth": AlbedoMetric},
+        loss_batch_keys=("labels", "mask")))
+    # data: `datasets` columns, rows, on-disk folders, synthetic records
+    columns = hf_datasets.resolve_columns("depth", ["image", "label", "mask"])
+    assert (columns.label, columns.mask, columns.intrinsics) == ("label", "mask", None)
+    depth = np.ones((4, 3), np.float32)
+    record = hf_datasets.dense_record("depth", {"image": "x.png", "label": depth, "mask": depth > 0}, columns)
+    assert set(record) == {"image", "depth_map", "mask"} and record["depth_map"] is not None
+    (tmp_path / "img").mkdir(), (tmp_path / "tgt").mkdir()
+    Image.new("RGB", (3, 4)).save(tmp_path / "img" / "a.png")
+    np.save(tmp_path / "tgt" / "a.npy", depth)
+    assert read_dense_folder(tmp_path / "img", tmp_path / "tgt", "depth") == [
+        {"image": str(tmp_path / "img" / "a.png"), "depth_map": str(tmp_path / "tgt" / "a.npy"), "mask": None}]
+    row = {"image": np.zeros((4, 3, 3), np.uint8), "depth": depth, "mask": depth > 0}
+    assert set(synthetic_record("depth", row)) == {"image", "depth_map", "mask"}
+    # training: loss routing, evaluation, LoRA heads
+    outputs = types.SimpleNamespace(depths=torch.rand(2, 3, 8, 6))
+    batch = {"labels": torch.rand(2, 3, 8, 6), "mask": torch.ones(2, 1, 8, 6)}
+    recorder = _Recorder()
+    task_loss("depth", recorder, outputs, batch)
+    assert recorder.arguments == (outputs.depths, batch["labels"], batch["mask"])
+    assert set(TaskEvaluator("depth").batch_statistics(outputs, batch)) == {"depth"}
+    assert lora_config("depth").modules_to_save == ["decode_head"]
+    # control: a task with no data entry is refused with the fix named
+    monkeypatch.delitem(DATA_TASKS, "depth")
+    with pytest.raises(ValueError, match="Unknown task 'depth'"):
+        hf_datasets.resolve_columns("depth", ["image", "label"])
+
+
+def test_registry_entries_are_checked():
+    with pytest.raises(ValueError, match="prediction must be one of"):
+        TrainingTaskSpec(loss=torch.nn.Identity, transform=object, metrics={}, loss_batch_keys=(), prediction="boxes")

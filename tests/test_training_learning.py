@@ -15,6 +15,7 @@ from sapiens2_hf.data.datasets import Sapiens2TaskDataset
 from sapiens2_hf.training import Sapiens2Trainer, apply_lora, trainable_parameter_count
 from sapiens2_hf.training.finetune import TRANSFORMS
 from toy_records import TOY_RECORDS
+from worker_pool import WorkerPool
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
@@ -65,9 +66,32 @@ def run_learning(task, tmp_path, lora_rank=None, steps=None):
     return before, after, trainable_parameter_count(model)
 
 
+def _runs_of(item):
+    """The `run_learning` runs `(task, lora_rank)` a collected test of this module needs."""
+    name = getattr(item, "originalname", None)
+    if name == "test_tiny_model_learns":
+        return [(item.callspec.params["task"], None)]
+    return [("normal", None), ("normal", 8)] if name == "test_lora_reaches_most_of_the_full_gain" else []
+
+
+@pytest.fixture(scope="module")
+def learned(request, tmp_path_factory):
+    """`learned(task, lora_rank=None)`: `run_learning`'s result. Every selected test's runs are submitted at once to two
+    worker processes (tests/worker_pool.py: one thread each, as here), which train while the tests wait; the full
+    fine-tuning of "normal" is both a learning case and the LoRA test's reference, so it is trained once."""
+    pool = WorkerPool()
+    for item in request.session.items:
+        if item.module is request.module:
+            for task, rank in _runs_of(item):
+                folder = tmp_path_factory.mktemp(f"{task}-{'full' if rank is None else f'lora{rank}'}")
+                pool.submit((task, rank), run_learning, task, str(folder), rank)
+    yield lambda task, lora_rank=None: pool.result((task, lora_rank))
+    pool.close()
+
+
 @pytest.mark.parametrize("task", sorted(SETUPS))
-def test_tiny_model_learns(task, tmp_path):
-    before, after, _ = run_learning(task, tmp_path)
+def test_tiny_model_learns(task, learned):
+    before, after, _ = learned(task)
     lower_is_better, threshold = SETUPS[task][5], SETUPS[task][6]
     if lower_is_better:
         assert before > threshold > after, (before, after)
@@ -75,9 +99,9 @@ def test_tiny_model_learns(task, tmp_path):
         assert before < threshold < after, (before, after)
 
 
-def test_lora_reaches_most_of_the_full_gain(tmp_path):
-    full_before, full_after, (full_trainable, _) = run_learning("normal", tmp_path / "full")
-    lora_before, lora_after, (lora_trainable, _) = run_learning("normal", tmp_path / "lora", lora_rank=8)
+def test_lora_reaches_most_of_the_full_gain(learned):
+    full_before, full_after, (full_trainable, _) = learned("normal")
+    lora_before, lora_after, (lora_trainable, _) = learned("normal", lora_rank=8)
     assert full_before == pytest.approx(lora_before, rel=1e-6)  # LoRA starts as the same function (B = 0)
     full_gain, lora_gain = full_before - full_after, lora_before - lora_after
     # Measured: full 93.1 -> 30.4 deg with 104k trainable parameters; LoRA 93.1 -> ~32 deg with ~50k (the tiny

@@ -27,23 +27,15 @@ from . import _registration
 
 __version__ = "0.1.0"
 
-# Public name -> sub-module defining it: exactly the names this package exported eagerly before it became lazy.
-_LAZY_NAMES = {
-    "AutoModelForAlbedoEstimation": "auto",
+# Public name -> sub-module defining it. The generic names are listed here; the per-task ones (model and output
+# classes, our Auto classes) are derived from the task registry, read without importing torch (`task_public_names`).
+_GENERIC_NAMES = {
     "HEAD_PRESETS": "modeling",
     "TASKS": "modeling",
     "VARIANTS": "modeling",
-    "Sapiens2AlbedoEstimatorOutput": "modeling",
     "Sapiens2Backbone": "modeling",
     "Sapiens2Config": "modeling",
-    "Sapiens2ForAlbedoEstimation": "modeling",
-    "Sapiens2ForNormalEstimation": "modeling",
-    "Sapiens2ForPointmapEstimation": "modeling",
-    "Sapiens2ForPoseEstimation": "modeling",
-    "Sapiens2ForSemanticSegmentation": "modeling",
     "Sapiens2HeadConfig": "modeling",
-    "Sapiens2ForImageMatting": "modeling",
-    "Sapiens2ImageMattingOutput": "modeling",
     "Sapiens2Model": "modeling",
     "Sapiens2PreTrainedModel": "modeling",
     "model_class_for_task": "modeling",
@@ -53,32 +45,41 @@ _LAZY_NAMES = {
     "to_json_compatible": "serialization",
     "image_from_json": "serialization",
 }
+_LAZY_NAMES = {**_GENERIC_NAMES, **_registration.task_public_names()}
 
 __all__ = [*_LAZY_NAMES, "__version__"]
 
-if TYPE_CHECKING:  # for type checkers and IDEs only: at run time these are resolved by `__getattr__`
+# For type checkers and IDEs only (at run time these are resolved by `__getattr__`): static analysis cannot follow the
+# derived names, so the per-task ones are spelled out here too; tests/test_task_registry.py checks that these imports
+# are exactly `_LAZY_NAMES`, and names the ones a new task must add.
+if TYPE_CHECKING:
     from .auto import AutoModelForAlbedoEstimation
+    from .inference_recipe import prepare_for_inference
     from .modeling import (
         HEAD_PRESETS,
         TASKS,
         VARIANTS,
-        Sapiens2AlbedoEstimatorOutput,
         Sapiens2Backbone,
         Sapiens2Config,
         Sapiens2ForAlbedoEstimation,
+        Sapiens2ForImageMatting,
         Sapiens2ForNormalEstimation,
         Sapiens2ForPointmapEstimation,
         Sapiens2ForPoseEstimation,
         Sapiens2ForSemanticSegmentation,
-        Sapiens2ForImageMatting,
         Sapiens2HeadConfig,
-        Sapiens2ImageMattingOutput,
         Sapiens2Model,
         Sapiens2PreTrainedModel,
         model_class_for_task,
         tiny_config,
     )
-    from .inference_recipe import prepare_for_inference
+    from .modeling.modeling_sapiens2_hf import (
+        Sapiens2AlbedoEstimatorOutput,
+        Sapiens2ImageMattingOutput,
+        Sapiens2NormalEstimatorOutput,
+        Sapiens2PointmapEstimatorOutput,
+        Sapiens2PoseEstimatorOutput,
+    )
     from .pipeline_factory import pipeline
     from .serialization import image_from_json, to_json_compatible
 

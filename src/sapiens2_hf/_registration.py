@@ -1,19 +1,74 @@
-"""The only place that changes transformers' registries (Auto classes, pipelines). Idempotent."""
+"""The only place that changes transformers' registries (Auto classes, pipelines; `register`, idempotent), and the
+torch-free view of the task registry that the package's public names and the CLI's task table are derived from
+(`task_registry`, `task_public_names`)."""
+
+import importlib.util
+import os
+import sys
 
 _registered = False
 
+_REGISTRY_MODULE = "sapiens2_hf.modeling.sapiens2_tasks"
+_REGISTRY_COPY = "sapiens2_hf._task_registry"  # the name of the by-path copy (see `task_registry`)
+
+
+def task_registry():
+    """The layer-0 task registry module (`modeling/sapiens2_tasks.py`: `TASK_SPECS`, `TASK_NAMES`, ...).
+
+    Importing it as `sapiens2_hf.modeling.sapiens2_tasks` runs `sapiens2_hf/modeling/__init__.py`, which imports torch
+    and transformers; `import sapiens2_hf` and `sapiens2-hf --help` must not (tests/test_cli_startup.py). The file is
+    stdlib-only, so unless the real module is imported already, it is executed from its path as a separate module
+    (`sapiens2_hf._task_registry`). Its `TaskSpec` objects are then of a class of their own: read their fields (the
+    tables derived from them hold strings), never compare them with the real module's."""
+    module = sys.modules.get(_REGISTRY_MODULE) or sys.modules.get(_REGISTRY_COPY)
+    if module is not None:
+        return module
+    path = os.path.join(os.path.dirname(__file__), "modeling", "sapiens2_tasks.py")
+    if not os.path.isfile(path):  # not installed as plain files (e.g. a zip): the real import is the only way
+        return importlib.import_module(_REGISTRY_MODULE)
+    spec = importlib.util.spec_from_file_location(_REGISTRY_COPY, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_REGISTRY_COPY] = module  # before running it: dataclasses resolves TaskSpec's annotations through it
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_REGISTRY_COPY]
+        raise
+    return module
+
+
+def own_auto_class_name(spec) -> str | None:
+    """Our Auto class for a task transformers has none for (registry `auto_class` "AutoModel", e.g. albedo): the
+    name pattern of transformers' (`Sapiens2ForAlbedoEstimation` -> `AutoModelForAlbedoEstimation`), defined in
+    `sapiens2_hf/auto.py`; `None` for the tasks that register with transformers' own Auto class."""
+    return "AutoModelFor" + spec.model_class.removeprefix("Sapiens2For") if spec.auto_class == "AutoModel" else None
+
+
+def task_public_names() -> dict[str, str]:
+    """The package's per-task public names, each with the sub-module defining it: every task's model class, its
+    output class when it is ours (`Sapiens2*`; seg returns transformers' `SemanticSegmenterOutput`) and our Auto class
+    where transformers has none (`own_auto_class_name`). Torch-free (`task_registry`)."""
+    names = {}
+    for spec in task_registry().TASK_SPECS.values():
+        names[spec.model_class] = "modeling"
+        if spec.output_class.startswith("Sapiens2"):
+            names[spec.output_class] = "modeling.modeling_sapiens2_hf"
+        auto_name = own_auto_class_name(spec)
+        if auto_name is not None:
+            names[auto_name] = "auto"
+    return names
+
 
 def _task_auto_class(spec):
-    """The Auto class a task model registers with: transformers' (the registry's `auto_class`), or for a task
-    transformers has none for (`auto_class` "AutoModel", e.g. albedo) ours of the same name pattern in
-    `sapiens2_hf.auto` (`Sapiens2ForAlbedoEstimation` -> `AutoModelForAlbedoEstimation`)."""
+    """The Auto class a task model registers with: transformers' (the registry's `auto_class`), or ours
+    (`own_auto_class_name`) for a task transformers has none for."""
     import transformers
 
     from . import auto
 
-    if spec.auto_class != "AutoModel":
+    name = own_auto_class_name(spec)
+    if name is None:
         return getattr(transformers, spec.auto_class)
-    name = "AutoModelFor" + spec.model_class.removeprefix("Sapiens2For")
     if not hasattr(auto, name):
         raise ImportError(f"Task {spec.name!r} has no transformers Auto class; define `{name}` in sapiens2_hf/auto.py.")
     return getattr(auto, name)

@@ -16,7 +16,10 @@ def add_convert_subparser(subparsers) -> None:
         "repos, with or without transformers-format files beside it)",
     )
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--task", default="auto", choices=["auto", "pretrain", "pose", "seg", "normal", "pointmap", "albedo"])
+    from .._registration import task_registry  # torch-free: the registry file run by path
+
+    parser.add_argument("--task", default="auto", choices=["auto", "pretrain", *task_registry().TASK_NAMES],
+                        help="default: read from the checkpoint's tensors")
     parser.add_argument("--rope-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument(
         "--image-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._registration import task_registry
 from .convert import positive_int
 
 
-TASK_CHOICES = ["auto", "pretrain", "pose", "seg", "normal", "pointmap", "albedo"]
+# every task of the registry (run by path: `--help` stays torch-free), the checkpoint's own, or the bare backbone
+TASK_CHOICES = ["auto", "pretrain", *task_registry().TASK_NAMES]
 #: `--backend` of the predict commands: the torch model, or an exported ONNX folder run by onnxruntime (float32 or
 #: its int8 file).
 BACKENDS = ("torch", "onnxruntime", "onnxruntime-int8")
@@ -38,9 +40,9 @@ def add_export_subparser(subparsers) -> None:
                         help="RoPE arithmetic (default: the model's own; bfloat16 is the official one)")
     parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
     parser.add_argument("--quantize", default=None, choices=["int8-dynamic", "int8-dynamic-linear", "int8-static"],
-                        help="also write model_int8.onnx (onnxruntime int8: linear layers and attention products, "
-                             "linear layers only, or static QDQ calibrated on noise; ONNX only; run it with "
-                             "--backend onnxruntime-int8)")
+                        help="also write model_int8.onnx, onnxruntime int8 of the linear layers (ONNX only; run it "
+                             "with --backend onnxruntime-int8): int8-dynamic (fastest; int8-dynamic-linear is another "
+                             "name for it) or int8-static (QDQ calibrated on noise: slower and less accurate here)")
     parser.add_argument("--no-verify", action="store_true", help="skip the comparison with the eager model")
     parser.add_argument("--overwrite", action="store_true", help="replace the export files in a non-empty folder")
     from .threads import add_threads_argument  # stdlib only: the parser stays light

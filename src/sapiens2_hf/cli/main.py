@@ -25,10 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Our exception types that report a problem with what the user passed, found by name wherever they are defined in
-# the package (the conversion code may move between sub-packages): matching by name needs no import, so a failure in a
-# command that never loaded the conversion code is classified without loading it (and torch) just to compare classes.
-_EXPECTED_ERROR_NAMES = frozenset({"ConversionCheckError"})
+# Our exception types that report a problem with what the user passed, as (module, class name). They are looked up
+# at error time in the modules already imported, never imported here: an error of such a class can only come from a
+# process that imported its module, so a command that never loaded the conversion code classifies its failures
+# without loading that code (and torch) just to compare classes.
+_EXPECTED_ERRORS = (("sapiens2_hf.hub.convert_official", "ConversionCheckError"),)
 
 
 def _is_expected(error: BaseException) -> bool:
@@ -37,8 +38,11 @@ def _is_expected(error: BaseException) -> bool:
     keeps its traceback."""
     if isinstance(error, (ValueError, OSError)):
         return True
-    return any(cls.__name__ in _EXPECTED_ERROR_NAMES and cls.__module__.startswith("sapiens2_hf.")
-               for cls in type(error).__mro__)
+    for module_name, class_name in _EXPECTED_ERRORS:
+        expected = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(expected, type) and isinstance(error, expected):
+            return True
+    return False
 
 
 def main(argv=None) -> int:

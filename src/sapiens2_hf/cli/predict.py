@@ -8,9 +8,24 @@ For each input image the command writes, atomically, into `--out`:
 | pose | `<name>.json` (COCO-style: image, categories with the keypoint names and skeleton, one annotation per person), `<name>_pose.png` (overlay) |
 | seg | `<name>_seg.npy` (uint8 class ids, height x width), `<name>_seg.png` (overlay with legend) |
 | normal | `<name>_normal.npy` (float32 height x width x 3), `<name>_normal.png` ((n + 1) / 2 as RGB) |
-| pointmap | `<name>_pointmap.npy` (float32 XYZ), `<name>_depth.npy` (float32 Z), `<name>_depth.png`, `<name>.ply` with `--ply` |
+| pointmap | `<name>_pointmap.npy` (float32 XYZ), `<name>_depth.npy` (float32 Z), `<name>_depth.png` (Turbo-coloured depth with a colour bar labelled in metres at its 1st / 99th percentile ends; background grey), `<name>.ply` with `--ply` |
 | albedo | `<name>_albedo.png` (uint8 RGB, truncated like the official demo), `<name>_albedo.npy` (float32 in [0, 1]) |
 | matting | `<name>_alpha.png` (uint8), `<name>_alpha.npy` (float32 in [0, 1]), `<name>_foreground.png` (RGBA cut-out: the model's foreground, straight alpha), `<name>_matting.png` (the foreground over green) |
+
+Person foreground (normal, pointmap, albedo), as the official demos do: `--foreground-model SEG_MODEL` runs a
+Sapiens2 segmentation model (folder, Hub id or official file) on the same batches and keeps the pixels it labels as
+a body part (label > 0); `--foreground-mask PATH_OR_DIR` takes given masks instead: one mask image for every input
+(and video frame), or a folder with `<input name>.png` (or another image suffix) per image input (non-zero =
+person; an image input without one is skipped and reported). Outside the person the arrays hold 0 (normals,
+albedo) or NaN (pointmap, depth; the .ply leaves those points out), the overlays show it neutral (grey normals and
+depth, black albedo), and `<name>_mask.png` (uint8, 255 = person) is written beside them.
+
+| option | tasks | effect |
+|---|---|---|
+| `--foreground-model SEG_MODEL` | normal, pointmap, albedo | mask by a segmentation model's foreground |
+| `--foreground-mask PATH_OR_DIR` | normal, pointmap, albedo | mask by given masks (one file for all, or a folder) |
+| `--focal-length F` | pointmap | metric pointmap / depth for a camera of horizontal focal length F (pixels of each input image) |
+| `--intrinsics FX FY CX CY` | pointmap | the same with the whole camera: Z from FX, X and Y re-projected through it |
 
 `--no-overlay` leaves out the visualisations, `--no-arrays` the .npy files. Pose keypoints are the model's 308 unless
 `--keypoint-format coco17|coco_wholebody133|body25` (the JSON then holds that format's keypoints, names and the links
@@ -53,34 +68,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from .._registration import task_registry
 from .convert import positive_int
 
 if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
     import numpy as np
 
 
-# The task registry (`sapiens2_hf.modeling.sapiens2_tasks`) is the source of these names, but importing it runs
-# `sapiens2_hf.modeling/__init__`, which imports torch and transformers, and `--help` must not
-# (tests/test_cli_startup.py). tests/test_cli_predict.py checks that these entries equal the registry's.
-TASK_TO_PIPELINE = {
-    "pose": "sapiens2-pose",
-    "seg": "sapiens2-segmentation",
-    "normal": "sapiens2-normal",
-    "pointmap": "sapiens2-pointmap",
-    "albedo": "sapiens2-albedo",
-    "matting": "sapiens2-matting",
-}
+# From the task registry, read without importing torch (`--help` must not: tests/test_cli_startup.py): the
+# sub-command of each task, its pipeline and its help (the registry's title).
+_TASK_SPECS = task_registry().TASK_SPECS
+TASK_TO_PIPELINE = {name: spec.pipeline_name for name, spec in _TASK_SPECS.items()}
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 KEYPOINT_FORMAT_CHOICES = ("coco17", "coco_wholebody133", "body25")  # sapiens2_keypoint_formats.KEYPOINT_FORMATS
-_HELP = {
-    "pose": "308-keypoint pose (top-down: person boxes from --boxes or a detector)",
-    "seg": "29-class body-part segmentation",
-    "normal": "surface normals",
-    "pointmap": "metric pointmap and depth",
-    "albedo": "albedo",
-    "matting": "alpha matting (alpha and foreground)",
-}
+# the tasks whose maps are masked by a person foreground (their pipelines take foreground_mask= / segmenter=)
+FOREGROUND_TASKS = tuple(name for name, spec in _TASK_SPECS.items() if spec.foreground_fill is not None)
+_HELP = {name: spec.title[0].lower() + spec.title[1:] for name, spec in _TASK_SPECS.items()}
 
 
 def _positive_float(text: str) -> float:
@@ -168,6 +172,21 @@ def add_predict_subparsers(subparsers) -> None:
             video.add_argument("--no-smooth", action="store_true", help="do not smooth keypoints over time")
         if task == "pointmap":
             parser.add_argument("--ply", action="store_true", help="also write a coloured point cloud (.ply)")
+            camera = parser.add_mutually_exclusive_group()
+            camera.add_argument("--focal-length", type=_positive_float, default=None, metavar="F",
+                                help="the camera's horizontal focal length in pixels of the input images: metric "
+                                     "results for that camera instead of the predicted one")
+            camera.add_argument("--intrinsics", type=float, nargs=4, default=None, metavar=("FX", "FY", "CX", "CY"),
+                                help="the camera in pixels of the input images: Z metric from FX, X and Y "
+                                     "re-projected through it")
+        if task in FOREGROUND_TASKS:
+            foreground = parser.add_mutually_exclusive_group()
+            foreground.add_argument("--foreground-model", default=None, metavar="SEG_MODEL",
+                                    help="keep only the person: a Sapiens2 segmentation model (folder, Hub id or "
+                                         "official file) whose non-background labels are the foreground")
+            foreground.add_argument("--foreground-mask", default=None, metavar="PATH_OR_DIR",
+                                    help="keep only the person: one mask image for every input, or a folder with "
+                                         "<input name>.png per image (non-zero = person)")
         add_threads_argument(parser)
         parser.set_defaults(handler=run_predict, task=task)
 
@@ -278,6 +297,16 @@ def _build_pipeline(args: argparse.Namespace, device: str | None = None):
     kwargs: dict[str, Any] = {}
     if args.task == "pose" and args.detector:
         kwargs["detector"] = args.detector
+    if getattr(args, "foreground_model", None):
+        # the segmentation model as a pipeline of its own, loaded like --model (its processor, or the official one)
+        seg_args = argparse.Namespace(**{**vars(args), "task": "seg", "model": args.foreground_model,
+                                         "input_size": None, "backend": "torch", "compile": False,
+                                         "foreground_model": None})
+        try:
+            kwargs["segmenter"] = _build_pipeline(seg_args, device)
+        except (OSError, ValueError) as error:
+            kind = OSError if isinstance(error, OSError) else ValueError
+            raise kind(f"--foreground-model {args.foreground_model}: {error}") from error
     pipe = pipeline_class(model=model, image_processor=processor, device=device, dtype=dtype,
                           task=TASK_TO_PIPELINE[args.task], **kwargs)
     if getattr(args, "backend", "torch") == "torch":
@@ -371,7 +400,7 @@ def _overlay(args, image: np.ndarray, result: Any, video: bool = False):
     if args.task == "normal":
         return vis.normals_to_rgb(result["normals"])
     if args.task == "pointmap":
-        return vis.depth_to_rgb(result["depth"])
+        return vis.depth_to_image(result["depth"], mask=result.get("mask"), units="m")
     if args.task == "albedo":
         return vis.albedo_to_image(result["albedo"])
     if args.task == "matting":
@@ -458,6 +487,8 @@ def _write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: b
                 save(vis.save_image, _cutout(result["foreground"], alpha), out("_foreground.png"))
         if not args.no_arrays:
             save(vis.save_npy, alpha, out("_alpha.npy"))
+    if isinstance(result, dict) and result.get("mask") is not None and not video:  # --foreground-model / -mask
+        save(vis.save_image, result["mask"].astype(np.uint8) * 255, out("_mask.png"))
     overlay = None
     if not args.no_overlay and not (args.task == "albedo" and not video):
         overlay = _overlay(args, image, result, video=video)
@@ -508,8 +539,31 @@ def _predict(args, pipe, images: list, boxes: list | None = None, **extra) -> li
         kwargs["detector_threshold"] = args.detector_threshold
         if boxes is not None:
             kwargs["boxes"] = boxes
-        kwargs.update(extra)
+    mask = getattr(args, "foreground_mask", None)
+    if mask is not None and Path(mask).is_file():  # one mask for every input (a folder: per input, in `extra`)
+        kwargs["foreground_mask"] = [mask] * len(images)
+    if getattr(args, "focal_length", None) is not None:
+        kwargs["focal_length"] = args.focal_length
+    if getattr(args, "intrinsics", None) is not None:
+        kwargs["intrinsics"] = tuple(args.intrinsics)
+    kwargs.update(extra)
     return pipe(images, batch_size=len(images), **kwargs)
+
+
+def _mask_in_folder(folder: str, source: str) -> Path:
+    """The --foreground-mask folder's mask of an input: `<input stem>.png`, else another image suffix."""
+    stem = Path(source).stem
+    for suffix in (".png", *sorted(IMAGE_SUFFIXES - {".png"})):
+        candidate = Path(folder) / f"{stem}{suffix}"
+        if candidate.is_file():
+            return candidate
+    raise ValueError(f"no foreground mask for {source} in --foreground-mask {folder} (looked for {stem}.png and the "
+                     "other image suffixes).")
+
+
+# Options of the foreground and camera arguments that change what a task command writes; added to the resume
+# fingerprint only when set, so that the fingerprints of runs without them stay what they were.
+_FOREGROUND_CAMERA_OPTIONS = ("foreground_model", "foreground_mask", "focal_length", "intrinsics")
 
 
 def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: _Report,
@@ -525,7 +579,11 @@ def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, r
             _run_batch(args, pipe, [pair], boxes, report, out)
         return
     try:
-        results = _predict(args, pipe, [image for _, image in batch], per_image if any(listed) else None)
+        extra = {}
+        folder = getattr(args, "foreground_mask", None)
+        if folder is not None and Path(folder).is_dir():
+            extra["foreground_mask"] = [_mask_in_folder(folder, item.source) for item, _ in batch]
+        results = _predict(args, pipe, [image for _, image in batch], per_image if any(listed) else None, **extra)
     except Exception as error:  # noqa: BLE001 - a per-input failure must not end the run
         if len(batch) > 1:
             for pair in batch:
@@ -571,6 +629,13 @@ def run_predict(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     image_paths, videos = _collect(args.inputs, report)
     boxes = _load_boxes(getattr(args, "boxes", None))
+    mask_option = getattr(args, "foreground_mask", None)
+    if mask_option is not None:
+        if not Path(mask_option).exists():
+            raise ValueError(f"--foreground-mask {mask_option}: no such file or folder.")
+        if Path(mask_option).is_dir() and videos:
+            raise ValueError(f"--foreground-mask {mask_option} is a folder of per-image masks, which video frames do "
+                             "not have; pass one mask file for every frame, or --foreground-model.")
     shard = sharding.Shard(args.device)
     if not shard.is_main:  # every process finds the same missing inputs: the main process reports them
         report.skipped.clear()
@@ -583,6 +648,8 @@ def run_predict(args: argparse.Namespace) -> int:
         try:
             entry = _boxes_for(str(path), boxes) if kind == "images" else _video_boxes(path, boxes)
             expected = sharding.fingerprint(args, path, entry if args.task == "pose" else None)
+            expected["options"].update({key: getattr(args, key) for key in _FOREGROUND_CAMERA_OPTIONS
+                                        if getattr(args, key, None) is not None})
         except OSError:  # unreadable: processed, and reported, as usual
             todo.append((kind, name, path, None))
             continue

@@ -29,6 +29,7 @@ import torch
 from . import augment
 from .images import load_image, normalize_image
 from .label_tables import SEG_FLIP_SWAP_PAIRS, SEG_IGNORE_INDEX
+from .tasks import DATA_TASKS
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -56,40 +57,35 @@ def read_segmentation_folder(image_dir: str | Path, label_dir: str | Path) -> li
     Returns:
         `list[dict]` with `image` and `label` paths.
     """
-    records = []
-    for stem, image in _images_by_stem(Path(image_dir)).items():
-        label = _find(Path(label_dir), stem, (".png",))
-        if label is not None:
-            records.append({"image": str(image), "label": str(label)})
-    if not records:
-        raise ValueError(f"No image in {image_dir} has a matching `<stem>.png` label in {label_dir}.")
-    return records
-
-
-_TARGET_SUFFIXES = {"normal": (".npy",), "pointmap": (".npz",), "albedo": (".npy", ".png"),
-                    "matting": (".png", ".npy")}
-_TARGET_KEYS = {"normal": "normal", "pointmap": "pointmap_file", "albedo": "albedo", "matting": "alpha"}
+    return read_dense_folder(image_dir, label_dir, "seg")
 
 
 def read_dense_folder(image_dir: str | Path, target_dir: str | Path, task: str,
                       mask_dir: str | Path | None = None) -> list[dict]:
-    """Pair images with their normal / pointmap / albedo targets (formats in the module docstring).
+    """Pair images with their targets (formats in the module docstring; per task, the data-layer registry's
+    `DataTaskSpec.file_suffixes`, tried in order, and `file_key`); images without a target are skipped.
 
     Returns:
-        `list[dict]` with `image`, the target path under `normal`, `pointmap_file`, `albedo` or `alpha` (matting),
-        and `mask` (path or `None`).
+        `list[dict]` with `image`, the target path under the task's `file_key` (`label`, `normal`, `pointmap_file`,
+        `albedo` or `alpha`), and for a task that reads masks, `mask` (path or `None`; `mask_dir` is not read for the
+        others).
     """
-    if task not in _TARGET_SUFFIXES:
-        raise ValueError(f"read_dense_folder handles {sorted(_TARGET_SUFFIXES)}, not {task!r}.")
+    readable = [name for name, spec in DATA_TASKS.items() if spec.file_suffixes]
+    if task not in readable:
+        raise ValueError(f"read_dense_folder handles {sorted(readable)}, not {task!r}.")
+    spec = DATA_TASKS[task]
     records = []
     for stem, image in _images_by_stem(Path(image_dir)).items():
-        target = _find(Path(target_dir), stem, _TARGET_SUFFIXES[task])
+        target = _find(Path(target_dir), stem, spec.file_suffixes)
         if target is None:
             continue
-        mask = _find(Path(mask_dir) if mask_dir is not None else None, stem, (".png",))
-        records.append({"image": str(image), _TARGET_KEYS[task]: str(target), "mask": str(mask) if mask else None})
+        record = {"image": str(image), spec.file_key: str(target)}
+        if "mask" in spec.roles:
+            mask = _find(Path(mask_dir) if mask_dir is not None else None, stem, (".png",))
+            record["mask"] = str(mask) if mask else None
+        records.append(record)
     if not records:
-        raise ValueError(f"No image in {image_dir} has a matching {task} target {_TARGET_SUFFIXES[task]} in {target_dir}.")
+        raise ValueError(f"No image in {image_dir} has a matching {task} target {spec.file_suffixes} in {target_dir}.")
     return records
 
 

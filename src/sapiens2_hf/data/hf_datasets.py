@@ -48,19 +48,15 @@ import numpy as np
 
 from .label_tables import NUM_KEYPOINTS
 from .pose import TEETH_INDICES_344, coco_wholebody_to_308
+from .tasks import DATA_TASKS, RECORD_ROLES, data_task, is_top_down
 from .validation import SkippedSample, validate_records
 
 
-#: Column-name candidates per role, tried in order when no name is given.
+#: Column-name candidates per role, tried in order when no name is given (a task's target: `DataTaskSpec.target_columns`
+#: of the data-layer registry).
 DEFAULT_COLUMNS = {
     "image": ("image", "pixel_values", "img"),
-    "label": {
-        "seg": ("label", "segmentation", "annotation", "semantic_map"),
-        "normal": ("normal", "normals", "label"),
-        "pointmap": ("depth", "pointmap", "label"),
-        "albedo": ("albedo", "label"),
-        "matting": ("alpha", "matte", "label"),
-    },
+    "label": {name: spec.target_columns for name, spec in DATA_TASKS.items() if spec.target_columns},
     "mask": ("mask",),
     "foreground": ("foreground",),
     "intrinsics": ("intrinsics", "camera_intrinsics", "K"),
@@ -71,10 +67,9 @@ DEFAULT_COLUMNS = {
     "iscrowd": ("iscrowd",),
     "image_id": ("image_id",),
 }
-# The record key of each dense task's target (pointmap: `depth` or `pointmap` by the array's rank).
-_DENSE_TARGET_KEYS = {"seg": "label", "normal": "normal", "albedo": "albedo", "pointmap": None, "matting": "alpha"}
-# Image-column candidates tried before the common ones, per task.
-_TASK_IMAGE_COLUMNS = {"matting": ("matting_image",)}
+# The further record roles of `DataTaskSpec.roles`: what the missing-column error calls each, and its flag.
+_ROLE_FLAGS = {"mask": ("mask", "mask_column_name"), "intrinsics": ("camera intrinsics", "intrinsics_column_name"),
+               "foreground": ("foreground", "")}
 _KEYPOINT_LAYOUTS = {NUM_KEYPOINTS: "sapiens308", 344: "sapiens344", 133: "coco_wholebody"}
 BBOX_FORMATS = ("xywh", "xyxy")
 SYNTHETIC = "synthetic"
@@ -124,9 +119,9 @@ def synthetic_dataset_dict(task: str, splits: dict[str, tuple[int, int]], height
     """The synthetic humans (`sapiens2_hf.data.synthetic.make_dataset`, its typed columns and seed rule) as a
     `DatasetDict`: `splits` maps a split name to `(num_samples, seed)`; empty splits are left out.
 
-    Pose renders hold one person (`num_people=1`), the dense tasks 1-4. A render that shows nobody (about 1 in 1000
-    at 64 x 48) is dropped: pose indexes no person in it, and the dense tasks drop rows with an empty `mask`, whose
-    evaluation has no valid pixel.
+    Renders hold the task's `DataTaskSpec.synthetic_people` (pose: one person, the dense tasks 1-4). A render that
+    shows nobody (about 1 in 1000 at 64 x 48) is dropped: pose indexes no person in it, and the dense tasks drop rows
+    with an empty `mask`, whose evaluation has no valid pixel.
     """
     import datasets
 
@@ -137,7 +132,7 @@ def synthetic_dataset_dict(task: str, splits: dict[str, tuple[int, int]], height
         if count <= 0:
             continue
         dataset = make_dataset(task, count, height=height, width=width, seed=seed,
-                               num_people=1 if task == "pose" else None, cache_dir=cache_dir)
+                               num_people=data_task(task).synthetic_people, cache_dir=cache_dir)
         if "mask" in dataset.column_names:
             masks = dataset.select_columns(["mask"]).with_format("numpy")
             keep = [index for index, row in enumerate(masks) if row["mask"].any()]
@@ -210,9 +205,10 @@ def resolve_columns(task: str, column_names: Sequence[str], image: str | None = 
     the first present candidate of `DEFAULT_COLUMNS`. `bbox_format` defaults to COCO `xywh`, or `xyxy` for the
     synthetic schema."""
     columns = list(column_names)
-    image_candidates = (*_TASK_IMAGE_COLUMNS.get(task, ()), *DEFAULT_COLUMNS["image"])
+    spec = data_task(task)
+    image_candidates = tuple(dict.fromkeys((spec.image_column, *DEFAULT_COLUMNS["image"])))
     names = {"image": _pick("image", image, image_candidates, columns, True, "image_column_name")}
-    if task == "pose":
+    if is_top_down(task):
         names["keypoints"] = _pick("keypoints", keypoints, DEFAULT_COLUMNS["keypoints"], columns, True,
                                    "keypoints_column_name")
         names["bboxes"] = _pick("person box", bboxes, DEFAULT_COLUMNS["bboxes"], columns, True,
@@ -227,18 +223,14 @@ def resolve_columns(task: str, column_names: Sequence[str], image: str | None = 
         if bbox_format not in BBOX_FORMATS:
             raise ValueError(f"--bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}.")
         return ColumnNames(**names, bbox_format=bbox_format)
-    if task not in _DENSE_TARGET_KEYS:
+    if not spec.target_columns:
         raise ValueError(f"Fine-tuning from `datasets` has no column adapter for task {task!r} yet; add its target "
-                         "to sapiens2_hf.data.hf_datasets (_DENSE_TARGET_KEYS and DEFAULT_COLUMNS['label']).")
-    names["label"] = _pick(f"{task} target", label, DEFAULT_COLUMNS["label"][task], columns, True,
-                           "label_column_name")
-    if task != "seg":
-        names["mask"] = _pick("mask", mask, DEFAULT_COLUMNS["mask"], columns, False, "mask_column_name")
-    if task == "pointmap":
-        names["intrinsics"] = _pick("camera intrinsics", intrinsics, DEFAULT_COLUMNS["intrinsics"], columns, True,
-                                    "intrinsics_column_name")
-    if task == "matting":
-        names["foreground"] = _pick("foreground", None, DEFAULT_COLUMNS["foreground"], columns, False, "")
+                         "columns to sapiens2_hf.data.tasks.DATA_TASKS (`target_columns`, `array_key`).")
+    names["label"] = _pick(f"{task} target", label, spec.target_columns, columns, True, "label_column_name")
+    given = {"mask": mask, "intrinsics": intrinsics}
+    for role, required in spec.roles.items():
+        description, flag = _ROLE_FLAGS[role]
+        names[role] = _pick(description, given.get(role), DEFAULT_COLUMNS[role], columns, required, flag)
     return ColumnNames(**names)
 
 
@@ -278,21 +270,24 @@ def _numpy_rows(dataset, columns: ColumnNames, only: Sequence[str] | None = None
 
 
 def dense_record(task: str, row: dict, columns: ColumnNames, decode_image: Callable = lambda value: value) -> dict:
-    """The task-transform record of one dense row (keys as the on-disk readers give them)."""
+    """The task-transform record of one dense row (keys as the on-disk readers give them; the target's key is the
+    task's `DataTaskSpec.array_key`, the other roles' `RECORD_ROLES`)."""
     record = {"image": decode_image(row[columns.image])}
     target = _array(row[columns.label])
-    if task == "pointmap":
-        if target.ndim not in (2, 3):
-            raise ValueError(f"The pointmap target column {columns.label!r} must hold (H, W) depth or (H, W, 3) XYZ, "
-                             f"got shape {target.shape}.")
-        record["depth" if target.ndim == 2 else "pointmap"] = target
-        record["K"] = _array(row[columns.intrinsics], np.float64).reshape(3, 3)
-    else:
-        record[_DENSE_TARGET_KEYS[task]] = target
-    for key in ("mask", "foreground"):
-        name = getattr(columns, key)
+    key = data_task(task).array_key
+    if not isinstance(key, str):  # picked by the number of dimensions
+        if target.ndim not in key:
+            expected = " or ".join(f"{ndim} dimensions ({name})" for ndim, name in sorted(key.items()))
+            raise ValueError(f"The {task} target column {columns.label!r} must hold {expected}, got shape "
+                             f"{target.shape}.")
+        key = key[target.ndim]
+    record[key] = target
+    if columns.intrinsics is not None:  # required: `resolve_columns` found the column
+        record[RECORD_ROLES["intrinsics"]] = _array(row[columns.intrinsics], np.float64).reshape(3, 3)
+    for role in ("mask", "foreground"):
+        name = getattr(columns, role)
         if name is not None and row.get(name) is not None:
-            record[key] = _array(row[name])
+            record[RECORD_ROLES[role]] = _array(row[name])
     return record
 
 
@@ -417,7 +412,7 @@ def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str 
     checked as on-disk records are (`validate_records`; `strict` raises on the first bad one). A skipped entry's
     `index` is its person index, and its `file` names the row.
     """
-    if task != "pose":
+    if not is_top_down(task):
         return DenseRecords(dataset, task, columns), []
     people = []
     light = [name for name in columns.used() if name != columns.image]
@@ -429,7 +424,7 @@ def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str 
             # `image` stands in for the not yet decoded picture (the checks need one, and a non-path skips file checks)
             people.append({"row": row_index, "image": row_index, **person, "image_id": image_id,
                            "instance_id": len(people)})
-    kept, skipped = validate_records(people, "pose", strict=strict, split=split)
+    kept, skipped = validate_records(people, task, strict=strict, split=split)
     skipped = [dataclasses.replace(entry, file=f"{split} row {people[entry.index]['row']}") for entry in skipped]
     for person in kept:
         del person["image"]
@@ -440,8 +435,8 @@ def record_transform(task: str, columns: ColumnNames) -> Callable[[dict], dict]:
     """The row-to-record adaptation of a dense task as a batch function for `Dataset.with_transform` (the records
     `DenseRecords` gives, for use outside `finetune.py`; see the module docstring for why training reads the numpy
     format instead)."""
-    if task == "pose":
-        raise ValueError("Pose rows hold several people (one record each); use task_records, which indexes them.")
+    if is_top_down(task):
+        raise ValueError(f"{task} rows hold several people (one record each); use task_records, which indexes them.")
     decode_image = _ImageDecoder()
 
     def transform(batch: dict) -> dict:

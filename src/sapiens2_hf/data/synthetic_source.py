@@ -6,49 +6,18 @@ from the typed row ``sample_to_row(SyntheticHumans(...).sample(sample_seed(s, i)
 ``write_dataset(..., seed=s)`` at the same size and settings (a render that shows nobody is re-drawn with
 ``sample_seed(s, i, attempt)``, as `sample_seed` documents). It only renames and reshapes those columns into the record
 each task transform reads (the schema of the on-disk readers in `sapiens2_hf.data.pose` / `sapiens2_hf.data.dense`),
-lazily, one render per record.
+lazily, one render per record, as the task's entry of the data-layer registry says
+(`sapiens2_hf.data.tasks.DATA_TASKS[task].synthetic_record`, see `synthetic_record` there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from .synthetic import SyntheticHumans, sample_seed, sample_to_row
+from .tasks import DATA_TASKS, data_task, synthetic_record
 
 
-def synthetic_record(task: str, row: dict) -> dict:
-    """The task-transform record of one typed ``"all"`` row (`sample_to_row(sample, "all", index)`).
-
-    Pose records hold the first person: ``bbox`` COCO ``(x, y, w, h)``, ``keypoints`` ``(308, 3)`` as ``(x, y,
-    visibility)``, ``area`` its visible pixels. Dense records hold the target map and a uint8 ``mask``; pointmap
-    records hold ``depth`` and the intrinsics ``K``, from which the transform builds the pointmap. Matting records
-    hold the anti-aliased ``matting_image`` as their image, with ``alpha`` and ``foreground``.
-    """
-    index = int(row["sample_index"])
-    if task == "pose":
-        x0, y0, x1, y1 = (float(v) for v in row["boxes"][0])
-        keypoints = np.concatenate([row["keypoints"][0], row["keypoint_visibility"][0, :, None]], axis=1)
-        return {"image": row["image"], "bbox": np.array([x0, y0, x1 - x0, y1 - y0], np.float32),
-                "keypoints": keypoints.astype(np.float32), "area": float((row["instance_map"] == 1).sum()),
-                "image_id": index, "instance_id": index}
-    mask = row["mask"].astype(np.uint8)
-    if task == "seg":
-        return {"image": row["image"], "label": row["segmentation"]}
-    if task == "normal":
-        return {"image": row["image"], "normal": row["normals"], "mask": mask}
-    if task == "pointmap":
-        return {"image": row["image"], "depth": row["depth"], "K": row["camera_intrinsics"], "mask": mask}
-    if task == "albedo":
-        return {"image": row["image"], "albedo": row["albedo"], "mask": mask}
-    if task == "matting":
-        # the anti-aliased render, consistent with the soft alpha (see sapiens2_hf.data.synthetic.matting)
-        return {"image": row["matting_image"], "alpha": row["alpha"], "foreground": row["foreground"]}
-    raise ValueError(f"Unknown task {task!r}; synthetic records exist for {', '.join(_RECORD_TASKS)}.")
-
-
-_RECORD_TASKS = ("pose", "seg", "normal", "pointmap", "albedo", "matting")
 # Re-draws of a render that shows nobody (`sample_seed`'s `attempt`); one is needed about once in 1000 samples.
 _MAX_ATTEMPTS = 10
 
@@ -57,11 +26,11 @@ class SyntheticRecords(Sequence):
     """`num_samples` synthetic records of `task`, rendered on first access (and cached).
 
     Record ``i`` renders ``sample_seed(seed, i)`` (see `sapiens2_hf.data.synthetic.dataset`), re-drawn with
-    ``sample_seed(seed, i, attempt)`` in the rare case it shows nobody; pose renders hold one person
-    (``num_people=1``), the dense tasks the generator's default mix of 1-4 people.
+    ``sample_seed(seed, i, attempt)`` in the rare case it shows nobody; the people per render are the task's
+    `DataTaskSpec.synthetic_people` (pose: one, the dense tasks the generator's default mix of 1-4).
 
     Args:
-        task (`str`): `pose`, `seg`, `normal`, `pointmap`, `albedo` or `matting`.
+        task (`str`): a task of `sapiens2_hf.data.tasks.DATA_TASKS` (`pose`, `seg`, `normal`, `pointmap`, ...).
         num_samples (`int`): Dataset length.
         seed (`int`, *optional*, defaults to 0): Dataset seed.
         height, width (`int`, *optional*, defaults to 256 x 192): Rendered image size.
@@ -70,11 +39,12 @@ class SyntheticRecords(Sequence):
 
     def __init__(self, task: str, num_samples: int, seed: int = 0, height: int = 256, width: int = 192,
                  cache: bool = True):
-        if task not in _RECORD_TASKS:
-            raise ValueError(f"Unknown task {task!r}; synthetic records exist for {', '.join(_RECORD_TASKS)}.")
+        if task not in DATA_TASKS:
+            raise ValueError(f"Unknown task {task!r}; synthetic records exist for {', '.join(DATA_TASKS)}.")
         self.task, self.num_samples, self.seed = task, int(num_samples), int(seed)
         self.height, self.width = int(height), int(width)
-        self.humans = SyntheticHumans(height=self.height, width=self.width, num_people=1 if task == "pose" else None)
+        self.humans = SyntheticHumans(height=self.height, width=self.width,
+                                      num_people=data_task(task).synthetic_people)
         self._cache: dict[int, dict] | None = {} if cache else None
 
     def __len__(self) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from ..utils.atomic_io import atomic_write_json
+from .tasks import DATA_TASKS, is_top_down
 
 
 class BadSampleError(ValueError):
@@ -124,8 +125,9 @@ def _pose_problem(record: dict) -> str | None:
     return None
 
 
-# Record fields that hold file paths, in the order their problems are reported.
-_FILE_FIELDS = ("label", "normal", "albedo", "alpha", "pointmap_file", "mask")
+# Record fields that hold file paths, in the order their problems are reported: every task's target file
+# (`DataTaskSpec.file_key` of the data-layer registry), then the mask.
+_FILE_FIELDS = (*dict.fromkeys(spec.file_key for spec in DATA_TASKS.values() if spec.file_key), "mask")
 
 
 def record_problem(record: dict, task: str) -> tuple[str | None, str] | None:
@@ -141,7 +143,7 @@ def record_problem(record: dict, task: str) -> tuple[str | None, str] | None:
         problem = image_file_problem(image_file)
         if problem is not None:
             return image_file, problem
-    if task == "pose":
+    if is_top_down(task):  # one person per record: its box and keypoints
         problem = _pose_problem(record)
         if problem is not None:
             return image_file, problem
@@ -160,7 +162,7 @@ def validate_records(records: Sequence[dict], task: str, strict: bool = False,
 
     Args:
         records (`Sequence[dict]`): Records in the schema of the task transform.
-        task (`str`): `pose`, `seg`, `normal`, `pointmap` or `albedo` (pose records also get box and keypoint checks).
+        task (`str`): a registry task (top-down pose records also get box and keypoint checks).
         strict (`bool`, *optional*, defaults to `False`): Raise `BadSampleError` on the first bad record.
         split (`str`, *optional*, defaults to `"train"`): Name used in messages and in the skipped entries.
 

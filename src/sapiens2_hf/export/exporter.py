@@ -449,9 +449,9 @@ def export_model(
             of `tolerance` (default `DEFAULT_TOLERANCES[rope_dtype]`).
         image_processor: the processor to save beside (resized to the input size); default: the task's own.
         overwrite (`bool`): replace the export files in an existing non-empty `out_dir` (other files stay).
-        quantize (`str`, *optional*): `"int8-dynamic"`, `"int8-dynamic-linear"` or `"int8-static"` also writes
-            `model_int8.onnx` (ONNX only; see `quantize_onnx`); its deviation from the float32 graph is measured and
-            recorded, not checked.
+        quantize (`str`, *optional*): `"int8-dynamic"` (the fastest on CPU; `"int8-dynamic-linear"` is another name
+            for it) or `"int8-static"` also writes `model_int8.onnx` (ONNX only; see `quantize_onnx`); its deviation
+            from the float32 graph is measured and recorded, not checked.
         calibration_inputs: for `"int8-static"`: an iterable of `pixel_values` batches (default: seeded noise).
         num_threads (`int`, *optional*): onnxruntime threads for the verification runs.
 

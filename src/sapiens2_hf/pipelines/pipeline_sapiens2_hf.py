@@ -10,6 +10,11 @@
 | `sapiens2-albedo` | `{"albedo"}`: `(height, width, 3)` float32 RGB in [0, 1] |
 | `sapiens2-matting` | `{"alpha", "foreground"}`: `(height, width)` float32 in [0, 1], `(height, width, 3)` RGB |
 
+Normal, pointmap and albedo results keep only the person with `foreground_mask=` (a given mask) or `segmenter=` (a
+`sapiens2-segmentation` pipeline, model or model id; foreground = label > 0): they gain `"mask"` and their
+background becomes 0 (normals, albedo) or NaN (pointmap, depth). The pointmap pipeline takes the camera as
+`focal_length=` or `intrinsics=` (original-image pixels) for metric results in that camera.
+
 All arrays are numpy, at the original image size, indexed `[y, x]` (`sapiens2_hf.serialization.to_json_compatible`
 makes any result `json.dumps`-able). The pipelines are thin: the image processor owns all the geometry and decoding
 (duck-typed: any processor with the `Sapiens2HFImageProcessor` API); the pipeline runs the model and turns tensors into
@@ -232,57 +237,314 @@ class Sapiens2SegmentationPipeline(_Sapiens2DensePipeline):
         return {"segmentation": segmentation.cpu().numpy()}
 
 
-class Sapiens2NormalPipeline(_Sapiens2DensePipeline):
+# Prefix of the segmenter's own model inputs and outputs inside the dense pipelines' rows.
+_SEGMENTER = "segmenter."
+
+
+@dataclass
+class _DenseInput:
+    """One image of a normal / pointmap / albedo call with its own options, numbered by its position in the call."""
+
+    number: int
+    image: Any
+    foreground_mask: Any = None
+    focal_length: Any = None
+    intrinsics: Any = None
+
+
+_DENSE_OPTIONS = ("foreground_mask", "focal_length", "intrinsics")
+
+
+def _dense_input(number: int, item: Any, defaults: dict[str, Any] | None = None) -> _DenseInput:
+    """An image, or an `{"image", "foreground_mask", "focal_length", "intrinsics"}` dict (other keys, e.g. a
+    dataset row's, are ignored), with the call's `defaults` for what the item does not give."""
+    if isinstance(item, _DenseInput):
+        return item
+    options = dict(defaults or {})
+    if isinstance(item, dict):
+        if "image" not in item:
+            raise ValueError(f"input {number} is a dict without an 'image' key (keys: {sorted(item)}); pass "
+                             "{'image': ..., 'foreground_mask': ..., 'focal_length': ..., 'intrinsics': ...} (all "
+                             "but 'image' optional).")
+        own = {key: item[key] for key in _DENSE_OPTIONS if item.get(key) is not None}
+        if "focal_length" in own or "intrinsics" in own:  # the item's camera replaces the call's whole camera
+            options.pop("focal_length", None)
+            options.pop("intrinsics", None)
+        options.update(own)
+        item = item["image"]
+    return _DenseInput(number, item, **options)
+
+
+class _NumberedDenseDataset(Dataset):
+    """A map-style dataset of dense inputs (images or dicts with an `image` column), numbered by index."""
+
+    def __init__(self, dataset, defaults: dict[str, Any]):
+        self.dataset, self.defaults = dataset, defaults
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return _dense_input(index, self.dataset[index], self.defaults)
+
+
+class _ImageOptions:
+    """One image's mask and camera, carried beside its model row. Neither a tensor nor an array, so transformers'
+    collate function and batch splitting hand it through untouched (masks have their image's size, which differs
+    between the images of a batch)."""
+
+    __slots__ = ("number", "mask", "camera")
+
+    def __init__(self, number: int, mask: np.ndarray | None, camera: dict[str, Any]):
+        self.number, self.mask, self.camera = number, mask, camera
+
+
+class _Sapiens2MaskableDensePipeline(_Sapiens2DensePipeline):
+    """Normal, pointmap and albedo: results can keep only the person, as the official demos do.
+
+    Call arguments (besides `batch_size`, `num_workers`):
+        foreground_mask: the person foreground of the image, `(height, width)` at the image's size: a bool (or 0 / 1)
+            numpy array or tensor, a PIL image (non-zero = foreground) or its path. For a list of images a list with
+            one mask (or `None`) per image; generators and datasets carry theirs in dict inputs.
+        segmenter: computes the foreground as the segmentation's non-background labels (label > 0): a
+            `sapiens2-segmentation` pipeline, a Sapiens2 segmentation model, or a model folder / Hub id (loaded once
+            per pipeline). It runs on the same batches as this model. Also an argument of the pipeline itself
+            (`pipeline(..., segmenter=...)`); `segmenter=False` in a call switches that off. Not together with
+            given masks.
+
+    Instead of an image, a dict `{"image": ..., "foreground_mask": ...}` (pointmap also `"focal_length"`,
+    `"intrinsics"`) carries the image's own options; they win over the call's.
+
+    A masked result gains `"mask"` (`(height, width)` bool, True = person) and has its background set to
+    `FOREGROUND_FILL_VALUES` of the image processor: normals 0 (the zero vector), albedo 0, pointmap and depth NaN.
+    A mask of another size than its image is a `ValueError` naming both sizes.
+    """
+
+    #: Result fields the foreground mask applies to.
+    masked_fields: tuple[str, ...] = ()
+    #: Per-image call arguments (a list input: one per image).
+    per_image_options: tuple[str, ...] = ("foreground_mask",)
+
+    def __init__(self, *args, segmenter=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._loaded_segmenters: dict[Any, Any] = {}
+        self._segmenter = self._get_segmenter(segmenter)
+
+    def _sanitize_parameters(self, segmenter=None, **kwargs):
+        preprocess, forward, postprocess = super()._sanitize_parameters(**kwargs)
+        if segmenter is False:
+            resolved = None
+        elif segmenter is None:
+            resolved = getattr(self, "_segmenter", None)
+        else:
+            resolved = self._get_segmenter(segmenter)
+        if resolved is not None or segmenter is False:
+            # every stage takes part: its inputs in preprocess, its model in _forward, its decoding in postprocess
+            preprocess["segmenter"] = forward["segmenter"] = postprocess["segmenter"] = resolved
+        return preprocess, forward, postprocess
+
+    def _get_segmenter(self, segmenter):
+        """A `sapiens2-segmentation` pipeline for `segmenter` (a pipeline, a model, or a folder / Hub id)."""
+        if segmenter is None or segmenter is False:
+            return None
+        if isinstance(segmenter, Sapiens2SegmentationPipeline):
+            return segmenter
+        key = str(segmenter) if isinstance(segmenter, str) or hasattr(segmenter, "__fspath__") else id(segmenter)
+        if key in self._loaded_segmenters:
+            return self._loaded_segmenters[key][1]
+        if isinstance(key, str):
+            from transformers import pipeline as make_pipeline
+            from transformers.pipelines import PIPELINE_REGISTRY
+
+            if "sapiens2-segmentation" not in PIPELINE_REGISTRY.supported_tasks:
+                register_pipelines()
+            try:
+                loaded = make_pipeline("sapiens2-segmentation", model=key, device=self.device)
+            except (OSError, ValueError) as error:
+                kind = OSError if isinstance(error, OSError) else ValueError
+                raise kind(f"could not load the segmenter {key!r} as a sapiens2-segmentation model "
+                           f"({type(error).__name__}: {error}); pass a Sapiens2 segmentation folder or Hub id, "
+                           "model or pipeline.") from error
+        elif isinstance(segmenter, torch.nn.Module) and hasattr(segmenter, "config"):
+            loaded = Sapiens2SegmentationPipeline(model=segmenter, device=self.device)
+        else:
+            raise ValueError(f"segmenter of type {type(segmenter).__name__} is not usable; pass a "
+                             "sapiens2-segmentation pipeline, a Sapiens2 segmentation model, or its folder / Hub id.")
+        if not isinstance(loaded, Sapiens2SegmentationPipeline):
+            raise ValueError(f"the segmenter {key!r} loaded as a {type(loaded).__name__}, not a sapiens2-segmentation "
+                             "pipeline.")
+        self._loaded_segmenters[key] = (segmenter, loaded)  # the reference keeps `id(segmenter)` unique
+        return loaded
+
+    # -- call ------------------------------------------------------------------------------------------------------
+
+    def __call__(self, inputs, *args, batch_size: int | None = None, num_workers: int | None = None, **kwargs):
+        """As `_Sapiens2PipelineBase.__call__`, with per-image options (see the class docstring)."""
+        options = {name: kwargs.pop(name) for name in self.per_image_options if kwargs.get(name) is not None}
+        for name in self.per_image_options:
+            kwargs.pop(name, None)
+        if isinstance(inputs, tuple):
+            inputs = list(inputs)
+        if isinstance(inputs, list):
+            per_image = {}
+            if "foreground_mask" in options:
+                masks = options["foreground_mask"]
+                if not isinstance(masks, (list, tuple)) or len(masks) != len(inputs):
+                    got = f"a list of {len(masks)}" if isinstance(masks, (list, tuple)) else f"a {type(masks).__name__}"
+                    raise ValueError(f"foreground_mask is {got} for {len(inputs)} images; for a list of images pass a "
+                                     "list with one mask (or None) per image.")
+                per_image["foreground_mask"] = list(masks)
+            for name in ("focal_length", "intrinsics"):
+                if name in options:
+                    per_image[name] = self.image_processor.camera_per_image(options[name], name, len(inputs))
+            inputs = [_dense_input(i, item, {name: values[i] for name, values in per_image.items()})
+                      for i, item in enumerate(inputs)]
+        elif isinstance(inputs, (types.GeneratorType, Dataset)):
+            if "foreground_mask" in options:
+                raise ValueError("foreground_mask= needs an image or a list of images; a generator or dataset carries "
+                                 "its masks in dict inputs {'image': ..., 'foreground_mask': ...}.")
+            for name in ("focal_length", "intrinsics"):
+                if name in options:
+                    value = options[name]
+                    if name == "focal_length" and (isinstance(value, (list, tuple)) or getattr(value, "ndim", 0)):
+                        raise ValueError("for a generator or dataset pass one focal_length for all images, or one per "
+                                         "image in dict inputs {'image': ..., 'focal_length': ...}.")
+                    self.image_processor.validate_camera(**{name: value})
+            if isinstance(inputs, Dataset):
+                inputs = _NumberedDenseDataset(inputs, options)
+            else:
+                inputs = (_dense_input(i, item, options) for i, item in enumerate(inputs))
+        else:
+            inputs = _dense_input(0, inputs, options)
+        return super().__call__(inputs, *args, batch_size=batch_size, num_workers=num_workers, **kwargs)
+
+    # -- stages ----------------------------------------------------------------------------------------------------
+
+    def preprocess(self, item, segmenter=None, **params):
+        item = _dense_input(0, item)
+        image = item.image
+        segmenter_inputs = {}
+        if segmenter is not None:
+            if item.foreground_mask is not None:
+                raise ValueError(f"input {item.number} has a foreground_mask and a segmenter is set; pass one of them "
+                                 "(segmenter=False uses the given masks).")
+            image = self.image_processor.load_image_rgb(image)  # read once, for both models
+            segmenter_inputs = segmenter.preprocess(image)
+        model_inputs = self.image_processor(image, task=self.task_name)
+        size = model_inputs["original_sizes"][0].tolist()
+        mask = None
+        if item.foreground_mask is not None:
+            mask = self.image_processor.validate_foreground_mask(item.foreground_mask, size,
+                                                                 name=f"the foreground_mask of input {item.number}")
+        camera = {}
+        if item.focal_length is not None or item.intrinsics is not None:
+            camera = self.image_processor.validate_camera(item.focal_length, item.intrinsics)
+        model_inputs["image_options"] = _ImageOptions(item.number, mask, camera)
+        for key, value in segmenter_inputs.items():
+            model_inputs[_SEGMENTER + key] = value
+        return model_inputs
+
+    def _forward(self, model_inputs, segmenter=None, **params):
+        result = super()._forward(model_inputs)
+        result["image_options"] = model_inputs["image_options"]
+        if segmenter is not None:
+            inputs = {key[len(_SEGMENTER):]: value for key, value in model_inputs.items() if key.startswith(_SEGMENTER)}
+            for key, value in segmenter.forward(inputs).items():
+                result[_SEGMENTER + key] = value
+        return result
+
+    def _mask(self, result: dict, model_outputs, segmenter=None) -> dict:
+        """`result` with the background of `masked_fields` filled and `"mask"` added, when the image has a mask."""
+        options = model_outputs.get("image_options")
+        mask = getattr(options, "mask", None)
+        if segmenter is not None:
+            outputs = {key[len(_SEGMENTER):]: value for key, value in model_outputs.items()
+                       if key.startswith(_SEGMENTER)}
+            segmentation = segmenter.postprocess(outputs)["segmentation"]
+            mask = np.asarray(self.image_processor.foreground_mask_from_segmentation(segmentation))
+        if mask is None:
+            return result
+        for key in self.masked_fields:
+            result[key] = self.image_processor.apply_foreground_mask(result[key], mask, channels_last=True)
+        result["mask"] = mask
+        return result
+
+
+class Sapiens2NormalPipeline(_Sapiens2MaskableDensePipeline):
     """`pipeline("sapiens2-normal")`: surface normals at the original image size.
 
     Result per image: `{"normals": np.ndarray (height, width, 3) float32}`, camera frame `(x, y, z)`, unit length
-    before the final resize (officially not re-normalised afterwards).
+    before the final resize (officially not re-normalised afterwards). With `foreground_mask=` or `segmenter=`
+    (see `_Sapiens2MaskableDensePipeline`) also `"mask"` `(height, width)` bool, and the background normals are 0.
     """
 
     task_name = "normal"
     output_fields = ("normals",)
+    masked_fields = ("normals",)
 
-    def postprocess(self, model_outputs, **params):
+    def postprocess(self, model_outputs, segmenter=None, **params):
         (result,) = self.image_processor.post_process_normal_estimation(
             self._namespace(model_outputs, normals="normals"), source_sizes=model_outputs["original_sizes"].tolist(),
             paddings=model_outputs["padding"])
-        return {"normals": result["normals"].permute(1, 2, 0).cpu().numpy()}
+        return self._mask({"normals": result["normals"].permute(1, 2, 0).cpu().numpy()}, model_outputs, segmenter)
 
 
-class Sapiens2PointmapPipeline(_Sapiens2DensePipeline):
+class Sapiens2PointmapPipeline(_Sapiens2MaskableDensePipeline):
     """`pipeline("sapiens2-pointmap")`: metric pointmap and depth at the original image size.
 
     Result per image: `{"pointmap": np.ndarray (height, width, 3) float32 XYZ (X right, Y down, Z forward),
-    "depth": np.ndarray (height, width) float32 (= Z), "scale": float}` (units of the training depth, metres).
-    transformers' `pipeline("depth-estimation")` gives the same depth in its own format (`predicted_depth`).
+    "depth": np.ndarray (height, width) float32 (= Z), "scale": float}` (units of the training depth, metres;
+    `scale` is the one the canonical pointmap was divided by). transformers' `pipeline("depth-estimation")` gives the
+    same depth in its own format (`predicted_depth`).
+
+    Call arguments, besides the foreground masking of `_Sapiens2MaskableDensePipeline` (background: NaN, which the
+    .ply writer skips):
+        focal_length (`float`): the camera's horizontal focal length in pixels of the original image; it replaces
+            the predicted scale (image processor's `post_process_pointmap_estimation(focal_length=...)`), so the
+            pointmap and depth are metric for that camera.
+        intrinsics: the camera in original-image pixels, `(fx, fy, cx, cy)` or a 3x3 matrix: Z metric from `fx`,
+            then X and Y re-projected from Z through it, `X = (u - cx) Z / fx`, `Y = (v - cy) Z / fy`.
+    Either is one value for all images or, for a list of images, one per image (`None` for the predicted camera);
+    dict inputs carry their own. With either, the result also holds `"focal_length"` (`float`, the one used).
     """
 
     task_name = "pointmap"
     output_fields = ("pointmaps", "scales")
+    masked_fields = ("pointmap", "depth")
+    per_image_options = ("foreground_mask", "focal_length", "intrinsics")
 
-    def postprocess(self, model_outputs, **params):
+    def postprocess(self, model_outputs, segmenter=None, **params):
+        options = model_outputs.get("image_options")
+        camera = getattr(options, "camera", None) or {}
         (result,) = self.image_processor.post_process_pointmap_estimation(
             self._namespace(model_outputs, pointmaps="pointmaps", scales="scales"),
-            source_sizes=model_outputs["original_sizes"].tolist(), paddings=model_outputs["padding"])
-        return {"pointmap": result["pointmap"].permute(1, 2, 0).cpu().numpy(), "depth": result["depth"].cpu().numpy(),
-                "scale": None if result["scale"] is None else float(result["scale"])}
+            source_sizes=model_outputs["original_sizes"].tolist(), paddings=model_outputs["padding"], **camera)
+        output = {"pointmap": result["pointmap"].permute(1, 2, 0).cpu().numpy(),
+                  "depth": result["depth"].cpu().numpy(),
+                  "scale": None if result["scale"] is None else float(result["scale"])}
+        if any(value is not None for value in camera.values()):
+            output["focal_length"] = float(result["focal_length"])
+        return self._mask(output, model_outputs, segmenter)
 
 
-class Sapiens2AlbedoPipeline(_Sapiens2DensePipeline):
+class Sapiens2AlbedoPipeline(_Sapiens2MaskableDensePipeline):
     """`pipeline("sapiens2-albedo")`: RGB albedo at the original image size.
 
-    Result per image: `{"albedo": np.ndarray (height, width, 3) float32 RGB in [0, 1]}`.
+    Result per image: `{"albedo": np.ndarray (height, width, 3) float32 RGB in [0, 1]}`. With `foreground_mask=` or
+    `segmenter=` (see `_Sapiens2MaskableDensePipeline`) also `"mask"` `(height, width)` bool, and the background
+    albedo is 0.
     """
 
     task_name = "albedo"
     output_fields = ("albedos", "albedo")
+    masked_fields = ("albedo",)
 
-    def postprocess(self, model_outputs, **params):
+    def postprocess(self, model_outputs, segmenter=None, **params):
         key = "albedos" if model_outputs.get("albedos") is not None else "albedo"
         (result,) = self.image_processor.post_process_albedo_estimation(
             self._namespace(model_outputs, albedos=key), source_sizes=model_outputs["original_sizes"].tolist(),
             paddings=model_outputs["padding"])
-        return {"albedo": result["albedo"].permute(1, 2, 0).cpu().numpy()}
+        return self._mask({"albedo": result["albedo"].permute(1, 2, 0).cpu().numpy()}, model_outputs, segmenter)
 
 
 class Sapiens2MattingPipeline(_Sapiens2DensePipeline):

@@ -357,6 +357,137 @@ def _sizes_list(sizes: Any, count: int, name: str) -> list[tuple[int, int]] | No
 CANONICAL_FOCAL_LENGTH = 768.0
 
 
+# Background value of each dense task's maps once masked by a person foreground (`apply_foreground_mask`), from the
+# task registry's `foreground_fill`: normals 0, albedo 0, pointmap and depth NaN.
+FOREGROUND_FILL_VALUES = {
+    name: spec.foreground_fill for name, spec in TASK_SPECS.items() if spec.foreground_fill is not None
+}
+
+
+def _mask_image_to_bool(pil: Image.Image) -> np.ndarray:
+    if pil.mode == "1":
+        return np.asarray(pil, dtype=bool).copy()
+    # a mask saved as an image is 0 / 255 (or 0 / 1) grey: anything above 0 is foreground
+    return np.asarray(pil.convert("L")) > 0
+
+
+def foreground_mask_array(mask: Any, image_size: Any = None, name: str = "foreground_mask") -> np.ndarray:
+    """A person-foreground mask as a `(height, width)` bool numpy array, checked against the image's size.
+
+    Args:
+        mask: a bool array / tensor; a numeric one holding only 0 and 1 (or, for uint8, 0 and 255: a mask image read
+            as an array); a PIL image (mode `"1"`, or any other mode converted to grey: above 0 is foreground); or
+            the path of such an image. `(height, width, 1)` and `(1, height, width)` are squeezed.
+        image_size: the image's `(height, width)`; the mask must have that size.
+        name: what the mask is called in error messages.
+
+    Raises:
+        ValueError: for another shape or size, NaN / inf, or values that are not 0 / 1 (a soft matte or
+            probabilities: threshold them first, e.g. `alpha > 0.5`).
+    """
+    if isinstance(mask, str) or hasattr(mask, "__fspath__"):
+        try:
+            with Image.open(str(mask)) as pil:
+                array = _mask_image_to_bool(pil)
+        except (OSError, SyntaxError) as error:
+            raise ValueError(f"could not read {name} from the image file {str(mask)!r}: {error}") from error
+    elif isinstance(mask, Image.Image):
+        array = _mask_image_to_bool(mask)
+    else:
+        if isinstance(mask, torch.Tensor):
+            mask = mask.detach().cpu()
+            mask = (mask.float() if mask.dtype == torch.bfloat16 else mask).numpy()
+        try:
+            array = np.asarray(mask)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{name} of type {type(mask).__name__} is not a mask; pass a (height, width) bool "
+                             "array, tensor or PIL image.") from error
+    if array.ndim == 3 and 1 in (array.shape[0], array.shape[-1]):
+        array = array.reshape(array.shape[1:] if array.shape[0] == 1 else array.shape[:2])
+    if array.ndim != 2:
+        raise ValueError(f"{name} has shape {tuple(array.shape)}; pass one (height, width) mask per image.")
+    if array.dtype != bool:
+        if not np.issubdtype(array.dtype, np.number):
+            raise ValueError(f"{name} has dtype {array.dtype}; pass a bool or 0 / 1 mask.")
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            raise ValueError(f"{name} holds NaN or inf; pass a bool or 0 / 1 mask.")
+        binary = (array == 0) | (array == 1)
+        if not binary.all():
+            if not (array.dtype == np.uint8 and ((array == 0) | (array == 255)).all()):
+                raise ValueError(f"{name} holds values other than 0 and 1 (range [{array.min()}, {array.max()}]); "
+                                 "pass a bool mask (threshold a soft matte or probabilities first, e.g. "
+                                 "alpha > 0.5).")
+        array = array != 0
+    if image_size is not None:
+        height, width = _as_size_tuple(image_size)
+        if tuple(array.shape) != (height, width):
+            raise ValueError(f"{name} is {array.shape[0]}x{array.shape[1]} (height x width) but the image is "
+                             f"{height}x{width}; pass a mask of the image's size (resize it with nearest-neighbour "
+                             "interpolation).")
+    return np.ascontiguousarray(array)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _camera_entry(value: Any, kind: str) -> tuple[float, float, float, float] | float | None:
+    """One image's `focal_length` (a number) or `intrinsics` (`(fx, fy, cx, cy)` or a 3x3 K), checked."""
+    if value is None:
+        return None
+    if kind == "focal_length":
+        if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0:
+            value = value.item()
+        if not _is_number(value) or not np.isfinite(value) or value <= 0:
+            raise ValueError(f"focal_length {value!r} is not a positive finite number of pixels.")
+        return float(value)
+    array = value.detach().cpu().double().numpy() if isinstance(value, torch.Tensor) else value
+    try:
+        array = np.asarray(array, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"intrinsics {value!r} is neither (fx, fy, cx, cy) nor a 3x3 camera matrix.") from error
+    if array.shape == (3, 3):
+        if not np.isfinite(array).all():
+            raise ValueError(f"intrinsics {array.tolist()} holds NaN or inf.")
+        if array[0, 1] != 0 or array[1, 0] != 0 or array[2].tolist() != [0.0, 0.0, 1.0]:
+            raise ValueError(f"intrinsics {array.tolist()} is not a pinhole matrix [[fx, 0, cx], [0, fy, cy], "
+                             "[0, 0, 1]] (skew and a last row other than [0, 0, 1] are not supported).")
+        fx, fy, cx, cy = array[0, 0], array[1, 1], array[0, 2], array[1, 2]
+    elif array.shape == (4,):
+        fx, fy, cx, cy = array
+    else:
+        raise ValueError(f"intrinsics of shape {tuple(array.shape)} is neither (fx, fy, cx, cy) nor a 3x3 camera "
+                         "matrix (per image: one of those per image).")
+    if not all(np.isfinite(v) for v in (fx, fy, cx, cy)) or fx <= 0 or fy <= 0:
+        raise ValueError(f"intrinsics (fx, fy, cx, cy) = {(float(fx), float(fy), float(cx), float(cy))}: the focal "
+                         "lengths must be positive and all four finite numbers (pixels of the original image).")
+    return float(fx), float(fy), float(cx), float(cy)
+
+
+def _camera_per_image(value: Any, kind: str, count: int) -> list | None:
+    """`focal_length` / `intrinsics` for `count` images: one for all, or one per image (entries may be `None`)."""
+    if value is None:
+        return None
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        value = value.tolist()
+    if kind == "focal_length":
+        single = not isinstance(value, (list, tuple))
+    else:
+        # one camera is 4 numbers or a 3x3 matrix (rows of 3), so the nesting tells one from one per image
+        single = isinstance(value, (list, tuple)) and (
+            all(_is_number(v) for v in value)  # flat numbers: one camera (its length is checked below)
+            or (len(value) == 3 and all(isinstance(row, (list, tuple)) and len(row) == 3
+                                        and all(_is_number(v) for v in row) for row in value)))
+    if single:
+        return [_camera_entry(value, kind)] * count
+    if not isinstance(value, (list, tuple)) or len(value) != count:
+        got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
+        example = "one number" if kind == "focal_length" else "one (fx, fy, cx, cy) or 3x3 matrix"
+        raise ValueError(f"{kind} has {got} entries for {count} images; pass {example} for all images, or one per "
+                         "image.")
+    return [_camera_entry(entry, kind) for entry in value]
+
+
 class Sapiens2HFImageProcessor(TorchvisionBackend):
     r"""
     Image processor reproducing the official Sapiens2 pre- and post-processing for every task.
@@ -503,6 +634,120 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         if num_keypoints == NUM_KEYPOINTS_308:
             return list(KEYPOINT_NAMES_308)
         return [f"keypoint_{i}" for i in range(num_keypoints)]
+
+    # ------------------------------------------------------------------------------------------------------------
+    # person foreground (masking dense outputs)
+    # ------------------------------------------------------------------------------------------------------------
+
+    #: `foreground_mask_array` as a method, so that pipelines can check masks without importing this module.
+    validate_foreground_mask = staticmethod(foreground_mask_array)
+
+    @staticmethod
+    def foreground_mask_from_segmentation(segmentation: Any) -> np.ndarray | torch.Tensor:
+        """The person foreground of a 29-class body-part segmentation: every pixel whose label is not background
+        (label > 0), as the official demos mask normals, pointmaps and albedo.
+
+        Args:
+            segmentation: a `(height, width)` class map (numpy or torch; e.g. `pipeline("sapiens2-segmentation")`'s
+                `"segmentation"`, or that whole result dict).
+
+        Returns:
+            A `(height, width)` bool mask of the same kind (numpy, or a torch tensor on the same device).
+        """
+        if isinstance(segmentation, dict):
+            if "segmentation" not in segmentation:
+                raise ValueError(f"a dict without 'segmentation' (keys: {sorted(segmentation)}); pass a class map or "
+                                 "a sapiens2-segmentation result.")
+            segmentation = segmentation["segmentation"]
+        if not isinstance(segmentation, torch.Tensor):
+            segmentation = np.asarray(segmentation)
+        if segmentation.ndim != 2:
+            raise ValueError(f"segmentation has shape {tuple(segmentation.shape)}; pass one (height, width) class "
+                             "map.")
+        return segmentation > 0
+
+    def apply_foreground_mask(self, values: Any, mask: Any, fill_value: float | None = None,
+                              channels_last: bool | None = None) -> np.ndarray | torch.Tensor:
+        """A copy of a dense map with the background (outside the person foreground) set to `fill_value`.
+
+        Works on the pipelines' channels-last numpy results and on the `post_process_*` methods' channels-first
+        tensors alike, e.g. for `pipeline("depth-estimation")`:
+        `processor.apply_foreground_mask(result["predicted_depth"], processor.foreground_mask_from_segmentation(seg))`.
+
+        Args:
+            values: `(height, width)`, `(height, width, channels)` or `(channels, height, width)` numpy array or
+                torch tensor.
+            mask: `(height, width)` person foreground (anything `foreground_mask_array` takes; a bool tensor stays
+                on its device).
+            fill_value: the background value; default: this processor's task's (`FOREGROUND_FILL_VALUES`: normal
+                and albedo 0, pointmap / depth NaN).
+            channels_last: where the channels of 3-D `values` are; default: read from the shapes (an error when
+                both readings fit, e.g. a 3x3x3 map with a 3x3 mask).
+
+        Returns:
+            The masked copy: the same type, dtype, shape and device as `values`.
+        """
+        if fill_value is None:
+            if self.task not in FOREGROUND_FILL_VALUES:
+                raise ValueError(f"no default background value for task {self.task!r}; pass fill_value=.")
+            fill_value = FOREGROUND_FILL_VALUES[self.task]
+        is_tensor = isinstance(values, torch.Tensor)
+        if not is_tensor:
+            values = np.asarray(values)
+        if is_tensor and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.ndim == 2:
+            mask_shape = tuple(mask.shape)
+        else:
+            mask = foreground_mask_array(mask)
+            mask_shape = mask.shape
+        shape = tuple(values.shape)
+        fits_last = len(shape) == 3 and shape[:2] == mask_shape
+        fits_first = len(shape) == 3 and shape[1:] == mask_shape
+        mismatch = ValueError(f"values of shape {shape} do not match the mask {mask_shape[0]}x{mask_shape[1]} "
+                              "(height x width); pass a (height, width), (height, width, channels) or (channels, "
+                              "height, width) map of the mask's size.")
+        if len(shape) == 2 and shape == mask_shape:
+            channels_last = True
+        elif fits_last or fits_first:
+            if channels_last is None:
+                if fits_last and fits_first:
+                    raise ValueError(f"values {shape} and mask {mask_shape} fit channels first and last; pass "
+                                     "channels_last=.")
+                channels_last = fits_last
+            elif not (fits_last if channels_last else fits_first):
+                raise mismatch
+        else:
+            raise mismatch
+        if np.isnan(fill_value) and not (values.is_floating_point() if is_tensor
+                                         else np.issubdtype(values.dtype, np.floating)):
+            raise ValueError(f"cannot fill {values.dtype} values with NaN; pass fill_value= a number.")
+        if is_tensor:
+            background = ~torch.as_tensor(mask, device=values.device)
+            out = values.clone()
+            if channels_last:
+                out[background] = fill_value
+            else:
+                out[:, background] = fill_value
+            return out
+        out = values.copy()
+        if channels_last:
+            out[~mask] = fill_value
+        else:
+            out[:, ~mask] = fill_value
+        return out
+
+    #: `focal_length` / `intrinsics` for `count` images (one for all, or one per image), checked; pipelines split a
+    #: call's camera per image with it.
+    camera_per_image = staticmethod(_camera_per_image)
+
+    @staticmethod
+    def validate_camera(focal_length: Any = None, intrinsics: Any = None) -> dict[str, Any]:
+        """One image's `focal_length` / `intrinsics` checked as `post_process_pointmap_estimation` will read them
+        (so that callers can fail before running a model): `{"focal_length": float or None, "intrinsics": (fx,
+        fy, cx, cy) or None}`."""
+        if focal_length is not None and intrinsics is not None:
+            raise ValueError("pass focal_length or intrinsics, not both (intrinsics carry the focal length fx).")
+        return {"focal_length": _camera_entry(focal_length, "focal_length"),
+                "intrinsics": _camera_entry(intrinsics, "intrinsics")}
 
     # ------------------------------------------------------------------------------------------------------------
     # pre-processing
@@ -925,30 +1170,70 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
     def post_process_pointmap_estimation(
         self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
-        paddings: Any = None, do_smooth: bool = True,
+        paddings: Any = None, do_smooth: bool = True, focal_length: Any = None, intrinsics: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
         Canonical pointmap -> metric XYZ at the original size.
 
-        Steps (official order): divide by the predicted scale, unpad, when enlarging blur 4x (3x3 Gaussian, sigma
-        0.8, reflection padding), bilinear resize.
+        Steps (official order): divide by the scale, unpad, when enlarging blur 4x (3x3 Gaussian, sigma 0.8,
+        reflection padding), bilinear resize.
+
+        The scale is the predicted one (`768 / f_x`, `f_x` the focal length in model-input pixels) unless the camera
+        is known: `focal_length` replaces it by `768 / (focal_length * w_resized / w_original)` (the letterbox resize
+        factor turns original-image pixels into model-input pixels), so the pointmap is metric for that camera.
+        `intrinsics` does the same with its `fx`, then re-projects X and Y from the metric Z through the given
+        camera at the original resolution: `X = (u - cx) * Z / fx`, `Y = (v - cy) * Z / fy`, with `(u, v)` the
+        pixel's column and row in the original image (pixel centres at integers; a map of another size is sampled
+        at the matching original-image positions).
 
         Args:
             outputs: model output with `pointmaps` (`(batch_size, 3, height, width)`) and `scales` (`(batch_size, 1)`;
                 if `None` the canonical pointmap is returned).
             source_sizes, target_sizes, paddings: as in `post_process_normal_estimation`.
             do_smooth: apply the official smoothing before enlarging.
+            focal_length (`float`, or one per image, entries may be `None`, *optional*): the horizontal focal length
+                in pixels of the original image (`source_sizes`; of the model input without them).
+            intrinsics (*optional*): the camera in pixels of the original image, `(fx, fy, cx, cy)` or a 3x3 matrix
+                `[[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`; one for all images, or one per image (entries may be
+                `None`). Not together with `focal_length`.
 
         Returns:
             Per image `{"pointmap": (3, height, width) float32 XYZ (X right, Y down, Z forward, training units
-            (metres)), "depth": (height, width) float32 (= Z), "scale": () float32 or None}`.
+            (metres)), "depth": (height, width) float32 (= Z), "scale": () float32 or None (the one divided by),
+            "focal_length": () float32 or None}`: the focal length used, in pixels of the original image: the given
+            one (`fx` of `intrinsics`), or the one the predicted scale implies (`None` for a model without a scale
+            branch).
+
+        Raises:
+            ValueError: for both `focal_length` and `intrinsics`, a focal length that is not a positive finite number,
+                intrinsics of another shape or with non-finite values, or a wrong number of entries.
         """
         pointmaps = outputs.pointmaps if hasattr(outputs, "pointmaps") else outputs
         scales = getattr(outputs, "scales", None)
-        if scales is not None:
-            pointmaps = pointmaps / scales[:, :, None, None]
+        count = pointmaps.shape[0]
         source_sizes, final_sizes, remove = self._dense_sizes(pointmaps, source_sizes, target_sizes,
                                                               do_remove_padding)
+        if focal_length is not None and intrinsics is not None:
+            raise ValueError("pass focal_length or intrinsics, not both (intrinsics carry the focal length fx).")
+        cameras = _camera_per_image(intrinsics, "intrinsics", count)
+        focals = _camera_per_image(focal_length, "focal_length", count)
+        if cameras is not None:
+            focals = [None if camera is None else camera[0] for camera in cameras]
+        # model-input pixels per original pixel along x: the letterbox resize (the scale's f_x is in model-input pixels)
+        factors = [1.0] * count if source_sizes is None else [
+            letterbox_geometry(size, self.input_size)[0][1] / size[1] for size in source_sizes]
+        if focals is not None and any(f is not None for f in focals):
+            # computed in float64 and rounded once to float32; an image without a camera keeps its predicted scale
+            # (or 1: the canonical camera, for a model without a scale branch)
+            scales = torch.tensor(
+                [[CANONICAL_FOCAL_LENGTH / (f * r) if f is not None else (1.0 if scales is None else
+                                                                          float(scales[i, 0]))]
+                 for i, (f, r) in enumerate(zip(focals, factors))], dtype=torch.float32, device=pointmaps.device)
+            predicted = [f is None for f in focals] if getattr(outputs, "scales", None) is not None else None
+        else:
+            focals, predicted = None, ([True] * count if scales is not None else None)
+        if scales is not None:
+            pointmaps = pointmaps / scales[:, :, None, None]
         pads = self._paddings(pointmaps, source_sizes, paddings, remove)
 
         def resize(maps, size):
@@ -957,8 +1242,20 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             return resize_maps_bilinear(maps, size)
 
         maps = self._finish_maps(pointmaps, pads, final_sizes, resize)
-        return [{"pointmap": m, "depth": m[2], "scale": None if scales is None else scales[i, 0]}
-                for i, m in enumerate(maps)]
+        results = []
+        for i, m in enumerate(maps):
+            if cameras is not None and cameras[i] is not None:
+                reference = source_sizes[i] if source_sizes is not None else self.input_size
+                m = _reproject_pointmap(m, cameras[i], reference)
+            if focals is not None and focals[i] is not None:
+                focal, scale = torch.tensor(focals[i], dtype=torch.float32), scales[i, 0]
+            elif predicted is not None and predicted[i]:
+                scale = scales[i, 0]
+                focal = CANONICAL_FOCAL_LENGTH / (scale * factors[i])
+            else:
+                focal = scale = None
+            results.append({"pointmap": m, "depth": m[2], "scale": scale, "focal_length": focal})
+        return results
 
     def post_process_depth_estimation(
         self, outputs, target_sizes: Any = None, focal_length: Any = None
@@ -967,9 +1264,10 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         Pointmap model output -> metric depth, in the format of transformers' `post_process_depth_estimation` (what
         its `pipeline("depth-estimation")` calls, with each image's original size as `target_sizes`).
 
-        The depth is the Z channel of `post_process_pointmap_estimation`'s metric pointmap, in metres: the canonical
-        pointmap divided by the scale, letterbox padding removed, smoothed and resized exactly as there, so it equals
-        the `sapiens2-pointmap` pipeline's `depth`.
+        The depth is the Z channel of `post_process_pointmap_estimation`'s metric pointmap, in metres, computed by
+        that method (`target_sizes` as its `source_sizes`, the same `focal_length`), so it equals the
+        `sapiens2-pointmap` pipeline's `depth` for the same focal length. To keep only the person, mask the result:
+        `apply_foreground_mask(result["predicted_depth"], foreground_mask_from_segmentation(seg))` (NaN background).
 
         Args:
             outputs: a pointmap model's output: `pointmaps` (`(batch_size, 3, height, width)`, canonical camera) and
@@ -1001,40 +1299,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 "from Sapiens2 pointmap models; a normal map is no depth: run normal models with "
                 "pipeline('sapiens2-normal')."
             )
-        pointmaps = pointmaps.float()
         scales = getattr(outputs, "scales", None)
-        scales = None if scales is None else scales.float()
-        count = pointmaps.shape[0]
-        sizes = _sizes_list(target_sizes, count, "target_sizes")
-        # model-input pixels per target pixel along x: the letterbox resize (the scale's f_x is in model-input pixels)
-        factors = [1.0] * count if sizes is None else [
-            letterbox_geometry(size, self.input_size)[0][1] / size[1] for size in sizes]
-        focals = None
-        if focal_length is not None:
-            values = focal_length.tolist() if isinstance(focal_length, (torch.Tensor, np.ndarray)) else focal_length
-            values = [values] * count if isinstance(values, (int, float)) else list(values)
-            if len(values) != count:
-                raise ValueError(f"focal_length has {len(values)} entries for {count} images; pass one number, or one "
-                                 "per image.")
-            for value in values:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
-                        or value <= 0:
-                    raise ValueError(f"focal_length {value!r} is not a positive finite number of pixels.")
-            focals = [float(value) for value in values]
-            scales = torch.tensor([[CANONICAL_FOCAL_LENGTH / (f * r)] for f, r in zip(focals, factors)],
-                                  dtype=torch.float32, device=pointmaps.device)
-        results = self.post_process_pointmap_estimation(SimpleNamespace(pointmaps=pointmaps, scales=scales),
-                                                        source_sizes=sizes)
-        depths = []
-        for i, result in enumerate(results):
-            if focals is not None:
-                focal = torch.tensor(focals[i], dtype=torch.float32)
-            elif scales is not None:
-                focal = CANONICAL_FOCAL_LENGTH / (scales[i, 0] * factors[i])
-            else:
-                focal = None
-            depths.append({"predicted_depth": result["depth"], "focal_length": focal})
-        return depths
+        results = self.post_process_pointmap_estimation(
+            SimpleNamespace(pointmaps=pointmaps.float(), scales=None if scales is None else scales.float()),
+            source_sizes=_sizes_list(target_sizes, pointmaps.shape[0], "target_sizes"), focal_length=focal_length)
+        return [{"predicted_depth": result["depth"], "focal_length": result["focal_length"]} for result in results]
 
     def post_process_albedo_estimation(
         self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
@@ -1131,6 +1400,24 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 composite = (blended * 255.0).round().to(torch.uint8)
             out.append({"alpha": alpha, "foreground": foreground, "composite": composite})
         return out
+
+
+def _reproject_pointmap(pointmap: torch.Tensor, camera: tuple[float, float, float, float],
+                        reference_size: tuple[int, int]) -> torch.Tensor:
+    """`(3, height, width)` metric pointmap -> X, Y re-projected from its Z through the pinhole camera `(fx, fy, cx,
+    cy)` given in pixels of an image of `reference_size` `(height, width)`: `X = (u - cx) Z / fx`, `Y = (v - cy) Z /
+    fy` at each map pixel's position `(u, v)` in that image (its column and row when the sizes agree)."""
+    fx, fy, cx, cy = camera
+    height, width = pointmap.shape[-2:]
+    reference_height, reference_width = reference_size
+    # pixel centres matched between the map's grid and the reference grid (align_corners=False, like the resize);
+    # the ray slopes in float64, rounded once to the map's dtype
+    u = (torch.arange(width, dtype=torch.float64) + 0.5) * (reference_width / width) - 0.5
+    v = (torch.arange(height, dtype=torch.float64) + 0.5) * (reference_height / height) - 0.5
+    slope_x = ((u - cx) / fx).to(pointmap.device, pointmap.dtype)
+    slope_y = ((v - cy) / fy).to(pointmap.device, pointmap.dtype)
+    z = pointmap[2]
+    return torch.stack([slope_x[None, :] * z, slope_y[:, None] * z, z])
 
 
 def image_processor_for_task(task: str | None, **kwargs) -> Sapiens2HFImageProcessor:

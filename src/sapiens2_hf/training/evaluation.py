@@ -36,12 +36,12 @@ class TaskEvaluator:
     * pointmap: canonical distance and normal metrics;
     * albedo: `mae`, `rmse`, `psnr`, `ssim`, `grad_l1`.
 
-    Pose and seg have their own statistics below; every other task is a dense regression whose one metric takes the
-    task's prediction (its registry `output_field`), `labels` and `mask`, so a new task of that kind needs no change
-    here.
+    The statistics follow the training registry's `prediction` kind: `"keypoints"` (pose) and `"classes"` (seg) have
+    their own below; a `"map"` task (the default: a dense regression) has each metric take the task's prediction (its
+    layer-0 `output_field`), `labels` and `mask`, so a new task of that kind needs no change here.
 
     Args:
-        task (`str`): One of `pose`, `seg`, `normal`, `pointmap`, `albedo`.
+        task (`str`): a task of the training registry (`TRAINING_TASKS`).
         input_size (`tuple[int, int]`, *optional*): Pose crop `(height, width)`, needed to decode keypoints; taken
             from the batch's `pixel_values` when omitted.
         oks (`bool`, *optional*, defaults to `True`): Compute OKS AP for pose (needs the metadata of
@@ -67,8 +67,10 @@ class TaskEvaluator:
             heatmaps (`torch.Tensor`, *optional*): Pose heatmaps to evaluate instead of `outputs.heatmaps` (e.g. the
                 flip-test average).
         """
-        if self.task == "pose":
-            heatmaps = (outputs.heatmaps if heatmaps is None else heatmaps).float()
+        kind = training_task(self.task).prediction
+        prediction = getattr(outputs, task_spec(self.task).output_field)
+        if kind == "keypoints":
+            heatmaps = (prediction if heatmaps is None else heatmaps).float()
             stats = {"acc_pose": self.metrics["acc_pose"].statistics(heatmaps, batch["labels"], batch["label_weights"])}
             if "gt_keypoints" not in batch:
                 return stats
@@ -82,18 +84,19 @@ class TaskEvaluator:
                          gt_area=batch["gt_area"].double(), gt_bbox=batch["gt_bbox"].double(),
                          image_id=batch["image_id"], instance_id=batch["instance_id"])
             return {name: value.to(heatmaps.device) for name, value in stats.items()}
-        if self.task == "seg":
-            logits, labels = outputs.logits.float(), batch["labels"]
-            sizes = batch.get("label_size")
-            metric = self.metrics["seg"]
+        prediction = prediction.float()
+        if kind == "classes":
+            labels, sizes = batch["labels"], batch.get("label_size")
             if sizes is None or bool((sizes == torch.tensor(labels.shape[1:], device=sizes.device)).all()):
-                return {"seg": metric.statistics(logits, labels)}
-            rows = []
-            for b in range(len(labels)):  # padded original-resolution labels: resize logits to each true size
-                height, width = (int(v) for v in sizes[b])
-                rows.append(metric.statistics(logits[b : b + 1], labels[b : b + 1, :height, :width]))
-            return {"seg": torch.cat(rows)}
-        prediction = getattr(outputs, task_spec(self.task).output_field).float()
+                return {name: metric.statistics(prediction, labels) for name, metric in self.metrics.items()}
+            statistics = {}
+            for name, metric in self.metrics.items():
+                rows = []
+                for b in range(len(labels)):  # padded original-resolution labels: resize logits to each true size
+                    height, width = (int(v) for v in sizes[b])
+                    rows.append(metric.statistics(prediction[b : b + 1], labels[b : b + 1, :height, :width]))
+                statistics[name] = torch.cat(rows)
+            return statistics
         labels, mask = batch["labels"], batch["mask"]
         return {name: metric.statistics(prediction, labels, mask) for name, metric in self.metrics.items()}
 

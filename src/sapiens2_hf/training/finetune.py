@@ -19,7 +19,7 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..data.datasets import Sapiens2TaskDataset
-from ..data.dense import read_dense_folder, read_segmentation_folder
+from ..data.dense import read_dense_folder
 from ..data.hf_datasets import (
     SYNTHETIC,
     load_dataset_dict,
@@ -30,16 +30,18 @@ from ..data.hf_datasets import (
     task_records,
 )
 from ..data.pose import read_coco_keypoints
+from ..data.tasks import is_top_down
 from ..data.validation import describe_skipped, validate_records, write_skipped_samples
 from ..hub.sharing import ship_pipeline, enable_remote_code
 from ..modeling import HEAD_PRESETS, VARIANTS, Sapiens2Config, Sapiens2Model, model_class_for_task, tiny_config
+from ..modeling.sapiens2_tasks import task_spec
 from ..processing import image_processor_for_task
 from ..utils.atomic_io import atomic_write_json
 from .arguments import DataArguments, ModelArguments
 from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
 from .run_setup import resolve_resume_checkpoint, seed_run
-from .tasks import TRAINING_TASKS, check_task
+from .tasks import TRAINING_TASKS, check_task, training_task
 from .trainer import Sapiens2Trainer
 
 
@@ -221,16 +223,15 @@ def build_records(data_args: DataArguments, task: str, split: str, seed: int) ->
     masks = getattr(data_args, f"{split}_masks")
     if targets is None:
         return None
+    # top-down tasks (pose) read one record per person from COCO keypoint files, the others one folder per role
     if data_args.dataset == "coco":
-        if task != "pose":
+        if not is_top_down(task):
             raise ValueError("--dataset coco is for pose; use --dataset folder for the dense tasks.")
         return read_coco_keypoints(targets, images, keypoint_layout=data_args.keypoint_layout, skip_crowd=True)
     if data_args.dataset == "folder":
         if images is None:
             raise ValueError(f"--dataset folder needs --{split}_images.")
-        if task == "seg":
-            return read_segmentation_folder(images, targets)
-        if task == "pose":
+        if is_top_down(task):
             raise ValueError("Pose data is read from COCO keypoint JSON: use --dataset coco.")
         return read_dense_folder(images, targets, task, masks)
     raise ValueError(f"Unknown --dataset {data_args.dataset!r}; use synthetic, coco or folder.")
@@ -424,12 +425,15 @@ def predict(trainer: Sapiens2Trainer, dataset: Sapiens2TaskDataset, task: str, f
     """`--do_predict`: the test metrics (`trainer.predict`; written to `predict_results.json`) and the predictions,
     written to `folder` by the main process:
 
-    * pose: `keypoints.json`, COCO keypoint results (`image_id`, `category_id` 1, `keypoints` as 308 flat
-      `[x, y, score]` in image pixels, `score` the mean keypoint score, `bbox` the person box it was cropped from,
-      `instance_id`), flip-tested like the evaluation;
-    * seg: `<index>.png`, class ids at the label's resolution (the evaluation's upsampling and arg-max);
-    * other tasks: `<index>.npz` with the model's output maps as `(height, width, channels)` float32 on the network
-      input grid (the evaluation transform's letterbox) and its other per-sample outputs (pointmap: `scales`).
+    by the training registry's `prediction` kind of the task:
+
+    * `"keypoints"` (pose): `keypoints.json`, COCO keypoint results (`image_id`, `category_id` 1, `keypoints` as 308
+      flat `[x, y, score]` in image pixels, `score` the mean keypoint score, `bbox` the person box it was cropped
+      from, `instance_id`), flip-tested like the evaluation;
+    * `"classes"` (seg): `<index>.png`, class ids at the label's resolution (the evaluation's upsampling and arg-max);
+    * `"map"` (the other tasks): `<index>.npz` with the model's output maps as `(height, width, channels)` float32 on
+      the network input grid (the evaluation transform's letterbox) and its other per-sample outputs (pointmap:
+      `scales`).
 
     `<index>` is the sample's position in the test split, zero-padded to 6 digits. Under FSDP the dense files are not
     written (they need the whole model on one process).
@@ -437,11 +441,13 @@ def predict(trainer: Sapiens2Trainer, dataset: Sapiens2TaskDataset, task: str, f
     output = trainer.predict(dataset, metric_key_prefix="predict")
     trainer.log_metrics("predict", output.metrics)
     trainer.save_metrics("predict", output.metrics)
-    if task != "pose" and trainer.is_fsdp_enabled:
+    # keypoints are written from the evaluation statistics; the other kinds re-run the model on the test split
+    keypoints = training_task(task).prediction == "keypoints"
+    if not keypoints and trainer.is_fsdp_enabled:
         logger.warning("--do_predict under FSDP writes the test metrics only, not the dense prediction files.")
     elif trainer.is_world_process_zero():
         folder.mkdir(parents=True, exist_ok=True)
-        if task == "pose":
+        if keypoints:
             _write_pose_predictions(output.predictions, folder / "keypoints.json")
         else:
             _write_dense_predictions(trainer, dataset, task, folder)
@@ -474,10 +480,10 @@ def _write_dense_predictions(trainer: Sapiens2Trainer, dataset: Sapiens2TaskData
             outputs = model(pixel_values=batch["pixel_values"].to(trainer.args.device))
         for b in range(len(batch["pixel_values"])):
             name = f"{index:06d}"
-            if task == "seg":
+            if training_task(task).prediction == "classes":
                 height, width = (int(v) for v in batch["label_size"][b])
-                logits = F.interpolate(outputs.logits[b : b + 1].float(), size=(height, width), mode="bilinear",
-                                       align_corners=False)
+                logits = getattr(outputs, task_spec(task).output_field)[b : b + 1].float()
+                logits = F.interpolate(logits, size=(height, width), mode="bilinear", align_corners=False)
                 Image.fromarray(logits.argmax(dim=1)[0].to(torch.uint8).cpu().numpy()).save(folder / f"{name}.png")
             else:
                 arrays = {}

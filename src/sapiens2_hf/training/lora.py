@@ -13,11 +13,11 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ..modeling import Sapiens2Config, Sapiens2Model, model_class_for_task
+from .tasks import HEAD_MODULES, training_task
 
 
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
-HEAD_MODULES = ("decode_head", "scale_head")
 
 
 def lora_target_pattern(include_mlp: bool = False) -> str:
@@ -30,9 +30,9 @@ def lora_target_pattern(include_mlp: bool = False) -> str:
 def lora_config(task: str, rank: int = 16, alpha: int | None = None, dropout: float = 0.0,
                 include_mlp: bool = False) -> LoraConfig:
     """LoRA settings for a Sapiens2 task model: rank-`rank` adapters (scale `alpha / rank`, default alpha = 2 *
-    rank) on `q/k/v/o_proj` (and `gate/up/down_proj` with `include_mlp`), the decode head (and the pointmap scale
-    head) trained in full through `modules_to_save`."""
-    heads = ["decode_head", "scale_head"] if task == "pointmap" else ["decode_head"]
+    rank) on `q/k/v/o_proj` (and `gate/up/down_proj` with `include_mlp`), the task's heads (the training registry's
+    `head_modules`: the decode head, and the pointmap scale head) trained in full through `modules_to_save`."""
+    heads = list(training_task(task).head_modules)
     return LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else 2 * rank, lora_dropout=dropout,
                       target_modules=lora_target_pattern(include_mlp), modules_to_save=heads, bias="none")
 

@@ -9,6 +9,8 @@ import re
 import torch
 from torch import nn
 
+from .tasks import HEAD_MODULES
+
 
 OFFICIAL_LAYER_DECAY = {"0.4b": 0.8, "0.8b": 0.85, "1b": 0.9, "5b": 0.94}
 
@@ -86,8 +88,7 @@ def freeze_backbone(model: nn.Module, num_frozen_layers: int | None = None, free
     """
     frozen = 0
     for name, parameter in model.named_parameters():
-        is_head = name.startswith(("decode_head.", "scale_head.")) or ".decode_head." in name or ".scale_head." in name
-        if is_head:
+        if any(name.startswith(f"{head}.") or f".{head}." in name for head in HEAD_MODULES):
             continue
         if num_frozen_layers is None:
             hit = True

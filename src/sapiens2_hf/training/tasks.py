@@ -2,8 +2,9 @@
 output and a collated batch feed the loss.
 
 Keyed by the layer-0 task names (`sapiens2_hf.modeling.sapiens2_tasks.TASK_NAMES`; a test asserts the key sets are
-equal); the model-output field of a task's prediction comes from there too. Adding a task means one entry here, one in
-the layer-0 registry, and the task's own modules (see docs/ARCHITECTURE.md).
+equal, and importing this module fails when one is missing); the model-output field of a task's prediction comes from
+there too. Adding a task means one entry here, one in the layer-0 registry, one in the data registry
+(`sapiens2_hf.data.tasks.DATA_TASKS`), and the task's own modules (see docs/ARCHITECTURE.md).
 
 Loss inputs, in call order (from `sapiens2_hf.data` transforms + `Sapiens2DataCollator`):
 
@@ -44,6 +45,10 @@ from ..metrics import (
 from ..modeling.sapiens2_tasks import TASK_NAMES, task_spec
 
 
+#: The kinds of `TrainingTaskSpec.prediction`.
+PREDICTIONS = ("map", "classes", "keypoints")
+
+
 @dataclass(frozen=True)
 class TrainingTaskSpec:
     """What the training layer knows of one task (its layer-0 facts, e.g. the output field, are in `TASK_SPECS`).
@@ -56,6 +61,14 @@ class TrainingTaskSpec:
         loss_optional_batch_keys (`tuple[str, ...]`): batch keys passed next, as `None` when a batch lacks them.
         loss_output_fields (`tuple[tuple[str, str], ...]`): extra model-output fields the loss takes right after the
             task's prediction, each with what produces it (for the error when a model has none).
+        prediction (`str`): what the prediction is, for evaluation (`TaskEvaluator`) and `--do_predict` files:
+            `"map"` (default: a dense map compared with `labels` within `mask` by each metric, written as `.npz`),
+            `"classes"` (per-pixel class logits, compared and written as class ids at each label's own size) or
+            `"keypoints"` (heatmaps, decoded to keypoints in image pixels, written as COCO keypoint results).
+        flip_test (`bool`): the official flip test applies (heatmaps averaged with those of the mirrored input,
+            keypoints swapped left/right; `Sapiens2Trainer(pose_flip_test=...)` turns it off).
+        head_modules (`tuple[str, ...]`): the model's head sub-modules, trained in full under LoRA
+            (`modules_to_save`) and given the head learning rate.
     """
 
     loss: type[nn.Module]
@@ -64,17 +77,24 @@ class TrainingTaskSpec:
     loss_batch_keys: tuple[str, ...]
     loss_optional_batch_keys: tuple[str, ...] = ()
     loss_output_fields: tuple[tuple[str, str], ...] = ()
+    prediction: str = "map"
+    flip_test: bool = False
+    head_modules: tuple[str, ...] = ("decode_head",)
+
+    def __post_init__(self):
+        if self.prediction not in PREDICTIONS:
+            raise ValueError(f"TrainingTaskSpec.prediction must be one of {PREDICTIONS}, got {self.prediction!r}.")
 
 
 TRAINING_TASKS: dict[str, TrainingTaskSpec] = {
     "pose": TrainingTaskSpec(
         loss=PoseHeatmapLoss, transform=PoseTransform,
         metrics={"acc_pose": PoseHeatmapAccuracy, "pck": KeypointPCK, "oks": KeypointOksAP},
-        loss_batch_keys=("labels", "label_weights"),
+        loss_batch_keys=("labels", "label_weights"), prediction="keypoints", flip_test=True,
     ),
     "seg": TrainingTaskSpec(
         loss=SegmentationLoss, transform=SegTransform, metrics={"seg": SegmentationMetric},
-        loss_batch_keys=("labels",),
+        loss_batch_keys=("labels",), prediction="classes",
     ),
     "normal": TrainingTaskSpec(
         loss=NormalLoss, transform=NormalTransform, metrics={"normal": NormalMetric},
@@ -84,7 +104,7 @@ TRAINING_TASKS: dict[str, TrainingTaskSpec] = {
         loss=PointmapLoss, transform=PointmapTransform, metrics={"pointmap": PointmapMetric},
         loss_batch_keys=("labels", "target_scales", "mask", "intrinsics"),
         loss_optional_batch_keys=("target_mean_depth",),
-        loss_output_fields=(("scales", "the scale branch"),),
+        loss_output_fields=(("scales", "the scale branch"),), head_modules=("decode_head", "scale_head"),
     ),
     "albedo": TrainingTaskSpec(
         loss=AlbedoLoss, transform=AlbedoTransform, metrics={"albedo": AlbedoMetric},
@@ -98,8 +118,16 @@ TRAINING_TASKS: dict[str, TrainingTaskSpec] = {
     ),
 }
 
+_missing = [name for name in TASK_NAMES if name not in TRAINING_TASKS]
+if _missing:  # fail at import, naming the fix, rather than deep inside a training run
+    raise ImportError(f"The training registry has no entry for task(s) {_missing}: add them to "
+                      "sapiens2_hf.training.tasks.TRAINING_TASKS.")
+
 #: Task names, in the layer-0 registry order (kept under this name for its importers).
 TASKS = TASK_NAMES
+
+#: Every head sub-module name of the task models (`head_modules`, in registry order).
+HEAD_MODULES = tuple(dict.fromkeys(name for spec in TRAINING_TASKS.values() for name in spec.head_modules))
 
 
 def check_task(task: str) -> str:

@@ -12,7 +12,7 @@ from ..data.label_tables import KEYPOINT_FLIP_INDICES
 from .evaluation import TaskEvaluator, flip_test_heatmaps
 from .loss_logging import LossTermsLoggingMixin
 from .optim import official_schedule, parameter_groups
-from .tasks import check_task, default_loss, task_loss
+from .tasks import check_task, default_loss, task_loss, training_task
 
 
 class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
@@ -28,11 +28,11 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
       learning-rate multipliers; `official_schedule=True` uses the official warm-up (from 1e-3 x) and linear decay
       (warm-up length = `args.warmup_steps`).
     * **Evaluation**: `evaluator` (default `TaskEvaluator(task)`) turns every batch into fixed-size statistics that
-      are gathered and accumulated (`args.batch_eval_metrics` must be true); `pose_flip_test` averages the heatmaps
-      of the flipped crop, as the official validation does.
+      are gathered and accumulated (`args.batch_eval_metrics` must be true); for a task with the registry's
+      `flip_test` (pose), `pose_flip_test` averages the heatmaps of the flipped crop, as the official validation does.
 
     Args:
-        task (`str`): `pose`, `seg`, `normal`, `pointmap` or `albedo`.
+        task (`str`): a task of the training registry (`TRAINING_TASKS`).
         loss_fn (`nn.Module`, *optional*): Loss module; default the official one for `task`.
         evaluator (`TaskEvaluator`, *optional*): Metric accumulator; `None` uses `TaskEvaluator(task)`.
         layer_decay_rate (`float`, *optional*): Layer-wise learning-rate decay (official 0.8 / 0.85 / 0.9 / 0.94 for
@@ -85,7 +85,7 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
         with torch.no_grad(), self.compute_loss_context_manager():
             loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
             heatmaps = None
-            if self.task == "pose" and self.pose_flip_test and not prediction_loss_only:
+            if training_task(self.task).flip_test and self.pose_flip_test and not prediction_loss_only:
                 heatmaps = flip_test_heatmaps(model, inputs["pixel_values"], outputs.heatmaps, KEYPOINT_FLIP_INDICES)
         loss = loss.detach()
         if prediction_loss_only:

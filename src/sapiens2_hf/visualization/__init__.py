@@ -4,6 +4,7 @@
 from .drawing import (
     albedo_to_image,
     colorize_segmentation,
+    depth_to_image,
     depth_to_rgb,
     draw_keypoints,
     normals_to_rgb,
@@ -32,6 +33,7 @@ __all__ = [
     "albedo_to_image",
     "atomic_write",
     "colorize_segmentation",
+    "depth_to_image",
     "depth_to_rgb",
     "draw_keypoints",
     "normals_to_rgb",

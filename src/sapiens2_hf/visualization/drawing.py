@@ -190,22 +190,132 @@ def turbo_colours(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(cv2.applyColorMap(flat, cv2.COLORMAP_TURBO)[0, :, ::-1]).reshape(x.shape + (3,))
 
 
+def _depth_range(depth: Any, mask: Any, percentiles: tuple[float, float]):
+    """Depth as float64, the pixels shown (finite, masked in) and the colour range `(lo, hi)` (None if none)."""
+    d = _numpy(depth).astype(np.float64)
+    if d.ndim != 2:
+        raise ValueError(f"depth must be (height, width), got {d.shape}.")
+    valid = np.isfinite(d)
+    if mask is not None:
+        m = _numpy(mask).astype(bool)
+        if m.shape != d.shape:
+            raise ValueError(f"mask {m.shape} does not match the depth {d.shape} (height, width).")
+        valid &= m
+    if not valid.any():
+        return d, valid, None
+    lo, hi = np.percentile(d[valid], percentiles)
+    return d, valid, (float(lo), float(hi))
+
+
+def _depth_colours(d: np.ndarray, valid: np.ndarray, value_range) -> np.ndarray:
+    """Turbo colours of the valid depths over `value_range`, near = warm: `(count, 3)` uint8."""
+    lo, hi = value_range
+    t = (d[valid] - lo) / (hi - lo) if hi > lo else np.zeros(int(valid.sum()))
+    return turbo_colours(1.0 - t)
+
+
 def depth_to_rgb(depth: Any, mask: Any = None, percentiles: tuple[float, float] = (1.0, 99.0)) -> Image.Image:
     """Depth `(height, width)` -> Turbo-coloured RGB image, near = red/warm, far = blue; masked-out pixels black.
 
     The range is taken from the given percentiles of the valid (finite, masked-in) depths; the colours are OpenCV's
-    Turbo table (see `turbo_colours`).
+    Turbo table (see `turbo_colours`). `depth_to_image` adds a colour bar with units.
     """
-    d = _numpy(depth).astype(np.float64)
-    valid = np.isfinite(d)
-    if mask is not None:
-        valid &= _numpy(mask).astype(bool)
+    d, valid, value_range = _depth_range(depth, mask, percentiles)
     out = np.zeros(d.shape + (3,), dtype=np.uint8)
-    if valid.any():
-        lo, hi = np.percentile(d[valid], percentiles)
-        t = (d[valid] - lo) / (hi - lo) if hi > lo else np.zeros(int(valid.sum()))
-        out[valid] = turbo_colours(1.0 - t)
+    if value_range is not None:
+        out[valid] = _depth_colours(d, valid, value_range)
     return Image.fromarray(out)
+
+
+def _font(size: int):
+    try:  # Pillow >= 10.1 scales its built-in font; older ones have one fixed bitmap size
+        return ImageFont.load_default(size=size)
+    except TypeError:
+        return ImageFont.load_default()
+
+
+def _format_depth(value: float, units: str) -> str:
+    return f"{value:.3g} {units}".rstrip()
+
+
+def depth_to_image(
+    depth: Any,
+    mask: Any = None,
+    colorbar: bool = True,
+    units: str = "m",
+    percentiles: tuple[float, float] = (1.0, 99.0),
+    background: Sequence[int] = (128, 128, 128),
+) -> Image.Image:
+    """Depth `(height, width)` -> Turbo-coloured image with a labelled colour bar (the CLI's `<name>_depth.png`).
+
+    Colours are `depth_to_rgb`'s (near = red, far = blue, OpenCV's Turbo table over the 1st to 99th percentile of the
+    shown depths); pixels outside `mask` and NaN / infinite depths (a masked pipeline result's background) are
+    `background`, a neutral grey. The colour bar, to the right of the image on a white panel, runs from the far end
+    of the range (top) to the near end (bottom), with ticks labelled in `units` at both ends and the title
+    `depth (<units>)`.
+
+    Args:
+        depth: `(height, width)` depths (numpy or torch).
+        mask: optional `(height, width)` bool foreground; `False` pixels are shown as background.
+        colorbar: add the bar (else the image alone, `depth_to_rgb` with a neutral background).
+        units: the depth's units for the labels (the Sapiens2 pointmaps are in metres).
+        percentiles: the colour range, as percentiles of the shown depths.
+        background: RGB of the pixels not shown.
+
+    Returns:
+        RGB `PIL.Image`: the image's height (taller only when the image is too short for the labels) and its width
+        plus the bar panel.
+    """
+    d, valid, value_range = _depth_range(depth, mask, percentiles)
+    height, width = d.shape
+    pixels = np.empty((height, width, 3), dtype=np.uint8)
+    pixels[:] = np.asarray(background, dtype=np.uint8)
+    if value_range is not None:
+        pixels[valid] = _depth_colours(d, valid, value_range)
+    picture = Image.fromarray(pixels)
+    if not colorbar:
+        return picture
+    font_size = max(10, round(height / 40))
+    font = _font(font_size)
+    pad = max(3, font_size // 2)
+    bar_width = max(8, font_size)
+    title = f"depth ({units})" if units else "depth"
+    if value_range is None:
+        top_label = bottom_label = "n/a"
+    else:
+        top_label, bottom_label = _format_depth(value_range[1], units), _format_depth(value_range[0], units)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+
+    def box(text):  # (width, height) of the text as drawn
+        left, top, right, bottom = measure.textbbox((0, 0), text, font=font)
+        return right, bottom
+
+    text_width = max(box(t)[0] for t in (top_label, bottom_label))
+    text_height = max(box(t)[1] for t in (title, top_label, bottom_label))
+    panel_width = pad + max(bar_width + pad + text_width, box(title)[0]) + pad
+    bar_top = pad + text_height + pad
+    # the bar is at least two label heights long, so that its two labels never overlap
+    canvas_height = max(height, bar_top + 2 * text_height + pad + pad)
+    bar_bottom = canvas_height - pad - 1
+    canvas = Image.new("RGB", (width + panel_width, canvas_height), (255, 255, 255))
+    canvas.paste(picture, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    x0 = width + pad
+    draw.text((x0, pad), title, fill=(0, 0, 0), font=font)
+    if value_range is not None:
+        # top row = far end (t = 1 -> turbo(0), blue), bottom row = near end (turbo(1), red), as in the image
+        rows = bar_bottom - bar_top + 1
+        t = 1.0 - np.arange(rows) / max(rows - 1, 1)
+        gradient = turbo_colours(1.0 - t)
+        canvas.paste(Image.fromarray(np.repeat(gradient[:, None, :], bar_width, axis=1)), (x0, bar_top))
+    draw.rectangle([x0 - 1, bar_top - 1, x0 + bar_width, bar_bottom + 1], outline=(0, 0, 0))
+    tick_end = x0 + bar_width + pad // 2
+    label_x = x0 + bar_width + pad
+    for y, label, anchor_top in ((bar_top, top_label, True), (bar_bottom, bottom_label, False)):
+        draw.line([(x0 + bar_width, y), (tick_end, y)], fill=(0, 0, 0))
+        label_height = box(label)[1]
+        draw.text((label_x, y if anchor_top else y - label_height), label, fill=(0, 0, 0), font=font)
+    return canvas
 
 
 def pointmap_to_depth_image(pointmap: Any, mask: Any = None) -> Image.Image:
@@ -292,6 +402,7 @@ def read_ply_header(path: str | os.PathLike) -> list[str]:
 __all__ = [
     "albedo_to_image",
     "colorize_segmentation",
+    "depth_to_image",
     "depth_to_rgb",
     "draw_keypoints",
     "normals_to_rgb",

@@ -11,30 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...modeling.sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES
+from ...modeling.sapiens2_tasks import PRETRAIN_TASK
+from ..tasks import DATA_TASKS
 from .generator import SyntheticHumans
 
 GENERATOR_VERSION = "2"  # 2: the matting columns (alpha, foreground, matting_image)
 """Bumped whenever the renderer's output for a given seed changes (part of the datasets cache fingerprint)."""
 
-# The label columns of each registry task (`sapiens2_hf.modeling.sapiens2_tasks`); a new task adds its entry here.
-_LABEL_COLUMNS = {
-    "pose": ("boxes", "keypoints", "keypoint_visibility", "camera_intrinsics", "num_people"),
-    "seg": ("segmentation",),
-    "normal": ("normals", "mask"),
-    "pointmap": ("pointmap", "depth", "mask", "camera_intrinsics"),
-    "albedo": ("albedo", "mask"),
-    "matting": ("alpha", "foreground"),
-}
-# The render a task's ``image`` column holds: the plain one, except for matting, whose soft alpha describes the render
-# with anti-aliased person edges (``matting_image``, see `sapiens2_hf.data.synthetic.matting`).
-_IMAGE_SOURCE = {"matting": "matting_image"}
-_missing = [name for name in TASK_NAMES if name not in _LABEL_COLUMNS]
-if _missing:
-    raise ImportError(f"Synthetic data has no label columns for task(s) {_missing}: add them to "
-                      "sapiens2_hf.data.synthetic.dataset._LABEL_COLUMNS.")
-
-_TASK_COLUMNS = {name: ("image", *_LABEL_COLUMNS[name]) for name in TASK_NAMES}
+# Each task's label columns and the render its ``image`` column holds come from the data-layer registry
+# (`DataTaskSpec.synthetic_columns`, `DataTaskSpec.image_column`): the plain render, except for matting, whose soft
+# alpha describes the render with anti-aliased person edges (``matting_image``, see `.matting`).
+_IMAGE_SOURCE = {name: spec.image_column for name, spec in DATA_TASKS.items()}
+_TASK_COLUMNS = {name: ("image", *spec.synthetic_columns) for name, spec in DATA_TASKS.items()}
 _TASK_COLUMNS[PRETRAIN_TASK] = ("image",)
 _TASK_COLUMNS["all"] = tuple(dict.fromkeys(
     sum((list(c) for c in _TASK_COLUMNS.values()), []) + ["instance_map", "keypoints_3d", "matting_image"]))
