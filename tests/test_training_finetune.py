@@ -157,7 +157,10 @@ trainer = Sapiens2Trainer(model=model, args=args, train_dataset=dataset, task="p
 trainer.train()
 rank = int(os.environ["RANK"])
 save_file({k: v.contiguous() for k, v in model.state_dict().items()}, os.path.join(sys.argv[1], f"rank{rank}.safetensors"))
-print("WORLD", trainer.args.world_size, "LOG", trainer.state.log_history[-1])
+# a file, not stdout: a torchrun worker's block-buffered stdout is not reliably captured at exit
+with open(os.path.join(sys.argv[1], f"rank{rank}.world"), "w") as handle:
+    handle.write(str(trainer.args.world_size))
+print("WORLD", trainer.args.world_size, "LOG", trainer.state.log_history[-1], flush=True)
 '''
 
 
@@ -170,7 +173,7 @@ def test_two_process_gloo_training_ends_with_identical_weights(tmp_path, free_po
     result = subprocess.run([*torchrun, str(worker), str(tmp_path), str(Path(__file__).parent)], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "WORLD 2" in result.stdout
+    assert [(tmp_path / f"rank{rank}.world").read_text() for rank in (0, 1)] == ["2", "2"], result.stdout[-2000:]
     rank0, rank1 = load_file(str(tmp_path / "rank0.safetensors")), load_file(str(tmp_path / "rank1.safetensors"))
     torch.manual_seed(0)
     import sapiens2_hf
