@@ -114,17 +114,22 @@ def test_rope_keeps_its_precision_through_the_cast(rope_dtype, dtype):
     shape = {"rope_dtype": rope_dtype, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_attention_heads": 2}
     reference = _rope(_model(**shape))
     model = prepare_for_inference(_model(**shape), device="cpu", dtype=dtype, compile=False)
-    rope = _rope(model)
-    assert model.inference_recipe.rope_restored == 1
-    assert rope.periods.dtype == reference.rope_dtype
-    assert torch.equal(rope.periods, compute_rope_periods(rope.head_dim, model.config.rope_theta, rope.rope_dtype))
-    for got, want in zip(rope(4, 3), reference(4, 3)):
-        assert got.dtype == want.dtype and torch.equal(got, want)
-    # Control: a plain `.to(dtype)` moves the periods out of the RoPE dtype and the cos/sin change.
-    plain = _rope(_model(**shape).to(dtype))
-    assert plain.periods.dtype == dtype
-    assert not all(torch.equal(got.float(), want.float()) for got, want in zip(plain(4, 3), reference(4, 3)))
-    assert restore_rope_precision(plain) == 1 and plain.periods.dtype == reference.rope_dtype
+    # A plain `.to(dtype)` alone keeps the RoPE dtype (the module's `_apply`), so the recipe has nothing to restore.
+    assert model.inference_recipe.rope_restored == 0
+    plain = _model(**shape).to(dtype)
+    for candidate in (_rope(model), _rope(plain), _rope(plain.to(torch.float32).to(dtype))):
+        assert candidate.periods.dtype == reference.rope_dtype
+        assert torch.equal(candidate.periods, compute_rope_periods(candidate.head_dim, candidate.config.rope_theta, candidate.rope_dtype))
+        for got, want in zip(candidate(4, 3), reference(4, 3)):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+    # Control: periods moved out of their dtype by assignment (no `_apply`) change the cos/sin, and
+    # `restore_rope_precision` puts them back.
+    broken = _rope(plain)
+    broken.periods = broken.periods.to(dtype)
+    assert not all(torch.equal(got.float(), want.float()) for got, want in zip(broken(4, 3), reference(4, 3)))
+    assert restore_rope_precision(plain) == 1 and broken.periods.dtype == reference.rope_dtype
+    for got, want in zip(broken(4, 3), reference(4, 3)):
+        assert torch.equal(got, want)
 
 
 def test_attention_implementation_is_switched(monkeypatch):

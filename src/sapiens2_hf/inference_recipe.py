@@ -4,13 +4,13 @@ One call turns a loaded Sapiens2 model into the fastest configuration its hardwa
 computes beyond the chosen precision:
 
 1. **Device and precision.** Weights are moved and cast (`bfloat16` by default, the precision the official "lite"
-   path of the first Sapiens used). The RoPE is then put back into its official arithmetic: `nn.Module.to(dtype)`
-   casts every floating buffer, so it would turn the RoPE `periods` (kept in `config.rope_dtype`, bfloat16 like the
-   official model) into float16, or into float32 when a model is cast back to float32, and the cos/sin would then be
-   computed in another precision than the official one (on the tiny test model a float32 round trip moves the
-   outputs by ~5e-4 of 0.9). Every RoPE module whose periods left its `rope_dtype` gets them recomputed
-   (`reset_periods`, which also empties its cos/sin cache; the cache is keyed on dtype and device anyway).
-   With bfloat16 weights and the default bfloat16 RoPE nothing changes: the official model's arithmetic exactly.
+   path of the first Sapiens used). The RoPE keeps its official arithmetic: its `periods` stay in
+   `config.rope_dtype` (bfloat16 like the official model) through any `nn.Module` cast, because the RoPE module
+   recomputes them in its `_apply`; a float16 model, or a model cast back to float32, would otherwise compute the
+   cos/sin in another precision (on the tiny test model a float32 round trip moves the outputs by ~5e-4 of 0.9).
+   Periods moved out of their dtype by other means (assigned, or changed by a hook) are recomputed here
+   (`restore_rope_precision`, which also empties the cos/sin cache). With bfloat16 weights and the default bfloat16
+   RoPE nothing changes: the official model's arithmetic exactly.
 2. **Attention kernel.** Through transformers' public `set_attn_implementation` (`config._attn_implementation`):
    `"sdpa"` by default, i.e. `torch.nn.functional.scaled_dot_product_attention`, which on CUDA picks the
    FlashAttention-2 kernel by itself when it can (fp16/bf16, head dim <= 256, no mask: every Sapiens2 size has head
@@ -119,9 +119,9 @@ def _check_device(device) -> torch.device:
 
 
 def restore_rope_precision(model: torch.nn.Module) -> int:
-    """Puts every Sapiens2 RoPE module's `periods` back into its `rope_dtype` (recomputed, as at construction) after a
-    cast moved them; returns how many were restored. A model cast with plain `.to(dtype)` needs this to keep the
-    official RoPE arithmetic (see the module docstring)."""
+    """Puts every Sapiens2 RoPE module's `periods` back into its `rope_dtype` (recomputed, as at construction) where
+    something moved them out of it; returns how many were restored. `nn.Module` casts (`.to(dtype)`, `.half()`) no
+    longer need this (the RoPE module keeps its dtype through them); an assignment or a hook still can."""
     restored = 0
     for module in model.modules():
         if isinstance(module, Sapiens2RopePositionEmbedding) and module.periods.dtype != module.rope_dtype:

@@ -65,7 +65,7 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, **kwarg
                 resolved.location, **(kwargs.pop("model_kwargs", None) or {})
             )
     pipe = transformers_pipeline(task, model=model, **kwargs)
-    # The pipeline casts the model with `.to(dtype)`, which also casts the RoPE periods (see inference_recipe.py).
+    # A model loaded by hand may carry periods moved out of their RoPE dtype by assignment (casts keep it).
     restore_rope_precision(pipe.model)
     if fast or compile:
         prepare_for_inference(pipe.model, device=pipe.device, dtype=pipe.model.dtype, compile=bool(compile),

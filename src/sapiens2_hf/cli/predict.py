@@ -312,7 +312,7 @@ def _build_pipeline(args: argparse.Namespace, device: str | None = None):
     if getattr(args, "backend", "torch") == "torch":
         from ..inference_recipe import prepare_for_inference, restore_rope_precision
 
-        restore_rope_precision(pipe.model)  # the pipeline's `.to(dtype)` must not change the official RoPE arithmetic
+        restore_rope_precision(pipe.model)  # keep the official RoPE arithmetic whatever moved the periods
         if args.compile:
             prepare_for_inference(pipe.model, device=pipe.device, dtype=dtype, compile=True, attention="sdpa",
                                   mode=args.compile_mode)

@@ -392,6 +392,18 @@ class Sapiens2RopePositionEmbedding(nn.Module):
         )
         self.clear_cos_sin_cache()
 
+    def _apply(self, fn, recurse=True):
+        # `.to(dtype)`, `.half()`, `.float()` and `.bfloat16()` cast every floating buffer, which would move the
+        # periods out of `rope_dtype` and the cos/sin out of the official arithmetic (a bf16 -> fp32 round trip also
+        # keeps the bf16 rounding). The periods follow the module's device but keep their own dtype, recomputed
+        # rather than cast back so no precision is lost on the way.
+        super()._apply(fn, recurse)
+        if self.periods.dtype != self.rope_dtype:
+            fresh = compute_rope_periods(self.head_dim, self.config.rope_theta, self.rope_dtype)
+            self.periods = fresh.to(self.periods.device)
+            self.clear_cos_sin_cache()
+        return self
+
     def clear_cos_sin_cache(self) -> None:
         self._cos_sin_cache = {}
         self._cos_sin_cache_source = None
