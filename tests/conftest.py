@@ -9,6 +9,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+# torch's inductor cache does not tell CPU kernels compiled under one ATEN_CPU_CAPABILITY from another: a kernel
+# compiled by a plain run and reused by a run with ATEN_CPU_CAPABILITY=avx2 gave NaN in half of its outputs, and the
+# reverse crashed the process (torch 2.14.1, AVX-512 CPU). One cache folder per capability keeps such runs apart.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    _capability = os.environ.get("ATEN_CPU_CAPABILITY", "default") or "default"
+    _user = getattr(os, "getuid", lambda: "user")()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"sapiens2_hf_tests_torchinductor_{_user}_{_capability}"
+    )
+
 
 import socket
 

@@ -111,3 +111,26 @@ def e2e_case(task):
     size = [meta["input"]["height"], meta["input"]["width"]]
     model = sapiens2_hf.model_class_for_task(task).from_pretrained(folder / meta["weights_file"], image_size=size)
     return folder, meta, load_file(folder / "case.safetensors"), model.eval()
+
+
+#: Share of keypoints that must lie within their own `per_keypoint_tolerance_px` when a pipeline's keypoints are
+#: compared with the fixture's (computed on another machine). That tolerance comes from four 1-ulp input
+#: perturbations on one machine; other kernels (another CPU, ATEN_CPU_CAPABILITY=avx2, onnxruntime) round elsewhere
+#: and, on this random model's flat heatmaps, move a few near-tied keypoints past their floor: 5 of 308 with the flip
+#: test under ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU, 6 with onnxruntime. The aggregate tolerance holds as well.
+POSE_KEYPOINTS_WITHIN_OWN_TOLERANCE = 0.97
+
+
+def pose_keypoints_within(keypoints, meta: dict, ref: dict, name: str) -> tuple[bool, dict[str, float]]:
+    """Whether one person's `(308, 2)` keypoints match the e2e fixture's `keypoints_image{name}` as far as the fixture
+    allows across machines: the aggregate `recommended_tolerance` (max-abs, mean-abs, rel-L2) and at least
+    `POSE_KEYPOINTS_WITHIN_OWN_TOLERANCE` of the keypoints within their own per-keypoint tolerance. Returns
+    `(ok, stats)`, the stats naming what was measured."""
+    reference = ref["keypoints_image" + name][0]
+    keypoints = torch.as_tensor(keypoints).to(reference.dtype)
+    stats = compare(keypoints, reference)
+    own = torch.tensor(meta["noise_floor"]["per_keypoint_tolerance_px"]["keypoints_image" + name][0])
+    stats["within_own_tolerance"] = ((keypoints - reference).abs().amax(-1) <= own).float().mean().item()
+    ok = (within(stats, meta["noise_floor"]["recommended_tolerance"]["keypoints_image" + name])
+          and stats["within_own_tolerance"] >= POSE_KEYPOINTS_WITHIN_OWN_TOLERANCE)
+    return ok, stats

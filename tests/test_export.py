@@ -20,7 +20,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from official_cases import FIXTURES, e2e_case  # noqa: E402
+from official_cases import FIXTURES, e2e_case, pose_keypoints_within  # noqa: E402
 from transformers import pipeline  # noqa: E402
 
 import sapiens2_hf  # noqa: E402
@@ -204,25 +204,16 @@ def test_onnxruntime_pose_pipeline_reproduces_the_official_demo(pose_export, fli
     pipe = pipeline("sapiens2-pose", model=runtime, image_processor=processor, device="cpu")
     people = _pose_people(pipe, folder, meta, flip_test)
     name = "_flip_test" if flip_test else ""
-    noise_floor = meta["noise_floor"]
     keypoints = torch.from_numpy(people[0]["keypoints"])
-    reference = ref["keypoints_image" + name][0]
-    diff = (keypoints - reference).abs()
-    aggregate = noise_floor["recommended_tolerance"]["keypoints_image" + name]
-    assert diff.max() <= aggregate["max_abs"] and diff.mean() <= aggregate["mean_abs"]
-    assert diff.norm() / reference.norm() <= aggregate["rel_l2"]
-    tolerance = torch.tensor(noise_floor["per_keypoint_tolerance_px"]["keypoints_image" + name][0])
-    error = diff.amax(-1)
-    if flip_test:
-        # On the flipped crop onnxruntime's float32 matmuls (rounded differently from torch's) flip a few bf16
-        # roundings of q/k: the flip-test heatmaps stay within the fixture's tolerance (test above), but this random
-        # tiny model's flat heatmaps have near-ties, so 6 of 308 keypoints move past their per-keypoint floor (up
-        # to 10 px, the argmax changing cell); the fixture's aggregate tolerance (max 30 px) holds.
-        assert (error <= tolerance).float().mean() >= 0.97
-    else:
-        assert (error <= tolerance).all(), f"{int((error > tolerance).sum())} keypoints beyond their tolerance"
+    # onnxruntime's float32 matmuls round differently from torch's (on the flipped crop they flip a few bf16
+    # roundings of q/k), which moves a few near-tied keypoints of this random model past their floor: the fixture's
+    # cross-machine rule (official_cases.pose_keypoints_within) allows for that.
+    ok, stats = pose_keypoints_within(keypoints, meta, ref, name)
+    assert ok, stats
+    tolerance = torch.tensor(meta["noise_floor"]["per_keypoint_tolerance_px"]["keypoints_image" + name][0])
+    if not flip_test:
         # control: the official fp32-RoPE run is out of tolerance, so the bf16 path is followed
-        assert ((keypoints - ref["keypoints_image_rope_fp32"][0]).abs().amax(-1) > tolerance).any()
+        assert not pose_keypoints_within(ref["keypoints_image_rope_fp32"][0], meta, ref, name)[0]
     # the same post-processed results as the torch model's pipeline
     torch_people = _pose_people(pipeline("sapiens2-pose", model=model, image_processor=processor, device="cpu"),
                                 folder, meta, flip_test)

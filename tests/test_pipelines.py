@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from official_cases import FIXTURES
+from official_cases import FIXTURES, pose_keypoints_within
 from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoImageProcessor, pipeline
@@ -181,9 +181,15 @@ def test_pose_pipeline_random_model_flip_and_values():
     flipped = pipe(image, boxes=boxes)
     processor = pipe.image_processor
     inputs = processor(image, boxes=[boxes], box_format="xyxy")
+    # The model runs as the pipeline runs it, one crop per call (its default batch_size=1): another batch
+    # composition changes the kernels' rounding (one float32 ulp with ATEN_CPU_CAPABILITY=avx2), and this random
+    # model's flat heatmaps turn an ulp into an argmax move, so bit-equality holds only for the same calls.
+    crops = inputs["pixel_values"].split(1)
     with torch.no_grad():
-        out = model(inputs["pixel_values"])
-        out_flipped = model(inputs["pixel_values"].flip(-1))
+        out = sapiens2_hf.Sapiens2PoseEstimatorOutput(heatmaps=torch.cat([model(crop).heatmaps for crop in crops]))
+        out_flipped = sapiens2_hf.Sapiens2PoseEstimatorOutput(
+            heatmaps=torch.cat([model(crop.flip(-1)).heatmaps for crop in crops])
+        )
     expected = processor.post_process_pose_estimation(out, boxes=[boxes], box_format="xyxy")[0]
     expected_flip = processor.post_process_pose_estimation(out, boxes=[boxes], box_format="xyxy",
                                                            outputs_on_flipped_input=out_flipped)[0]
@@ -275,9 +281,8 @@ def test_e2e_pose(flip_test):
     name = "_flip_test" if flip_test else ""
     people = pipe(str(folder / meta["image"]["file"]), boxes=meta["boxes"]["given_xyxy"], flip_test=flip_test)
     assert len(people) == 1
-    tolerance = torch.tensor(meta["noise_floor"]["per_keypoint_tolerance_px"]["keypoints_image" + name][0])
-    error = (torch.from_numpy(people[0]["keypoints"]) - ref["keypoints_image" + name][0]).abs().amax(-1)
-    assert (error <= tolerance).all(), f"{int((error > tolerance).sum())} keypoints beyond their tolerance"
+    ok, stats = pose_keypoints_within(people[0]["keypoints"], meta, ref, name)
+    assert ok, stats
     ok, stats = _within(people[0]["scores"], ref["scores" + name][0],
                         meta["noise_floor"]["recommended_tolerance"]["scores" + name])
     assert ok, stats
@@ -285,11 +290,9 @@ def test_e2e_pose(flip_test):
     if flip_test:
         pipe.model.config.flip_pairs = [[0, 1]]  # a valid but wrong permutation
         wrong = pipe(str(folder / meta["image"]["file"]), boxes=meta["boxes"]["given_xyxy"])
-        wrong_error = (torch.from_numpy(wrong[0]["keypoints"]) - ref["keypoints_image" + name][0]).abs().amax(-1)
-        assert (wrong_error > tolerance).any()
+        assert not pose_keypoints_within(wrong[0]["keypoints"], meta, ref, name)[0]
     else:
-        fp32 = ref["keypoints_image_rope_fp32"][0]
-        assert ((torch.from_numpy(people[0]["keypoints"]) - fp32).abs().amax(-1) > tolerance).any()
+        assert not pose_keypoints_within(ref["keypoints_image_rope_fp32"][0], meta, ref, name)[0]
 
 
 def test_e2e_segmentation():

@@ -322,7 +322,10 @@ def test_e2e_pointmap_stage3():
     smoothed = metric
     for _ in range(4):
         smoothed = ops.gaussian_blur_reflect(smoothed, 3, 0.8)
-    assert torch.equal(smoothed, ref["pointmap_metric_smoothed"])
+    # the blur is a convolution, whose summation order depends on the CPU's kernels (with ATEN_CPU_CAPABILITY=avx2 on
+    # an AVX-512 CPU: max-abs 1.5e-5, 8 ulp, for values up to 17.6), so a stored result is compared within a tolerance
+    # 30x below the fixture's noise floor for the metric pointmap (3e-3)
+    assert _max_abs(smoothed, ref["pointmap_metric_smoothed"]) <= 1e-4
     raw = processor.post_process_pointmap_estimation(_outputs(pointmaps=ref["pointmap"], scales=None),
                                                      source_sizes=[(200, 160)])[0]
     assert torch.allclose(raw["pointmap"].permute(1, 2, 0), ref["pointmap_image"], rtol=1e-6, atol=1e-6)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from dataclasses import dataclass
 
 import torch
@@ -128,6 +129,21 @@ def restore_rope_precision(model: torch.nn.Module) -> int:
             module.reset_periods()
             restored += 1
     return restored
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_about_shared_inductor_cache() -> None:
+    # Measured with torch 2.14.1 on an AVX-512 CPU: inductor's on-disk cache does not key CPU kernels on
+    # ATEN_CPU_CAPABILITY, so a kernel compiled in a run without it and reused in a run with ATEN_CPU_CAPABILITY=avx2
+    # returned NaN for half of its outputs, and the reverse order crashed the process.
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    if capability and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        logger.warning(
+            "ATEN_CPU_CAPABILITY=%s is set but TORCHINDUCTOR_CACHE_DIR is not: torch's compile cache does not keep "
+            "CPU kernels compiled under different capabilities apart, and reusing one compiled under another "
+            "setting gave NaN outputs or a crash. Give each setting its own cache, e.g. "
+            "TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_%s.", capability, capability,
+        )
 
 
 def _flash_attention_available(device: torch.device, dtype: torch.dtype) -> bool:
@@ -265,6 +281,8 @@ def prepare_for_inference(
             # Round reduced-precision intermediates where eager rounds (the official bf16 RoPE arithmetic); `mode`
             # and `options` are exclusive in torch.compile, so the mode is spelled out as its options.
             options = {**mode_options, "emulate_precision_casts": bool(exact_casts)}
+        if backend == "inductor" and device.type == "cpu":
+            _warn_about_shared_inductor_cache()
         compiled_forward = torch.compile(model.forward, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
                                          options=options)
 
