@@ -9,17 +9,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-# torch's inductor cache does not tell CPU kernels compiled under one ATEN_CPU_CAPABILITY from another: a kernel
-# compiled by a plain run and reused by a run with ATEN_CPU_CAPABILITY=avx2 gave NaN in half of its outputs, and the
-# reverse crashed the process (torch 2.14.1, AVX-512 CPU). One cache folder per capability keeps such runs apart.
-if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+# torch's inductor caches (compiled kernels and precompiled headers, under the temporary folder) do not tell CPU
+# code built under one ATEN_CPU_CAPABILITY from another: a kernel compiled by a plain run and reused by a run with
+# ATEN_CPU_CAPABILITY=avx2 gave NaN in half of its outputs, the reverse crashed the process, and a header built by
+# another run broke compiling under ATEN_CPU_CAPABILITY=default (torch 2.14.1, AVX-512 CPU). A run with the variable
+# set therefore gets a temporary folder of its own, per capability, inherited by the worker processes.
+_capability = os.environ.get("ATEN_CPU_CAPABILITY")
+if _capability:
     import tempfile
 
-    _capability = os.environ.get("ATEN_CPU_CAPABILITY", "default") or "default"
-    _user = getattr(os, "getuid", lambda: "user")()
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
-        tempfile.gettempdir(), f"sapiens2_hf_tests_torchinductor_{_user}_{_capability}"
+    _own_temp = os.path.join(
+        tempfile.gettempdir(), f"sapiens2_hf_tests_{getattr(os, 'getuid', lambda: 'user')()}_{_capability}"
     )
+    os.makedirs(_own_temp, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = _own_temp
 
 
 import socket

@@ -146,12 +146,15 @@ def test_torch_export_model_case_equals_eager(case, exported):
     meta, ref, model, fields = case_model(case)
     result = exported
     runtime = load_exported(result.folder)
+    # The exported program runs eager's aten ops, bit-equal to eager with this machine's default and AVX2 kernels;
+    # scalar kernels (ATEN_CPU_CAPABILITY=default) take other paths for some of the exported graph's layouts and
+    # differ by float rounding, and the 4K export pools all windows in one batch (eager: per sample and band). So:
+    # float32 rounding tolerances, with a control 1 % away in the input that must fail them.
     for batch in (ref["pixel_values"], ref["pixel_values"][:1]):
         outputs = runtime.run(batch)
         with torch.no_grad():
             expected = model(batch)
+            nudged = model(batch * 1.01)
         for ours in fields:
-            if case == "pretrain_4k":  # the export pools all windows in one batch (eager: per sample and band)
-                torch.testing.assert_close(outputs[ours], expected[ours], rtol=1e-5, atol=1e-5)
-            else:
-                assert torch.equal(outputs[ours], expected[ours]), ours
+            torch.testing.assert_close(outputs[ours], expected[ours], rtol=1e-5, atol=1e-5)
+            assert not torch.allclose(outputs[ours], nudged[ours], rtol=1e-5, atol=1e-5), ours

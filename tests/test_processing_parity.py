@@ -10,7 +10,12 @@ Tolerances and why:
 - pose decoding: the official refinement blurs with OpenCV; ours blurs with torch conv2d (float32 sums in another
   order). Measured: 8e-6 heatmap px on pose_codec; asserted 1e-3 heatmap px / 1e-3 crop px / 5e-3 image px as the
   fixture README recommends. End-to-end stage 3 uses the fixtures' per-keypoint tolerances.
-- dense post-processing: the same float32 torch operations as the official code: exact.
+- dense post-processing: the same float32 torch operations as the official code, compared with the stored results
+  within `STAGE3_ULPS` float32 ulps of the output's largest value (`_close_in_ulps`): the resizes and blurs are
+  reductions whose rounding depends on the CPU's kernels (bit-equal on the AVX-512 CPU that stored the fixtures; with
+  scalar kernels, ATEN_CPU_CAPABILITY=default, up to 6 ulp for seg logits and 8 for pointmaps). Class maps may
+  differ only where such an ulp flips a near-tie (none on these fixtures). Each test keeps a broken control far
+  outside the same bound.
 """
 
 import json
@@ -33,6 +38,15 @@ def _case(name):
     assert folder.is_dir(), f"fixture {folder} is missing (the suite must be self-contained)"
     meta = json.loads((folder / "meta.json").read_text())
     return folder, meta, load_file(folder / "case.safetensors")
+
+
+STAGE3_ULPS = 64
+
+
+def _close_in_ulps(actual, expected, ulps=STAGE3_ULPS):
+    """Max-abs difference within `ulps` float32 ulps of the largest value of `expected`."""
+    bound = ulps * torch.finfo(torch.float32).eps * expected.abs().max().item()
+    return _max_abs(actual, expected) <= bound
 
 
 def _max_abs(a, b):
@@ -284,8 +298,8 @@ def test_e2e_seg_stage3():
     processor = _e2e_processor("seg", meta)
     out = processor.post_process_semantic_segmentation(_outputs(logits=ref["logits"]), target_sizes=[(120, 96)],
                                                        return_segmentation_scores=True)[0]
-    assert torch.equal(out["segmentation_scores"], ref["logits_image"][0])
-    assert torch.equal(out["segmentation"], ref["class_map"])
+    assert _close_in_ulps(out["segmentation_scores"], ref["logits_image"][0])
+    assert (out["segmentation"] != ref["class_map"]).float().mean().item() <= 1e-3
     # broken control: argmax before the resize (then nearest upsampling of the labels)
     small = ref["logits"].argmax(1, keepdim=True).float()
     early = torch.nn.functional.interpolate(small, size=(120, 96), mode="nearest")[0, 0].long()
@@ -313,9 +327,9 @@ def test_e2e_pointmap_stage3():
     processor = _e2e_processor("pointmap", meta)
     out = processor.post_process_pointmap_estimation(_outputs(pointmaps=ref["pointmap"], scales=ref["scale"]),
                                                      source_sizes=[(200, 160)])[0]
-    # a few float32 ulp, not bit-equality: the bilinear resize's rounding depends on the thread count (see
-    # test_e2e_normal_stage3); the noise floor and the broken control are 1000x larger
-    assert torch.allclose(out["pointmap"].permute(1, 2, 0), ref["pointmap_metric_image"], rtol=1e-6, atol=1e-6)
+    # a few float32 ulp, not bit-equality (see the module docstring); the noise floor and the broken control are
+    # 1000x larger. The stored depth is float16: a float32 ulp can flip its rounding, so one float16 ulp is allowed.
+    assert _close_in_ulps(out["pointmap"].permute(1, 2, 0), ref["pointmap_metric_image"])
     assert torch.allclose(out["depth"].half().float(), ref["depth_float16"].float(), rtol=2**-10, atol=0)
     metric = ops.remove_padding(ref["pointmap"] / ref["scale"][:, :, None, None], ref["padding_lrtb"].tolist())
     assert torch.equal(metric, ref["pointmap_metric_cropped"])
@@ -323,12 +337,11 @@ def test_e2e_pointmap_stage3():
     for _ in range(4):
         smoothed = ops.gaussian_blur_reflect(smoothed, 3, 0.8)
     # the blur is a convolution, whose summation order depends on the CPU's kernels (with ATEN_CPU_CAPABILITY=avx2 on
-    # an AVX-512 CPU: max-abs 1.5e-5, 8 ulp, for values up to 17.6), so a stored result is compared within a tolerance
-    # 30x below the fixture's noise floor for the metric pointmap (3e-3)
-    assert _max_abs(smoothed, ref["pointmap_metric_smoothed"]) <= 1e-4
+    # an AVX-512 CPU: max-abs 1.5e-5, 8 ulp of 17.6)
+    assert _close_in_ulps(smoothed, ref["pointmap_metric_smoothed"])
     raw = processor.post_process_pointmap_estimation(_outputs(pointmaps=ref["pointmap"], scales=None),
                                                      source_sizes=[(200, 160)])[0]
-    assert torch.allclose(raw["pointmap"].permute(1, 2, 0), ref["pointmap_image"], rtol=1e-6, atol=1e-6)
+    assert _close_in_ulps(raw["pointmap"].permute(1, 2, 0), ref["pointmap_image"])
     # broken control: no smoothing before the enlargement
     plain = processor.post_process_pointmap_estimation(_outputs(pointmaps=ref["pointmap"], scales=ref["scale"]),
                                                        source_sizes=[(200, 160)], do_smooth=False)[0]

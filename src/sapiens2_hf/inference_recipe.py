@@ -135,14 +135,16 @@ def restore_rope_precision(model: torch.nn.Module) -> int:
 def _warn_about_shared_inductor_cache() -> None:
     # Measured with torch 2.14.1 on an AVX-512 CPU: inductor's on-disk cache does not key CPU kernels on
     # ATEN_CPU_CAPABILITY, so a kernel compiled in a run without it and reused in a run with ATEN_CPU_CAPABILITY=avx2
-    # returned NaN for half of its outputs, and the reverse order crashed the process.
+    # returned NaN for half of its outputs, and the reverse order crashed the process; a precompiled header from
+    # another run (kept under the temporary folder whatever the cache folder) broke compiling under "default".
     capability = os.environ.get("ATEN_CPU_CAPABILITY")
     if capability and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         logger.warning(
             "ATEN_CPU_CAPABILITY=%s is set but TORCHINDUCTOR_CACHE_DIR is not: torch's compile cache does not keep "
             "CPU kernels compiled under different capabilities apart, and reusing one compiled under another "
             "setting gave NaN outputs or a crash. Give each setting its own cache, e.g. "
-            "TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_%s.", capability, capability,
+            "TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_%s (its precompiled headers stay in the temporary folder: "
+            "a TMPDIR of its own covers both).", capability, capability,
         )
 
 
