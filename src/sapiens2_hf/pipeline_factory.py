@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .inference_recipe import prepare_for_inference, resolve_dtype, restore_rope_precision
+from .inference_recipe import prepare_for_inference, resolve_dtype
 from .modeling import model_class_for_task
 from .modeling.loading_sapiens2_hf import resolve_checkpoint
 from .pipelines import PIPELINE_TASKS
@@ -65,8 +65,6 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, **kwarg
                 resolved.location, **(kwargs.pop("model_kwargs", None) or {})
             )
     pipe = transformers_pipeline(task, model=model, **kwargs)
-    # A model loaded by hand may carry periods moved out of their RoPE dtype by assignment (casts keep it).
-    restore_rope_precision(pipe.model)
     if fast or compile:
         prepare_for_inference(pipe.model, device=pipe.device, dtype=pipe.model.dtype, compile=bool(compile),
                               attention="sdpa" if fast else None, **compile_options)

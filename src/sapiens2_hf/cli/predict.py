@@ -309,12 +309,10 @@ def _build_pipeline(args: argparse.Namespace, device: str | None = None):
             raise kind(f"--foreground-model {args.foreground_model}: {error}") from error
     pipe = pipeline_class(model=model, image_processor=processor, device=device, dtype=dtype,
                           task=TASK_TO_PIPELINE[args.task], **kwargs)
-    if getattr(args, "backend", "torch") == "torch":
-        from ..inference_recipe import prepare_for_inference, restore_rope_precision
+    if getattr(args, "backend", "torch") == "torch" and args.compile:
+        from ..inference_recipe import prepare_for_inference
 
-        restore_rope_precision(pipe.model)  # keep the official RoPE arithmetic whatever moved the periods
-        if args.compile:
-            prepare_for_inference(pipe.model, device=pipe.device, dtype=dtype, compile=True, attention="sdpa",
+        prepare_for_inference(pipe.model, device=pipe.device, dtype=dtype, compile=True, attention="sdpa",
                                   mode=args.compile_mode)
     return pipe
 
@@ -561,11 +559,6 @@ def _mask_in_folder(folder: str, source: str) -> Path:
                      "other image suffixes).")
 
 
-# Options of the foreground and camera arguments that change what a task command writes; added to the resume
-# fingerprint only when set, so that the fingerprints of runs without them stay what they were.
-_FOREGROUND_CAMERA_OPTIONS = ("foreground_model", "foreground_mask", "focal_length", "intrinsics")
-
-
 def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: _Report,
                out: Path) -> None:
     """Process one batch. A failing input is skipped and reported, the others are processed: a failed batch is
@@ -648,8 +641,6 @@ def run_predict(args: argparse.Namespace) -> int:
         try:
             entry = _boxes_for(str(path), boxes) if kind == "images" else _video_boxes(path, boxes)
             expected = sharding.fingerprint(args, path, entry if args.task == "pose" else None)
-            expected["options"].update({key: getattr(args, key) for key in _FOREGROUND_CAMERA_OPTIONS
-                                        if getattr(args, key, None) is not None})
         except OSError:  # unreadable: processed, and reported, as usual
             todo.append((kind, name, path, None))
             continue

@@ -32,6 +32,9 @@ OUTPUT_OPTIONS = (
     "kpt_threshold", "detector", "detector_threshold", "keypoint_format", "detect_every", "track_iou", "no_smooth",
     "smooth_min_cutoff", "smooth_beta",
 )
+# options added after the first markers were written: in the fingerprint only when set, so that the markers of runs
+# without them stay valid
+OPTIONAL_OUTPUT_OPTIONS = ("foreground_model", "foreground_mask", "focal_length", "intrinsics")
 
 
 def world_size() -> int:
@@ -98,10 +101,11 @@ def marker_path(out: Path, kind: str, name: str) -> Path:
 def fingerprint(args, path: Path, boxes: Any) -> dict[str, Any]:
     """What an input's outputs depend on (see the module docstring)."""
     stat = path.stat()
+    options = {key: getattr(args, key, None) for key in OUTPUT_OPTIONS}
+    options.update({key: getattr(args, key) for key in OPTIONAL_OUTPUT_OPTIONS if getattr(args, key, None) is not None})
     return {
         "input": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "task": args.task,
-        "model": str(args.model), "options": {key: getattr(args, key, None) for key in OUTPUT_OPTIONS},
-        "boxes": boxes,
+        "model": str(args.model), "options": options, "boxes": boxes,
     }
 
 

@@ -241,6 +241,11 @@ class Sapiens2SegmentationPipeline(_Sapiens2DensePipeline):
 _SEGMENTER = "segmenter."
 
 
+def _segmenter_part(row: dict) -> dict:
+    """The segmenter's entries of a dense pipeline's row, under their own names."""
+    return {key[len(_SEGMENTER):]: value for key, value in row.items() if key.startswith(_SEGMENTER)}
+
+
 @dataclass
 class _DenseInput:
     """One image of a normal / pointmap / albedo call with its own options, numbered by its position in the call."""
@@ -448,8 +453,7 @@ class _Sapiens2MaskableDensePipeline(_Sapiens2DensePipeline):
         result = super()._forward(model_inputs)
         result["image_options"] = model_inputs["image_options"]
         if segmenter is not None:
-            inputs = {key[len(_SEGMENTER):]: value for key, value in model_inputs.items() if key.startswith(_SEGMENTER)}
-            for key, value in segmenter.forward(inputs).items():
+            for key, value in segmenter.forward(_segmenter_part(model_inputs)).items():
                 result[_SEGMENTER + key] = value
         return result
 
@@ -458,9 +462,7 @@ class _Sapiens2MaskableDensePipeline(_Sapiens2DensePipeline):
         options = model_outputs.get("image_options")
         mask = getattr(options, "mask", None)
         if segmenter is not None:
-            outputs = {key[len(_SEGMENTER):]: value for key, value in model_outputs.items()
-                       if key.startswith(_SEGMENTER)}
-            segmentation = segmenter.postprocess(outputs)["segmentation"]
+            segmentation = segmenter.postprocess(_segmenter_part(model_outputs))["segmentation"]
             mask = np.asarray(self.image_processor.foreground_mask_from_segmentation(segmentation))
         if mask is None:
             return result

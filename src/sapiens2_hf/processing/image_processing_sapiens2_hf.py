@@ -464,6 +464,11 @@ def _camera_entry(value: Any, kind: str) -> tuple[float, float, float, float] | 
     return float(fx), float(fy), float(cx), float(cy)
 
 
+def _check_one_camera_kind(focal_length: Any, intrinsics: Any) -> None:
+    if focal_length is not None and intrinsics is not None:
+        raise ValueError("pass focal_length or intrinsics, not both (intrinsics carry the focal length fx).")
+
+
 def _camera_per_image(value: Any, kind: str, count: int) -> list | None:
     """`focal_length` / `intrinsics` for `count` images: one for all, or one per image (entries may be `None`)."""
     if value is None:
@@ -744,8 +749,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         """One image's `focal_length` / `intrinsics` checked as `post_process_pointmap_estimation` will read them
         (so that callers can fail before running a model): `{"focal_length": float or None, "intrinsics": (fx,
         fy, cx, cy) or None}`."""
-        if focal_length is not None and intrinsics is not None:
-            raise ValueError("pass focal_length or intrinsics, not both (intrinsics carry the focal length fx).")
+        _check_one_camera_kind(focal_length, intrinsics)
         return {"focal_length": _camera_entry(focal_length, "focal_length"),
                 "intrinsics": _camera_entry(intrinsics, "intrinsics")}
 
@@ -1213,8 +1217,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         count = pointmaps.shape[0]
         source_sizes, final_sizes, remove = self._dense_sizes(pointmaps, source_sizes, target_sizes,
                                                               do_remove_padding)
-        if focal_length is not None and intrinsics is not None:
-            raise ValueError("pass focal_length or intrinsics, not both (intrinsics carry the focal length fx).")
+        _check_one_camera_kind(focal_length, intrinsics)
         cameras = _camera_per_image(intrinsics, "intrinsics", count)
         focals = _camera_per_image(focal_length, "focal_length", count)
         if cameras is not None:
