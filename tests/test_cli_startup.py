@@ -1,5 +1,6 @@
-"""`sapiens2-hf` starts without torch or transformers; the lazy package still registers with transformers before our
-types can be asked for; the CLI's error classification.
+"""`sapiens2-hf` starts without torch or transformers (its console script defers registration); importing the package
+registers our types and nothing else (no import hook, transformers' own `sapiens2` entries untouched); the CLI's error
+classification.
 
 The import checks run in fresh interpreters (this one has imported everything already). Each has a control that
 must see the heavy import, so that a check which cannot see it fails instead of passing.
@@ -17,17 +18,20 @@ import pytest
 import sapiens2_hf
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+ENV.pop("SAPIENS2_HF_DEFER_REGISTRATION", None)
+# What the console script (src/sapiens2_hf_cli.py) sets before it imports the CLI.
+CLI_ENV = {**ENV, "SAPIENS2_HF_DEFER_REGISTRATION": "1"}
 HEAVY = ("torch", "transformers")
 # Prints which of HEAVY the code before it imported, as the last line of stdout.
 REPORT_HEAVY = "\nimport sys as _s; print(sorted(m for m in ('torch', 'transformers') if m in _s.modules))"
 
 
-def _python(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=timeout)
+def _python(code: str, timeout: int = 600, env: dict = CLI_ENV) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def _heavy_imported(code: str) -> list[str]:
-    result = _python(code + REPORT_HEAVY)
+def _heavy_imported(code: str, env: dict = CLI_ENV) -> list[str]:
+    result = _python(code + REPORT_HEAVY, env=env)
     assert result.returncode == 0, result.stderr
     return eval(result.stdout.strip().splitlines()[-1])  # a list literal printed by REPORT_HEAVY
 
@@ -50,8 +54,9 @@ for argv, expected in [(["--help"], 0), (["pose", "--help"], 0), (["convert", "-
 """
     assert _heavy_imported(code) == []
     assert _heavy_imported("import sapiens2_hf") == []
-    # control: the same check sees the model code's imports
+    # controls: the same check sees the model code's imports, and a plain import (it registers)
     assert _heavy_imported("import sapiens2_hf.cli.main as m; m.build_parser(); import sapiens2_hf.modeling") == list(HEAVY)
+    assert _heavy_imported("import sapiens2_hf", env=ENV) == list(HEAVY)
 
 
 def _imported_by(argv: list[str]) -> set[str]:
@@ -84,13 +89,14 @@ print('REGISTERED', getattr(registration, '_registered', False), 'sapiens2_hf' i
 
 REGISTRATION_CASES = {
     # the README's pattern: import the package, then use transformers' pipeline factory
-    "readme": "import sys, sapiens2_hf\nassert 'transformers' not in sys.modules\nfrom transformers import pipeline",
-    # transformers first imported from inside one of our modules: registration waits for that import to finish
+    "readme": "import sys, sapiens2_hf\nfrom transformers import pipeline",
+    # a sub-module imported first
     "submodule-first": "from sapiens2_hf.modeling import Sapiens2Config",
     # transformers imported before the package
     "transformers-first": "import transformers, sapiens2_hf",
-    # first use of a public name
-    "public-name": "import sapiens2_hf\nsapiens2_hf.Sapiens2Config",
+    # the CLI's deferred registration, done on the first use of a public name
+    "deferred-public-name": "import os\nos.environ['SAPIENS2_HF_DEFER_REGISTRATION'] = '1'\n"
+                            "import sapiens2_hf\nsapiens2_hf.Sapiens2Config",
     # the control: without the package
     "unregistered": "import transformers",
 }
@@ -100,6 +106,34 @@ def _registration_child(code: str):
     """A child that runs `code` (which must not touch transformers' registries itself), then reports whether
     registration had happened by then, read through transformers' own registries."""
     return lambda folder: {"args": [sys.executable, "-c", code + REGISTERED], "env": ENV}
+
+
+def test_import_changes_nothing_of_transformers_but_adds_our_type():
+    """`import sapiens2_hf` leaves `sys.meta_path` and transformers' Auto mappings for its own `sapiens2` type as they
+    were (every Auto class, compared before and after in one process), and adds our `sapiens2_hf` type."""
+    code = """
+import sys
+import transformers
+from transformers.models.auto import modeling_auto
+meta_path = list(sys.meta_path)
+mappings = {name: getattr(modeling_auto, name) for name in dir(modeling_auto)
+            if name.startswith("MODEL_") and name.endswith("MAPPING") and hasattr(getattr(modeling_auto, name), "keys")}
+from transformers import Sapiens2Config
+def sapiens2_entries():
+    return {name: mapping[Sapiens2Config] for name, mapping in mappings.items() if Sapiens2Config in mapping}
+before = sapiens2_entries()
+assert before and all(cls.__module__.startswith("transformers.") for cls in before.values()), before
+import sapiens2_hf
+assert sys.meta_path == meta_path, (meta_path, sys.meta_path)
+assert sapiens2_entries() == before
+from transformers import CONFIG_MAPPING
+assert CONFIG_MAPPING["sapiens2"] is Sapiens2Config and CONFIG_MAPPING["sapiens2_hf"] is sapiens2_hf.Sapiens2Config
+assert mappings["MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING"][sapiens2_hf.Sapiens2Config] is \
+    sapiens2_hf.Sapiens2ForSemanticSegmentation
+print("ok")
+"""
+    result = _python(code, env=ENV)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
 
 # Every case needs a fresh interpreter (~6 s on one core, mostly importing transformers' pipelines); they run from the

@@ -18,8 +18,10 @@ from sapiens2_hf.processing import image_processor_for_task
 
 TASKS = [None, "pose", "seg", "normal", "pointmap", "albedo"]
 FIELDS = {None: "last_hidden_state", "pose": "heatmaps", "seg": "logits", "normal": "normals", "pointmap": "pointmaps", "albedo": "albedos"}
-VANILLA_AUTO = {None: "AutoModel", "pose": "AutoModelForPoseEstimation", "seg": "AutoModelForSemanticSegmentation",
-                "normal": "AutoModelForNormalEstimation", "pointmap": "AutoModelForPointmapEstimation"}
+# transformers' own classes, named explicitly: our repos have our model type, which vanilla Auto classes resolve only
+# through the shipped remote code.
+VANILLA_CLASSES = {None: "Sapiens2Model", "pose": "Sapiens2ForPoseEstimation", "seg": "Sapiens2ForSemanticSegmentation",
+                   "normal": "Sapiens2ForNormalEstimation", "pointmap": "Sapiens2ForPointmapEstimation"}
 
 
 class FakeHfApi:
@@ -75,6 +77,7 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
         config = json.loads((folder / "config.json").read_text())
         assert config["auto_map"]["AutoModel"].startswith("modeling_sapiens2_hf.")
         assert (folder / "modeling_sapiens2_hf.py").is_file() and (folder / "configuration_sapiens2_hf.py").is_file()
+        assert (folder / "loss_sapiens2.py").is_file()  # the task losses the models compute from `labels`
     create_calls = [c for c in api.calls if c[0] == "create_repo"]
     uploads = [c for c in api.calls if c[0] == "upload_folder"]
     assert [c[1] for c in create_calls] == [f"me/sapiens2-tiny-{t or 'backbone'}" for t in TASKS]
@@ -105,9 +108,9 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
             expected = torch.load({str(tmp_path / 'expected.pt')!r}); x = torch.load({str(tmp_path / 'pixel_values.pt')!r})
             fields = {FIELDS!r}
 
-            # 3. Vanilla transformers loads the tasks it supports with no remote code at all (float32 RoPE there).
-            for task, auto in {VANILLA_AUTO!r}.items():
-                model = getattr(transformers, auto).from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}")
+            # 3. Vanilla transformers' classes load the tasks they support with no remote code (float32 RoPE there).
+            for task, name in {VANILLA_CLASSES!r}.items():
+                model = getattr(transformers, name).from_pretrained({str(api.root)!r} + f"/me/sapiens2-tiny-{{task or 'backbone'}}")
                 assert type(model).__module__.startswith("transformers.models.sapiens2"), type(model)
                 with torch.no_grad():
                     drift = (getattr(model.eval()(x), fields[task]) - expected[task]).abs().max().item()

@@ -27,7 +27,6 @@ from sapiens2_hf.losses.matting_loss import laplacian_pyramid
 from sapiens2_hf.metrics import MattingMetric, evaluate_module_path
 from sapiens2_hf.metrics.matting import connectivity_levels, gradient_magnitude, matting_errors
 from sapiens2_hf.modeling import Sapiens2Config, tiny_config
-from sapiens2_hf.modeling.official_format_sapiens2_hf import convert_official_state_dict
 from sapiens2_hf.processing import image_processor_for_task
 
 
@@ -151,7 +150,7 @@ def test_registry_entry_and_1b_preset():
     head = config.head_config
     assert (head.upsample_out_channels, head.conv_out_channels, head.conv_kernel_sizes) == (
         [768, 512, 256, 128], [64, 32, 16], [3, 3, 3])
-    assert config.num_labels == 4 and config.to_dict()["model_type"] == "sapiens2"
+    assert config.num_labels == 4 and config.to_dict()["model_type"] == "sapiens2_hf"
     with torch.device("meta"):
         matting = Matting(config)
         normal = sapiens2_hf.model_class_for_task("normal")(Sapiens2Config.from_preset("1b", task="normal"))
@@ -226,7 +225,8 @@ def test_inverse_renaming_reproduces_the_official_file():
     so the matting files it writes are in the official format."""
     _, _, weights = load_case("normal")
     official = {k: v for k, v in load_file(weights).items() if not k.endswith("rope_embed.periods")}
-    back = to_official_state_dict(convert_official_state_dict(official, "normal"), "normal")
+    converted = sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(None, state_dict=official).state_dict()
+    back = to_official_state_dict(converted, "normal")
     assert back.keys() == official.keys()
     assert all(torch.equal(back[k], official[k]) for k in official)
 
@@ -301,10 +301,10 @@ def test_post_process_undoes_the_stretch_and_composites():
     outputs = sapiens2_hf.modeling.Sapiens2ImageMattingOutput(alphas=maps[:, 3:], foregrounds=maps[:, :3])
     results = processor.post_process_image_matting(outputs, target_sizes=[(90, 50), (32, 24)])
     direct = torch.nn.functional.interpolate(maps[:1], size=(90, 50), mode="bilinear", align_corners=False)
-    assert results[0]["alpha"].shape == (90, 50) and results[0]["foreground"].shape == (3, 90, 50)
-    assert torch.equal(results[0]["alpha"], direct[0, 3].clamp(0, 1))
+    assert results[0]["alpha"].shape == (1, 90, 50) and results[0]["foreground"].shape == (3, 90, 50)
+    assert torch.equal(results[0]["alpha"], direct[0, 3:].clamp(0, 1))
     assert torch.equal(results[0]["foreground"], direct[0, :3].clamp(0, 1))
-    assert results[1]["alpha"].shape == (32, 24) and results[0]["composite"] is None
+    assert results[1]["alpha"].shape == (1, 32, 24) and results[0]["composite"] is None
     # a 4-channel tensor (foreground first) is accepted too; composite over a white background
     white = np.full((10, 10, 3), 255, np.uint8)
     (composited,) = processor.post_process_image_matting(maps[:1], target_sizes=[(64, 48)], backgrounds=white)
@@ -317,7 +317,7 @@ def test_post_process_undoes_the_stretch_and_composites():
     left, right, top, bottom = padded["padding"][0].tolist()
     inner = maps[:1, :, top:64 - bottom, left:48 - right]
     assert torch.equal(unpadded["alpha"], torch.nn.functional.interpolate(
-        inner, size=(90, 50), mode="bilinear", align_corners=False)[0, 3].clamp(0, 1))
+        inner, size=(90, 50), mode="bilinear", align_corners=False)[0, 3:].clamp(0, 1))
     with pytest.raises(ValueError, match="matting model's output"):
         processor.post_process_image_matting(torch.rand(1, 3, 8, 8))
     with pytest.raises(ValueError, match="backgrounds"):

@@ -154,7 +154,7 @@ def test_backbone_folder_is_loaded_strictly_and_vanilla_transformers_reads_it(tm
     backbone = Sapiens2Backbone.from_pretrained(weights, out_indices=[0, 2, 4])
     backbone.save_pretrained(tmp_path / "backbone")
     config = json.loads((tmp_path / "backbone" / "config.json").read_text())
-    assert config["model_type"] == "sapiens2" and config["architectures"] == ["Sapiens2Backbone"]
+    assert config["model_type"] == "sapiens2_hf" and config["architectures"] == ["Sapiens2Backbone"]
     assert config["out_indices"] == [0, 2, 4] and config["rope_dtype"] == "bfloat16" and config["task"] is None
 
     # transformers' own backbone reads the folder; in float32-RoPE mode we agree with it to float precision
@@ -196,13 +196,13 @@ def _answer_repo_exists_for_local_folders(monkeypatch):
 def test_auto_backbone_builds_ours(tmp_path, monkeypatch):
     _, reference, weights = load_case("seg")
     pixel_values = reference["pixel_values"]
-    # From a config: ours, and transformers' own `sapiens2` config type (how composite models read it back) too.
+    # From a config: ours for our type; transformers' own `sapiens2` type keeps building transformers' backbone.
     config = tiny_config(out_indices=[1, 2])
-    assert type(transformers.AutoBackbone.from_config(config)) is Sapiens2Backbone
-    vanilla_config = transformers.Sapiens2Config.from_dict(config.to_dict())
-    built = transformers.AutoBackbone.from_config(vanilla_config)
+    built = transformers.AutoBackbone.from_config(config)
     assert type(built) is Sapiens2Backbone and isinstance(built.config, Sapiens2Config)
     assert built.config.rope_dtype == "bfloat16" and built.out_features == ["stage1", "stage2"]
+    vanilla_config = transformers.Sapiens2Config.from_dict(config.to_dict())
+    assert type(transformers.AutoBackbone.from_config(vanilla_config)) is transformers.Sapiens2Backbone
     with pytest.raises(ValueError, match="Sapiens2 config"):
         Sapiens2Backbone(transformers.Dinov2Config())
 
@@ -284,12 +284,12 @@ def test_upernet_on_a_sapiens2_backbone_trains_and_reloads_exactly(tmp_path):
     frozen = _train(_tiny_upernet(), pixel_values, labels, lr=0.0)
     assert not frozen[-1] < 0.5 * frozen[0], frozen
 
-    # Save and reload: the backbone config comes back as transformers' `sapiens2` type; AutoBackbone still builds
-    # ours, with the official bfloat16 RoPE, and the logits are bit-equal.
+    # Save and reload: the backbone config is saved with our `sapiens2_hf` type, which AutoBackbone builds as ours,
+    # with the official bfloat16 RoPE, and the logits are bit-equal.
     model.eval()
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())["backbone_config"]
-    assert saved["model_type"] == "sapiens2" and saved["out_indices"] == [1, 2, 3, 4]
+    assert saved["model_type"] == "sapiens2_hf" and saved["out_indices"] == [1, 2, 3, 4]
     reloaded, info = transformers.UperNetForSemanticSegmentation.from_pretrained(tmp_path, output_loading_info=True)
     assert not any(info.values()), info
     assert type(reloaded.backbone) is Sapiens2Backbone and reloaded.backbone.config.rope_dtype == "bfloat16"
@@ -297,8 +297,8 @@ def test_upernet_on_a_sapiens2_backbone_trains_and_reloads_exactly(tmp_path):
         logits = model(pixel_values=pixel_values).logits
         assert logits.shape == (2, 3, 64, 48)
         assert compare(reloaded(pixel_values=pixel_values).logits, logits)["max_abs"] == 0.0
-        # Control: the same weights in transformers' own backbone (what the reload would build without our
-        # AutoBackbone entry for its config type) do not give the same logits.
+        # Control: the same weights in transformers' own backbone (what the reload would build for its own
+        # `sapiens2` type) do not give the same logits.
         vanilla = transformers.Sapiens2Backbone(transformers.Sapiens2Config.from_dict(saved))
         vanilla.load_state_dict(reloaded.backbone.state_dict())
         reloaded.backbone = vanilla.eval()

@@ -87,9 +87,11 @@ def pointmap_folder(tmp_path_factory):
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def test_saved_checkpoints_keep_transformers_model_type(seg_folder, pointmap_folder):
+def test_saved_checkpoints_have_our_model_type(seg_folder, pointmap_folder):
+    """One model type, written and read the same way: transformers' stock pipelines reach our classes through our own
+    registration, never by taking over transformers' `sapiens2` type (tests/test_registration.py)."""
     for folder in (seg_folder, pointmap_folder):
-        assert json.loads((folder / "config.json").read_text())["model_type"] == "sapiens2"
+        assert json.loads((folder / "config.json").read_text())["model_type"] == "sapiens2_hf"
 
 
 def test_auto_classes_give_our_classes_after_import(seg_folder, pointmap_folder):
@@ -287,15 +289,20 @@ def test_every_tag_that_names_a_stock_pipeline_runs_there(tmp_path):
 
 
 def test_vanilla_transformers_still_loads_its_own_classes(seg_folder, pointmap_folder):
-    """Without sapiens2_hf imported, the same folders load with transformers' own classes (what changes with
-    `import sapiens2_hf` is only which class the Auto classes and pipelines build)."""
+    """Without sapiens2_hf, our folders (model type `sapiens2_hf`) are not silently taken by transformers' Auto
+    classes; transformers' own classes load them when named explicitly (same module and tensor names)."""
     code = textwrap.dedent(f"""
         import sys
         import numpy as np
         from PIL import Image
         from transformers import AutoModelForDepthEstimation, AutoModelForSemanticSegmentation, pipeline
-        from transformers import Sapiens2ImageProcessor
-        model = AutoModelForSemanticSegmentation.from_pretrained({str(seg_folder)!r})
+        from transformers import Sapiens2ForSemanticSegmentation, Sapiens2ImageProcessor
+        try:
+            AutoModelForSemanticSegmentation.from_pretrained({str(seg_folder)!r})
+            raise AssertionError("vanilla AutoModelForSemanticSegmentation built a model of an unknown type")
+        except ValueError:
+            pass
+        model = Sapiens2ForSemanticSegmentation.from_pretrained({str(seg_folder)!r})
         assert type(model).__module__ == "transformers.models.sapiens2.modeling_sapiens2", type(model)
         # our preprocessor_config.json names our class, which vanilla AutoImageProcessor cannot resolve: the stock
         # class reads the same file

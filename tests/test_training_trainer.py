@@ -79,9 +79,11 @@ def test_pose_loss_is_the_official_one_and_terms_are_logged(tmp_path):
     weights = batch["label_weights"][:, :, None, None].expand_as(heatmaps)
     stock = F.mse_loss(heatmaps, batch["labels"], weight=weights)
     assert not math.isclose(float(loss), float(stock), rel_tol=1e-3)
-    # ... and the models refuse targets, so it can never run.
-    with pytest.raises(ValueError, match="losses"):
-        model(pixel_values=batch["pixel_values"], labels=batch["labels"])
+    # ... and the model's own loss from the same targets (what transformers' stock Trainer trains with) is the
+    # official one too.
+    with torch.no_grad():
+        own = model(pixel_values=batch["pixel_values"], labels=batch["labels"], label_weights=batch["label_weights"])
+    torch.testing.assert_close(own.loss, official)
     trainer.train()
     log = trainer.state.log_history[0]
     assert log["keypoint_mse_loss"] == pytest.approx(log["loss"], rel=1e-4)

@@ -35,6 +35,7 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from sapiens2_hf.training.arguments import DataArguments, ModelArguments
 from sapiens2_hf.training.finetune import run_finetune
+from sapiens2_hf.utils.extras import require
 
 
 _STAGE_FLAGS = ("do_train", "do_eval", "do_predict")
@@ -49,6 +50,7 @@ def _stage_flags_given(argv) -> bool:
 
 
 def main(argv=None):
+    require("accelerate", feature="training")  # before TrainingArguments, whose own error names transformers' pip extra
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     if len(argv) == 1 and argv[0].endswith(".json"):

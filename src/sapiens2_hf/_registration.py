@@ -7,6 +7,7 @@ import os
 import sys
 
 _registered = False
+_registering = False
 
 _REGISTRY_MODULE = "sapiens2_hf.modeling.sapiens2_tasks"
 _REGISTRY_COPY = "sapiens2_hf._task_registry"  # the name of the by-path copy (see `task_registry`)
@@ -83,41 +84,41 @@ _STANDARD_PIPELINE_AUTO_CLASSES = {
 
 
 def register() -> None:
-    """Registers our model type with the Auto classes (without taking over transformers' own `sapiens2` type, except
-    in `AutoBackbone` and the Auto classes of transformers' stock pipelines: see below)."""
-    global _registered
-    if _registered:
+    """Registers our model type (`sapiens2_hf`) with transformers: config, Auto classes (AutoBackbone included, for
+    UperNet and the like), image processor, pipelines, and the pretraining model. Idempotent.
+
+    transformers' own `sapiens2` type is never touched: its Auto classes keep building transformers' classes for
+    Meta's checkpoints (float32 RoPE). Our classes load those checkpoints too, with the official numerics, when asked
+    by name (`Sapiens2ForSemanticSegmentation.from_pretrained`, `pipeline("sapiens2-segmentation", ...)`).
+    """
+    global _registered, _registering
+    if _registered or _registering:  # re-entered by a public-name access of a module imported here
         return
+    _registering = True
+    try:
+        _register()
+    finally:
+        _registering = False
+
+
+def _register() -> None:
+    global _registered
     import transformers
     from transformers import AutoBackbone, AutoConfig, AutoImageProcessor, AutoModel, AutoModelForPreTraining
-    from transformers import Sapiens2Config as TransformersSapiens2Config
 
     from .modeling import TASK_MODEL_CLASSES, Sapiens2Backbone, Sapiens2Config, Sapiens2Model
     from .modeling.sapiens2_tasks import TASK_SPECS
 
     AutoConfig.register(Sapiens2Config.model_type, Sapiens2Config, exist_ok=True)
     AutoModel.register(Sapiens2Config, Sapiens2Model, exist_ok=True)
+    AutoBackbone.register(Sapiens2Config, Sapiens2Backbone, exist_ok=True)
     for spec in TASK_SPECS.values():
         _task_auto_class(spec).register(Sapiens2Config, TASK_MODEL_CLASSES[spec.name], exist_ok=True)
-    # AutoBackbone, hence transformers' `load_backbone` (UperNet, DPT, ... given a Sapiens2 `backbone_config`), builds
-    # our backbone for our config and also for transformers' own `sapiens2` one: a composite model saves its backbone
-    # config with the `sapiens2` type (Sapiens2Config.to_dict), so without the second entry its reload would build
-    # transformers' backbone (float32 RoPE, not the official numerics) instead of the one it was saved with.
-    AutoBackbone.register(Sapiens2Config, Sapiens2Backbone, exist_ok=True)
-    AutoBackbone.register(TransformersSapiens2Config, Sapiens2Backbone, exist_ok=True)
-    # transformers' stock `pipeline("image-segmentation")` / `pipeline("depth-estimation")` build their model with
-    # AutoModelForSemanticSegmentation / AutoModelForDepthEstimation from config.json, and our seg and pointmap
-    # checkpoints are saved with transformers' `sapiens2` type (so that vanilla transformers loads them). Both Auto
-    # classes therefore give our class for that type too: AutoModelForSemanticSegmentation then builds our seg class
-    # (official bfloat16 RoPE) instead of transformers' for every `sapiens2` seg checkpoint, and
-    # AutoModelForDepthEstimation (where transformers maps no `sapiens2` class) our pointmap class.
-    for spec in TASK_SPECS.values():
-        auto_name = _STANDARD_PIPELINE_AUTO_CLASSES.get(spec.pipeline_tag)
-        if auto_name is None:
-            continue
-        auto_class = getattr(transformers, auto_name)
-        for config_class in (Sapiens2Config, TransformersSapiens2Config) if spec.in_transformers else (Sapiens2Config,):
-            auto_class.register(config_class, TASK_MODEL_CLASSES[spec.name], exist_ok=True)
+        # transformers' stock pipeline of the task's Hub tag (image-segmentation, depth-estimation) builds its model
+        # with its own Auto class: our checkpoints then run there too.
+        stock_auto_class = _STANDARD_PIPELINE_AUTO_CLASSES.get(spec.pipeline_tag)
+        if stock_auto_class is not None:
+            getattr(transformers, stock_auto_class).register(Sapiens2Config, TASK_MODEL_CLASSES[spec.name], exist_ok=True)
 
     from .pipelines import register_pipelines
     from .processing import Sapiens2HFImageProcessor
@@ -125,7 +126,6 @@ def register() -> None:
     AutoImageProcessor.register(
         Sapiens2Config, image_processor_classes={"torchvision": Sapiens2HFImageProcessor}, exist_ok=True
     )
-    # Pipelines load checkpoints with our classes (exact official numerics), never transformers' own Sapiens2 ones.
     register_pipelines({task: TASK_MODEL_CLASSES[task] for task in TASK_SPECS})
 
     from .pretraining import Sapiens2ForPreTraining, Sapiens2PreTrainingConfig

@@ -28,6 +28,8 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from .utils.extras import require
+
 # The bundled photo: skimage.data.astronaut() (NASA, public domain), with the person box used by the official fixtures.
 PHOTO_BOX_XYXY = [25.3, 9.6, 380.2, 508.7]
 INPUT_SIZE = (64, 48)  # (height, width) of the tiny models' input
@@ -105,6 +107,7 @@ def _finetune_pose(backbone: Path, output: Path, steps: int, seed: int, num_trai
 def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps: int = 40, finetune_steps: int = 150,
              num_pretrain_images: int = 64, num_train: int = 64, num_eval: int = 16, threads: int | None = None) -> dict:
     """Runs the demo and returns the report dict (also written to `out_dir/report.json` and `report.md`)."""
+    require("accelerate", "peft", feature="the demo (it pretrains, then fine-tunes with LoRA)")  # sapiens2_hf[train]
     from transformers import AutoModelForPoseEstimation, pipeline
 
     from .data.synthetic import render_sample
@@ -140,7 +143,9 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
         "eval_dataset": "sapiens2_hf synthetic humans (held out)", "datasets": None,
         "source": "sapiens2_hf demo: pretrained and LoRA-fine-tuned on synthetic humans",
     })
-    reloaded = AutoModelForPoseEstimation.from_pretrained(repo, trust_remote_code=True).eval()
+    # sapiens2_hf is installed, so transformers' Auto class builds its registered class; without it, the repository's
+    # shipped files serve (`trust_remote_code=True`, tested in tests/test_hub_sharing.py).
+    reloaded = AutoModelForPoseEstimation.from_pretrained(repo).eval()
     probe = torch.randn(1, 3, *INPUT_SIZE, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         reload_error = (reloaded(probe).heatmaps - model(probe).heatmaps).abs().max().item()
@@ -204,8 +209,9 @@ def _markdown(report: dict, repo: Path) -> str:
         f"{report['pck_0_1_after']:.3f} after**",
         f"- the same through `pipeline('sapiens2-pose')` (crop, flip test, decode, original pixels): "
         f"{report['pipeline_pck_0_1_held_out']:.3f}",
-        f"- saved as a Hub repository: `{repo}` (model card, processor, remote code); reloaded with "
-        f"`AutoModelForPoseEstimation.from_pretrained(..., trust_remote_code=True)` as `{report['reloaded_class']}`, "
+        f"- saved as a Hub repository: `{repo}` (model card, processor, and the model files for users without "
+        f"sapiens2_hf: `trust_remote_code=True`); reloaded with `AutoModelForPoseEstimation.from_pretrained(...)` as "
+        f"`{report['reloaded_class']}`, "
         f"max abs difference {report['reload_max_abs_difference']:.1e}",
         "- overlays: `overlays/`; keypoints: `keypoints.json`",
         f"- total time: {report['seconds']} s",

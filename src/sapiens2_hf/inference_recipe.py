@@ -161,8 +161,8 @@ def _set_attention(model: torch.nn.Module, attention: str) -> str:
     it accepts the model, else on the config directly after checking the kernel exists.
 
     transformers decides whether a class may switch by reading its module's source for
-    `ALL_ATTENTION_FUNCTIONS.get_interface(`; a model that indexes the registry directly (as sapiens2_hf's does
-    today) is refused with a warning, although it reads `config._attn_implementation` at every call."""
+    `ALL_ATTENTION_FUNCTIONS.get_interface(` (sapiens2_hf's models have it); a model without it (e.g. older remote
+    code) is refused with a warning, although it may read `config._attn_implementation` at every call."""
     config = model.config
     can_set = getattr(type(model), "_can_set_attn_implementation", None)
     if hasattr(model, "set_attn_implementation") and (can_set is None or can_set()):

@@ -29,14 +29,17 @@ def build_parser() -> argparse.ArgumentParser:
 # at error time in the modules already imported, never imported here: an error of such a class can only come from a
 # process that imported its module, so a command that never loaded the conversion code classifies its failures
 # without loading that code (and torch) just to compare classes.
-_EXPECTED_ERRORS = (("sapiens2_hf.hub.convert_official", "ConversionCheckError"),)
+_EXPECTED_ERRORS = (
+    ("sapiens2_hf.hub.convert_official", "ConversionCheckError"),
+    ("sapiens2_hf.utils.extras", "MissingExtraError"),  # a feature's extra is not installed: the pip command
+)
 
 
 def _is_expected(error: BaseException) -> bool:
     """Failures that come from what the user passed (a corrupt or mismatched file, a bad size, a wrong task, a
-    missing folder, an unreachable Hub): one line and exit code 2, never a traceback. Anything else is a bug and
-    keeps its traceback."""
-    if isinstance(error, (ValueError, OSError)):
+    missing folder, an unreachable Hub) or from what is installed (a feature whose extra is missing): one line and
+    exit code 2, never a traceback. Anything else is a bug and keeps its traceback."""
+    if isinstance(error, (ValueError, OSError)) or _names_missing_extra(error):
         return True
     for module_name, class_name in _EXPECTED_ERRORS:
         expected = getattr(sys.modules.get(module_name), class_name, None)
@@ -45,9 +48,25 @@ def _is_expected(error: BaseException) -> bool:
     return False
 
 
+def _names_missing_extra(error: BaseException) -> bool:
+    """An ImportError that code unable to use `sapiens2_hf.utils.extras.require` raised, with its own message, from
+    an optional package that is not installed (the Hub-shippable adapter loader: "... needs peft (`pip install
+    peft`)"). A bare "No module named ..." is not one: an optional package imported where it should not be is a bug."""
+    cause = error.__cause__
+    if not isinstance(error, ImportError) or not isinstance(cause, ModuleNotFoundError):
+        return False
+    from ..utils.extras import EXTRAS
+
+    return (cause.name or "").partition(".")[0] in EXTRAS
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if "threads" in vars(args):  # a command that loads models: transformers' per-load weight bars are noise here
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()
         if "threads" in vars(args):  # every command that computes takes --threads (cli/threads.py)
             from .threads import torch_threads
 

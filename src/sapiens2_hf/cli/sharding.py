@@ -55,7 +55,10 @@ class Shard:
         self.index, self.count, self.local_index = 0, 1, 0
         if world_size() > 1:
             import torch
-            from accelerate import PartialState
+
+            from ..utils.extras import require
+
+            PartialState = require("accelerate", feature="multi-process prediction").PartialState
 
             cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
             # a long timeout: the processes meet only at the end, after shares that may take hours and differ in

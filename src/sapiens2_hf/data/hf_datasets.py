@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from .label_tables import NUM_KEYPOINTS
+from ..utils.extras import require
 from .pose import TEETH_INDICES_344, coco_wholebody_to_308
 from .tasks import DATA_TASKS, RECORD_ROLES, data_task, is_top_down
 from .validation import SkippedSample, validate_records
@@ -95,7 +96,7 @@ def load_dataset_dict(name: str | None, config_name: str | None = None, train_di
     * any other local folder, or a Hub dataset id: `load_dataset(name, config_name)` (for a folder the builder is
       inferred from its files: imagefolder, parquet, json, ...).
     """
-    import datasets
+    datasets = require("datasets", feature="a Hugging Face dataset")
 
     folders = {"train": train_dir, "validation": validation_dir, "test": test_dir}
     folders = {split: folder for split, folder in folders.items() if folder is not None}
@@ -123,7 +124,7 @@ def synthetic_dataset_dict(task: str, splits: dict[str, tuple[int, int]], height
     shows nobody (about 1 in 1000 at 64 x 48) is dropped: pose indexes no person in it, and the dense tasks drop rows
     with an empty `mask`, whose evaluation has no valid pixel.
     """
-    import datasets
+    datasets = require("datasets", feature="a Hugging Face dataset")
 
     from .synthetic import make_dataset
 

@@ -2,10 +2,12 @@
 
 Keypoint names, flip pairs and class names have one source, `sapiens2_hf.modeling.sapiens2_label_data` (generated from
 the project spec files by scripts/generate_label_data.py); the counts and `KEYPOINT_FLIP_INDICES` are derived from it
-here. The tables below are needed only by training and evaluation, so they stay out of the Hub-shipped modeling files;
-their values come from the same spec files ``keypoints308.json`` and ``seg29.json`` (extracted from
-facebookresearch/sapiens2 commit 3098c14: ``sapiens/pose/configs/_base_/keypoints308.py`` and the seg configs'
-``CLASS_WEIGHT``). ``tests/test_label_tables.py`` checks every table against copies of those files.
+here. The seg loss's ignore label and class weights (`SEG_IGNORE_INDEX`, `SEG_CE_CLASS_WEIGHTS`) come from the losses
+in the modeling folder (`sapiens2_hf.modeling.loss_sapiens2`), which the task models use. The other tables below are
+needed only by training and evaluation, so they stay out of the Hub-shipped modeling files. All values come from the
+same spec files ``keypoints308.json`` and ``seg29.json`` (extracted from facebookresearch/sapiens2 commit 3098c14:
+``sapiens/pose/configs/_base_/keypoints308.py`` and the seg configs' ``CLASS_WEIGHT``). ``tests/test_label_tables.py``
+checks every table against copies of those files.
 """
 
 from ..modeling.sapiens2_label_data import (
@@ -15,6 +17,7 @@ from ..modeling.sapiens2_label_data import (
     POSE_KEYPOINT_NAMES,
     SEGMENTATION_CLASS_NAMES,
 )
+from ..modeling.loss_sapiens2 import SEG_CE_CLASS_WEIGHTS, SEG_IGNORE_INDEX  # noqa: F401  (re-exported)
 from ..processing.sapiens2_processing_ops import flip_pairs_to_indices
 
 
@@ -143,14 +146,8 @@ SEG_CLASS_NAMES = SEGMENTATION_CLASS_NAMES
 
 SEG_BACKGROUND_INDEX = 0
 
-SEG_IGNORE_INDEX = 255
-
 # Left/right class pairs swapped by the training-time horizontal flip.
 SEG_FLIP_SWAP_PAIRS = ((5, 14), (6, 15), (7, 16), (8, 17), (9, 18), (10, 19), (11, 20), (12, 21))
-
-# Cross-entropy class weights of every official seg config (background 0.1).
-SEG_CE_CLASS_WEIGHTS = (0.1, 10.0, 10.0, 3.0, 2.0, 4.0, 4.0, 2.0, 2.0, 6.0, 10.0, 3.0, 3.0, 1.0, 4.0, 4.0, 2.0, 2.0, 6.0, 10.0, 3.0, 3.0,
- 1.0, 1.0, 10.0, 10.0, 10.0, 10.0, 10.0)
 
 # `min_visible_keypoints` of the official keypoints308 dataset info (the half-body augmentation separately needs >= 9).
 MIN_VISIBLE_KEYPOINTS = 8

@@ -44,6 +44,7 @@ from torch import nn
 from ..modeling import Sapiens2Config, model_class_for_task
 from ..modeling.loading_sapiens2_hf import resolve_checkpoint
 from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
+from ..utils.extras import require
 
 
 EXPORT_FORMATS = ("onnx", "torch-export")
@@ -470,7 +471,7 @@ def export_model(
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
     if format == "onnx":
-        _require_onnx()
+        require("onnx", "onnxscript", "onnxruntime", feature="ONNX export")
     model = load_model_for_export(model_or_path, task=task, rope_dtype=rope_dtype,
                                   image_size=input_size if input_size is not None else None)
     config = model.config
@@ -578,20 +579,6 @@ def _versions() -> dict[str, str]:
         except ImportError:
             pass
     return versions
-
-
-def _require_onnx() -> None:
-    missing = []
-    for name in ("onnx", "onnxscript", "onnxruntime"):
-        try:
-            __import__(name)
-        except ImportError:
-            missing.append(name)
-    if missing:
-        raise ImportError(
-            f"ONNX export needs {', '.join(missing)}: pip install 'sapiens2_hf[export]' (or pip install onnx "
-            "onnxscript onnxruntime)."
-        )
 
 
 def read_export_info(folder) -> dict:

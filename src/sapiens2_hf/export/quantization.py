@@ -47,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..utils.extras import require
+
 
 QUANTIZATION_MODES = ("int8-dynamic", "int8-dynamic-linear", "int8-static")
 #: another name of "int8-dynamic" (see the module docstring)
@@ -167,10 +169,9 @@ def quantize_onnx(source, target, mode: str = "int8-dynamic", calibration_inputs
     Returns:
         `dict` describing what was done (recorded in `export_info.json -> quantization`).
     """
-    try:
-        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
-    except ImportError as error:
-        raise ImportError("int8 quantization needs onnxruntime: pip install 'sapiens2_hf[export]'.") from error
+    require("onnxruntime", feature="int8 quantization")
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
     if mode not in QUANTIZATION_MODES:
         raise ValueError(f"unknown quantization mode {mode!r}; choose one of {QUANTIZATION_MODES}.")
     source, target = os.fspath(Path(source)), os.fspath(Path(target))

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..modeling import Sapiens2Config
+from ..utils.extras import require
 from .exporter import INFO_FILE, read_export_info
 
 
@@ -181,11 +182,7 @@ class OnnxRuntimeSapiens2Model(ExportedSapiens2Model):
             providers (`list`, *optional*): onnxruntime execution providers (default: CPU).
             session_options (`onnxruntime.SessionOptions`, *optional*): used as given (num_threads is then ignored).
         """
-        try:
-            import onnxruntime as ort
-        except ImportError as error:
-            raise ImportError("the onnxruntime backend needs onnxruntime: pip install 'sapiens2_hf[export]' (or "
-                              "pip install onnxruntime).") from error
+        ort = require("onnxruntime", feature="the onnxruntime backend")
         info, config = cls._read(folder, "onnx")
         files = info.get("files", {})
         if precision not in files:

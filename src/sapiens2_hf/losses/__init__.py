@@ -1,16 +1,21 @@
-"""Fine-tuning task losses, one per file.
+"""Fine-tuning task losses.
 
-Each (`PoseHeatmapLoss`, `SegmentationLoss`, `NormalLoss`, `PointmapLoss`, `AlbedoLoss`, `MattingLoss`) returns
-`(total, {"<name>_loss": weighted term, ...})`; their defaults reproduce the official Sapiens2 fine-tuning recipes.
-The pretraining objectives live with the pretraining model, in `sapiens2_hf.pretraining.losses`.
+`PoseHeatmapLoss`, `SegmentationLoss`, `NormalLoss`, `PointmapLoss`, `AlbedoLoss` and `MattingLoss` each return
+`(total, {"<name>_loss": weighted term, ...})`; their defaults reproduce the official Sapiens2 fine-tuning recipes. They
+are implemented in the Hub-shippable modeling folder (`sapiens2_hf.modeling.loss_sapiens2`), where the task models use
+them to compute `loss` from `labels`; this package re-exports them, and its modules `heatmap_loss`, `seg_loss`, ...
+keep their import paths. The pretraining objectives live with the pretraining model, in
+`sapiens2_hf.pretraining.losses`.
 """
 
-from .albedo_loss import AlbedoLoss
-from .heatmap_loss import PoseHeatmapLoss
-from .matting_loss import MattingLoss
-from .normal_loss import NormalLoss
-from .pointmap_loss import PointmapLoss
-from .seg_loss import SegmentationLoss
+from ..modeling.loss_sapiens2 import (
+    AlbedoLoss,
+    MattingLoss,
+    NormalLoss,
+    PointmapLoss,
+    PoseHeatmapLoss,
+    SegmentationLoss,
+)
 
 
 __all__ = [

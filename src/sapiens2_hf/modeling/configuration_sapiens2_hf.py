@@ -494,25 +494,20 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     def image_size_hw(self) -> tuple[int, int]:
         return _pair(self.image_size)
 
-    def to_dict(self):
-        output = super().to_dict()
-        # Checkpoints of the tasks transformers supports are written with its model type, so that vanilla
-        # `AutoModelFor<Task>` loads them; our extra fields ride along as plain attributes it ignores.
-        if self.task in TRANSFORMERS_COMPATIBLE_TASKS and not self.uses_tokenizer:
-            output["model_type"] = TRANSFORMERS_MODEL_TYPE
-        return output
-
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
+        """Reads our config (`model_type` `sapiens2_hf`) or transformers' (`sapiens2`: Meta's Hub repos).
+
+        transformers' writer is told by its model type: its RoPE rescale default (2.0) is dropped (the official
+        models never used it). Folders written by sapiens2_hf before it had one model type also say `sapiens2`; their
+        `rope_dtype` field (which transformers' config has not) marks them as ours. A config without a `task` field
+        (transformers' has none) takes the task of its `architectures`."""
         config_dict = dict(config_dict)
-        if config_dict.get("model_type") in (cls.model_type, TRANSFORMERS_MODEL_TYPE):
-            config_dict.pop("model_type")
-        if "rope_dtype" not in config_dict:
-            # Saved by vanilla transformers: its RoPE rescale default (2.0) is written out although the official
-            # models never used it, and the task is only recorded in `architectures`.
+        model_type = config_dict.pop("model_type", cls.model_type)
+        if model_type == TRANSFORMERS_MODEL_TYPE and "rope_dtype" not in config_dict:
             config_dict.pop("pos_embed_rescale", None)
-            architecture = (config_dict.get("architectures") or [None])[0]
-            config_dict.setdefault("task", task_of_architecture(architecture))
+        if "task" not in config_dict:
+            config_dict["task"] = task_of_architecture((config_dict.get("architectures") or [None])[0])
         return super().from_dict(config_dict, **kwargs)
 
     @classmethod

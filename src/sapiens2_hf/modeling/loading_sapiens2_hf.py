@@ -36,9 +36,9 @@ from .official_format_sapiens2_hf import (
     OFFICIAL_FILENAME_PATTERN,
     ORIGINAL_NAME_PATTERN,
     OfficialCheckpointError,
-    convert_official_state_dict,
     detect_official_kind,
     infer_config_kwargs,
+    original_key_mapping,
 )
 from .sapiens2_tasks import BACKBONE_MODEL_CLASS, PRETRAIN_TASK, task_spec
 
@@ -52,6 +52,7 @@ HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revis
 # safetensors dtype codes of floating tensors, which are cast to float32 on load; anything else is refused.
 _FLOATING_DTYPES = {"F64", "F32", "F16", "BF16"}
 _TORCH_FLOATING_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+_SAFETENSORS_TORCH_DTYPES = {code: dtype for dtype, code in _TORCH_FLOATING_DTYPES.items()}
 # The official RoPE periods buffer keeps its stored dtype: it is checked against the formula in that dtype.
 _ROPE_PERIODS_SUFFIX = "rope_embed.periods"
 
@@ -109,56 +110,36 @@ def check_tensor_dtypes(dtypes: dict[str, str], source: str) -> list[str]:
     return sorted(key for key, dtype in dtypes.items() if dtype != "F32")
 
 
-def read_safetensors(paths, source: str | None = None) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Reads safetensors weights as float32 tensors.
-
-    float16, bfloat16 and float64 tensors are cast to float32 (a logged note says how many): the models compute in
-    float32 whatever the storage, and a mixed-dtype state dict would fail later. Non-floating tensors (int8
-    quantized weights would otherwise turn into zeros) are refused with their names.
-
-    Returns:
-        `(state_dict, metadata)`: the tensors and the header metadata of the first file.
-    """
+def read_safetensors_header(paths) -> tuple[dict[str, torch.Tensor], dict[str, str], dict]:
+    """The tensors of one or more safetensors files as meta tensors (shape and dtype, no data), the file holding each
+    tensor, and the header metadata of the first file. Nothing is read but the headers."""
     from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
 
-    paths = [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
-    source = source or ", ".join(os.path.basename(p) for p in paths)
-    check_tensor_dtypes(safetensors_keys_and_dtypes(paths), source)  # before reading: names the refused tensors
-    state_dict, metadata = {}, {}
-    for index, path in enumerate(paths):
+    tensors, files, metadata = {}, {}, {}
+    for index, path in enumerate(str(p) for p in paths):
         try:
-            state_dict.update(load_file(path))
-            if index == 0:
-                with safe_open(path, framework="pt") as handle:
+            with safe_open(path, framework="pt") as handle:
+                if index == 0:
                     metadata = dict(handle.metadata() or {})
+                for key in handle.keys():
+                    view = handle.get_slice(key)
+                    dtype = _SAFETENSORS_TORCH_DTYPES.get(view.get_dtype(), torch.uint8)
+                    tensors[key] = torch.empty(view.get_shape(), dtype=dtype, device="meta")
+                    files[key] = path
         except (SafetensorError, OSError, ValueError) as error:
             raise OfficialCheckpointError(
                 f"Cannot read {path} as a safetensors file ({error}). The file is truncated or corrupt: download it "
                 "again."
             ) from error
-    return as_float32_state_dict(state_dict, source), metadata
+    return tensors, files, metadata
 
 
-def as_float32_state_dict(state_dict: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """The dtype policy of every loading path (files and state dicts in memory): floating tensors in float32.
+def read_tensor(path: str, key: str) -> torch.Tensor:
+    """One tensor of a safetensors file (the others stay on disk)."""
+    from safetensors import safe_open
 
-    float16, bfloat16 and float64 tensors are cast (a logged note says how many): the models compute in float32
-    whatever the storage, and a mixed-dtype state dict would fail later. Non-floating tensors (int8 quantized weights
-    would otherwise turn into zeros) are refused with their names. The RoPE periods keep their dtype (see
-    `check_official_rope_periods`).
-    """
-    codes = {key: _TORCH_FLOATING_DTYPES.get(tensor.dtype, str(tensor.dtype).replace("torch.", ""))
-             for key, tensor in state_dict.items()}
-    cast = [key for key in check_tensor_dtypes(codes, source) if not key.endswith(_ROPE_PERIODS_SUFFIX)]
-    if not cast:
-        return state_dict
-    kinds = sorted({str(state_dict[key].dtype).replace("torch.", "") for key in cast})
-    logger.warning(
-        f"{source}: cast {len(cast)} tensors stored as {', '.join(kinds)} to float32 (e.g. {cast[0]}); pass "
-        "`dtype=` to run the model in another precision."
-    )
-    return {key: tensor.float() if key in cast else tensor for key, tensor in state_dict.items()}
+    with safe_open(path, framework="pt") as handle:
+        return handle.get_tensor(key)
 
 
 def official_checkpoint_kind(path: str | os.PathLike) -> str:
@@ -301,30 +282,34 @@ def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = 
     raise OSError(f"{pretrained_model_name_or_path} is neither a local file or folder nor a Hub repo id.")
 
 
-# ------------------------------------------------------------------------------------------------- strict loading
-# What the model classes' `from_pretrained` and `from_official_state_dict` run. `model_class` is the class being
-# loaded (a `Sapiens2PreTrainedModel` subclass): its `task`, `_check_task` and `_allowed_unexpected_keys` say what it
-# accepts.
-
-# Arguments of transformers' `from_pretrained` (and its pipeline factory) that have no effect on a state dict that is
-# already in memory.
-IGNORED_LOADING_KWARGS = frozenset(
-    {*HUB_KWARGS, "torch_dtype", "low_cpu_mem_usage", "trust_remote_code", "use_safetensors", "_from_pipeline",
-     "_commit_hash", "code_revision", "local_files_only"}
-)
-# `from_pretrained(..., rope_dtype=..., image_size=...)` set these config fields.
-CONFIG_OVERRIDES = ("rope_dtype", "image_size")
+# ------------------------------------------------------------------------------------------------------- loading
+# What the model classes' `from_pretrained` runs: transformers' own `from_pretrained`, fed a config and, for the
+# original layout, the declared weight conversions (official_format_sapiens2_hf.original_format_conversions). Ours
+# are only the parts transformers has no notion of: the architecture read from an official file's tensor shapes,
+# the RoPE-periods evidence check, strictness, and the float32 default. `model_class` is the class being loaded (a
+# `Sapiens2PreTrainedModel` subclass): its `task`, `_check_task` and `_allowed_unexpected_keys` say what it accepts.
 
 
 def _class_name(task: str | None) -> str:
     return BACKBONE_MODEL_CLASS if task is None else task_spec(task).model_class
 
 
+# The keywords transformers' `from_pretrained` (5.x) takes for itself; the others it hands to the config.
+TRANSFORMERS_LOADING_KWARGS = frozenset({
+    *HUB_KWARGS, "state_dict", "ignore_mismatched_sizes", "use_safetensors", "weights_only", "fusion_config",
+    "disable_mmap", "tqdm_class", "output_loading_info", "_from_pipeline", "_from_auto", "dtype", "torch_dtype",
+    "device_map", "max_memory", "offload_folder", "offload_buffers", "quantization_config", "_commit_hash", "variant",
+    "adapter_kwargs", "adapter_name", "generation_config", "gguf_file", "distributed_config", "device_mesh", "tp_plan",
+    "tp_size", "trust_remote_code", "allow_all_kernels", "use_kernels", "kernel_config", "key_mapping",
+    "attn_implementation", "experts_implementation", "low_cpu_mem_usage", "code_revision",
+})
+
+
 def apply_config_overrides(config: Sapiens2Config, kwargs: dict) -> None:
-    """Sets the `CONFIG_OVERRIDES` fields found in `kwargs` on `config` (popping them from `kwargs`)."""
-    for key in CONFIG_OVERRIDES:
-        if key in kwargs:
-            setattr(config, key, kwargs.pop(key))
+    """transformers' rule for `from_pretrained(..., **kwargs)`: every keyword that is not one of the loader's own
+    and names a config attribute sets it (and is consumed); the others are left for the model."""
+    for key in [key for key in kwargs if key not in TRANSFORMERS_LOADING_KWARGS and hasattr(config, key)]:
+        setattr(config, key, kwargs.pop(key))
 
 
 def raise_on_loading_problems(model_class, loading_info: dict, source: str) -> None:
@@ -343,7 +328,8 @@ def raise_on_loading_problems(model_class, loading_info: dict, source: str) -> N
     if problems:
         raise ValueError(
             f"{source} does not match {model_class.__name__}: " + "; ".join(problems) + ". Check that the checkpoint "
-            "is of the same task and architecture as the class (see config.json), or pass the right config."
+            "is of the same task and architecture as the class (see config.json), or pass the right config "
+            "(`strict=False` loads it anyway, as transformers does, leaving those tensors as they are)."
         )
 
 
@@ -372,82 +358,17 @@ def check_official_rope_periods(stored: torch.Tensor, config: Sapiens2Config, so
         )
 
 
-def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tuple, kwargs: dict,
-                    transformers_from_pretrained):
-    """`from_pretrained` of the model classes (see `Sapiens2PreTrainedModel.from_pretrained` for the arguments).
+def config_for_original_tensors(model_class, tensors: dict, source: str, config: Sapiens2Config | None = None,
+                                filename: str | None = None, metadata: dict | None = None,
+                                image_size=None, read_periods=None) -> Sapiens2Config:
+    """The config of a checkpoint in the original layout, for `model_class`.
 
-    Args:
-        transformers_from_pretrained: transformers' own `from_pretrained` bound to `model_class`, used for folders
-            in transformers' module layout (it collects mismatches; they are raised here, with names).
+    `tensors` may be meta tensors: only names and shapes are read (`read_periods(key)` fetches the one tensor whose
+    values are checked, the stored RoPE periods). Without `config` the architecture is read from the shapes (and
+    cross-checked with an official `filename`); with one (a folder's config.json) the tensors must match it, which
+    strict loading checks.
     """
-    from .adapter_loading import load_adapter_model  # LoRA adapter folders: base + adapter, merged
-
-    adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs)
-    if adapted is not None:
-        return adapted
-    hub_kwargs = {key: kwargs.get(key) for key in HUB_KWARGS}
-    source = str(pretrained_model_name_or_path)
-    resolved = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
-    config = kwargs.pop("config", None)
-    if config is not None and not isinstance(config, Sapiens2Config):
-        # transformers' pipeline factory reads config.json with its own config class: read it as ours (the official
-        # RoPE dtype, no RoPE rescale, the task from `architectures`).
-        config = Sapiens2Config.from_dict(config.to_dict())
-    if resolved.kind == "official":
-        if config is None and resolved.config_folder is not None:
-            config = Sapiens2Config.from_pretrained(resolved.config_folder)
-        if config is not None:
-            apply_config_overrides(config, kwargs)
-        return load_official_file(model_class, resolved.location, config=config, **kwargs)
-
-    if config is None:
-        config = Sapiens2Config.from_pretrained(
-            resolved.location, **{key: value for key, value in hub_kwargs.items() if value is not None}
-        )
-    apply_config_overrides(config, kwargs)
-    model_class._check_task(config, source)
-    check_tensor_dtypes(resolved.tensor_dtypes, source)
-    if resolved.original_names:
-        state_dict, _ = read_safetensors(resolved.weights_files, source)
-        return load_original_state_dict(model_class, state_dict, source, config=config, **kwargs)
-
-    want_loading_info = kwargs.pop("output_loading_info", False)
-    # transformers would raise a bare "see the report above"; let it collect the mismatches, we raise with names.
-    kwargs["ignore_mismatched_sizes"] = True
-    model, loading_info = transformers_from_pretrained(
-        resolved.location, *model_args, config=config, output_loading_info=True, **kwargs
-    )
-    raise_on_loading_problems(model_class, loading_info, source)
-    return (model, loading_info) if want_loading_info else model
-
-
-def load_official_file(model_class, path: str, config: Sapiens2Config | None = None, **kwargs):
-    """An official `sapiens2_<size>_<task>.safetensors` file (its name and metadata are cross-checked)."""
-    filename = os.path.basename(path)
-    state_dict, metadata = read_safetensors(path, filename)
-    return load_original_state_dict(
-        model_class, state_dict, filename, config=config, filename=filename, metadata=metadata, **kwargs
-    )
-
-
-def load_official_state_dict(model_class, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):
-    """An official state dict already in memory: the dtype policy of files (`as_float32_state_dict`), then the same
-    path as a file."""
-    source = filename or "the state dict"
-    state_dict = as_float32_state_dict(dict(state_dict), source)
-    return load_original_state_dict(model_class, state_dict, source, filename=filename, **kwargs)
-
-
-def load_original_state_dict(model_class, state_dict, source, config=None, filename=None, metadata=None, **kwargs):
-    """The one path for every state dict with the original tensor names: official files, folders written by
-    transformers, state dicts in memory.
-
-    Without `config`, the architecture is read from the tensor shapes; with one (a folder's config.json), the tensors
-    must match it exactly. Stored RoPE periods are checked (`check_official_rope_periods`).
-    """
-    kind, config_kwargs = infer_config_kwargs(
-        state_dict, filename=filename, metadata=metadata, image_size=kwargs.get("image_size")
-    )
+    kind, config_kwargs = infer_config_kwargs(tensors, filename=filename, metadata=metadata, image_size=image_size)
     task = None if kind == PRETRAIN_TASK else kind
     if model_class.task is not None and task != model_class.task:
         if task is None:
@@ -462,55 +383,127 @@ def load_original_state_dict(model_class, state_dict, source, config=None, filen
         )
     if config is None:
         config = Sapiens2Config(**config_kwargs)
-        apply_config_overrides(config, kwargs)
-    periods = state_dict.get(_ROPE_PERIODS_SUFFIX, state_dict.get("backbone." + _ROPE_PERIODS_SUFFIX))
-    if periods is not None:
-        check_official_rope_periods(periods, config, source)
-    converted = convert_official_state_dict(state_dict, kind)
-    if model_class.task is None:
-        config.task = None
-        if task is not None:
-            # The backbone class takes the backbone of a task checkpoint.
-            converted = {k[len("model."):]: v for k, v in converted.items() if k.startswith("model.")}
-            config.head_config = None
-            config.id2label, config.flip_pairs = None, None
-    return load_converted_state_dict(model_class, config, converted, source=source, **kwargs)
+    for key in (_ROPE_PERIODS_SUFFIX, "backbone." + _ROPE_PERIODS_SUFFIX):
+        if key in tensors:
+            stored = tensors[key] if read_periods is None else read_periods(key)
+            check_official_rope_periods(stored, config, source)
+    if model_class.task is None and config.task is not None:
+        # The backbone classes take the backbone of a task checkpoint; the head layout and labels are not part of it.
+        config.task, config.head_config, config.id2label, config.flip_pairs = None, None, None, None
+    return config
 
 
-def load_converted_state_dict(model_class, config, state_dict, source, dtype=None, device_map=None, **kwargs):
-    """Builds `model_class(config)` on the meta device and assigns `state_dict` (transformers' layout) strictly."""
+def _staged_official_file(path: str) -> str:
+    """A folder in which the official file is `model.safetensors` (a symbolic link), as transformers' loader reads
+    folders. It outlives the call on purpose: disk offload may point at the weights file after loading."""
+    import hashlib
+    import tempfile
+
+    path = os.path.realpath(path)
+    key = hashlib.sha256(path.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "sapiens2_hf_official" / key
+    link = folder / HF_WEIGHTS_NAME
+    if not (link.is_symlink() and os.readlink(link) == path):
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = folder / f".{HF_WEIGHTS_NAME}.{os.getpid()}"
+        staging.unlink(missing_ok=True)
+        staging.symlink_to(path)
+        os.replace(staging, link)  # atomic: a concurrent load sees the old link or the new one
+    return str(folder)
+
+
+def _float32_note(dtypes: dict[str, str], source: str) -> None:
+    """Our dtype default (float32 whatever the storage) says so when it casts."""
+    cast = [key for key, dtype in dtypes.items() if dtype != "F32" and not key.endswith(_ROPE_PERIODS_SUFFIX)]
+    if cast:
+        kinds = sorted({dtypes[key] for key in cast})
+        logger.warning(
+            f"{source}: cast {len(cast)} tensors stored as {', '.join(kinds)} to float32 (e.g. {cast[0]}); pass "
+            "`dtype=` to run the model in another precision (`dtype='auto'`: the stored one)."
+        )
+
+
+def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tuple, kwargs: dict,
+                    transformers_from_pretrained):
+    """`from_pretrained` of the model classes (see `Sapiens2PreTrainedModel.from_pretrained` for the arguments).
+
+    Args:
+        transformers_from_pretrained: transformers' own `from_pretrained` bound to `model_class`; every layout is
+            handed to it (an official file as a folder holding it, the original names renamed by the declared
+            conversions), with every argument it takes.
+    """
+    from .adapter_loading import load_adapter_model  # LoRA adapter folders: base + adapter, merged
+
+    adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs)
+    if adapted is not None:
+        return adapted
+    strict = kwargs.pop("strict", True)
     want_loading_info = kwargs.pop("output_loading_info", False)
-    attn_implementation = kwargs.pop("attn_implementation", None)
-    unused = sorted(set(kwargs) - IGNORED_LOADING_KWARGS)
-    if unused:
-        raise TypeError(f"Unexpected arguments for loading an official file: {unused}.")
-    dtype = dtype if dtype is not None else kwargs.get("torch_dtype")
-    if attn_implementation is not None:
-        config._attn_implementation = attn_implementation
-    with torch.device("meta"):
-        model = model_class(config)
-    expected = model.state_dict()
-    missing, unexpected = sorted(set(expected) - set(state_dict)), sorted(set(state_dict) - set(expected))
-    mismatched = sorted(
-        f"{k}: file {tuple(state_dict[k].shape)} vs model {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in state_dict and tuple(state_dict[k].shape) != tuple(v.shape)
+    filename = kwargs.pop("official_filename", None)
+    config = kwargs.pop("config", None)
+    state_dict = kwargs.get("state_dict")
+    if config is not None and not isinstance(config, Sapiens2Config):
+        # transformers' pipeline factory reads config.json with its own config class: read it as ours (the official
+        # RoPE dtype, no RoPE rescale, the task from `architectures`).
+        attn_implementation = config._attn_implementation_internal
+        config = Sapiens2Config.from_dict(config.to_dict())
+        config._attn_implementation_internal = attn_implementation
+    hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if kwargs.get(key) is not None}
+    image_size = kwargs.get("image_size")
+    location, dtypes, original_names = pretrained_model_name_or_path, {}, False
+    if pretrained_model_name_or_path is None:
+        source = filename or "the state dict"
+        if state_dict is None:
+            raise ValueError("Pass a checkpoint (file, folder or Hub id), or `state_dict=` with `config=`.")
+        dtypes = {key: _TORCH_FLOATING_DTYPES.get(t.dtype, str(t.dtype).replace("torch.", "")) for key, t in state_dict.items()}
+        check_tensor_dtypes(dtypes, source)
+        original_names = uses_original_names(state_dict)
+        if original_names:
+            config = config_for_original_tensors(model_class, state_dict, source, config, filename=filename,
+                                                 image_size=image_size)
+        elif config is None:
+            raise ValueError(f"Loading {source} in our module layout needs `config=`.")
+    else:
+        source = str(pretrained_model_name_or_path)
+        resolved = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
+        if resolved.kind == "official":
+            if config is None and resolved.config_folder is not None:
+                config = Sapiens2Config.from_pretrained(resolved.config_folder)
+            tensors, files, metadata = read_safetensors_header([resolved.location])
+            dtypes = {key: _TORCH_FLOATING_DTYPES.get(t.dtype, "?") for key, t in tensors.items()}
+            check_tensor_dtypes(safetensors_keys_and_dtypes([resolved.location]), source)
+            config = config_for_original_tensors(
+                model_class, tensors, source, config, filename=os.path.basename(resolved.location), metadata=metadata,
+                image_size=image_size, read_periods=lambda key: read_tensor(files[key], key),
+            )
+            location, original_names = _staged_official_file(resolved.location), True
+            for key in ("subfolder", "revision"):  # they named the repo's file; the staged folder has neither
+                kwargs.pop(key, None)
+        else:
+            location, dtypes = resolved.location, resolved.tensor_dtypes
+            check_tensor_dtypes(dtypes, source)
+            if config is None:
+                config = Sapiens2Config.from_pretrained(location, **hub_kwargs)
+            original_names = resolved.original_names
+            if original_names:
+                tensors, files, metadata = read_safetensors_header(resolved.weights_files)
+                config = config_for_original_tensors(
+                    model_class, tensors, source, config, metadata=metadata, image_size=image_size,
+                    read_periods=lambda key: read_tensor(files[key], key),
+                )
+    head_mapping = original_key_mapping(model_class) if original_names else None
+    if head_mapping is not None:
+        kwargs["key_mapping"] = {**(kwargs.get("key_mapping") or {}), **head_mapping}
+    apply_config_overrides(config, kwargs)
+    model_class._check_task(config, source)
+    if kwargs.get("dtype", kwargs.get("torch_dtype")) is None:
+        kwargs["dtype"] = torch.float32  # ours: float32 whatever the storage (transformers' default is "auto")
+        _float32_note(dtypes, source)
+    # Mismatched shapes are collected and raised below with their names instead of transformers' bare error.
+    kwargs.setdefault("ignore_mismatched_sizes", strict)
+    model, loading_info = transformers_from_pretrained(
+        location, *model_args, config=config, output_loading_info=True, **kwargs
     )
-    raise_on_loading_problems(
-        model_class, {"missing_keys": missing, "unexpected_keys": unexpected, "mismatched_keys": mismatched}, source
-    )
-    model.load_state_dict(state_dict, strict=True, assign=True)
-    for module in model.modules():
-        # RoPE embeddings: their periods are a non-persistent buffer, left on the meta device by the build above.
-        if hasattr(module, "reset_periods"):
-            module.reset_periods()
-    if dtype is not None and dtype != "auto":  # "auto" (the pipeline default): keep the float32 weights
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype, None) if isinstance(getattr(torch, dtype, None), torch.dtype) else dtype
-        model = model.to(dtype=dtype)
-    if device_map is not None:
-        model = model.to(device_map if not isinstance(device_map, dict) else device_map.get("", "cpu"))
-    model.eval()
-    if want_loading_info:
-        return model, {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
-    return model
+    if strict:
+        raise_on_loading_problems(model_class, loading_info, source)
+    return (model, loading_info) if want_loading_info else model

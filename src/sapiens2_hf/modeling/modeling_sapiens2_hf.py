@@ -1,9 +1,10 @@
 """Sapiens2 models for sapiens2_hf, self-contained.
 
 Every building block is written here, on torch and transformers' public API only (`PreTrainedModel`, `BackboneMixin`,
-`GradientCheckpointingLayer`, the `ALL_ATTENTION_FUNCTIONS` registry, `transformers.modeling_outputs`), so a repository
-shipped with these files as remote code does not depend on the internals of any transformers version. Module names,
-parameter names and tensor layouts are those of transformers' own Sapiens2 port
+`GradientCheckpointingLayer`, the `ALL_ATTENTION_FUNCTIONS` registry, `transformers.modeling_outputs`, and the output
+decorators `capture_outputs`, `can_return_tuple` and `filter_output_hidden_states` that transformers' own models use),
+so a repository shipped with these files as remote code does not depend on the internals of any transformers version.
+Module names, parameter names and tensor layouts are those of transformers' own Sapiens2 port
 (transformers/models/sapiens2/modeling_sapiens2.py), so checkpoints move freely between the two;
 tests/test_modeling_interop.py loads one state dict into both and compares outputs. Beyond the port, this file has:
 
@@ -14,6 +15,8 @@ tests/test_modeling_interop.py loads one state dict into both and compares outpu
 - Token removal for masked pretraining: `patch_keep_indices` keeps a subset of patch tokens, each with its own RoPE
   position, so a masked student pass costs only the kept tokens.
 - The albedo task (channel-RMSNorm head) and the windowed tokenizer of the 4K model, which transformers does not have.
+- The official fine-tuning losses (loss_sapiens2.py): with `labels`, each task model returns the loss the official
+  recipe trains with, so transformers' stock `Trainer` trains every task.
 - Strict loading: a missing or unexpected tensor is an error naming the keys, and a checkpoint of one task refuses to
   load into the class of another. Official checkpoint files load directly, with the architecture read from the
   tensor shapes. The loading code is in loading_sapiens2_hf.py, the official format in official_format_sapiens2_hf.py.
@@ -29,6 +32,7 @@ from functools import partial
 import torch
 from torch import nn
 from transformers import BackboneMixin, PreTrainedModel
+from transformers.backbone_utils import filter_output_hidden_states
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BackboneOutput,
@@ -38,7 +42,8 @@ from transformers.modeling_outputs import (
     SemanticSegmenterOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import logging
+from transformers.utils import can_return_tuple, logging
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_sapiens2_hf import (
     ARCHITECTURE_TASKS,
@@ -47,7 +52,17 @@ from .configuration_sapiens2_hf import (
     Sapiens2HeadConfig,
     pointmap_scale_features,
 )
-from .loading_sapiens2_hf import load_official_state_dict, load_pretrained
+from .loading_sapiens2_hf import load_pretrained
+from .loss_sapiens2 import (
+    AlbedoLoss,
+    MattingLoss,
+    NormalLoss,
+    PointmapLoss,
+    PoseHeatmapLoss,
+    SEG_CE_CLASS_WEIGHTS,
+    SegmentationLoss,
+)
+from .official_format_sapiens2_hf import register_original_format_conversions
 from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS
 
 
@@ -66,7 +81,8 @@ class Sapiens2PoseEstimatorOutput(ModelOutput):
 
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*):
-            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+            The official pose loss (`PoseHeatmapLoss`: keypoint-weighted heatmap MSE x 10), returned when `labels`
+            (and `label_weights`) are given.
         heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`):
             Raw keypoint heatmaps (training targets peak at 1); decode them with the image processor.
         hidden_states (`tuple(torch.Tensor)`, *optional*, returned with `output_hidden_states=True`):
@@ -90,7 +106,8 @@ class Sapiens2NormalEstimatorOutput(ModelOutput):
 
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*):
-            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+            The official normal loss (`NormalLoss`: 10 cosine + L1 + 10 finite-difference), returned when `labels` is
+            given.
         normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
             Camera-frame normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
         hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
@@ -109,7 +126,8 @@ class Sapiens2PointmapEstimatorOutput(ModelOutput):
 
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*):
-            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+            The official pointmap loss (`PointmapLoss`, seven terms), returned when `labels` (with `target_scales`
+            and `intrinsics`) is given.
         pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
             XYZ in the canonical camera (focal length 768 px; X right, Y down, Z forward).
         scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
@@ -132,7 +150,8 @@ class Sapiens2AlbedoEstimatorOutput(ModelOutput):
 
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*):
-            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+            The official albedo loss (`AlbedoLoss`: 2 L1 + 2 finite-difference + chromaticity), returned when
+            `labels` is given.
         albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
             Raw RGB albedo as the official head returns it, with no activation or clamp: the training target range is
             `[0, 1]` and values slightly outside it occur. Post-processing clamps to `[0, 1]`.
@@ -152,7 +171,8 @@ class Sapiens2ImageMattingOutput(ModelOutput):
 
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*):
-            Always `None`: task losses live in `sapiens2_hf.losses` and are applied by the trainers.
+            The matting loss (`MattingLoss`: alpha L1 + gradient + Laplacian + foreground L1), returned when
+            `labels` is given.
         alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)`):
             Alpha matte in `[0, 1]` (the head's channel 3 after a sigmoid).
         hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
@@ -615,9 +635,10 @@ class Sapiens2Attention(nn.Module):
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         if position_embeddings is not None:
             query_states, key_states = apply_rope_to_patch_tokens(query_states, key_states, *position_embeddings)
-        implementation = self.config._attn_implementation or "eager"
-        attention_interface: Callable = (
-            eager_attention_forward if implementation == "eager" else ALL_ATTENTION_FUNCTIONS[implementation]
+        # Looked up at every call, so `model.set_attn_implementation(...)` switches every layer at once: they all hold
+        # the model's config object. transformers detects that a model can switch this way by finding this call.
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
         )
         attn_output, attn_weights = attention_interface(
             self,
@@ -933,6 +954,8 @@ def tokens_to_feature_map(hidden_states: torch.Tensor, num_prefix_tokens: int, g
 
 
 _TASK_CLASS_NAMES = {task: name for name, task in ARCHITECTURE_TASKS.items()}
+# The task heads' tensors, which the backbone classes ignore when they load a task checkpoint.
+HEAD_KEY_PATTERNS = (r"^decode_head\.", r"^scale_head\.")
 _TASK_CLASS_NAMES[None] = "Sapiens2Model"
 
 
@@ -951,11 +974,18 @@ class Sapiens2PreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
+    # What `output_hidden_states` / `output_attentions` record (transformers' `capture_outputs` on the encoder): each
+    # layer's input and output, and each attention's weights (from backends that return them).
+    _can_record_outputs = {"hidden_states": Sapiens2Layer, "attentions": Sapiens2Attention}
+    # The task losses are means over the micro-batch, not sums over items: transformers' Trainer must pass no
+    # `num_items_in_batch` and divide by the gradient-accumulation steps itself (else gradients grow with them).
+    accepts_loss_kwargs = False
     _input_embed_layer = "patch_embeddings"
     # The RoPE periods are recomputed from the config, never loaded (some exported checkpoints carry them).
     _keys_to_ignore_on_load_unexpected = [r"periods"]
-    # Loading is strict: nothing may be missing (transformers' port lets a missing mask token pass).
-    _keys_to_ignore_on_load_missing = None
+    # Loading is strict: nothing may be missing, except the masked-pretraining token, which a checkpoint saved without
+    # `use_mask_token` lacks and which starts at zeros (the official init, `_init_weights`), never random.
+    _keys_to_ignore_on_load_missing = [r"embeddings\.mask_token$"]
     # The task this class solves (None: the bare backbone).
     task: str | None = None
 
@@ -996,6 +1026,8 @@ class Sapiens2PreTrainedModel(PreTrainedModel):
     def _check_task(cls, config: Sapiens2Config, source: str) -> None:
         if cls.task is None or config.task == cls.task:
             return
+        if config.task is None and config.head_config is not None:
+            return  # a head layout without a task (transformers' test configs): the class names it (`_build`)
         what = "a backbone-only" if config.task is None else f"a `{config.task}`"
         hint = (
             f"load it with {_TASK_CLASS_NAMES[config.task]}"
@@ -1010,32 +1042,42 @@ class Sapiens2PreTrainedModel(PreTrainedModel):
         return ()
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """Loads a model from an official Sapiens2 checkpoint file or from a folder or Hub repo with a config.json.
+    def from_pretrained(cls, pretrained_model_name_or_path=None, *model_args, **kwargs):
+        """transformers' `from_pretrained`, for every layout Sapiens2 checkpoints come in.
 
         Args:
-            pretrained_model_name_or_path (`str` or `os.PathLike`): one of
+            pretrained_model_name_or_path (`str` or `os.PathLike`, *optional*): one of
                 - an official file such as `sapiens2_1b_pose.safetensors`, or a folder or Hub repo holding only such a
                   file (config.json optional): the architecture is read from the tensor shapes (and cross-checked
                   against the file name);
-                - a folder or Hub repo with a config.json and model.safetensors: saved by this library, by
-                  transformers' Sapiens2 classes, or Meta's official repos (whose weights use the original tensor
-                  names; the original file beside them is then not needed).
-            rope_dtype (`str`, *optional*): override the RoPE dtype (`"bfloat16"`, the official default, or `"float32"`).
-            image_size (`list[int]`, *optional*): `[height, width]` the model is meant for (pointmap scale branch).
-            dtype, device_map, attn_implementation and the usual Hub arguments are accepted.
+                - a folder or Hub repo with a config.json and model.safetensors (or a sharded index): saved by this
+                  library, by transformers' Sapiens2 classes, or Meta's official repos (whose weights use the
+                  original tensor names; the original file beside them is then not needed);
+                - a LoRA adapter folder written by `sapiens2_hf.training` (base + adapter, merged);
+                - `None`, with `state_dict=` (original names or ours) and, for our names, `config=`.
+            strict (`bool`, *optional*, defaults to `True`): a missing, unexpected or mis-shaped tensor raises a
+                `ValueError` that names them. `False` is transformers' behaviour (reported, left as initialised).
+            dtype: defaults to float32 whatever the storage (`"auto"`: the stored dtype, as in transformers).
+            Everything else transformers' `from_pretrained` takes works as there: `device_map` (`"auto"`, dicts),
+                `max_memory`, `offload_folder`, `key_mapping`, `quantization_config`, `attn_implementation`,
+                `output_loading_info`, Hub arguments, and config overrides as keywords (`rope_dtype="float32"`,
+                `image_size=[h, w]`, `output_hidden_states=True`, ...).
 
-        Loading is strict: a missing, unexpected or mis-shaped tensor raises a `ValueError` that names the keys.
-        Floating tensors stored in another precision are cast to float32 (with a logged note); integer or quantized
-        tensors are refused.
+        Original-layout tensors are renamed by transformers' loader itself, through the weight conversions declared
+        in `official_format_sapiens2_hf.py`. Integer or quantized tensors are refused by name.
         """
         return load_pretrained(cls, pretrained_model_name_or_path, model_args, kwargs, super().from_pretrained)
 
+    def save_pretrained(self, save_directory, *args, save_original_format: bool = False, **kwargs):
+        """transformers' `save_pretrained`, writing our (= transformers' port's) module names by default;
+        `save_original_format=True` writes the original names, as Meta's Hub repos hold them."""
+        return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
+
     @classmethod
     def from_official_state_dict(cls, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):
-        """Builds the model from an official state dict already in memory: the same path and checks as an official
-        file (`loading_sapiens2_hf.load_original_state_dict`: architecture from the shapes, RoPE periods, strict)."""
-        return load_official_state_dict(cls, state_dict, filename=filename, **kwargs)
+        """Builds the model from an official state dict already in memory: `from_pretrained(None, state_dict=...)`,
+        with `filename` (an official file name, optional) cross-checked against the tensors."""
+        return cls.from_pretrained(None, state_dict=state_dict, official_filename=filename, **kwargs)
 
 
 def token_grid_size(config: Sapiens2Config, pixel_values: torch.Tensor) -> tuple[int, int]:
@@ -1097,9 +1139,11 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
     def get_input_embeddings(self) -> nn.Conv2d:
         return self.embeddings.patch_embeddings
 
+    # A task checkpoint loaded into the backbone class: its heads are deliberately left out (no load report).
+    _keys_to_ignore_on_load_unexpected = [r"periods", *HEAD_KEY_PATTERNS]
+
     @classmethod
     def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
-        # A task checkpoint loaded into the backbone class: its heads are deliberately left out.
         return ("decode_head.", "scale_head.")
 
     @classmethod
@@ -1109,12 +1153,12 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
     def _grid_size(self, pixel_values: torch.Tensor) -> tuple[int, int]:
         return token_grid_size(self.config, pixel_values)
 
+    @can_return_tuple
     def forward(
         self,
         pixel_values: torch.Tensor,
         patch_keep_indices: torch.LongTensor | None = None,
         bool_masked_pos: torch.Tensor | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling:
         r"""
@@ -1127,13 +1171,14 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
                 register tokens are always kept.
             bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*):
                 Replaces the masked patch embeddings by a learned mask token (needs `config.use_mask_token`).
-            return_dict (`bool`, *optional*): `False` returns a tuple; defaults to `config.return_dict`.
-            kwargs: `output_hidden_states`, `output_attentions`, attention-backend arguments (see `Sapiens2Encoder`).
+            kwargs: `return_dict` (`False` returns a tuple; defaults to `config.return_dict`), `output_hidden_states`,
+                `output_attentions` (see `Sapiens2Encoder`), attention-backend arguments.
 
         Returns:
             `BaseModelOutputWithPooling`: `last_hidden_state` of shape `(batch_size, 1 + num_registers +
             num_patches_or_kept, hidden_size)` (CLS, registers, patch tokens), after the final RMSNorm;
-            `pooler_output` is the CLS token, of shape `(batch_size, hidden_size)`.
+            `pooler_output` is the CLS token, of shape `(batch_size, hidden_size)`; `hidden_states` and `attentions`
+            as recorded by the encoder.
         """
         hidden_states, (cos, sin) = embed_pixel_values(self, pixel_values, bool_masked_pos=bool_masked_pos)
         if patch_keep_indices is not None:
@@ -1145,19 +1190,18 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
             cos, sin = cos[index], sin[index]  # (batch, kept, head_dim)
         encoder_outputs = self.model(hidden_states, position_embeddings=(cos, sin), return_dict=True, **kwargs)
         sequence_output = self.norm(encoder_outputs.last_hidden_state)
-        output = BaseModelOutputWithPooling(
+        return BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,
             pooler_output=sequence_output[:, 0],
             hidden_states=encoder_outputs.hidden_states,
             attentions=encoder_outputs.attentions,
         )
-        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
 
     def get_feature_map(self, pixel_values: torch.Tensor, **kwargs) -> torch.Tensor:
         """Patch tokens after the final norm on their grid: `(batch_size, hidden_size, height / 16, width / 16)`,
         the official `featmap` output that every task head reads."""
         grid = self._grid_size(pixel_values)
-        outputs = self.forward(pixel_values, **kwargs)
+        outputs = self.forward(pixel_values, return_dict=True, **kwargs)
         return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid)
 
 
@@ -1172,56 +1216,29 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
         )
         self.post_init()
 
+    # The last recorded hidden state stays the last layer's output: the final norm is applied by the model above.
+    @capture_outputs(tie_last_hidden_states=False)
     def forward(
         self,
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        output_hidden_states: bool | None = None,
-        output_attentions: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutput:
         """
         Args:
             hidden_states (`torch.Tensor` of shape `(batch_size, seq_len, hidden_size)`): prefix tokens, then patches.
             position_embeddings (`(cos, sin)`, *optional*): RoPE of the patch tokens; `None` for no RoPE.
-            output_hidden_states, output_attentions, return_dict (`bool`, *optional*): default to the config's.
-            kwargs: passed to every layer (and on to the attention backend).
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict` (each defaults to the config's; read by
+                `capture_outputs`), and attention-backend arguments, passed to every layer.
         Returns:
             `BaseModelOutput`: `last_hidden_state` of shape `(batch_size, seq_len, hidden_size)` (no final norm);
-            `hidden_states`: the input and each layer's output (as transformers' port records them); `attentions`:
-            each layer's attention weights, from backends that return them.
+            `hidden_states`: the input and each layer's output, `num_layers + 1` tensors of the input's shape (as
+            transformers' port records them); `attentions`: each layer's attention weights, of shape `(batch_size,
+            num_heads, seq_len, seq_len)`, from backends that return them (empty with sdpa).
         """
-        config = self.config
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        return_dict = config.return_dict if return_dict is None else return_dict
-        all_hidden_states = [hidden_states] if output_hidden_states else None
-        all_attentions = []
-        # Weights are collected from the attention modules, so the layers keep returning plain tensors (and
-        # gradient checkpointing sees a single output).
-        record = partial(_record_attention_weights, all_attentions)
-        hooks = [layer.attention.register_forward_hook(record) for layer in self.layer] if output_attentions else []
-        try:
-            for layer in self.layer:
-                hidden_states = layer(hidden_states, position_embeddings=position_embeddings, **kwargs)
-                if all_hidden_states is not None:
-                    all_hidden_states.append(hidden_states)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        output = BaseModelOutput(
-            last_hidden_state=hidden_states,
-            hidden_states=tuple(all_hidden_states) if all_hidden_states is not None else None,
-            attentions=tuple(all_attentions) if output_attentions else None,
-        )
-        return output if return_dict else output.to_tuple()
-
-
-def _record_attention_weights(collected: list, module: nn.Module, args, output) -> None:
-    """Forward hook of `Sapiens2Attention`: keeps its attention weights (sdpa and flash return none)."""
-    if output[1] is not None:
-        collected.append(output[1])
+        for layer in self.layer:
+            hidden_states = layer(hidden_states, position_embeddings=position_embeddings, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
 def as_sapiens2_config(config) -> Sapiens2Config:
@@ -1276,6 +1293,8 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
     def get_input_embeddings(self) -> nn.Conv2d:
         return self.embeddings.patch_embeddings
 
+    _keys_to_ignore_on_load_unexpected = Sapiens2Model._keys_to_ignore_on_load_unexpected
+
     @classmethod
     def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
         # A task checkpoint loaded into the backbone: its heads are deliberately left out, as for Sapiens2Model.
@@ -1303,22 +1322,18 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
             config.set_output_features_output_indices(out_features=out_features, out_indices=out_indices)
         return loaded
 
-    def forward(
-        self,
-        pixel_values: torch.Tensor,
-        output_hidden_states: bool | None = None,
-        output_attentions: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> BackboneOutput:
+    # `filter_output_hidden_states` (transformers' backbones): every stage's tokens are always recorded, since the
+    # selected stages are picked from them, and returned only when `output_hidden_states` asks for them.
+    @can_return_tuple
+    @filter_output_hidden_states
+    def forward(self, pixel_values: torch.Tensor, **kwargs) -> BackboneOutput:
         r"""
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Normalised RGB (ImageNet mean/std); height and width divisible by the stride (16; 64 for the 4K model).
-            output_hidden_states (`bool`, *optional*): also return every stage's tokens (before the final norm).
-            output_attentions (`bool`, *optional*): also return the attention weights (from backends that give them).
-            return_dict (`bool`, *optional*): `False` returns a tuple; defaults to `config.return_dict`.
-            kwargs: attention-backend arguments, passed to every layer.
+            kwargs: `output_hidden_states` (also return every stage's tokens, before the final norm),
+                `output_attentions` (also return the attention weights, from backends that give them), `return_dict`
+                (`False` returns a tuple), each defaulting to the config's; attention-backend arguments.
 
         Returns:
             `BackboneOutput`: `feature_maps`, one per selected stage in stage order, each of shape `(batch_size,
@@ -1327,19 +1342,9 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
             shape `(batch_size, num_prefix_tokens + num_patches, hidden_size)`; `attentions` (when asked).
         """
         config = self.config
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        return_dict = config.return_dict if return_dict is None else return_dict
         grid = token_grid_size(config, pixel_values)
         hidden_states, position_embeddings = embed_pixel_values(self, pixel_values)
-        # Every stage's tokens are needed to pick the selected ones; they are returned only when asked for.
-        encoder_outputs = self.model(
-            hidden_states,
-            position_embeddings=position_embeddings,
-            output_hidden_states=True,
-            output_attentions=output_attentions,
-            return_dict=True,
-            **kwargs,
-        )
+        encoder_outputs = self.model(hidden_states, position_embeddings=position_embeddings, return_dict=True, **kwargs)
         feature_maps = []
         for stage_name, stage_states in zip(self.stage_names, encoder_outputs.hidden_states):
             if stage_name not in self.out_features:
@@ -1350,16 +1355,25 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
                 feature_maps.append(tokens_to_feature_map(stage_states, config.num_prefix_tokens, grid).contiguous())
             else:
                 feature_maps.append(stage_states[:, config.num_prefix_tokens :])
-        output = BackboneOutput(
+        return BackboneOutput(
             feature_maps=tuple(feature_maps),
-            hidden_states=encoder_outputs.hidden_states if output_hidden_states else None,
+            hidden_states=encoder_outputs.hidden_states,
             attentions=encoder_outputs.attentions,
         )
-        return output if return_dict else output.to_tuple()
 
 
 class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
-    """Backbone + decode head. Subclasses set `task` and return their output dataclass."""
+    """Backbone + decode head. Subclasses set `task` and `loss_class`, and return their output dataclass, with the
+    task loss when `labels` is given."""
+
+    # The official loss of the task (loss_sapiens2.py, official term weights), computed by `forward` from `labels`.
+    loss_class: type[nn.Module]
+
+    def post_init(self):
+        super().post_init()
+        # transformers merges the children's ignore patterns into the parent's: the backbone's (a task checkpoint's
+        # heads) must not make a task model ignore unexpected head tensors.
+        self._keys_to_ignore_on_load_unexpected -= set(HEAD_KEY_PATTERNS)
 
     def _build(self, config: Sapiens2Config) -> None:
         if config.head_config is None:
@@ -1367,6 +1381,10 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
                 f"{type(self).__name__} needs `config.head_config` (the decode-head layout); build the config with "
                 f"Sapiens2Config.from_preset(size, task={self.task!r})."
             )
+        if config.task is None:
+            # A head layout without a task (as transformers' model tests build configs): the class names the task, so
+            # that the saved config.json records it and `from_pretrained` accepts the folder back into this class.
+            config.task = self.task
         self.num_labels = config.num_labels
         self.model = Sapiens2Model(config)
         self.decode_head = Sapiens2Head(config, norm_layer=head_norm_layer(config.head_config))
@@ -1382,26 +1400,33 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         outputs = self.model(pixel_values, return_dict=True, **kwargs)
         return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid), outputs
 
-    def _decode(self, pixel_values: torch.Tensor, labels, output_class, field: str, return_dict=None, **kwargs):
-        """Backbone -> feature map -> decode head, wrapped in `output_class` with the prediction under `field`."""
-        self._refuse_labels(labels)
+    def _decode(self, pixel_values: torch.Tensor, output_class, field: str, labels=None, loss_targets=(), **kwargs):
+        """Backbone -> feature map -> decode head, wrapped in `output_class` with the prediction under `field`, and
+        with the task loss of the prediction against `labels`, then `loss_targets`, when `labels` is given."""
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
-        output = output_class(
-            **{field: self.decode_head(feature_map)}, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        prediction = self.decode_head(feature_map)
+        return output_class(
+            loss=self._task_loss(prediction, labels, *loss_targets) if labels is not None else None,
+            **{field: prediction},
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
-        return self._maybe_tuple(output, return_dict)
 
-    def _maybe_tuple(self, output: ModelOutput, return_dict: bool | None):
-        """`output`, or its tuple of non-`None` fields when `return_dict` (default `config.return_dict`) is False."""
-        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+    def _loss_function(self) -> nn.Module:
+        """The task loss with its official settings (a subclass adapts them to its config)."""
+        return self.loss_class()
 
-    @staticmethod
-    def _refuse_labels(labels) -> None:
-        if labels is not None:
-            raise ValueError(
-                "The models do not compute losses themselves: use the task losses in `sapiens2_hf.losses` "
-                "(or `sapiens2_hf.training`, which applies them for you)."
-            )
+    def _task_loss(self, *loss_inputs) -> torch.Tensor:
+        """The total of the task loss on `loss_inputs` (model outputs, then targets, in the loss's order): a scalar."""
+        loss_fn = self._loss_function().to(loss_inputs[0].device)  # the seg class weights follow the logits
+        total, _ = loss_fn(*loss_inputs)
+        return total
+
+    def _required_target(self, value: torch.Tensor | None, name: str, what: str) -> torch.Tensor:
+        """`value`, or a ValueError naming the `forward` argument the task loss needs beside `labels`."""
+        if value is None:
+            raise ValueError(f"The {self.task} loss needs `{name}` ({what}) with `labels`; pass it to the model.")
+        return value
 
     @classmethod
     def from_backbone(cls, pretrained_backbone, config: Sapiens2Config | None = None, head_config=None, **kwargs):
@@ -1465,64 +1490,115 @@ class Sapiens2ForPoseEstimation(_Sapiens2TaskModel):
     """Sapiens2 with the official top-down heatmap head (308 keypoints at 1/4 of the input resolution)."""
 
     task = "pose"
+    loss_class = PoseHeatmapLoss
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
         self._build(config)
         self.post_init()
 
-    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> Sapiens2PoseEstimatorOutput:
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        label_weights: torch.Tensor | None = None,
+        **kwargs,
+    ) -> Sapiens2PoseEstimatorOutput:
         r"""
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised person crops.
+            labels (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`, *optional*):
+                Target heatmaps (UDP Gaussians, peak 1; the image processor's `keypoints=` builds them). With them,
+                `loss` is the official `PoseHeatmapLoss`.
+            label_weights (`torch.Tensor` of shape `(batch_size, num_keypoints)`, *optional*): per-keypoint loss
+                weights (visibility x joint weight, 0 for absent keypoints); required with `labels`.
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `Sapiens2PoseEstimatorOutput` with `heatmaps` of shape `(batch_size, num_keypoints, height / 4,
             width / 4)`: raw heatmaps (targets peak at 1); decode them with the image processor.
         """
-        return self._decode(pixel_values, labels, Sapiens2PoseEstimatorOutput, "heatmaps", **kwargs)
+        if labels is not None:
+            label_weights = self._required_target(label_weights, "label_weights", "per-keypoint weights")
+        return self._decode(
+            pixel_values, Sapiens2PoseEstimatorOutput, "heatmaps", labels, loss_targets=(label_weights,), **kwargs
+        )
 
 
 class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel):
     """Sapiens2 with the official body-part segmentation head (29 classes at full input resolution)."""
 
     task = "seg"
+    loss_class = SegmentationLoss
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
         self._build(config)
         self.post_init()
 
-    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> SemanticSegmenterOutput:
+    def _loss_function(self) -> nn.Module:
+        # The official class weights belong to the 29 body-part classes; another label set trains unweighted.
+        official = self.config.num_labels == len(SEG_CE_CLASS_WEIGHTS)
+        return self.loss_class(class_weights=None if official else ())
+
+    @can_return_tuple
+    def forward(
+        self, pixel_values: torch.Tensor, labels: torch.LongTensor | None = None, **kwargs
+    ) -> SemanticSegmenterOutput:
         r"""
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
+            labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*): class ids, 255 ignored.
+                With them, `loss` is the official `SegmentationLoss` (class-weighted cross-entropy + Dice; logits
+                resized to the labels' size first), not transformers' plain cross-entropy.
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
         """
-        return self._decode(pixel_values, labels, SemanticSegmenterOutput, "logits", **kwargs)
+        return self._decode(pixel_values, SemanticSegmenterOutput, "logits", labels, **kwargs)
 
 
 class Sapiens2ForNormalEstimation(_Sapiens2TaskModel):
     """Sapiens2 with the official pixel-shuffle surface-normal head."""
 
     task = "normal"
+    loss_class = NormalLoss
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
         self._build(config)
         self.post_init()
 
-    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> Sapiens2NormalEstimatorOutput:
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> Sapiens2NormalEstimatorOutput:
         r"""
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
+            labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): unit camera-frame normals
+                on valid pixels, any value elsewhere. With them, `loss` is the official `NormalLoss`.
+            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
+                (bool or 0/1); all pixels when omitted.
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `Sapiens2NormalEstimatorOutput` with `normals` of shape `(batch_size, 3, height, width)`: camera-frame
             normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
         """
-        return self._decode(pixel_values, labels, Sapiens2NormalEstimatorOutput, "normals", **kwargs)
+        return self._decode(
+            pixel_values, Sapiens2NormalEstimatorOutput, "normals", labels, loss_targets=(mask,), **kwargs
+        )
 
 
 class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel):
     """Sapiens2 with the official pointmap head and its focal-scale branch."""
 
     task = "pointmap"
+    loss_class = PointmapLoss
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
@@ -1542,35 +1618,64 @@ class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel):
                 f"the model's size {self.config.image_size} (the image processor does this)."
             )
 
+    @can_return_tuple
     def forward(
-        self, pixel_values: torch.Tensor, labels=None, return_dict=None, **kwargs
+        self,
+        pixel_values: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        target_scales: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        intrinsics: torch.Tensor | None = None,
+        target_mean_depth: torch.Tensor | None = None,
+        **kwargs,
     ) -> Sapiens2PointmapEstimatorOutput:
         r"""
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
+            labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target canonical XYZ
+                (metric XYZ x `768 / f_x`), any value off `mask`. With them, `loss` is the official `PointmapLoss`,
+                which also needs `target_scales`, `intrinsics` and the scale branch.
+            target_scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*): target canonical scale `768 / f_x`.
+            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
+                (bool or 0/1); all pixels when omitted.
+            intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`, *optional*): pixel intrinsics of the label grid
+                before canonicalisation.
+            target_mean_depth (`torch.Tensor` of shape `(batch_size,)`, *optional*): mean canonical target Z over the
+                valid pixels; computed from `labels` when omitted.
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `Sapiens2PointmapEstimatorOutput` with `pointmaps` of shape `(batch_size, 3, height, width)`: XYZ in the
             canonical camera (focal length 768 px; X right, Y down, Z forward), and `scales` of shape
             `(batch_size, 1)`: canonical focal / actual focal length of the network input; metric XYZ = pointmaps /
             scales. `scales` is `None` for a head without the scale branch.
         """
-        self._refuse_labels(labels)
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         scales = None
         if not isinstance(self.scale_head, nn.Identity):
             self._check_scale_input(feature_map)
             scales = self.scale_head(feature_map)
-        output = Sapiens2PointmapEstimatorOutput(
-            pointmaps=self.decode_head(feature_map),
+        pointmaps = self.decode_head(feature_map)
+        loss = None
+        if labels is not None:
+            if scales is None:
+                raise ValueError("The pointmap loss needs the scale branch (`scales`); this model's head has none.")
+            target_scales = self._required_target(target_scales, "target_scales", "canonical scales 768 / f_x")
+            intrinsics = self._required_target(intrinsics, "intrinsics", "(batch_size, 3, 3) pixel intrinsics")
+            loss = self._task_loss(pointmaps, scales, labels, target_scales, mask, intrinsics, target_mean_depth)
+        return Sapiens2PointmapEstimatorOutput(
+            loss=loss,
+            pointmaps=pointmaps,
             scales=scales,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return self._maybe_tuple(output, return_dict)
 
 
 class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
     """Sapiens2 with the official albedo head (the normal head's layout with channel RMSNorms). Not in transformers."""
 
     task = "albedo"
+    loss_class = AlbedoLoss
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
@@ -1579,13 +1684,29 @@ class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
         self._build(config)
         self.post_init()
 
-    def forward(self, pixel_values: torch.Tensor, labels=None, **kwargs) -> Sapiens2AlbedoEstimatorOutput:
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> Sapiens2AlbedoEstimatorOutput:
         r"""
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
+            labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target RGB albedo in
+                `[0, 1]`. With them, `loss` is the official `AlbedoLoss`.
+            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
+                (bool or 0/1); all pixels when omitted.
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `Sapiens2AlbedoEstimatorOutput` with `albedos` of shape `(batch_size, 3, height, width)`: raw RGB albedo
             (target range `[0, 1]`, not clamped).
         """
-        return self._decode(pixel_values, labels, Sapiens2AlbedoEstimatorOutput, "albedos", **kwargs)
+        return self._decode(
+            pixel_values, Sapiens2AlbedoEstimatorOutput, "albedos", labels, loss_targets=(mask,), **kwargs
+        )
 
 
 class Sapiens2ForImageMatting(_Sapiens2TaskModel):
@@ -1593,6 +1714,7 @@ class Sapiens2ForImageMatting(_Sapiens2TaskModel):
     sigmoid, channels 0-2 the pre-multiplied RGB foreground and channel 3 the alpha matte."""
 
     task = "matting"
+    loss_class = MattingLoss
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
@@ -1604,24 +1726,42 @@ class Sapiens2ForImageMatting(_Sapiens2TaskModel):
         self._build(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
-        self, pixel_values: torch.Tensor, labels=None, return_dict=None, **kwargs
+        self,
+        pixel_values: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        foreground_labels: torch.Tensor | None = None,
+        **kwargs,
     ) -> Sapiens2ImageMattingOutput:
         r"""
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
+            labels (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): target alpha in `[0, 1]`.
+                With them, `loss` is `MattingLoss`.
+            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): pixels with a valid label
+                (bool or 0/1); all pixels when omitted.
+            foreground_labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target
+                pre-multiplied foreground (`alpha * F`); without it the loss has no foreground term.
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `Sapiens2ImageMattingOutput` with `alphas` of shape `(batch_size, 1, height, width)` and `foregrounds`
             of shape `(batch_size, 3, height, width)` (pre-multiplied RGB), both in `[0, 1]`.
         """
-        self._refuse_labels(labels)
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         matting = self.decode_head(feature_map).sigmoid()
-        output = Sapiens2ImageMattingOutput(
-            alphas=matting[:, 3:],
-            foregrounds=matting[:, :3],
+        alphas, foregrounds = matting[:, 3:], matting[:, :3]
+        loss = None
+        if labels is not None:
+            loss = self._task_loss(alphas, foregrounds, labels, mask, foreground_labels)
+        return Sapiens2ImageMattingOutput(
+            loss=loss,
+            alphas=alphas,
+            foregrounds=foregrounds,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return self._maybe_tuple(output, return_dict)
 
 
 # Task -> model class (None: the backbone), from the class names of the task registry: a registry entry whose class is
@@ -1638,3 +1778,5 @@ def model_class_for_task(task: str | None):
         raise ValueError(f"Unknown task {task!r}; choose one of {TASKS} or None for the backbone.")
     return TASK_MODEL_CLASSES[task]
 
+
+register_original_format_conversions()

@@ -40,50 +40,103 @@ ORIGINAL_NAME_PATTERN = re.compile(
 # The aspect ratio (height:width) of the official input size, 1024x768.
 OFFICIAL_ASPECT = (4, 3)
 
-_BACKBONE_RENAMES = (
-    (re.compile(r"^cls_token$"), "embeddings.cls_token"),
-    (re.compile(r"^storage_tokens$"), "embeddings.register_tokens"),
-    (re.compile(r"^patch_embed\.projection\.(weight|bias)$"), r"embeddings.patch_embeddings.\1"),
-    (re.compile(r"^ln1\.weight$"), "norm.weight"),
-    (re.compile(r"^blocks\.(\d+)\.ln1\.weight$"), r"model.layer.\1.norm1.weight"),
-    (re.compile(r"^blocks\.(\d+)\.ln2\.weight$"), r"model.layer.\1.norm2.weight"),
-    (re.compile(r"^blocks\.(\d+)\.attn\.wq\.(weight|bias)$"), r"model.layer.\1.attention.q_proj.\2"),
-    (re.compile(r"^blocks\.(\d+)\.attn\.wk\.(weight|bias)$"), r"model.layer.\1.attention.k_proj.\2"),
-    (re.compile(r"^blocks\.(\d+)\.attn\.wv\.(weight|bias)$"), r"model.layer.\1.attention.v_proj.\2"),
-    (re.compile(r"^blocks\.(\d+)\.attn\.proj\.(weight|bias)$"), r"model.layer.\1.attention.o_proj.\2"),
-    (re.compile(r"^blocks\.(\d+)\.attn\.q_norm\.weight$"), r"model.layer.\1.attention.q_norm.weight"),
-    (re.compile(r"^blocks\.(\d+)\.attn\.k_norm\.weight$"), r"model.layer.\1.attention.k_norm.weight"),
-    (re.compile(r"^blocks\.(\d+)\.attn\.gamma\.weight$"), r"model.layer.\1.layer_scale1.lambda1"),
-    (re.compile(r"^blocks\.(\d+)\.ffn\.w3\.(weight|bias)$"), r"model.layer.\1.mlp.down_proj.\2"),
-)
-# The fused SwiGLU input projection: the first half of its rows is the SiLU-gated branch.
-_FUSED_GATE_UP = re.compile(r"^blocks\.(\d+)\.ffn\.w12\.(weight|bias)$")
+# The original tensor names -> our module names (= transformers' port's), declared as transformers' own weight
+# transforms so that transformers' loader renames while it streams tensors from the file (memory-mapped, cast one by
+# one, `device_map`/offload/shards intact). They are registered for our model type, so they apply to the bare
+# backbone classes and, scoped under `model.`, to the task models' backbone. Rules that keep them safe:
+# - keys already in our layout pass through untouched: every pattern is anchored or names an original-only module
+#   (`attn.wq`, `ffn.w12`, `ln1`);
+# - transformers reverses them when a model (or a composite holding our backbone, e.g. UperNet) is saved in the
+#   original format, so they stay plain (no `$`, no empty replacement) as in transformers' own `sapiens2` entry.
+def _backbone_conversions() -> list:
+    from transformers.core_model_loading import Chunk, WeightConverter, WeightRenaming
+
+    return [
+        WeightRenaming(r"^cls_token", r"embeddings.cls_token"),
+        WeightRenaming(r"^storage_tokens", r"embeddings.register_tokens"),
+        WeightRenaming(r"^patch_embed\.projection\.", r"embeddings.patch_embeddings."),
+        WeightRenaming(r"^ln1\.", r"norm."),
+        WeightRenaming(r"^blocks\.(\d+)\.", r"model.layer.\1."),
+        # The 4K tokenizer's blocks are encoder blocks without QK-norm and LayerScale.
+        WeightRenaming(r"^tokenizer\.blocks\.(\d+)\.", r"tokenizer.layer.\1."),
+        WeightRenaming(r"^tokenizer\.w_cls", r"tokenizer.window_cls"),
+        WeightRenaming(r"attn\.wq\.", r"attention.q_proj."),
+        WeightRenaming(r"attn\.wk\.", r"attention.k_proj."),
+        WeightRenaming(r"attn\.wv\.", r"attention.v_proj."),
+        WeightRenaming(r"attn\.proj\.", r"attention.o_proj."),
+        WeightRenaming(r"attn\.q_norm\.", r"attention.q_norm."),
+        WeightRenaming(r"attn\.k_norm\.", r"attention.k_norm."),
+        WeightRenaming(r"attn\.gamma\.weight", r"layer_scale1.lambda1"),
+        WeightRenaming(r"ffn\.w3\.", r"mlp.down_proj."),
+        WeightRenaming(r"\.ln1\.", r".norm1."),
+        WeightRenaming(r"\.ln2\.", r".norm2."),
+        # The fused SwiGLU input projection: the first half of its rows is the SiLU-gated branch.
+        *(
+            WeightConverter(rf"ffn\.w12\.{kind}", [f"mlp.gate_proj.{kind}", f"mlp.up_proj.{kind}"], [Chunk(dim=0)])
+            for kind in ("weight", "bias")
+        ),
+    ]
 
 
-def _deconv_head_renames():
-    return (
-        (re.compile(r"^deconv_layers\.(\d+)\.weight$"), lambda m: f"upsample_layers.{int(m[1]) // 3}.convolution.weight"),
-        (re.compile(r"^conv_layers\.(\d+)\.(weight|bias)$"), lambda m: f"conv_layers.{int(m[1]) // 3}.convolution.{m[2]}"),
-    )
+# Official heads number their `nn.Sequential` children (conv, norm, activation): layer i is child 3 * i. Heads are
+# far shallower than this bound; a deeper one would leave tensors unconverted, which strict loading names.
+_MAX_HEAD_LAYERS = 16
 
 
-def _pixel_shuffle_head_renames():
-    return (
-        (re.compile(r"^input_conv\.0\.(weight|bias)$"), lambda m: f"input_conv.convolution.{m[1]}"),
-        (re.compile(r"^input_conv\.1\.norm\.weight$"), lambda m: "input_conv.norm.weight"),
-        (re.compile(r"^upsample_blocks\.(\d+)\.0\.(weight|bias)$"), lambda m: f"upsample_layers.{m[1]}.convolution.{m[2]}"),
-        (re.compile(r"^upsample_blocks\.(\d+)\.2\.norm\.weight$"), lambda m: f"upsample_layers.{m[1]}.norm.weight"),
-        (re.compile(r"^conv_layers\.(\d+)\.(weight|bias)$"), lambda m: f"conv_layers.{int(m[1]) // 3}.convolution.{m[2]}"),
-        (re.compile(r"^conv_layers\.(\d+)\.norm\.weight$"), lambda m: f"conv_layers.{int(m[1]) // 3}.norm.weight"),
-    )
+def pixel_shuffle_head_key_mapping(task: str) -> dict[str, str]:
+    """transformers `key_mapping` (regex -> replacement) from the original names of a pixel-shuffle task checkpoint
+    whose head transformers' port does not declare (albedo; its layer-wise norms included).
+
+    Unlike the backbone's, these patterns are not registered: original names such as `conv_layers.1.norm.weight`
+    (the norm of layer 0) are also valid names in our layout (the norm of layer 1), so they are applied only to
+    checkpoints known to use the original names. The `backbone.` prefix is dropped; transformers' loader puts the
+    backbone under `model.` (the base-model prefix) after the registered backbone conversions."""
+    mapping = {
+        **BACKBONE_PREFIX_KEY_MAPPING,
+        r"^decode_head\.input_conv\.0\.": "decode_head.input_conv.convolution.",
+        r"^decode_head\.input_conv\.1\.norm\.": "decode_head.input_conv.norm.",
+        r"^decode_head\.upsample_blocks\.(\d+)\.0\.": r"decode_head.upsample_layers.\1.convolution.",
+        r"^decode_head\.upsample_blocks\.(\d+)\.2\.norm\.": r"decode_head.upsample_layers.\1.norm.",
+        rf"^decode_head\.conv_{task}\.": "decode_head.predictor.",
+    }
+    for index in range(_MAX_HEAD_LAYERS):
+        mapping[rf"^decode_head\.conv_layers\.{3 * index}\.(weight|bias)$"] = rf"decode_head.conv_layers.{index}.convolution.\1"
+        mapping[rf"^decode_head\.conv_layers\.{3 * index + 1}\.norm\."] = f"decode_head.conv_layers.{index}.norm."
+    return mapping
 
 
-_SCALE_HEAD_RENAMES = (
-    (re.compile(r"^scale_conv_layers\.(\d+)\.(weight|bias)$"), lambda m: f"scale_head.conv_layers.{int(m[1]) // 3}.convolution.{m[2]}"),
-    (re.compile(r"^scale_final_layer\.1\.(weight|bias)$"), lambda m: f"scale_head.predictor.block1.layers.0.{m[1]}"),
-    (re.compile(r"^scale_final_layer\.3\.(weight|bias)$"), lambda m: f"scale_head.predictor.block2.layers.0.{m[1]}"),
-    (re.compile(r"^scale_final_layer\.5\.(weight|bias)$"), lambda m: f"scale_head.predictor.proj.{m[1]}"),
-)
+def original_format_conversions() -> dict[str, list]:
+    """Model type -> transformers weight transforms from the original layout: the backbone (see above). The pose,
+    seg, normal, pointmap and matting heads are declared by transformers' port under the class names we share; the
+    albedo head goes through `pixel_shuffle_head_key_mapping`."""
+    return {"sapiens2_hf": _backbone_conversions()}
+
+
+# A task file's backbone under its `backbone.` prefix, read by a class whose transformers entry does not strip it
+# (the backbone classes, albedo): the registered conversions then see the bare original names.
+BACKBONE_PREFIX_KEY_MAPPING = {r"^backbone\.": ""}
+
+
+def original_key_mapping(model_class) -> dict[str, str] | None:
+    """The `key_mapping` an original-layout checkpoint of `model_class` needs besides the registered conversions:
+    `None` when transformers' port declares the class's head (pose, seg, normal, pointmap, matting)."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    if model_class.task is None:
+        return BACKBONE_PREFIX_KEY_MAPPING
+    if get_checkpoint_conversion_mapping(model_class.__name__) is not None:
+        return None
+    return pixel_shuffle_head_key_mapping(model_class.task)
+
+
+def register_original_format_conversions() -> None:
+    """Declares `original_format_conversions` to transformers' loader (idempotent; entries transformers already has
+    under these names are kept, never replaced)."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
+
+    for name, conversions in original_format_conversions().items():
+        if get_checkpoint_conversion_mapping(name) is None:
+            register_checkpoint_conversion_mapping(name, conversions)
 
 
 class OfficialCheckpointError(ValueError):
@@ -325,98 +378,3 @@ def infer_config_kwargs(
     # The input size the processors resize to (and the pointmap scale branch is tied to).
     kwargs["image_size"] = list(image_size) if image_size is not None else infer_image_size(kwargs, metadata)
     return kind, kwargs
-
-
-def _rename(key, renames):
-    for pattern, target in renames:
-        match = pattern.match(key)
-        if match:
-            return target(match) if callable(target) else match.expand(target)
-    return None
-
-
-def _rename_tokenizer_key(key: str) -> str | None:
-    """4K tokenizer tensors: its blocks use the encoder block's names (without QK-norm and LayerScale)."""
-    if key == "tokenizer.local_pos_embed":
-        return "tokenizer.local_pos_embed"
-    if key == "tokenizer.w_cls":
-        return "tokenizer.window_cls"
-    match = re.match(r"^tokenizer\.(blocks\..*)$", key)
-    if not match:
-        return None
-    block_key = match[1]
-    fused = _FUSED_GATE_UP.match(block_key)
-    if fused:
-        return None  # handled by the caller, which splits the fused projection
-    new_key = _rename(block_key, _BACKBONE_RENAMES)
-    return None if new_key is None else "tokenizer." + new_key[len("model."):]
-
-
-def convert_backbone_state_dict(backbone_state: dict[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
-    """Renames an official backbone state dict to our (= transformers') layout. Drops the RoPE `periods` buffer,
-    which our model recomputes exactly (see `Sapiens2RopePositionEmbedding`)."""
-    converted, unknown = {}, []
-    for key, tensor in backbone_state.items():
-        if key == "rope_embed.periods":
-            continue
-        tokenizer_fused = re.match(r"^tokenizer\.blocks\.(\d+)\.ffn\.w12\.(weight|bias)$", key)
-        if tokenizer_fused:
-            gate, up = tensor.chunk(2, dim=0)
-            converted[f"{prefix}tokenizer.layer.{tokenizer_fused[1]}.mlp.gate_proj.{tokenizer_fused[2]}"] = gate.contiguous()
-            converted[f"{prefix}tokenizer.layer.{tokenizer_fused[1]}.mlp.up_proj.{tokenizer_fused[2]}"] = up.contiguous()
-            continue
-        if key.startswith("tokenizer."):
-            new_key = _rename_tokenizer_key(key)
-            if new_key is None:
-                unknown.append(key)
-            else:
-                converted[prefix + new_key] = tensor
-            continue
-        fused = _FUSED_GATE_UP.match(key)
-        if fused:
-            gate, up = tensor.chunk(2, dim=0)
-            converted[f"{prefix}model.layer.{fused[1]}.mlp.gate_proj.{fused[2]}"] = gate.contiguous()
-            converted[f"{prefix}model.layer.{fused[1]}.mlp.up_proj.{fused[2]}"] = up.contiguous()
-            continue
-        new_key = _rename(key, _BACKBONE_RENAMES)
-        if new_key is None:
-            unknown.append(key)
-        else:
-            converted[prefix + new_key] = tensor
-    if unknown:
-        raise OfficialCheckpointError(f"Unknown backbone tensors in the official file: {sorted(unknown)[:20]}")
-    return converted
-
-
-def convert_official_state_dict(state_dict: dict[str, torch.Tensor], kind: str) -> dict[str, torch.Tensor]:
-    """Converts a whole official file (pretrain or task) to the state dict of our backbone or task model."""
-    if kind == "pretrain":
-        return convert_backbone_state_dict(state_dict)
-    backbone_state = {k[len("backbone."):]: v for k, v in state_dict.items() if k.startswith("backbone.")}
-    converted = convert_backbone_state_dict(backbone_state, prefix="model.")
-    head_renames = _deconv_head_renames() if task_spec(kind).head_upsampling == "deconv" else _pixel_shuffle_head_renames()
-    predictor = f"conv_{kind}"
-    unknown = []
-    for key, tensor in state_dict.items():
-        if key.startswith("backbone."):
-            continue
-        if not key.startswith("decode_head."):
-            unknown.append(key)
-            continue
-        local = key[len("decode_head."):]
-        if local.startswith(predictor + "."):
-            converted["decode_head.predictor." + local[len(predictor) + 1:]] = tensor
-            continue
-        if kind == "pointmap" and local.startswith("scale_"):
-            new_key = _rename(local, _SCALE_HEAD_RENAMES)
-            if new_key is not None:
-                converted[new_key] = tensor
-                continue
-        new_key = _rename(local, head_renames)
-        if new_key is None:
-            unknown.append(key)
-        else:
-            converted["decode_head." + new_key] = tensor
-    if unknown:
-        raise OfficialCheckpointError(f"Unknown tensors in the official {kind} file: {sorted(unknown)[:20]}")
-    return converted

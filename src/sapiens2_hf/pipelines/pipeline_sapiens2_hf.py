@@ -569,7 +569,8 @@ class Sapiens2MattingPipeline(_Sapiens2DensePipeline):
             self._namespace(model_outputs, alphas="alphas", foregrounds="foregrounds"),
             source_sizes=model_outputs["original_sizes"].tolist(), paddings=model_outputs["padding"],
             backgrounds=background)
-        output = {"alpha": result["alpha"].cpu().numpy(),
+        # the processor's alpha is (1, height, width), as transformers'; the pipeline's is a (height, width) image
+        output = {"alpha": result["alpha"][0].cpu().numpy(),
                   "foreground": result["foreground"].permute(1, 2, 0).cpu().numpy()}
         if result["composite"] is not None:
             output["composite"] = result["composite"].permute(1, 2, 0).cpu().numpy()

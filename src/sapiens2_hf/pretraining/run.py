@@ -20,6 +20,7 @@ from transformers.utils import logging
 
 from ..data.validation import describe_skipped, write_skipped_samples
 from ..training.run_setup import resolve_resume_checkpoint, seed_run
+from ..utils.extras import require
 from .configuration_pretraining import Sapiens2PreTrainingConfig, tiny_pretraining_config
 from .meta_arch import Sapiens2ForPreTraining
 from .multicrop import MultiCropAugmentation, MultiCropCollator, PretrainingImageDataset
@@ -81,7 +82,7 @@ def build_dataset(args: PretrainingArguments, seed: int) -> PretrainingImageData
         raise ValueError("Pass exactly one of --image_folder and --dataset_name.")
     if args.image_folder is not None:
         return PretrainingImageDataset.from_folder(args.image_folder, seed=seed, strict=args.strict)
-    import datasets
+    datasets = require("datasets", feature="a Hugging Face dataset")
 
     if os.path.isdir(args.dataset_name) and os.path.isfile(os.path.join(args.dataset_name, "dataset_info.json")):
         dataset = datasets.load_from_disk(args.dataset_name)
@@ -140,6 +141,7 @@ def run_pretraining(args: PretrainingArguments, training_args: TrainingArguments
 
 def main(argv: list[str] | None = None) -> Sapiens2PreTrainingTrainer:
     """Entry point: parses `PretrainingArguments` and `TrainingArguments` (or one JSON file holding both)."""
+    require("accelerate", feature="training")  # before TrainingArguments, whose own error names transformers' pip extra
     parser = HfArgumentParser((PretrainingArguments, TrainingArguments))
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 1 and argv[0].endswith(".json"):

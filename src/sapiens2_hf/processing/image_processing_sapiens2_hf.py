@@ -20,6 +20,7 @@ decoder, batched in torch on the outputs' device. One `task` field selects the p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,12 +29,22 @@ from PIL import Image, ImageOps
 from transformers import BatchFeature, ImagesKwargs, TorchvisionBackend
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
+try:
+    from transformers.image_processing_outputs import SemanticSegmentationPostProcessorOutput
+except ImportError:  # transformers < 5.24 has no such class
+
+    class SemanticSegmentationPostProcessorOutput(BatchFeature):
+        """One image's semantic segmentation: `segmentation` (`(height, width)` int64 class ids) and
+        `segmentation_scores` (`(num_labels, height, width)`), read as keys or attributes (transformers' class of
+        that name from 5.24 on)."""
+
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS as NUM_KEYPOINTS_308
 from .sapiens2_label_data import POSE_FLIP_PAIRS as FLIP_PAIRS_308
 from .sapiens2_label_data import POSE_KEYPOINT_NAMES as KEYPOINT_NAMES_308
 from .sapiens2_keypoint_formats import KEYPOINT_FORMATS, convert_keypoints
 from .sapiens2_processing_ops import (
     boxes_to_center_scale,
+    composite_over_white,
     crop_to_image,
     cv2,
     decode_udp_heatmaps,
@@ -165,7 +176,7 @@ def _uint16_to_uint8(array: np.ndarray) -> np.ndarray:
     return np.round(array.astype(np.float64) * (255.0 / 65535.0)).astype(np.uint8)
 
 
-def _pil_to_rgb(pil: Image.Image, name: str) -> np.ndarray:
+def _pil_to_rgb(pil: Image.Image, name: str, do_convert_rgb: bool | None = None) -> np.ndarray:
     """PIL image -> `(height, width, 3)` uint8 RGB; 16-bit modes are scaled, not clipped (see `load_image_rgb`)."""
     try:
         pil.load()  # decode now, so that a truncated file fails here with its name
@@ -182,10 +193,14 @@ def _pil_to_rgb(pil: Image.Image, name: str) -> np.ndarray:
         return np.repeat(_uint16_to_uint8(values)[..., None], 3, axis=-1)
     if pil.mode == "F":
         return _array_to_rgb(np.asarray(pil), name)
+    if do_convert_rgb and ("A" in pil.getbands() or pil.info.get("transparency") is not None):
+        # transformers' convention for PIL images (`do_convert_rgb=True`): PIL's own compositing over white
+        white = Image.new("RGBA", pil.size, (255, 255, 255, 255))
+        return np.asarray(Image.alpha_composite(white, pil.convert("RGBA")).convert("RGB")).copy()
     return np.asarray(pil.convert("RGB")).copy()
 
 
-def _array_to_rgb(image: np.ndarray, name: str = "image array") -> np.ndarray:
+def _array_to_rgb(image: np.ndarray, name: str = "image array", do_convert_rgb: bool | None = None) -> np.ndarray:
     array = image
     if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
         array = np.transpose(array, (1, 2, 0))
@@ -195,7 +210,14 @@ def _array_to_rgb(image: np.ndarray, name: str = "image array") -> np.ndarray:
         raise ValueError(f"image array of shape {image.shape} is not an image; expected (height, width, 3).")
     if array.shape[-1] == 1:
         array = np.repeat(array, 3, axis=-1)
-    array = array[..., :3]
+    rgb = _to_uint8(array[..., :3], name)
+    if array.shape[-1] == 4 and do_convert_rgb:
+        return composite_over_white(rgb, _to_uint8(array[..., 3:], name))
+    return rgb
+
+
+def _to_uint8(array: np.ndarray, name: str) -> np.ndarray:
+    """Image values -> uint8 by the rules of `load_image_rgb`, contiguous."""
     if array.dtype == np.uint16:
         return np.ascontiguousarray(_uint16_to_uint8(array))
     if array.dtype != np.uint8:
@@ -211,7 +233,7 @@ def _array_to_rgb(image: np.ndarray, name: str = "image array") -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def load_image_rgb(image: Any) -> np.ndarray:
+def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray:
     """Any supported image -> `(height, width, 3)` uint8 RGB numpy array.
 
     Accepts a path or URL (`str` / `os.PathLike`), a PIL image, a numpy array or a torch tensor.
@@ -227,6 +249,11 @@ def load_image_rgb(image: Any) -> np.ndarray:
       <= 1 is scaled by 255).
     - PIL images: 16-bit modes (`I;16*`, and `I` with values in [0, 65535]) are scaled like uint16 arrays, `F` like
       float arrays, every other mode goes through `convert("RGB")`.
+    - Transparency (4-channel arrays and tensors, PIL images with an alpha band or a transparent palette colour) is
+      dropped, as OpenCV's and PIL's conversions to RGB (and transformers' `load_image`) do, unless
+      `do_convert_rgb=True`: then the image is composited over white as transformers' image processors do with
+      `do_convert_rgb=True`, with PIL's `alpha_composite` for PIL images and `composite_over_white` for arrays and
+      tensors. Files and URLs always drop it.
     """
     if isinstance(image, (str,)) or hasattr(image, "__fspath__"):
         path = str(image)
@@ -250,14 +277,14 @@ def load_image_rgb(image: Any) -> np.ndarray:
             raise ValueError(f"could not read an image from {path!r}: {error}") from error
     if isinstance(image, Image.Image):
         filename = getattr(image, "filename", None)
-        return _pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)")
+        return _pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)", do_convert_rgb)
     if isinstance(image, torch.Tensor):
         image = image.detach().cpu()
         image = (image.float() if image.dtype == torch.bfloat16 else image).numpy()  # numpy has no bfloat16
     if not isinstance(image, np.ndarray):
         raise ValueError(f"unsupported image type {type(image).__name__}; pass a path, URL, PIL image, numpy array "
                          "or torch tensor.")
-    return _array_to_rgb(image)
+    return _array_to_rgb(image, do_convert_rgb=do_convert_rgb)
 
 
 _BOX_LAYOUT = {"xyxy": "[x_min, y_min, x_max, y_max]", "xywh": "[x_min, y_min, width, height] (COCO)"}
@@ -607,15 +634,26 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         """Model input `(height, width)`."""
         return _as_size_tuple(self.size)
 
-    def normalization_constants_255(self) -> tuple[list[float], list[float]]:
-        """Mean and std on the 0-255 scale (float32-rounded exactly as the official constants)."""
-        rescale = float(self.rescale_factor) if self.do_rescale else 1.0
-        mean = self.image_mean if isinstance(self.image_mean, (list, tuple)) else [self.image_mean] * 3
-        std = self.image_std if isinstance(self.image_std, (list, tuple)) else [self.image_std] * 3
-        if not self.do_normalize:
-            mean, std = [0.0] * 3, [1.0] * 3
-        return ([float(np.float32(float(m) / rescale)) for m in mean],
-                [float(np.float32(float(s) / rescale)) for s in std])
+    def normalization_constants_255(
+        self, image_mean: Any = None, image_std: Any = None, do_rescale: bool | None = None,
+        rescale_factor: float | None = None, do_normalize: bool | None = None,
+    ) -> tuple[list[float], list[float]]:
+        """Mean and std on the 0-255 scale (float32-rounded exactly as the official constants).
+
+        Each argument given replaces the processor's field of that name (a `preprocess` call's overrides); a mean or
+        std is one number for all channels or one per RGB channel.
+        """
+        do_rescale = self.do_rescale if do_rescale is None else do_rescale
+        rescale = float(self.rescale_factor if rescale_factor is None else rescale_factor) if do_rescale else 1.0
+        constants = {"image_mean": [0.0] * 3, "image_std": [1.0] * 3}  # without normalisation: rescaling only
+        if self.do_normalize if do_normalize is None else do_normalize:
+            for name, value in (("image_mean", image_mean), ("image_std", image_std)):
+                values = np.asarray(getattr(self, name) if value is None else value, dtype=np.float64).reshape(-1)
+                if values.size not in (1, 3):
+                    raise ValueError(f"{name} has {values.size} values; pass one number, or one per RGB channel.")
+                constants[name] = np.broadcast_to(values, (3,)).tolist()
+        return tuple([float(np.float32(float(v) / rescale)) for v in constants[name]]
+                     for name in ("image_mean", "image_std"))
 
     def get_flip_indices(self, num_keypoints: int, flip_pairs: Sequence[Sequence[int]] | None = None) -> list[int]:
         """Flip permutation: from `flip_pairs` (e.g. a model config's), else this processor's, else official 308."""
@@ -654,12 +692,13 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
         Args:
             segmentation: a `(height, width)` class map (numpy or torch; e.g. `pipeline("sapiens2-segmentation")`'s
-                `"segmentation"`, or that whole result dict).
+                `"segmentation"`), or a mapping holding it under `"segmentation"` (that pipeline's result dict,
+                `post_process_semantic_segmentation(..., return_segmentation_scores=True)`'s items).
 
         Returns:
             A `(height, width)` bool mask of the same kind (numpy, or a torch tensor on the same device).
         """
-        if isinstance(segmentation, dict):
+        if isinstance(segmentation, Mapping):  # a result dict, or post_process_semantic_segmentation's BatchFeature
             if "segmentation" not in segmentation:
                 raise ValueError(f"a dict without 'segmentation' (keys: {sorted(segmentation)}); pass a class map or "
                                  "a sapiens2-segmentation result.")
@@ -771,6 +810,12 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         device: torch.device | str | None = None,
         geometry_backend: str | None = None,
         return_geometry_images: bool = False,
+        image_mean: Any = None,
+        image_std: Any = None,
+        do_rescale: bool | None = None,
+        rescale_factor: float | None = None,
+        do_normalize: bool | None = None,
+        do_convert_rgb: bool | None = None,
         **kwargs,
     ) -> BatchFeature:
         r"""
@@ -788,6 +833,12 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 (boxes sticking partly out of the image are fine, as officially).
             keypoints: pose only, for training targets: per image, per person, `[[x, y, visibility], ...]`.
             task, box_format, size, geometry_backend: override the processor's fields for this call.
+            image_mean, image_std, do_rescale, rescale_factor, do_normalize: override the processor's normalisation
+                for this call, as in transformers' `Sapiens2ImageProcessor` (see `normalization_constants_255`).
+            do_convert_rgb (`bool`, *optional*): this call's, else the processor's. `True` composites an image's
+                alpha channel over white, as transformers' processors do with `do_convert_rgb=True`; otherwise the
+                alpha channel is dropped, as the official OpenCV reading does (see `load_image_rgb`; transformers'
+                processor refuses 4-channel images then).
             return_geometry_images (`bool`): also return the uint8 RGB crops / resized images (`geometry_images`).
 
         Returns:
@@ -803,8 +854,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
               and `label_weights` (one `(num_keypoints,)` tensor per box).
         """
         if kwargs:
-            raise ValueError(f"unsupported argument(s) {sorted(kwargs)} for Sapiens2HFImageProcessor.preprocess; set "
-                             "normalisation and size on the processor (e.g. from_pretrained(..., size=...)).")
+            raise ValueError(f"unsupported argument(s) {sorted(kwargs)} for Sapiens2HFImageProcessor.preprocess (its "
+                             "geometry is the task's); set other fields on the processor (e.g. "
+                             "from_pretrained(..., resample=...)).")
         task = task or self.task
         if task not in TASKS:
             raise ValueError(f"task={task!r} is not a Sapiens2 task; use one of {TASKS}.")
@@ -812,9 +864,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         backend = resolve_backend(geometry_backend or self.geometry_backend)
         if not isinstance(images, (list, tuple)):
             images = [images]
-        arrays = [load_image_rgb(image) for image in images]
+        if do_convert_rgb is None:
+            do_convert_rgb = getattr(self, "do_convert_rgb", None)
+        arrays = [load_image_rgb(image, do_convert_rgb) for image in images]
         original_sizes = torch.tensor([a.shape[:2] for a in arrays], dtype=torch.long).reshape(-1, 2)
-        mean, std = self.normalization_constants_255()
+        mean, std = self.normalization_constants_255(image_mean, image_std, do_rescale, rescale_factor, do_normalize)
         data: dict[str, Any] = {"original_sizes": original_sizes}
         if task == "pose":
             if segmentation_maps is not None:
@@ -1120,9 +1174,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
     def post_process_semantic_segmentation(
         self, outputs, target_sizes: Any = None, return_segmentation_scores: bool = False
-    ) -> list:
+    ) -> list[torch.Tensor] | list[SemanticSegmentationPostProcessorOutput]:
         r"""
         Logits -> class maps, the official way: bilinear resize of the logits (align_corners=False), then argmax.
+
+        The arguments and return types are those of transformers' `Sapiens2ImageProcessor` method of this name.
 
         Memory: the class maps are computed a few channels at a time (`resize_logits_argmax`), so an 8000x6000 photo
         needs well under 2 GB instead of the 5.6 GB of resizing all 29 channels at once; the labels are
@@ -1135,8 +1191,10 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             return_segmentation_scores: also return the resized logits.
 
         Returns:
-            Per image a `(height, width)` int64 class map in `[0, num_labels)`, or with `return_segmentation_scores`
-            a dict with `segmentation` and `segmentation_scores` (`(num_labels, height, width)`).
+            Per image a `(height, width)` int64 class map in `[0, num_labels)`; with `return_segmentation_scores`, per
+            image a transformers `SemanticSegmentationPostProcessorOutput` (a `BatchFeature`: read its fields as
+            keys, `result["segmentation"]`, or attributes, `result.segmentation`) with `segmentation` (that class
+            map) and `segmentation_scores` (the resized logits, `(num_labels, height, width)` float).
         """
         logits = outputs.logits if hasattr(outputs, "logits") else outputs
         sizes = _sizes_list(target_sizes, logits.shape[0], "target_sizes")
@@ -1144,7 +1202,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             paddings = [(0, 0, 0, 0)] * logits.shape[0]
             resized = self._finish_maps(logits, paddings, sizes, resize_maps_bilinear)
             # max(dim).indices: the first maximum like argmax, but ~2x faster over the channel axis on CPU
-            return [{"segmentation": scores.max(dim=0).indices, "segmentation_scores": scores} for scores in resized]
+            return [SemanticSegmentationPostProcessorOutput(
+                data={"segmentation": scores.max(dim=0).indices, "segmentation_scores": scores}) for scores in resized]
         return [resize_logits_argmax(logits[i], sizes[i] if sizes is not None else tuple(logits.shape[-2:]))
                 for i in range(logits.shape[0])]
 
@@ -1337,8 +1396,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         paddings: Any = None, do_remove_padding: bool | None = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Matting output -> alpha matte and pre-multiplied foreground at the original size (transformers'
-        `post_process_image_matting` arguments and keys, with `alpha` as a `(height, width)` map).
+        Matting output -> alpha matte and pre-multiplied foreground at the original size (the arguments, keys and
+        shapes of transformers' `Sapiens2ImageProcessor.post_process_image_matting`, `alpha` included as a
+        `(1, height, width)` map; ours adds `source_sizes`, `paddings` and `do_remove_padding`).
 
         The matting task stretches the whole image to the input size (the official test pipeline: no letterbox), so
         the inverse is a bilinear resize (`align_corners=False`) to the original size; a letterboxed input (a
@@ -1361,8 +1421,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 or paddings are given.
 
         Returns:
-            Per image `{"alpha": (height, width) float32 in [0, 1], "foreground": (3, height, width) float32
-            pre-multiplied RGB in [0, 1], "composite": (3, height, width) uint8 or None}`.
+            Per image `{"alpha": (1, height, width) float32 in [0, 1], "foreground": (3, height, width) float32
+            pre-multiplied RGB in [0, 1], "composite": (3, height, width) uint8 or None}` (`alpha[0]` is the
+            `(height, width)` matte that `pipeline("sapiens2-matting")` returns).
         """
         alphas = getattr(outputs, "alphas", None)
         if alphas is None and isinstance(outputs, torch.Tensor) and outputs.ndim == 4 and outputs.shape[1] == 4:
@@ -1393,12 +1454,12 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         out = []
         for index, item in enumerate(results):
             item = item.clamp(0.0, 1.0)
-            foreground, alpha = item[:3], item[3]
+            foreground, alpha = item[:3], item[3:]
             composite = None
             if background_list is not None:
                 background = background_list[0 if len(background_list) == 1 else index]
                 rgb = torch.from_numpy(load_image_rgb(background)).to(item.device).permute(2, 0, 1).float() / 255.0
-                rgb = resize_maps_bilinear(rgb[None], tuple(alpha.shape))[0]
+                rgb = resize_maps_bilinear(rgb[None], tuple(alpha.shape[-2:]))[0]
                 blended = (foreground + (1.0 - alpha) * rgb).clamp(0.0, 1.0)
                 composite = (blended * 255.0).round().to(torch.uint8)
             out.append({"alpha": alpha, "foreground": foreground, "composite": composite})

@@ -443,6 +443,28 @@ def letterbox(
     return out, padding
 
 
+def composite_over_white(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Alpha-composite uint8 colours over a white background: transformers' `do_convert_rgb=True` for RGBA images.
+
+    Not an official step (the official demos read files with OpenCV, which drops the alpha channel): this is the
+    convention of transformers' image processors, computed as they do, on [0, 1] in float32 (`rgb * a + 1 - a`) with
+    torchvision's scaled dtype conversions both ways, so the pixels equal theirs.
+
+    Args:
+        rgb (`np.ndarray` of shape `(height, width, 3)`, uint8).
+        alpha (`np.ndarray` of shape `(height, width, 1)`, uint8): 0 transparent, 255 opaque.
+
+    Returns:
+        `np.ndarray` of shape `(height, width, 3)`, uint8, contiguous.
+    """
+    from torchvision.transforms.v2.functional import to_dtype
+
+    colour = to_dtype(torch.from_numpy(np.ascontiguousarray(rgb)), torch.float32, scale=True)
+    opacity = to_dtype(torch.from_numpy(np.ascontiguousarray(alpha)), torch.float32, scale=True)
+    blended = colour * opacity + (1.0 - opacity)
+    return np.ascontiguousarray(to_dtype(blended, torch.uint8, scale=True).numpy())
+
+
 def normalize_uint8(
     images: np.ndarray | torch.Tensor,
     mean_255: Sequence[float] = OFFICIAL_MEAN_255,

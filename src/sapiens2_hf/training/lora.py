@@ -1,23 +1,35 @@
 """LoRA fine-tuning with peft: adapters on the backbone's attention (optionally MLP) projections, heads trained in
-full, adapter save/load, merging, and several task adapters sharing one frozen backbone."""
+full, adapter save/load, merging, and several task adapters sharing one frozen backbone.
+
+peft is an extra (`sapiens2_hf[train]`), imported by each function that uses it (`_peft`), so that the package and
+its inference commands work without it."""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, inject_adapter_in_model, set_peft_model_state_dict
-from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file
 from torch import nn
 
 from ..modeling import Sapiens2Config, Sapiens2Model, model_class_for_task
+from ..utils.extras import require
 from .tasks import HEAD_MODULES, training_task
+
+
+if TYPE_CHECKING:
+    from peft import LoraConfig, PeftModel
 
 
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+
+
+def _peft():
+    """The peft module, or a one-line `MissingExtraError` naming `pip install 'sapiens2_hf[train]'`."""
+    return require("peft", feature="LoRA")
 
 
 def lora_target_pattern(include_mlp: bool = False) -> str:
@@ -33,14 +45,14 @@ def lora_config(task: str, rank: int = 16, alpha: int | None = None, dropout: fl
     rank) on `q/k/v/o_proj` (and `gate/up/down_proj` with `include_mlp`), the task's heads (the training registry's
     `head_modules`: the decode head, and the pointmap scale head) trained in full through `modules_to_save`."""
     heads = list(training_task(task).head_modules)
-    return LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else 2 * rank, lora_dropout=dropout,
+    return _peft().LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else 2 * rank, lora_dropout=dropout,
                       target_modules=lora_target_pattern(include_mlp), modules_to_save=heads, bias="none")
 
 
 def apply_lora(model: nn.Module, task: str, **kwargs) -> PeftModel:
     """Wrap a task model for LoRA training (backbone frozen, adapters + heads trainable); kwargs go to
     `lora_config`."""
-    return get_peft_model(model, lora_config(task, **kwargs))
+    return _peft().get_peft_model(model, lora_config(task, **kwargs))
 
 
 def save_lora_adapter(
@@ -119,6 +131,7 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False
     from ..hub.sharing import save_for_hub
     from ..processing import Sapiens2HFImageProcessor, image_processor_for_task
 
+    peft = _peft()  # before the base loads: loading the adapter folder needs it too
     adapter = str(adapter)
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:  # fail before the (slow) load
@@ -128,7 +141,7 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False
     if config.task is None:
         raise ValueError(f"{adapter}: the adapter's config.json names no task.")
     model = model_class_for_task(config.task).from_pretrained(adapter)
-    if isinstance(model, PeftModel):
+    if isinstance(model, peft.PeftModel):
         raise ValueError(f"{adapter} did not load as a LoRA adapter folder (adapter_config.json + config.json).")
     try:
         processor = Sapiens2HFImageProcessor.from_pretrained(adapter)
@@ -148,8 +161,9 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False
 
 def set_lora_adapter(module: nn.Module, adapter_name: str) -> None:
     """Activate one adapter in every LoRA layer under `module`."""
+    lora_layer = _peft().tuners.lora.LoraLayer
     for layer in module.modules():
-        if isinstance(layer, LoraLayer):
+        if isinstance(layer, lora_layer):
             layer.set_adapter(adapter_name)
 
 
@@ -180,11 +194,12 @@ class MultiTaskLoraModel(nn.Module):
         name = name or config.task
         if name in self.task_models:
             raise ValueError(f"An adapter named {name!r} is already loaded; pass another `name`.")
-        peft_config = LoraConfig.from_pretrained(adapter_dir)
+        peft = _peft()
+        peft_config = peft.LoraConfig.from_pretrained(adapter_dir)
         task_model = model_class_for_task(config.task)(config)
         with warnings.catch_warnings():  # peft warns about a second adapter in one model: that is the point here
             warnings.filterwarnings("ignore", message=".*multiple adapters.*")
-            inject_adapter_in_model(peft_config, self.backbone, adapter_name=name)
+            peft.inject_adapter_in_model(peft_config, self.backbone, adapter_name=name)
         weights = load_file(str(adapter_dir / "adapter_model.safetensors"))
         prefix = "base_model.model."
         lora_weights, head_weights = {}, {}

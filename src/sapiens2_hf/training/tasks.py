@@ -19,7 +19,9 @@ Loss inputs, in call order (from `sapiens2_hf.data` transforms + `Sapiens2DataCo
 | matting | `alphas`, `foregrounds` | `labels` `(B, 1, H, W)` alpha, `mask`, optional `foreground_labels` |
 | | | `(B, 3, H, W)` pre-multiplied |
 
-Only `pixel_values` reaches the model: the models never see targets, so transformers' stock pose loss can never run.
+`Sapiens2Trainer` passes only `pixel_values` to the model and applies the loss here, to log its terms. The task
+models take the same batch keys as `forward` arguments and return the same official loss as `loss` (what
+transformers' stock `Trainer` trains with); transformers' own stock losses (e.g. its unweighted pose MSE) never run.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
     """Trainer for one Sapiens2 task.
 
     * **Loss**: the official task loss (`sapiens2_hf.losses`) on the model output; only `pixel_values` is passed to
-      the model, so no stock transformers loss can run. Each weighted term is logged next to `loss` (mean over the
-      micro-batches since the last log, averaged across processes; `LossTermsLoggingMixin`).
+      the model and the loss is applied here (the models' own `loss` from targets is the same one), so that each
+      weighted term is logged next to `loss` (mean over the micro-batches since the last log, averaged across
+      processes; `LossTermsLoggingMixin`). `loss_fn` replaces it.
     * **Gradient accumulation**: the task losses are per-micro-batch means, so the Trainer divides them by the number
       of accumulation steps (`loss_is_scaled_for_ga = False`). Without this, transformers treats any custom loss as
       already normalised over the accumulated batch and the gradients grow with the accumulation count.

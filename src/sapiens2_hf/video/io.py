@@ -19,15 +19,14 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
+from ..utils.extras import require
+
 DEFAULT_FPS = Fraction(25)
 
 
 def _av():
-    try:
-        import av
-    except ImportError as error:  # av is a dependency of the package; a broken install gets the fix
-        raise ImportError("video input and output need PyAV: pip install av") from error
-    return av
+    """PyAV, an extra (`sapiens2_hf[video]`): a one-line `MissingExtraError` naming the pip command without it."""
+    return require("av", feature="reading or writing video")
 
 
 class Frame(NamedTuple):

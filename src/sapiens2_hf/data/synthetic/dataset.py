@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...modeling.sapiens2_tasks import PRETRAIN_TASK
+from ...utils.extras import require
 from ..tasks import DATA_TASKS
 from .generator import SyntheticHumans
 
@@ -74,7 +75,7 @@ def task_features(task: str, height: int, width: int):
     Integer columns are stored compactly (uint8) but the numpy formatter that `make_dataset` applies returns them as
     int64 (``segmentation``, ``instance_map``, ``keypoint_visibility``), ready for losses.
     """
-    import datasets
+    datasets = require("datasets", feature="a Hugging Face dataset")
 
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
@@ -143,7 +144,7 @@ def make_dataset(task: str, num_samples: int, height: int = 256, width: int = 19
         `datasets.Dataset` or `datasets.IterableDataset` with ``.with_format("numpy")`` applied (call
         ``.with_format("torch")`` for tensors).
     """
-    import datasets
+    datasets = require("datasets", feature="a Hugging Face dataset")
 
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")

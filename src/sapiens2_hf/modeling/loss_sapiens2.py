@@ -1,0 +1,951 @@
+"""The official Sapiens2 fine-tuning losses, one per task, self-contained (torch only).
+
+`PoseHeatmapLoss`, `SegmentationLoss`, `NormalLoss`, `PointmapLoss`, `AlbedoLoss` and `MattingLoss` each return
+`(total, {"<name>_loss": weighted term, ...})`; their defaults reproduce the official Sapiens2 fine-tuning recipes. The
+task models of modeling_sapiens2_hf.py compute `loss` with them when `labels` is given (so transformers' stock
+`Trainer` trains every task), and `sapiens2_hf.losses` re-exports them for the training code. The file sits beside the
+models, as transformers keeps its losses in `loss/` modules, because the modeling folder ships to the Hub as one flat
+folder that imports only its siblings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+# ----------------------------------------------- masked reductions of the dense-task losses (normal, pointmap, albedo)
+
+# Masked reductions shared by the dense-task losses (normal, pointmap, albedo).
+#
+# Every function here reproduces one reduction rule of the official Sapiens2 dense losses
+# (facebookresearch/sapiens2 ``sapiens/dense/src/models/losses``): sums run over channels *and* valid pixels, and the
+# divisor is the number of valid pixels (not pixels x channels). Masked-out pixels are excluded with ``torch.where``
+# rather than by multiplying with the mask, so a non-finite background value in a target (the official normal targets
+# use -1000, some datasets use NaN) can never leak into the result. For finite inputs the two are identical.
+#
+# Letter legend used in shape comments: B batch, C channels, H height, W width.
+
+
+def as_valid_mask(mask: torch.Tensor | None, reference: torch.Tensor, name: str = "mask") -> torch.Tensor:
+    """Validate a validity mask and return it as a float `(batch_size, 1, height, width)` tensor of 0/1.
+
+    Args:
+        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`, *optional*):
+            Bool or numeric mask; a pixel is valid where it is non-zero. `None` means every pixel is valid.
+        reference (`torch.Tensor` of shape `(batch_size, channels, height, width)`):
+            Tensor whose batch and spatial sizes the mask must match.
+        name (`str`): Argument name used in error messages.
+    """
+    batch_size, _, height, width = reference.shape
+    if mask is None:
+        return reference.new_ones(batch_size, 1, height, width, dtype=torch.float32)
+    if mask.dim() == 3:
+        mask = mask.unsqueeze(1)
+    if mask.dim() != 4 or mask.shape[1] != 1 or tuple(mask.shape[2:]) != (height, width) or mask.shape[0] != batch_size:
+        raise ValueError(
+            f"`{name}` must have shape (batch_size, 1, height, width) = {(batch_size, 1, height, width)} "
+            f"or (batch_size, height, width), got {tuple(mask.shape)}."
+        )
+    return (mask > 0).to(torch.float32)
+
+
+def zero_like_graph(pred: torch.Tensor) -> torch.Tensor:
+    """A scalar zero that stays connected to `pred`'s graph (the official losses return `0 * pred.sum()` when no
+    pixel is valid, so a distributed step still sees a gradient for every parameter)."""
+    return pred.sum() * 0.0
+
+
+def masked_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum of absolute errors over channels and valid pixels divided by the number of valid pixels.
+
+    Args:
+        pred (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Prediction.
+        target (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Target.
+        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity (see `as_valid_mask`).
+
+    Returns:
+        `torch.Tensor`: scalar.
+    """
+    num_valid = mask.sum()
+    if num_valid == 0:
+        return zero_like_graph(pred)
+    valid = mask.bool().expand_as(pred)
+    error = torch.where(valid, (pred - target).abs(), torch.zeros_like(pred))
+    return torch.nan_to_num(error.sum() / num_valid.clamp(min=1), nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def forward_difference_squared_error(
+    pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Squared error between forward differences of `pred` and `target` ("grad L1" in the official code, which is in
+    fact a squared error).
+
+    The horizontal term sums `(dx_pred - dx_target)^2` over channels and over neighbour pairs whose two pixels are
+    both valid, divided by the number of such pairs; the vertical term likewise. Both are returned separately; the
+    normal loss adds them, the albedo loss averages them.
+
+    Args:
+        pred (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Prediction.
+        target (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Target.
+        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
+
+    Returns:
+        `tuple[torch.Tensor, torch.Tensor]`: the horizontal and the vertical term (scalars).
+    """
+    pred_dx = pred[:, :, :, 1:] - pred[:, :, :, :-1]  # (B, C, H, W-1)
+    pred_dy = pred[:, :, 1:, :] - pred[:, :, :-1, :]  # (B, C, H-1, W)
+    target_dx = target[:, :, :, 1:] - target[:, :, :, :-1]
+    target_dy = target[:, :, 1:, :] - target[:, :, :-1, :]
+    pairs_dx = mask[:, :, :, 1:] * mask[:, :, :, :-1]  # (B, 1, H, W-1)
+    pairs_dy = mask[:, :, 1:, :] * mask[:, :, :-1, :]  # (B, 1, H-1, W)
+    error_dx = torch.where(pairs_dx.bool().expand_as(pred_dx), (pred_dx - target_dx) ** 2, torch.zeros_like(pred_dx))
+    error_dy = torch.where(pairs_dy.bool().expand_as(pred_dy), (pred_dy - target_dy) ** 2, torch.zeros_like(pred_dy))
+    loss_dx = error_dx.sum() / pairs_dx.sum().clamp(min=1)
+    loss_dy = error_dy.sum() / pairs_dy.sum().clamp(min=1)
+    return loss_dx, loss_dy
+
+
+def check_same_shape(pred: torch.Tensor, target: torch.Tensor, pred_name: str, target_name: str) -> None:
+    """Raise a ValueError naming both arguments when two `(batch_size, channels, height, width)` tensors differ."""
+    if pred.dim() != 4:
+        raise ValueError(f"`{pred_name}` must be 4-D (batch_size, channels, height, width), got {tuple(pred.shape)}.")
+    if pred.shape != target.shape:
+        raise ValueError(
+            f"`{pred_name}` {tuple(pred.shape)} and `{target_name}` {tuple(target.shape)} must have the same shape; "
+            f"resize the prediction to the target size first (bilinear, align_corners=False, as the official heads do)."
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------- pose
+
+# Pose heatmap loss of the official Sapiens2 308-keypoint recipe.
+
+
+class PoseHeatmapLoss(nn.Module):
+    """Keypoint-weighted mean squared error between predicted and target heatmaps (official ``KeypointMSELoss`` with
+    ``use_target_weight=True``, loss weight 10).
+
+    The squared error of every heatmap pixel is multiplied by its keypoint's target weight and the product is
+    averaged over all `batch_size * num_keypoints * height * width` elements, so keypoints with weight 0 still count
+    in the divisor. This is the official normalisation, and it differs from transformers' stock pose loss
+    (`F.mse_loss(..., weight=...)` on the raw model), which this library never uses.
+
+    Reference: facebookresearch/sapiens2 ``sapiens/pose/src/models/losses/heatmap_loss.py`` and
+    ``sapiens/pose/configs/keypoints308/*`` (``loss_weight=10.0``).
+
+    Args:
+        loss_weight (`float`, *optional*, defaults to 10.0): Multiplier of the mean.
+        use_target_weight (`bool`, *optional*, defaults to `True`): Multiply by the per-keypoint target weights.
+
+    Example:
+        >>> loss_fn = PoseHeatmapLoss()
+        >>> total, terms = loss_fn(heatmaps, target_heatmaps, target_weights)
+        >>> sorted(terms)
+        ['keypoint_mse_loss']
+    """
+
+    def __init__(self, loss_weight: float = 10.0, use_target_weight: bool = True):
+        super().__init__()
+        self.loss_weight = float(loss_weight)
+        self.use_target_weight = bool(use_target_weight)
+
+    def forward(
+        self,
+        heatmaps: torch.Tensor,
+        target_heatmaps: torch.Tensor,
+        target_weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """
+        Args:
+            heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height, width)`):
+                Raw head output (any float dtype; the loss is computed in float32).
+            target_heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height, width)`):
+                UDP Gaussian targets, peak 1.
+            target_weights (`torch.Tensor` of shape `(batch_size, num_keypoints)` or
+                `(batch_size, num_keypoints, 1, 1)`, *optional*):
+                Per-keypoint weights (visibility times joint weight; 0 for absent keypoints). Required when
+                `use_target_weight` is `True`.
+
+        Returns:
+            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and `{"keypoint_mse_loss": total}`.
+        """
+        if heatmaps.dim() != 4 or heatmaps.shape != target_heatmaps.shape:
+            raise ValueError(
+                f"`heatmaps` {tuple(heatmaps.shape)} and `target_heatmaps` {tuple(target_heatmaps.shape)} must both "
+                "have shape (batch_size, num_keypoints, height, width)."
+            )
+        squared_error = (heatmaps.float() - target_heatmaps.float()) ** 2  # (B, K, H, W)
+        if self.use_target_weight:
+            if target_weights is None:
+                raise ValueError("`target_weights` is required when `use_target_weight=True`.")
+            batch_size, num_keypoints = heatmaps.shape[:2]
+            if target_weights.shape not in ((batch_size, num_keypoints), (batch_size, num_keypoints, 1, 1)):
+                raise ValueError(
+                    f"`target_weights` must have shape (batch_size, num_keypoints) = {(batch_size, num_keypoints)} "
+                    f"or (batch_size, num_keypoints, 1, 1), got {tuple(target_weights.shape)}."
+                )
+            squared_error = squared_error * target_weights.float().reshape(batch_size, num_keypoints, 1, 1)
+        loss = squared_error.mean() * self.loss_weight
+        return loss, {"keypoint_mse_loss": loss}
+
+
+# ---------------------------------------------------------------------------------------------- body-part segmentation
+
+# Body-part segmentation loss of the official Sapiens2 recipe: weighted cross-entropy + Dice.
+
+
+# The label value both seg terms ignore, and the cross-entropy class weights of every official seg config
+# (background 0.1); from the project spec file seg29.json (facebookresearch/sapiens2 commit 3098c14, the seg configs'
+# `CLASS_WEIGHT`). `sapiens2_hf.data.label_tables` re-exports both.
+SEG_IGNORE_INDEX = 255
+SEG_CE_CLASS_WEIGHTS = (
+    0.1, 10.0, 10.0, 3.0, 2.0, 4.0, 4.0, 2.0, 2.0, 6.0, 10.0, 3.0, 3.0, 1.0, 4.0,
+    4.0, 2.0, 2.0, 6.0, 10.0, 3.0, 3.0, 1.0, 1.0, 10.0, 10.0, 10.0, 10.0, 10.0,
+)
+
+
+def weighted_cross_entropy_loss(
+    logits: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor | None, ignore_index: int
+) -> torch.Tensor:
+    """Class-weighted cross-entropy averaged over *all* pixels.
+
+    The official config sets ``reduction="none"`` and the runner then takes the plain mean of the per-pixel map, so
+    the divisor is `batch_size * height * width` (ignored pixels contribute 0 but are counted), not the sum of the
+    class weights of the labelled pixels that `F.cross_entropy(reduction="mean")` would use.
+
+    Args:
+        logits (`torch.Tensor` of shape `(batch_size, num_classes, height, width)`): Raw logits.
+        labels (`torch.Tensor` of shape `(batch_size, height, width)`, int64): Class ids or `ignore_index`.
+        class_weights (`torch.Tensor` of shape `(num_classes,)`, *optional*): Per-class weights.
+        ignore_index (`int`): Label value excluded from the loss.
+
+    Returns:
+        `torch.Tensor`: scalar.
+    """
+    per_pixel = F.cross_entropy(logits, labels, weight=class_weights, reduction="none", ignore_index=ignore_index)
+    return per_pixel.mean()
+
+
+def dice_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, eps: float = 1e-3) -> torch.Tensor:
+    """Softmax Dice loss without background, macro-averaged over the classes present in each sample.
+
+    Per sample and foreground class c (background, class 0, is excluded), with p the softmax probability and g the
+    one-hot label, both zeroed on ignored pixels:
+    `dice_c = (2 * sum(p * g) + eps) / (sum(p^2) + sum(g^2) + eps)`. A sample's Dice is the mean of `dice_c` over the
+    classes present in its labels, and its loss is `1 - dice`. The official config uses ``reduction="none"`` and the
+    runner averages the per-sample vector over the *whole* batch, where samples with no labelled foreground class
+    (or no labelled pixel) contribute 0; this function reproduces that.
+
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/seg_loss.py`` (``DiceLoss``,
+    ``naive_dice=False``, ``include_background=False``).
+
+    Args:
+        logits (`torch.Tensor` of shape `(batch_size, num_classes, height, width)`): Raw logits.
+        labels (`torch.Tensor` of shape `(batch_size, height, width)`, int64): Class ids or `ignore_index`.
+        ignore_index (`int`): Label value excluded from the loss.
+        eps (`float`, *optional*, defaults to 1e-3): Smoothing term.
+
+    Returns:
+        `torch.Tensor`: scalar.
+    """
+    num_classes = logits.shape[1]
+    probabilities = logits.softmax(dim=1)
+    valid = (labels != ignore_index).unsqueeze(1)  # (B, 1, H, W)
+    safe_labels = torch.where(labels == ignore_index, torch.zeros_like(labels), labels).clamp(0, num_classes - 1)
+    one_hot = F.one_hot(safe_labels, num_classes).permute(0, 3, 1, 2).to(probabilities.dtype)  # (B, C, H, W)
+    pred = (probabilities * valid)[:, 1:]  # background excluded -> (B, C-1, H, W)
+    gt = (one_hot * valid)[:, 1:]
+    intersection = (pred * gt).sum(dim=(2, 3))  # (B, C-1)
+    pred_sq = (pred * pred).sum(dim=(2, 3))
+    gt_sq = (gt * gt).sum(dim=(2, 3))
+    dice_per_class = (2 * intersection + eps) / (pred_sq + gt_sq + eps)
+    present = (gt.sum(dim=(2, 3)) > 0).to(pred.dtype)  # (B, C-1)
+    dice_per_sample = (dice_per_class * present).sum(dim=1) / present.sum(dim=1).clamp(min=1)
+    sample_counts = present.any(dim=1) & valid.flatten(1).any(dim=1)  # (B,)
+    return ((1.0 - dice_per_sample) * sample_counts.to(pred.dtype)).mean()
+
+
+class SegmentationLoss(nn.Module):
+    """Official Sapiens2 body-part segmentation loss: class-weighted cross-entropy (x1) + Dice (x1).
+
+    If the logits are smaller than the labels (a head at reduced resolution), they are first resized bilinearly
+    (``align_corners=False``) to the label size, as the official head does.
+
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/configs/seg/shutterstock_goliath/*`` (``loss_decode``) and
+    ``sapiens/dense/src/models/losses/seg_loss.py``.
+
+    Args:
+        class_weights (`Sequence[float]`, *optional*): Cross-entropy class weights; defaults to the official 29
+            weights (`SEG_CE_CLASS_WEIGHTS`, background 0.1). Pass `()` for an unweighted cross-entropy.
+        ignore_index (`int`, *optional*, defaults to 255): Label value excluded from both terms.
+        cross_entropy_weight (`float`, *optional*, defaults to 1.0): Weight of the cross-entropy term.
+        dice_weight (`float`, *optional*, defaults to 1.0): Weight of the Dice term.
+        dice_eps (`float`, *optional*, defaults to 1e-3): Dice smoothing term.
+
+    Example:
+        >>> total, terms = SegmentationLoss()(logits, labels)
+        >>> sorted(terms)
+        ['cross_entropy_loss', 'dice_loss']
+    """
+
+    def __init__(
+        self,
+        class_weights: Sequence[float] | None = None,
+        ignore_index: int = SEG_IGNORE_INDEX,
+        cross_entropy_weight: float = 1.0,
+        dice_weight: float = 1.0,
+        dice_eps: float = 1e-3,
+    ):
+        super().__init__()
+        weights = SEG_CE_CLASS_WEIGHTS if class_weights is None else tuple(class_weights)
+        self.register_buffer(
+            "class_weights", torch.tensor(weights, dtype=torch.float32) if weights else None, persistent=False
+        )
+        self.ignore_index = int(ignore_index)
+        self.cross_entropy_weight = float(cross_entropy_weight)
+        self.dice_weight = float(dice_weight)
+        self.dice_eps = float(dice_eps)
+
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """
+        Args:
+            logits (`torch.Tensor` of shape `(batch_size, num_classes, height, width)`):
+                Raw logits (computed in float32 whatever the input dtype).
+            labels (`torch.Tensor` of shape `(batch_size, height, width)` or `(batch_size, 1, height, width)`, int):
+                Class ids in `[0, num_classes)` or `ignore_index`.
+
+        Returns:
+            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms
+            `cross_entropy_loss` and `dice_loss`.
+        """
+        if labels.dim() == 4 and labels.shape[1] == 1:
+            labels = labels[:, 0]
+        if logits.dim() != 4 or labels.dim() != 3 or logits.shape[0] != labels.shape[0]:
+            raise ValueError(
+                f"`logits` must be (batch_size, num_classes, height, width) and `labels` (batch_size, height, width); "
+                f"got {tuple(logits.shape)} and {tuple(labels.shape)}."
+            )
+        num_classes = logits.shape[1]
+        if self.class_weights is not None and self.class_weights.numel() != num_classes:
+            raise ValueError(
+                f"{self.class_weights.numel()} class weights for {num_classes} logit channels; pass `class_weights` "
+                "with one weight per class."
+            )
+        labels = labels.long()
+        bad = (labels != self.ignore_index) & ((labels < 0) | (labels >= num_classes))
+        if bad.any():
+            raise ValueError(
+                f"`labels` contain values outside [0, {num_classes}) that are not ignore_index={self.ignore_index}: "
+                f"{labels[bad].unique().tolist()[:8]}."
+            )
+        logits = logits.float()
+        if logits.shape[2:] != labels.shape[1:]:
+            logits = F.interpolate(logits, size=labels.shape[1:], mode="bilinear", align_corners=False)
+        cross_entropy = self.cross_entropy_weight * weighted_cross_entropy_loss(
+            logits, labels, self.class_weights, self.ignore_index
+        )
+        dice = self.dice_weight * dice_loss(logits, labels, self.ignore_index, self.dice_eps)
+        terms = {"cross_entropy_loss": cross_entropy, "dice_loss": dice}
+        return cross_entropy + dice, terms
+
+
+# ----------------------------------------------------------------------------------------------------- surface normals
+
+# Surface-normal loss of the official Sapiens2 recipe: cosine + L1 + finite-difference ("grad") term.
+
+
+class NormalLoss(nn.Module):
+    """Official Sapiens2 surface-normal loss: `10 * cosine + 1 * L1 + 10 * grad`.
+
+    * cosine: mean over valid pixels of `1 - cos(pred, target)` after unit-normalising both (eps 1e-6);
+    * L1: absolute error of the *raw* (not normalised) prediction against the unit target, summed over channels and
+      divided by the number of valid pixels;
+    * grad: despite the official name "grad L1", the **squared** error between horizontal and between vertical
+      forward differences of the raw prediction and the target, each averaged over neighbour pairs whose two pixels
+      are valid (channel-summed), then added.
+
+    Each term is NaN/inf-guarded to 0 as in the official code, and the loss is computed in float32. If the
+    prediction is smaller than the target it is first resized bilinearly (``align_corners=False``).
+
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/normal_loss.py``, ``l1_loss.py`` and
+    ``sapiens/dense/configs/normal/*`` (loss weights 10 / 1 / 10).
+
+    Args:
+        cosine_weight (`float`, *optional*, defaults to 10.0): Weight of the cosine term.
+        l1_weight (`float`, *optional*, defaults to 1.0): Weight of the L1 term.
+        grad_weight (`float`, *optional*, defaults to 10.0): Weight of the finite-difference term.
+
+    Example:
+        >>> total, terms = NormalLoss()(normals, target_normals, mask)
+        >>> sorted(terms)
+        ['cosine_loss', 'grad_loss', 'l1_loss']
+    """
+
+    def __init__(self, cosine_weight: float = 10.0, l1_weight: float = 1.0, grad_weight: float = 10.0):
+        super().__init__()
+        self.cosine_weight = float(cosine_weight)
+        self.l1_weight = float(l1_weight)
+        self.grad_weight = float(grad_weight)
+
+    def forward(
+        self, normals: torch.Tensor, target_normals: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """
+        Args:
+            normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+                Raw head output (not unit length), camera frame.
+            target_normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+                Unit normals in the camera frame on valid pixels; any value (-1000, NaN) elsewhere.
+            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
+                *optional*): Valid (foreground) pixels, bool or 0/1. Defaults to all pixels.
+
+        Returns:
+            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `cosine_loss`,
+            `l1_loss` and `grad_loss`.
+        """
+        normals = normals.float()
+        target_normals = target_normals.float()
+        if normals.dim() == 4 and normals.shape[2:] != target_normals.shape[2:]:
+            normals = F.interpolate(normals, size=target_normals.shape[2:], mode="bilinear", align_corners=False)
+        check_same_shape(normals, target_normals, "normals", "target_normals")
+        valid = as_valid_mask(mask, target_normals)
+        target_normals = torch.where(valid.bool(), target_normals, torch.zeros_like(target_normals))
+
+        if valid.sum() == 0:
+            zero = zero_like_graph(normals)
+            terms = {"cosine_loss": zero, "l1_loss": zero, "grad_loss": zero}
+            return zero, terms
+
+        cosine = (F.normalize(normals, dim=1, eps=1e-6) * F.normalize(target_normals, dim=1, eps=1e-6)).sum(1, True)
+        cosine_error = torch.where(valid.bool(), 1.0 - cosine, torch.zeros_like(cosine))  # (B, 1, H, W)
+        cosine_loss = torch.nan_to_num(cosine_error.sum() / valid.sum(), nan=0.0, posinf=0.0, neginf=0.0)
+
+        l1_loss = masked_l1(normals, target_normals, valid)
+
+        loss_dx, loss_dy = forward_difference_squared_error(normals, target_normals, valid)
+        grad_loss = torch.nan_to_num(loss_dx + loss_dy, nan=0.0, posinf=0.0, neginf=0.0)
+
+        terms = {
+            "cosine_loss": self.cosine_weight * cosine_loss,
+            "l1_loss": self.l1_weight * l1_loss,
+            "grad_loss": self.grad_weight * grad_loss,
+        }
+        return sum(terms.values()), terms
+
+
+# ------------------------------------------------------------------------------------------------------------ pointmap
+
+# Pointmap loss of the official Sapiens2 recipe (seven terms, all in the canonical camera).
+
+
+def multiscale_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, scale_factor: int = 2) -> torch.Tensor:
+    """L1 after **upsampling** both maps by `scale_factor` (bilinear, ``align_corners=False``; the mask nearest).
+
+    Despite its name the official "multiscale" term goes up, not down, in resolution.
+
+    Args:
+        pred, target (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Maps to compare.
+        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
+
+    Returns:
+        `torch.Tensor`: scalar, channel-summed error per valid upsampled pixel.
+    """
+    if mask.sum() == 0:
+        return zero_like_graph(pred)
+    pred_up = F.interpolate(pred, scale_factor=scale_factor, mode="bilinear", align_corners=False)
+    target_up = F.interpolate(target, scale_factor=scale_factor, mode="bilinear", align_corners=False)
+    mask_up = F.interpolate(mask, scale_factor=scale_factor, mode="nearest")
+    return masked_l1(pred_up, target_up, mask_up)
+
+
+def shift_invariant_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """L1 after subtracting each map's masked centroid (per sample and channel; centroid divisor `count + 1e-6`).
+
+    Returns:
+        `torch.Tensor`: scalar, channel-summed error per valid pixel.
+    """
+    if mask.sum() == 0:
+        return zero_like_graph(pred)
+    count = mask.sum(dim=(2, 3)) + 1e-6  # (B, 1)
+    pred_centroid = (pred * mask).sum(dim=(2, 3)) / count  # (B, 3)
+    target_centroid = (target * mask).sum(dim=(2, 3)) / count
+    return masked_l1(pred - pred_centroid[:, :, None, None], target - target_centroid[:, :, None, None], mask)
+
+
+def silog(pred_depth: torch.Tensor, target_depth: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Scale-invariant log error of depth, per image then averaged over the batch.
+
+    With `d = log(max(z_gt, 1e-4)) - log(max(z_pred, 1e-4))` over an image's valid pixels:
+    `sqrt(mean(d^2) - 0.5 * mean(d)^2)`. Images with no valid pixel contribute 0 (and no gradient); the mean over
+    the batch includes them, as the official loss does.
+
+    Args:
+        pred_depth, target_depth (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Depth (canonical Z).
+        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
+
+    Returns:
+        `torch.Tensor`: scalar.
+    """
+    diff = torch.log(target_depth.clamp(min=1e-4)) - torch.log(pred_depth.clamp(min=1e-4))
+    valid = (mask > 0) & ~torch.isnan(diff)
+    diff = torch.where(valid, diff, torch.zeros_like(diff)).flatten(1)  # (B, H*W)
+    count = valid.flatten(1).to(diff.dtype).sum(dim=1)  # (B,)
+    denominator = count.clamp(min=1e-4)
+    variance = (diff**2).sum(dim=1) / denominator - 0.5 * ((diff.sum(dim=1) / denominator) ** 2)
+    # sqrt only where the variance is positive: same value as the official loss, but a zero (not NaN) gradient for
+    # images without valid pixels or with a perfect prediction.
+    positive = (count > 0) & (variance > 0)
+    per_image = torch.where(positive, torch.sqrt(torch.where(positive, variance, torch.ones_like(variance))), 0.0)
+    return per_image.mean()
+
+
+def intrinsics_consistency(pointmap: torch.Tensor, mask: torch.Tensor, intrinsics: torch.Tensor) -> torch.Tensor:
+    """`|X - (u - c_x) Z / f_x| + |Y - (v - c_y) Z / f_y|` over valid pixels, divided by their number.
+
+    `u`, `v` are integer pixel indices (0 .. width-1, 0 .. height-1) of the map; `intrinsics` are those of the same
+    pixel grid **before** canonicalisation (the ratios X/Z and Y/Z do not depend on the canonical rescaling).
+
+    Args:
+        pointmap (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Predicted XYZ.
+        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
+        intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`): Pixel-unit camera matrices.
+
+    Returns:
+        `torch.Tensor`: scalar.
+    """
+    if mask.sum() == 0:
+        return zero_like_graph(pointmap)
+    batch_size, _, height, width = pointmap.shape
+    intrinsics = intrinsics.to(pointmap.dtype)
+    cols = torch.arange(width, device=pointmap.device, dtype=pointmap.dtype).view(1, 1, width)
+    rows = torch.arange(height, device=pointmap.device, dtype=pointmap.dtype).view(1, height, 1)
+    fx, fy = intrinsics[:, 0, 0].view(-1, 1, 1), intrinsics[:, 1, 1].view(-1, 1, 1)
+    cx, cy = intrinsics[:, 0, 2].view(-1, 1, 1), intrinsics[:, 1, 2].view(-1, 1, 1)
+    x, y, z = pointmap[:, 0], pointmap[:, 1], pointmap[:, 2]  # (B, H, W) each
+    error = (x - (cols - cx) * z / fx).abs() + (y - (rows - cy) * z / fy).abs()
+    valid = mask[:, 0].bool()
+    error = torch.where(valid, error, torch.zeros_like(error))
+    return torch.nan_to_num(error.sum() / mask.sum(), nan=0.0)
+
+
+def pointmap_normals(pointmap: torch.Tensor, mask: torch.Tensor, amplification: float = 100.0):
+    """Unit normals from the cross product of right and down differences of a reflect-padded pointmap.
+
+    Args:
+        pointmap (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Metric XYZ.
+        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
+        amplification (`float`): Factor applied to the differences before the cross product (official 100; it only
+            moves the 1e-6 degeneracy threshold).
+
+    Returns:
+        `tuple`: normals (`(batch_size, 3, height, width)`, zero where invalid) and the bool validity
+        `(batch_size, 1, height, width)` (mask and a non-degenerate cross product). A valid pixel whose right and down
+        neighbours are both off the mask (zero) gets two parallel difference vectors; whether float32 rounding lifts
+        their cross product over 1e-6 decides its validity, exactly as in the official code.
+    """
+    padded = F.pad(pointmap, (1, 1, 1, 1), mode="reflect")
+    center = padded[:, :, 1:-1, 1:-1]
+    right = (padded[:, :, 1:-1, 2:] - center) * amplification
+    down = (padded[:, :, 2:, 1:-1] - center) * amplification
+    normal = torch.cross(right, down, dim=1)  # (B, 3, H, W)
+    magnitude = normal.norm(dim=1, keepdim=True)
+    valid = (magnitude > 1e-6) & (mask > 0)
+    normal = normal / magnitude.clamp(min=1e-6) * valid.to(normal.dtype)
+    return normal, valid
+
+
+def pointmap_normal_loss(
+    pointmap: torch.Tensor, target_pointmap: torch.Tensor, mask: torch.Tensor, target_scale: torch.Tensor
+) -> torch.Tensor:
+    """`(1 - cos) + mean_c |n_pred - n_gt|` over pixels where the target normal is valid, with normals computed on
+    metric maps (canonical map divided by the target scale).
+
+    Returns:
+        `torch.Tensor`: scalar.
+    """
+    if mask.sum() == 0:
+        return zero_like_graph(pointmap)
+    scale = target_scale.to(pointmap.dtype).view(-1, 1, 1, 1)
+    pred_normals, _ = pointmap_normals(pointmap / scale, mask)
+    target_normals, target_valid = pointmap_normals(target_pointmap / scale, mask)
+    cosine = (pred_normals * target_normals).sum(dim=1, keepdim=True).clamp(-1.0, 1.0)
+    per_pixel = (1.0 - cosine) + (pred_normals - target_normals).abs().mean(dim=1, keepdim=True)
+    per_pixel = torch.where(target_valid, per_pixel, torch.zeros_like(per_pixel))
+    return per_pixel.sum() / target_valid.sum().clamp(min=1)
+
+
+class PointmapLoss(nn.Module):
+    """Official Sapiens2 pointmap loss, seven terms in the canonical camera (focal length 768 px):
+
+    | term (key) | weight | on |
+    |---|---|---|
+    | `l1_loss` | 2 | pred / m, target / m; weighted value clamped at 4 |
+    | `multiscale_l1_loss` | 1 | same, after 2x bilinear upsampling; clamped at 4 |
+    | `silog_loss` | 1 | canonical Z |
+    | `intrinsics_consistency_loss` | 1 | canonical prediction vs the pre-canonical intrinsics |
+    | `shift_invariant_l1_loss` | 1 | pred / m, target / m, centroids removed; clamped at 4 |
+    | `normal_loss` | 2 | normals of pred / s_gt and target / s_gt (metric) |
+    | `scale_l1_loss` | 4 | `|s_pred - s_gt|`, batch mean |
+
+    m is each sample's mean canonical target depth over its valid pixels, s the canonical scale `768 / f_x`. The
+    clamp at 4 applies to the *weighted* term, exactly as the official head clamps the value its loss module returns.
+
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/heads/pointmap_head.py`` (``loss``),
+    ``sapiens/dense/src/models/losses/{pointmap_loss,l1_loss,silog_loss}.py`` and
+    ``sapiens/dense/configs/pointmap/*``.
+
+    Args:
+        l1_weight, multiscale_weight, silog_weight, intrinsics_weight, shift_invariant_weight, normal_weight,
+        scale_weight (`float`): Term weights (defaults 2, 1, 1, 1, 1, 2, 4).
+        clamp_max (`float`, *optional*, defaults to 4.0): Upper bound of the three depth-normalised L1 terms.
+
+    Example:
+        >>> total, terms = PointmapLoss()(pointmaps, scales, target_pointmaps, target_scales, mask, intrinsics)
+    """
+
+    def __init__(
+        self,
+        l1_weight: float = 2.0,
+        multiscale_weight: float = 1.0,
+        silog_weight: float = 1.0,
+        intrinsics_weight: float = 1.0,
+        shift_invariant_weight: float = 1.0,
+        normal_weight: float = 2.0,
+        scale_weight: float = 4.0,
+        clamp_max: float = 4.0,
+    ):
+        super().__init__()
+        self.l1_weight = float(l1_weight)
+        self.multiscale_weight = float(multiscale_weight)
+        self.silog_weight = float(silog_weight)
+        self.intrinsics_weight = float(intrinsics_weight)
+        self.shift_invariant_weight = float(shift_invariant_weight)
+        self.normal_weight = float(normal_weight)
+        self.scale_weight = float(scale_weight)
+        self.clamp_max = float(clamp_max)
+
+    def forward(
+        self,
+        pointmaps: torch.Tensor,
+        scales: torch.Tensor,
+        target_pointmaps: torch.Tensor,
+        target_scales: torch.Tensor,
+        mask: torch.Tensor | None,
+        intrinsics: torch.Tensor,
+        target_mean_depth: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """
+        Args:
+            pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+                Predicted canonical XYZ (camera frame: X right, Y down, Z forward; canonical focal length 768 px).
+            scales (`torch.Tensor` of shape `(batch_size, 1)`): Predicted canonical scale `768 / f_x`.
+            target_pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+                Target canonical XYZ (metric XYZ times `768 / f_x`); any value off the mask.
+            target_scales (`torch.Tensor` of shape `(batch_size, 1)` or `(batch_size,)`): Target `768 / f_x`.
+            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`):
+                Valid (foreground) pixels.
+            intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`):
+                Pixel intrinsics of the map's grid before canonicalisation (`f_x` there gives `768 / f_x`).
+            target_mean_depth (`torch.Tensor` of shape `(batch_size,)`, *optional*):
+                Mean canonical target Z over valid pixels; computed from the target when omitted.
+
+        Returns:
+            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and the seven weighted terms.
+        """
+        pointmaps = pointmaps.float()
+        target_pointmaps = target_pointmaps.float()
+        if pointmaps.dim() == 4 and pointmaps.shape[2:] != target_pointmaps.shape[2:]:
+            pointmaps = F.interpolate(pointmaps, size=target_pointmaps.shape[2:], mode="bilinear", align_corners=False)
+        check_same_shape(pointmaps, target_pointmaps, "pointmaps", "target_pointmaps")
+        batch_size = pointmaps.shape[0]
+        if intrinsics.shape != (batch_size, 3, 3):
+            raise ValueError(f"`intrinsics` must have shape {(batch_size, 3, 3)}, got {tuple(intrinsics.shape)}.")
+        scales = scales.float().reshape(batch_size, -1)
+        target_scales = target_scales.float().reshape(batch_size, -1)
+        if scales.shape[1] != 1 or target_scales.shape[1] != 1:
+            raise ValueError("`scales` and `target_scales` must hold one value per sample, shape (batch_size, 1).")
+        valid = as_valid_mask(mask, target_pointmaps)
+        target_pointmaps = torch.where(valid.bool(), target_pointmaps, torch.zeros_like(target_pointmaps))
+
+        if target_mean_depth is None:
+            target_mean_depth = (target_pointmaps[:, 2:3] * valid).sum(dim=(1, 2, 3)) / valid.sum(dim=(1, 2, 3)).clamp(
+                min=1
+            )
+        mean_depth = target_mean_depth.float().reshape(batch_size, 1, 1, 1)
+        pred_normalised = pointmaps / mean_depth
+        target_normalised = target_pointmaps / mean_depth
+
+        terms = {
+            "l1_loss": (self.l1_weight * masked_l1(pred_normalised, target_normalised, valid)).clamp(
+                max=self.clamp_max
+            ),
+            "multiscale_l1_loss": (
+                self.multiscale_weight * multiscale_l1(pred_normalised, target_normalised, valid)
+            ).clamp(max=self.clamp_max),
+            "silog_loss": self.silog_weight * silog(pointmaps[:, 2:3], target_pointmaps[:, 2:3], valid),
+            "intrinsics_consistency_loss": self.intrinsics_weight
+            * intrinsics_consistency(pointmaps, valid, intrinsics.float()),
+            "shift_invariant_l1_loss": (
+                self.shift_invariant_weight * shift_invariant_l1(pred_normalised, target_normalised, valid)
+            ).clamp(max=self.clamp_max),
+            "normal_loss": self.normal_weight
+            * pointmap_normal_loss(pointmaps, target_pointmaps, valid, target_scales),
+            "scale_l1_loss": self.scale_weight * (scales - target_scales).abs().mean(),
+        }
+        return sum(terms.values()), terms
+
+
+# -------------------------------------------------------------------------------------------------------------- albedo
+
+# Albedo loss of the official Sapiens2 recipe: L1 + finite-difference term + chromaticity L1.
+
+
+def chromaticity(rgb: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Per-pixel chromaticity `rgb / (r + g + b + eps)`.
+
+    Args:
+        rgb (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Linear or sRGB colour in [0, 1].
+
+    Returns:
+        `torch.Tensor` of shape `(batch_size, 3, height, width)`.
+    """
+    return rgb / (rgb.sum(dim=1, keepdim=True) + eps)
+
+
+class AlbedoLoss(nn.Module):
+    """Official Sapiens2 albedo loss: `2 * L1 + 2 * grad + 1 * chromaticity`.
+
+    * L1: absolute error of the raw prediction, summed over channels, divided by the number of valid pixels;
+    * grad: `0.5 * (dx + dy)` where dx (dy) is the squared error of horizontal (vertical) forward differences,
+      channel-summed and averaged over valid neighbour pairs ("grad L1" in the official code);
+    * chromaticity: L1 between `rgb / (r + g + b + 1e-6)` of the prediction **clamped to [0, 1]** and of the target,
+      summed over channels, divided by the number of valid pixels.
+
+    The official low-frequency L1 is commented out in every released config and is therefore not part of the
+    default objective. Computed in float32; a smaller prediction is first resized bilinearly to the target size.
+
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/albedo_loss.py``, ``l1_loss.py`` and
+    ``sapiens/dense/configs/albedo/*`` (loss weights 2 / 2 / 1).
+
+    Args:
+        l1_weight (`float`, *optional*, defaults to 2.0): Weight of the L1 term.
+        grad_weight (`float`, *optional*, defaults to 2.0): Weight of the finite-difference term.
+        chromaticity_weight (`float`, *optional*, defaults to 1.0): Weight of the chromaticity term.
+
+    Example:
+        >>> total, terms = AlbedoLoss()(albedos, target_albedos, mask)
+        >>> sorted(terms)
+        ['chromaticity_loss', 'grad_loss', 'l1_loss']
+    """
+
+    def __init__(self, l1_weight: float = 2.0, grad_weight: float = 2.0, chromaticity_weight: float = 1.0):
+        super().__init__()
+        self.l1_weight = float(l1_weight)
+        self.grad_weight = float(grad_weight)
+        self.chromaticity_weight = float(chromaticity_weight)
+
+    def forward(
+        self, albedos: torch.Tensor, target_albedos: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """
+        Args:
+            albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Raw head output, RGB.
+            target_albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Target RGB albedo in [0, 1].
+            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
+                *optional*): Valid (foreground) pixels. Defaults to all pixels.
+
+        Returns:
+            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `l1_loss`,
+            `grad_loss` and `chromaticity_loss`.
+        """
+        albedos = albedos.float()
+        target_albedos = target_albedos.float()
+        if albedos.dim() == 4 and albedos.shape[2:] != target_albedos.shape[2:]:
+            albedos = F.interpolate(albedos, size=target_albedos.shape[2:], mode="bilinear", align_corners=False)
+        check_same_shape(albedos, target_albedos, "albedos", "target_albedos")
+        if albedos.shape[1] != 3:
+            raise ValueError(f"`albedos` must have 3 (RGB) channels, got {albedos.shape[1]}.")
+        valid = as_valid_mask(mask, target_albedos)
+        target_albedos = torch.where(valid.bool(), target_albedos, torch.zeros_like(target_albedos))
+        if valid.sum() == 0:
+            zero = zero_like_graph(albedos)
+            return zero, {"l1_loss": zero, "grad_loss": zero, "chromaticity_loss": zero}
+
+        l1_loss = masked_l1(albedos, target_albedos, valid)
+        loss_dx, loss_dy = forward_difference_squared_error(albedos, target_albedos, valid)
+        grad_loss = torch.nan_to_num(0.5 * (loss_dx + loss_dy), nan=0.0, posinf=0.0, neginf=0.0)
+        chroma_error = (chromaticity(albedos.clamp(0, 1)) - chromaticity(target_albedos)).abs()
+        chroma_error = torch.where(valid.bool().expand_as(chroma_error), chroma_error, torch.zeros_like(chroma_error))
+        chroma_loss = torch.nan_to_num(chroma_error.sum() / valid.sum(), nan=0.0, posinf=0.0, neginf=0.0)
+        terms = {
+            "l1_loss": self.l1_weight * l1_loss,
+            "grad_loss": self.grad_weight * grad_loss,
+            "chromaticity_loss": self.chromaticity_weight * chroma_loss,
+        }
+        return sum(terms.values()), terms
+
+
+# ------------------------------------------------------------------------------------------------------------- matting
+
+# Matting loss: alpha L1 + alpha gradient L1 + alpha Laplacian-pyramid L1 + pre-multiplied foreground L1.
+#
+# The official Sapiens2 matting recipe trains with an L1, a gradient and a Laplacian loss of weight 1 each, applied to
+# the alpha and (where a foreground target exists) to the foreground; its loss code is not in the mirrored official
+# commit, so the terms here are written from their definitions in the matting literature:
+#
+# * **alpha L1**: mean absolute alpha error over valid pixels (the basic term of every matting method since Xu et al.,
+#   "Deep Image Matting", CVPR 2017, whose "alpha-prediction loss" is this L1 made differentiable);
+# * **gradient L1**: mean absolute difference of the horizontal and vertical finite differences of the predicted and
+#   target alpha (valid neighbour pairs), which penalises blurred or jagged edges that a pixel L1 barely sees (the
+#   gradient term of e.g. Zhang et al., "A Late Fusion CNN for Digital Matting", CVPR 2019);
+# * **Laplacian L1**: L1 between the Laplacian pyramids of prediction and target (5 levels, 5x5 binomial kernel,
+#   level `i` weighted `2**i`), which weighs errors at every scale (Hou and Liu, "Context-Aware Image Matting", ICCV
+#   2019; also used by the Robust Video Matting family the official recipe follows);
+# * **foreground L1**: mean absolute error of the pre-multiplied foreground (`alpha * F`, what the head predicts)
+#   over valid pixels, only when a foreground target is given.
+#
+# The composition loss of Deep Image Matting (`|alpha F + (1 - alpha) B - I|`) is not included: it needs the
+# background plate of each training image, which human matting datasets rarely have; the pre-multiplied foreground L1
+# constrains the same colours where a foreground target exists.
+
+
+_BINOMIAL_5 = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0
+
+
+def _gaussian_blur5(image: torch.Tensor) -> torch.Tensor:
+    """Separable 5x5 binomial blur with reflection padding, per channel; `(B, C, H, W)` (H, W >= 3)."""
+    channels = image.shape[1]
+    kernel = _BINOMIAL_5.to(image)
+    horizontal = kernel.view(1, 1, 1, 5).expand(channels, 1, 1, 5)
+    vertical = kernel.view(1, 1, 5, 1).expand(channels, 1, 5, 1)
+    image = F.conv2d(F.pad(image, (2, 2, 0, 0), mode="reflect"), horizontal, groups=channels)
+    return F.conv2d(F.pad(image, (0, 0, 2, 2), mode="reflect"), vertical, groups=channels)
+
+
+def laplacian_pyramid(image: torch.Tensor, levels: int = 5) -> list[torch.Tensor]:
+    """Laplacian pyramid of `(B, C, H, W)` images: `levels - 1` band-pass levels then the low-pass residual.
+
+    Each level is the image minus its blurred, 2x-downsampled and bilinearly re-upsampled self; the next level is the
+    blurred, downsampled image. Stops early once a side would drop below 3 pixels.
+    """
+    pyramid = []
+    current = image
+    for _ in range(levels - 1):
+        if min(current.shape[-2:]) < 6:
+            break
+        down = _gaussian_blur5(current)[..., ::2, ::2]
+        up = F.interpolate(down, size=current.shape[-2:], mode="bilinear", align_corners=False)
+        pyramid.append(current - up)
+        current = down
+    pyramid.append(current)
+    return pyramid
+
+
+def _masked_mean_abs(error: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean of `|error|` over valid entries (`valid` broadcastable to `error`), 0 (graph-connected) when none."""
+    valid = valid.expand_as(error)
+    count = valid.sum()
+    if count == 0:
+        return zero_like_graph(error)
+    return torch.where(valid, error.abs(), torch.zeros_like(error)).sum() / count
+
+
+class MattingLoss(nn.Module):
+    """Matting loss (see the section comment above): `l1 + gradient + laplacian` on alpha, plus `foreground` L1.
+
+    Args:
+        l1_weight, gradient_weight, laplacian_weight (`float`, *optional*, default to 1.0): weights of the alpha
+            terms (1 each, as the official recipe weighs its three terms).
+        foreground_weight (`float`, *optional*, defaults to 1.0): weight of the pre-multiplied foreground L1.
+        laplacian_levels (`int`, *optional*, defaults to 5): levels of the Laplacian pyramid.
+
+    Example:
+        >>> total, terms = MattingLoss()(alphas, foregrounds, target_alphas, mask, target_foregrounds)
+        >>> sorted(terms)
+        ['alpha_gradient_loss', 'alpha_l1_loss', 'alpha_laplacian_loss', 'foreground_l1_loss']
+    """
+
+    def __init__(self, l1_weight: float = 1.0, gradient_weight: float = 1.0, laplacian_weight: float = 1.0,
+                 foreground_weight: float = 1.0, laplacian_levels: int = 5):
+        super().__init__()
+        self.l1_weight = float(l1_weight)
+        self.gradient_weight = float(gradient_weight)
+        self.laplacian_weight = float(laplacian_weight)
+        self.foreground_weight = float(foreground_weight)
+        self.laplacian_levels = int(laplacian_levels)
+
+    def forward(
+        self,
+        alphas: torch.Tensor,
+        foregrounds: torch.Tensor | None,
+        target_alphas: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        target_foregrounds: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """
+        Args:
+            alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)`): predicted alpha in [0, 1]; resized
+                bilinearly to the target size when smaller.
+            foregrounds (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): predicted
+                pre-multiplied RGB foreground in [0, 1].
+            target_alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height,
+                width)`): target alpha in [0, 1].
+            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
+                *optional*): pixels with a valid label (e.g. not padding). Defaults to all.
+            target_foregrounds (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target
+                pre-multiplied foreground (`alpha * F`); without it the foreground term is 0.
+
+        Returns:
+            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms
+            `alpha_l1_loss`, `alpha_gradient_loss`, `alpha_laplacian_loss` and `foreground_l1_loss`.
+        """
+        target_alphas = target_alphas.float()
+        if target_alphas.dim() == 3:
+            target_alphas = target_alphas.unsqueeze(1)
+        alphas = alphas.float()
+        if alphas.dim() == 4 and alphas.shape[2:] != target_alphas.shape[2:]:
+            alphas = F.interpolate(alphas, size=target_alphas.shape[2:], mode="bilinear", align_corners=False)
+        check_same_shape(alphas, target_alphas, "alphas", "target_alphas")
+        if alphas.shape[1] != 1:
+            raise ValueError(f"`alphas` must have 1 channel, got {alphas.shape[1]}.")
+        valid = as_valid_mask(mask, target_alphas).bool()  # (B, 1, H, W)
+        if not valid.any():
+            zero = zero_like_graph(alphas)
+            return zero, {name: zero for name in ("alpha_l1_loss", "alpha_gradient_loss", "alpha_laplacian_loss",
+                                                  "foreground_l1_loss")}
+        target_alphas = torch.where(valid, target_alphas, torch.zeros_like(target_alphas))
+
+        l1 = _masked_mean_abs(alphas - target_alphas, valid)
+        error = alphas - target_alphas
+        pairs_x = valid[..., :, 1:] & valid[..., :, :-1]
+        pairs_y = valid[..., 1:, :] & valid[..., :-1, :]
+        gradient = 0.5 * (_masked_mean_abs(error[..., :, 1:] - error[..., :, :-1], pairs_x)
+                          + _masked_mean_abs(error[..., 1:, :] - error[..., :-1, :], pairs_y))
+        # Masked-out pixels take the target's value so that they add no error to any pyramid level.
+        filled = torch.where(valid, alphas, target_alphas)
+        laplacian = sum(
+            (2.0**level) * (pred - target).abs().mean()
+            for level, (pred, target) in enumerate(zip(laplacian_pyramid(filled, self.laplacian_levels),
+                                                       laplacian_pyramid(target_alphas, self.laplacian_levels)))
+        )
+        if foregrounds is not None and target_foregrounds is not None:
+            foregrounds = foregrounds.float()
+            target_foregrounds = target_foregrounds.float()
+            if foregrounds.shape[2:] != target_foregrounds.shape[2:]:
+                foregrounds = F.interpolate(foregrounds, size=target_foregrounds.shape[2:], mode="bilinear",
+                                            align_corners=False)
+            check_same_shape(foregrounds, target_foregrounds, "foregrounds", "target_foregrounds")
+            foreground = _masked_mean_abs(foregrounds - target_foregrounds, valid)
+        else:
+            foreground = zero_like_graph(alphas)
+        terms = {
+            "alpha_l1_loss": self.l1_weight * l1,
+            "alpha_gradient_loss": self.gradient_weight * gradient,
+            "alpha_laplacian_loss": self.laplacian_weight * laplacian,
+            "foreground_l1_loss": self.foreground_weight * foreground,
+        }
+        return sum(terms.values()), terms
