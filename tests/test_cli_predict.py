@@ -154,7 +154,7 @@ def test_cli_tasks_are_the_registry_tasks():
 def test_pose_keypoint_format_converts_the_json_only(tmp_path, keypoint_format, capsys):
     from sapiens2_hf.cli.predict import _format_skeleton
     from sapiens2_hf.pipelines import Sapiens2PosePipeline
-    from sapiens2_hf.processing.sapiens2_keypoint_formats import KEYPOINT_FORMATS, describe_sources
+    from sapiens2_hf.modeling.sapiens2_keypoint_formats import KEYPOINT_FORMATS, describe_sources
 
     model = _model_folder(tmp_path, "pose")
     image = tmp_path / "a.png"

@@ -17,9 +17,9 @@ from transformers import pipeline
 
 import sapiens2_hf
 from sapiens2_hf.cli.main import main
-from sapiens2_hf.pipelines.pipeline_sapiens2_hf import DEFAULT_DETECTOR
+from sapiens2_hf.modeling.pipeline_sapiens2_hf import DEFAULT_DETECTOR
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, load_image_rgb
-from sapiens2_hf.processing import sapiens2_processing_ops as ops
+from sapiens2_hf.modeling import sapiens2_processing_ops as ops
 
 
 def _pose_pipe(**kwargs):

@@ -147,7 +147,7 @@ def test_push_writes_a_complete_repo_and_it_loads_everywhere(tmp_path):
     from transformers import pipeline
 
     local = pipeline("sapiens2-pose", model=str(api.root / "me" / "sapiens2-tiny-pose"))
-    assert type(local).__module__ == "sapiens2_hf.pipelines.pipeline_sapiens2_hf"
+    assert type(local).__module__ == "sapiens2_hf.modeling.pipeline_sapiens2_hf"
     assert type(local.model) is sapiens2_hf.Sapiens2ForPoseEstimation
 
 

@@ -1,6 +1,6 @@
 """The package's import layers, the only test of them; `LAYERS` below is the table docs/ARCHITECTURE.md shows.
 
-Layer 0 (modeling/, processing/, pipelines/) is copied into Hub repos as remote code, so each of its folders is flat
+Layer 0 (modeling/, the one model folder) is copied into Hub repos as remote code, so it is flat
 and imports only stdlib, torch, torchvision, numpy, PIL, huggingface_hub, safetensors, transformers and its siblings
 (`from .x import y`; cv2 only inside try/except ImportError). Above it, a module imports only its own layer or lower
 ones (1: data, losses, metrics and other building blocks; 2: training, pretraining, Hub tooling; 3: cli, demo), so
@@ -15,7 +15,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sapiens2_hf"
 LAYERS = {
-    "modeling": 0, "processing": 0, "pipelines": 0,
+    "modeling": 0,
+    # the public import paths of the processor and the pipelines, which live in the one model folder
+    "processing": 1, "pipelines": 1,
     "data": 1, "losses": 1, "metrics": 1, "visualization": 1, "utils": 1, "serialization": 1,
     "pretraining": 2, "training": 2, "hub": 2, "export": 2, "video": 2,
     # pipeline_factory applies the inference recipe (`fast=True`), so it sits at the recipe's layer.
@@ -82,3 +84,20 @@ def test_lower_layers_never_import_higher_ones():
                     continue
                 if target in LAYERS:
                     assert LAYERS[target] <= layer, f"{path.relative_to(PACKAGE)} (layer {layer}) imports {target} (layer {LAYERS[target]})"
+
+
+def test_the_model_folder_is_the_only_copy_of_its_files():
+    """One model folder, no generated copies: no file of `modeling/` has a namesake elsewhere in the package (a copy
+    that a flat Hub folder once needed), and the processor and pipelines are re-exported, not duplicated."""
+    shipped = {path.name for path in _python_files("modeling")} - {"__init__.py"}
+    namesakes = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                       if path.name in shipped and path.parent.name != "modeling")
+    assert not namesakes, namesakes
+    assert {"image_processing_sapiens2_hf.py", "pipeline_sapiens2_hf.py", "sapiens2_tasks.py"} <= shipped  # control
+    import sapiens2_hf.modeling.image_processing_sapiens2_hf as processing_module
+    import sapiens2_hf.modeling.pipeline_sapiens2_hf as pipeline_module
+    from sapiens2_hf.pipelines import Sapiens2PosePipeline
+    from sapiens2_hf.processing import Sapiens2HFImageProcessor
+
+    assert Sapiens2HFImageProcessor is processing_module.Sapiens2HFImageProcessor
+    assert Sapiens2PosePipeline is pipeline_module.Sapiens2PosePipeline

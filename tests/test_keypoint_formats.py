@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from sapiens2_hf.processing import sapiens2_keypoint_formats as formats
-from sapiens2_hf.processing.sapiens2_keypoint_formats import (
+from sapiens2_hf.modeling import sapiens2_keypoint_formats as formats
+from sapiens2_hf.modeling.sapiens2_keypoint_formats import (
     KEYPOINT_FORMAT_MAPPINGS,
     KEYPOINT_FORMATS,
     KeypointSource,

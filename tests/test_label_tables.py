@@ -15,7 +15,7 @@ import sapiens2_hf.processing as processing
 from sapiens2_hf.data import label_tables
 from sapiens2_hf.modeling import sapiens2_label_data as label_data
 from sapiens2_hf.modeling.configuration_sapiens2_hf import task_label_kwargs
-from sapiens2_hf.processing.sapiens2_processing_ops import flip_pairs_to_indices
+from sapiens2_hf.modeling.sapiens2_processing_ops import flip_pairs_to_indices
 
 
 ROOT = Path(__file__).resolve().parents[1]

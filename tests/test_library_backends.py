@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sapiens2_hf.pipelines.pipeline_sapiens2_hf import _nms
+from sapiens2_hf.modeling.pipeline_sapiens2_hf import _nms
 from sapiens2_hf.visualization import drawing
 
 

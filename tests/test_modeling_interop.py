@@ -25,7 +25,7 @@ from transformers.models.sapiens2.image_processing_sapiens2 import generate_udp_
 import sapiens2_hf
 from sapiens2_hf.hub import save_for_hub
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, image_processor_for_task
-from sapiens2_hf.processing.sapiens2_processing_ops import udp_gaussian_heatmaps
+from sapiens2_hf.modeling.sapiens2_processing_ops import udp_gaussian_heatmaps
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sapiens2_hf"
 PORT_MODULE = "transformers.models.sapiens2"

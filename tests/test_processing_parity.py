@@ -27,7 +27,7 @@ from official_cases import FIXTURES
 from safetensors.torch import load_file
 
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, load_image_rgb
-from sapiens2_hf.processing import sapiens2_processing_ops as ops
+from sapiens2_hf.modeling import sapiens2_processing_ops as ops
 
 
 BACKENDS = ["cv2", "torch"]

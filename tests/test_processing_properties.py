@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sapiens2_hf.processing import FLIP_PAIRS_308, Sapiens2HFImageProcessor
-from sapiens2_hf.processing import sapiens2_processing_ops as ops
+from sapiens2_hf.modeling import sapiens2_processing_ops as ops
 
 
 def _outputs(**fields):

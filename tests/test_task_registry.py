@@ -30,7 +30,7 @@ from sapiens2_hf.modeling import configuration_sapiens2_hf as configuration
 from sapiens2_hf.modeling.sapiens2_tasks import BACKBONE_MODEL_CLASS, PRETRAIN_TASK, TASK_NAMES, TASK_SPECS, task_spec
 from sapiens2_hf.pipelines import PIPELINE_CLASSES, PIPELINE_TASKS
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, image_processor_for_task
-from sapiens2_hf.processing import image_processing_sapiens2_hf as image_processing
+from sapiens2_hf.modeling import image_processing_sapiens2_hf as image_processing
 from sapiens2_hf.training import TRAINING_TASKS, TaskEvaluator, TrainingTaskSpec, lora_config, task_loss
 from sapiens2_hf.training.finetune import TRANSFORMS
 from sapiens2_hf.training.tasks import HEAD_MODULES

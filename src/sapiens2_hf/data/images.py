@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..processing.image_processing_sapiens2_hf import load_image_rgb
-from ..processing.sapiens2_processing_ops import normalize_uint8
+from ..modeling.image_processing_sapiens2_hf import load_image_rgb
+from ..modeling.sapiens2_processing_ops import normalize_uint8
 
 
 def load_image(image: Any) -> np.ndarray:

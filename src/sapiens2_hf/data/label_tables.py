@@ -18,7 +18,7 @@ from ..modeling.sapiens2_label_data import (
     SEGMENTATION_CLASS_NAMES,
 )
 from ..modeling.loss_sapiens2 import SEG_CE_CLASS_WEIGHTS, SEG_IGNORE_INDEX  # noqa: F401  (re-exported)
-from ..processing.sapiens2_processing_ops import flip_pairs_to_indices
+from ..modeling.sapiens2_processing_ops import flip_pairs_to_indices
 
 
 NUM_KEYPOINTS = NUM_POSE_KEYPOINTS

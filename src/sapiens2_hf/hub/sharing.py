@@ -2,8 +2,8 @@
 
 A repository written here holds the weights, config.json, preprocessor_config.json, a model card (README.md) and,
 unless disabled, the sapiens2_hf modeling files with an `auto_map`, so that a user without sapiens2_hf can load it with
-`trust_remote_code=True`. Checkpoints of the tasks transformers supports keep its `sapiens2` model type, so vanilla
-transformers also loads them without remote code.
+`trust_remote_code=True`. transformers' own Sapiens2 classes, named explicitly, also read the pose, seg, normal,
+pointmap and matting checkpoints (same module and tensor names).
 """
 
 from __future__ import annotations
@@ -69,13 +69,15 @@ def ship_pipeline(folder: Path, task: str) -> None:
     The entry is named `<pipeline task>-remote-code`, not `<pipeline task>`: transformers gives a config's custom
     pipeline precedence over a registered one of the same name and then demands `trust_remote_code=True`, which would
     break `pipeline("sapiens2-pose", model=repo)` for users who have sapiens2_hf installed."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    from ..modeling import pipeline_sapiens2_hf as pipeline_module
     from ..pipelines import PIPELINE_CLASSES
-    from ..pipelines import pipeline_sapiens2_hf as pipeline_module
 
     pipeline_task = TASK_SPECS[task].pipeline_name
-    shutil.copy(pipeline_module.__file__, folder / "pipeline_sapiens2_hf.py")
-    # Its sibling import, byte-identical to the modeling copy save_pretrained already wrote (scripts/sync_hub_files.py).
-    shutil.copy(Path(pipeline_module.__file__).with_name("sapiens2_tasks.py"), folder / "sapiens2_tasks.py")
+    # The pipeline file and its siblings from the one model folder, as transformers copies the model's own files.
+    for path in (pipeline_module.__file__, *get_relative_import_files(pipeline_module.__file__)):
+        shutil.copy(path, folder / Path(path).name)
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text())
     config["custom_pipelines"] = {

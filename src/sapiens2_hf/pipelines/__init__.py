@@ -1,7 +1,11 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""transformers pipelines for the Sapiens2 tasks (layer 0). Registration: `register_pipelines()`."""
+"""transformers pipelines for the Sapiens2 tasks. Registration: `register_pipelines()`.
 
-from .pipeline_sapiens2_hf import (
+They live in the one model folder (`sapiens2_hf/modeling/pipeline_sapiens2_hf.py`), which ships to the Hub as it is;
+this package is their public import path.
+"""
+
+from ..modeling.pipeline_sapiens2_hf import (
     DEFAULT_DETECTOR,
     PIPELINE_CLASSES,
     PIPELINE_TASKS,

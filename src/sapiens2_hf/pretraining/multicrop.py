@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.validation import SampleLoadError, SkippedSample, describe_skipped, validate_image_files
-from ..processing.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
+from ..modeling.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
 from .masking import num_kept_patches, random_patch_masks
 
 

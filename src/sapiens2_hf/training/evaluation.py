@@ -12,7 +12,7 @@ import torch
 
 from ..data.label_tables import KEYPOINT_FLIP_INDICES
 from ..modeling.sapiens2_tasks import task_spec
-from ..processing.sapiens2_processing_ops import crop_to_image, decode_udp_heatmaps, flip_back_heatmaps
+from ..modeling.sapiens2_processing_ops import crop_to_image, decode_udp_heatmaps, flip_back_heatmaps
 from .tasks import check_task, training_task
 
 
