@@ -37,14 +37,6 @@ _SAVE_OUR_NAMES = (
     "(save_original_format=False), so the saved keys are not the original-checkpoint names the registered "
     "conversion mapping reverses to; save_pretrained(..., save_original_format=True) writes those"
 )
-_MASK_TOKEN_OVERRIDE = (
-    "from_pretrained kwargs override: the test reloads with use_mask_token=True, which adds embeddings.mask_token "
-    "(absent from the checkpoint); ours raises on the missing tensor instead of initialising it"
-)
-_TASK_ROUND_TRIP = (
-    "task round-trip: from_pretrained(None, config=config, state_dict=...) with a config without `task` is refused "
-    "by the task classes ('backbone-only checkpoint, not a `matting` one'); transformers has no task field"
-)
 _LOSS_NOT_IMPLEMENTED = (
     "labels: transformers raises NotImplementedError for labels on this head; ours computes the official loss"
 )
@@ -56,36 +48,25 @@ _MATTING_LOSS = (
     "labels: transformers raises NotImplementedError for matting labels; ours computes the matting loss and refuses "
     "the test's 4-channel target for a 1-channel alpha (ValueError)"
 )
-_SEG_CLASS_WEIGHTS = (
-    "labels: with the labels _prepare_for_class adds, our seg loss uses the official 29 class weights by default "
-    "and raises for num_labels=4 ('29 class weights for 4 logit channels'); transformers' plain cross-entropy works"
+
+_RGB_ONLY = (
+    "RGB models: a 4-channel image is reduced to RGB (alpha dropped, or composited over white with do_convert_rgb), "
+    "so the test's 4-value image_mean/image_std is refused with a ValueError naming it; transformers' processor "
+    "normalises and returns 4 channels, which no Sapiens2 model takes"
 )
 
 _MODELING = "test_modeling_sapiens2.py::Sapiens2ModelTest::"
-_SDPA_CASES = [
-    "00_fp16_pad_left_sdpa_kernels", "01_fp16_pad_left", "02_fp16_pad_left_no_attn_mask_sdpa_kernels",
-    "03_fp16_pad_left_no_attn_mask", "04_fp16_pad_right_sdpa_kernels", "05_fp16_pad_right",
-    "06_fp16_pad_right_no_attn_mask_sdpa_kernels", "07_fp16_pad_right_no_attn_mask",
-    "08_fp32_pad_left_sdpa_kernels", "09_fp32_pad_left", "10_fp32_pad_left_no_attn_mask_sdpa_kernels",
-    "11_fp32_pad_left_no_attn_mask", "12_fp32_pad_right_sdpa_kernels", "13_fp32_pad_right",
-    "14_fp32_pad_right_no_attn_mask_sdpa_kernels", "15_fp32_pad_right_no_attn_mask",
-    "16_bf16_pad_left_sdpa_kernels", "17_bf16_pad_left", "18_bf16_pad_left_no_attn_mask_sdpa_kernels",
-    "19_bf16_pad_left_no_attn_mask", "20_bf16_pad_right_sdpa_kernels", "21_bf16_pad_right",
-    "22_bf16_pad_right_no_attn_mask_sdpa_kernels", "23_bf16_pad_right_no_attn_mask",
-    "24_fp32_pad_left_output_attentions",
-]
 
-# test id -> reason: fails (or errors) on our classes, passes on transformers' own.
+# test id -> reason: fails (or errors) on our classes, passes on transformers' own (last measured on the hand-cached
+# stand-in of test_modeling_sapiens2.py, see tests/transformers_suite.py; there are no image-processing ids: that
+# file was not available).
 EXPECTED_FAILURES = {
     _MODELING + "test_config": _CONFIG_HEAD_DIM,
     _MODELING + "test_correct_missing_keys": _STRICT_MISSING,
-    **{_MODELING + f"test_eager_matches_sdpa_inference_{case}": _MASK_TOKEN_OVERRIDE for case in _SDPA_CASES},
     _MODELING + "test_model_weights_reload_no_missing_tied_weights": _INTEGER_TENSORS,
-    _MODELING + "test_from_pretrained_no_checkpoint": _TASK_ROUND_TRIP,
     _MODELING + "test_for_normal_estimation": _LOSS_NOT_IMPLEMENTED,
     _MODELING + "test_for_pointmap_estimation": _POINTMAP_LOSS,
     _MODELING + "test_for_matting": _MATTING_LOSS,
-    _MODELING + "test_model_outputs_equivalence": _SEG_CLASS_WEIGHTS,
     _MODELING + "test_reverse_loading_mapping": _SAVE_OUR_NAMES,
 }
 
@@ -111,6 +92,8 @@ MIXIN_EXPECTED_FAILURES = {
     **{_CASES + f"{case}::test_model_weights_reload_no_missing_tied_weights": _INTEGER_TENSORS
        for case in _MODEL_CASES},
     **{_CASES + f"{case}::test_reverse_loading_mapping": _SAVE_OUR_NAMES for case in _MODEL_CASES},
+    **{_CASES + f"Sapiens2{task}ImageProcessingTest::test_call_numpy_4_channels": _RGB_ONLY
+       for task in ("Pretrain", "Pose", "Seg", "Normal", "Pointmap", "Albedo", "Matting")},
 }
 # Also deliberate, and checked as such rather than listed: with labels, our task models compute the official task
 # losses, where transformers raises NotImplementedError (normal, pointmap, matting) or uses plain cross-entropy

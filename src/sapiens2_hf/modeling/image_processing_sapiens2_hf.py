@@ -233,6 +233,17 @@ def _to_uint8(array: np.ndarray, name: str) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def _channels_last(image: Any, input_data_format) -> Any:
+    """An array or tensor image in `(height, width, channels)` order, given transformers' `input_data_format` (other
+    inputs pass through: `load_image_rgb` reads them)."""
+    layout = getattr(input_data_format, "value", input_data_format)
+    if layout not in ("channels_first", "channels_last"):
+        raise ValueError(f"input_data_format={input_data_format!r}; use 'channels_first' or 'channels_last'.")
+    if layout == "channels_last" or getattr(image, "ndim", None) != 3:
+        return image
+    return image.permute(1, 2, 0) if isinstance(image, torch.Tensor) else np.moveaxis(np.asarray(image), 0, -1)
+
+
 def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray:
     """Any supported image -> `(height, width, 3)` uint8 RGB numpy array.
 
@@ -816,6 +827,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         rescale_factor: float | None = None,
         do_normalize: bool | None = None,
         do_convert_rgb: bool | None = None,
+        input_data_format: str | None = None,
         **kwargs,
     ) -> BatchFeature:
         r"""
@@ -839,6 +851,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 alpha channel over white, as transformers' processors do with `do_convert_rgb=True`; otherwise the
                 alpha channel is dropped, as the official OpenCV reading does (see `load_image_rgb`; transformers'
                 processor refuses 4-channel images then).
+            input_data_format (`str` or `ChannelDimension`, *optional*): the channel layout of array and tensor
+                inputs, `"channels_last"` or `"channels_first"`, as in transformers' processors; inferred from the
+                shape when not given.
             return_geometry_images (`bool`): also return the uint8 RGB crops / resized images (`geometry_images`).
 
         Returns:
@@ -866,6 +881,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             images = [images]
         if do_convert_rgb is None:
             do_convert_rgb = getattr(self, "do_convert_rgb", None)
+        if input_data_format is not None:
+            images = [_channels_last(image, input_data_format) for image in images]
         arrays = [load_image_rgb(image, do_convert_rgb) for image in images]
         original_sizes = torch.tensor([a.shape[:2] for a in arrays], dtype=torch.long).reshape(-1, 2)
         mean, std = self.normalization_constants_255(image_mean, image_std, do_rescale, rescale_factor, do_normalize)

@@ -11,11 +11,13 @@ A `from_pretrained` argument can be:
 - a folder or Hub repo with a config.json and only the original file (no model.safetensors), or the original file
   alone.
 
-`resolve_checkpoint` tells which, and `read_safetensors` reads weights with one dtype policy for all of them.
-`load_pretrained` is what the model classes' `from_pretrained` runs: every state dict with the original tensor names
-(an official file, a folder written by transformers, a state dict in memory through `from_official_state_dict`) takes
-one path, `load_original_state_dict`, which infers or checks the architecture, checks the stored RoPE periods and
-loads strictly (a missing, unexpected or mis-shaped tensor is an error naming it).
+`resolve_checkpoint` tells which. `load_pretrained`, what the model classes' `from_pretrained` runs, hands every one
+of them to transformers' own `from_pretrained` (an official file as a folder in which it is `model.safetensors`), so
+transformers' loader streams the tensors (memory-mapped, cast one by one, with `device_map`, offload, shards and every
+other argument it takes) and renames the original names through the weight conversions declared in
+official_format_sapiens2_hf.py. What it adds: the config of an original-layout checkpoint read from its tensor shapes
+(headers only), the check of its stored RoPE periods, float32 by default, and strictness (a missing, unexpected or
+mis-shaped tensor is an error naming it; `strict=False` for transformers' behaviour).
 
 Hub-shippable: imports only stdlib, torch, huggingface_hub, safetensors, transformers and siblings of this folder.
 """
@@ -110,12 +112,13 @@ def check_tensor_dtypes(dtypes: dict[str, str], source: str) -> list[str]:
     return sorted(key for key, dtype in dtypes.items() if dtype != "F32")
 
 
-def read_safetensors_header(paths) -> tuple[dict[str, torch.Tensor], dict[str, str], dict]:
+def read_safetensors_header(paths) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, str], dict]:
     """The tensors of one or more safetensors files as meta tensors (shape and dtype, no data), the file holding each
-    tensor, and the header metadata of the first file. Nothing is read but the headers."""
+    tensor, each tensor's safetensors dtype code (`"BF16"`, `"I8"`, ...), and the header metadata of the first file.
+    Nothing is read but the headers."""
     from safetensors import SafetensorError, safe_open
 
-    tensors, files, metadata = {}, {}, {}
+    tensors, files, codes, metadata = {}, {}, {}, {}
     for index, path in enumerate(str(p) for p in paths):
         try:
             with safe_open(path, framework="pt") as handle:
@@ -123,7 +126,8 @@ def read_safetensors_header(paths) -> tuple[dict[str, torch.Tensor], dict[str, s
                     metadata = dict(handle.metadata() or {})
                 for key in handle.keys():
                     view = handle.get_slice(key)
-                    dtype = _SAFETENSORS_TORCH_DTYPES.get(view.get_dtype(), torch.uint8)
+                    codes[key] = view.get_dtype()
+                    dtype = _SAFETENSORS_TORCH_DTYPES.get(codes[key], torch.uint8)  # others are refused by name
                     tensors[key] = torch.empty(view.get_shape(), dtype=dtype, device="meta")
                     files[key] = path
         except (SafetensorError, OSError, ValueError) as error:
@@ -131,7 +135,7 @@ def read_safetensors_header(paths) -> tuple[dict[str, torch.Tensor], dict[str, s
                 f"Cannot read {path} as a safetensors file ({error}). The file is truncated or corrupt: download it "
                 "again."
             ) from error
-    return tensors, files, metadata
+    return tensors, files, codes, metadata
 
 
 def read_tensor(path: str, key: str) -> torch.Tensor:
@@ -469,9 +473,8 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         if resolved.kind == "official":
             if config is None and resolved.config_folder is not None:
                 config = Sapiens2Config.from_pretrained(resolved.config_folder)
-            tensors, files, metadata = read_safetensors_header([resolved.location])
-            dtypes = {key: _TORCH_FLOATING_DTYPES.get(t.dtype, "?") for key, t in tensors.items()}
-            check_tensor_dtypes(safetensors_keys_and_dtypes([resolved.location]), source)
+            tensors, files, dtypes, metadata = read_safetensors_header([resolved.location])
+            check_tensor_dtypes(dtypes, source)
             config = config_for_original_tensors(
                 model_class, tensors, source, config, filename=os.path.basename(resolved.location), metadata=metadata,
                 image_size=image_size, read_periods=lambda key: read_tensor(files[key], key),
@@ -486,7 +489,7 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
                 config = Sapiens2Config.from_pretrained(location, **hub_kwargs)
             original_names = resolved.original_names
             if original_names:
-                tensors, files, metadata = read_safetensors_header(resolved.weights_files)
+                tensors, files, _, metadata = read_safetensors_header(resolved.weights_files)
                 config = config_for_original_tensors(
                     model_class, tensors, source, config, metadata=metadata, image_size=image_size,
                     read_periods=lambda key: read_tensor(files[key], key),

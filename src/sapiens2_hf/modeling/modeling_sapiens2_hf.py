@@ -24,6 +24,7 @@ tests/test_modeling_interop.py loads one state dict into both and compares outpu
 Hub-shippable: imports only stdlib, torch, huggingface_hub, transformers' public API and siblings of this folder.
 """
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ from transformers.modeling_outputs import (
     SemanticSegmenterOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import can_return_tuple, logging
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, logging
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_sapiens2_hf import (
@@ -617,7 +619,7 @@ class Sapiens2Attention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """
         Args:
@@ -687,7 +689,7 @@ class Sapiens2Layer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         """`(batch_size, seq_len, hidden_size)` -> `(batch_size, seq_len, hidden_size)`."""
         attention_output, _ = self.attention(
@@ -959,7 +961,18 @@ HEAD_KEY_PATTERNS = (r"^decode_head\.", r"^scale_head\.")
 _TASK_CLASS_NAMES[None] = "Sapiens2Model"
 
 
-class Sapiens2PreTrainedModel(PreTrainedModel):
+class ModuleLayoutSaveMixin:
+    """`save_pretrained` writing our (= transformers' port's) module names by default, for every model that holds a
+    Sapiens2 backbone: transformers' default (`save_original_format=True`) would revert the original-format conversions
+    registered for our model type, and transformers' Trainer resumes a checkpoint with a plain `load_state_dict`,
+    which would then miss every backbone tensor. `save_original_format=True` writes the original names, as Meta's Hub
+    repos hold them."""
+
+    def save_pretrained(self, save_directory, *args, save_original_format: bool = False, **kwargs):
+        return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
+
+
+class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
     """Base of the sapiens2_hf models: weight initialisation, and strict loading from official files and HF folders."""
 
     config_class = Sapiens2Config
@@ -1068,11 +1081,6 @@ class Sapiens2PreTrainedModel(PreTrainedModel):
         """
         return load_pretrained(cls, pretrained_model_name_or_path, model_args, kwargs, super().from_pretrained)
 
-    def save_pretrained(self, save_directory, *args, save_original_format: bool = False, **kwargs):
-        """transformers' `save_pretrained`, writing our (= transformers' port's) module names by default;
-        `save_original_format=True` writes the original names, as Meta's Hub repos hold them."""
-        return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
-
     @classmethod
     def from_official_state_dict(cls, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):
         """Builds the model from an official state dict already in memory: `from_pretrained(None, state_dict=...)`,
@@ -1159,7 +1167,7 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
         pixel_values: torch.Tensor,
         patch_keep_indices: torch.LongTensor | None = None,
         bool_masked_pos: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
         Args:
@@ -1222,7 +1230,7 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
         self,
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """
         Args:
@@ -1326,7 +1334,7 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
     # selected stages are picked from them, and returned only when `output_hidden_states` asks for them.
     @can_return_tuple
     @filter_output_hidden_states
-    def forward(self, pixel_values: torch.Tensor, **kwargs) -> BackboneOutput:
+    def forward(self, pixel_values: torch.Tensor, **kwargs: Unpack[TransformersKwargs]) -> BackboneOutput:
         r"""
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
@@ -1383,7 +1391,9 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
             )
         if config.task is None:
             # A head layout without a task (as transformers' model tests build configs): the class names the task, so
-            # that the saved config.json records it and `from_pretrained` accepts the folder back into this class.
+            # that the saved config.json records it and `from_pretrained` accepts the folder back into this class. On
+            # this model's own copy: the caller's config may be shared with models of other tasks.
+            self.config = config = copy.deepcopy(config)
             config.task = self.task
         self.num_labels = config.num_labels
         self.model = Sapiens2Model(config)
@@ -1503,7 +1513,7 @@ class Sapiens2ForPoseEstimation(_Sapiens2TaskModel):
         pixel_values: torch.Tensor,
         labels: torch.Tensor | None = None,
         label_weights: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Sapiens2PoseEstimatorOutput:
         r"""
         Args:
@@ -1543,7 +1553,7 @@ class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel):
 
     @can_return_tuple
     def forward(
-        self, pixel_values: torch.Tensor, labels: torch.LongTensor | None = None, **kwargs
+        self, pixel_values: torch.Tensor, labels: torch.LongTensor | None = None, **kwargs: Unpack[TransformersKwargs]
     ) -> SemanticSegmenterOutput:
         r"""
         Args:
@@ -1575,7 +1585,7 @@ class Sapiens2ForNormalEstimation(_Sapiens2TaskModel):
         pixel_values: torch.Tensor,
         labels: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Sapiens2NormalEstimatorOutput:
         r"""
         Args:
@@ -1627,7 +1637,7 @@ class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel):
         mask: torch.Tensor | None = None,
         intrinsics: torch.Tensor | None = None,
         target_mean_depth: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Sapiens2PointmapEstimatorOutput:
         r"""
         Args:
@@ -1690,7 +1700,7 @@ class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
         pixel_values: torch.Tensor,
         labels: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Sapiens2AlbedoEstimatorOutput:
         r"""
         Args:
@@ -1733,7 +1743,7 @@ class Sapiens2ForImageMatting(_Sapiens2TaskModel):
         labels: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         foreground_labels: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Sapiens2ImageMattingOutput:
         r"""
         Args:

@@ -28,6 +28,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput
 
 from ..modeling import Sapiens2Model
+from ..modeling.modeling_sapiens2_hf import ModuleLayoutSaveMixin
 from .configuration_pretraining import Sapiens2PreTrainingConfig
 from .ema import ema_update_, paired_parameters
 from .heads import DinoProjectionHead
@@ -108,7 +109,7 @@ def _view_major(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.transpose(0, 1).flatten(0, 1)
 
 
-class Sapiens2ForPreTraining(PreTrainedModel):
+class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
     """Sapiens2 backbone with the MAE + student-teacher pretraining objective (see the module docstring)."""
 
     config_class = Sapiens2PreTrainingConfig
