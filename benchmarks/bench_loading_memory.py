@@ -7,7 +7,7 @@ type, model.safetensors with the original tensor names) with random bfloat16 wei
     python benchmarks/bench_loading_memory.py --variant 0.4b --task pose
     python benchmarks/bench_loading_memory.py --variant 1b --task pose --folder /tmp/sapiens2_1b_pose_bf16
 
-Prints, per loader: peak RSS above the interpreter's RSS before loading (GB; every parameter touched once after
+Prints, per loader: peak RSS (VmHWM) above the interpreter's RSS before loading (GB; every parameter touched once after
 loading, so mapped weights count), that peak / the weights file size, the process's whole peak, and the wall time of
 `from_pretrained`; then the ratio ours / transformers'.
 """
@@ -20,10 +20,20 @@ import sys
 import time
 
 LOAD = """
-import json, resource, sys, time, torch
+import json, sys, time, torch
 import {module}
+
+
+def status(field):
+    # /proc/self/status, in kB: VmHWM (peak RSS) belongs to this process's address space; ru_maxrss would carry the
+    # parent's peak over fork and exec.
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+
+
 cls = {cls}
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = status("VmRSS")
 start = time.perf_counter()
 model = cls.from_pretrained({folder!r}, dtype=torch.bfloat16)
 elapsed = time.perf_counter() - start
@@ -31,8 +41,8 @@ elapsed = time.perf_counter() - start
 # each weight's pages once, wherever they live.
 assert {{p.dtype for p in model.parameters()}} == {{torch.bfloat16}}
 checksum = sum(float(p.float().sum()) for p in model.parameters())
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-print(json.dumps({{"peak_gb": (peak - before) * 1024 / 1e9, "total_gb": peak * 1024 / 1e9, "seconds": elapsed,
+peak = status("VmHWM")
+print(json.dumps({{"peak_gb": (peak - before) / 1e9, "total_gb": peak / 1e9, "seconds": elapsed,
                   "class": type(model).__module__}}))
 """
 
@@ -67,11 +77,18 @@ def main() -> None:
     parser.add_argument("--variant", default="0.4b")
     parser.add_argument("--task", default="pose")
     parser.add_argument("--folder", default=None, help="where the checkpoint is (or is written); default: /tmp/...")
+    parser.add_argument("--write-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     folder = args.folder or f"/tmp/sapiens2_{args.variant}_{args.task}_bf16"
+    if args.write_only:
+        return write_checkpoint(folder, args.variant, args.task)
     if not os.path.isfile(os.path.join(folder, "config.json")):
         start = time.perf_counter()
-        write_checkpoint(folder, args.variant, args.task)
+        # In a child process: this one's memory stays small while it measures the loads.
+        done = subprocess.run([sys.executable, __file__, "--write-only", "--variant", args.variant, "--task", args.task,
+                               "--folder", folder], timeout=3600)
+        if done.returncode:
+            raise SystemExit(done.returncode)
         print(f"wrote {folder} in {time.perf_counter() - start:.1f} s")
     size = sum(os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder) if name.endswith(".safetensors"))
     print(f"weights: {size / 1e9:.2f} GB (bfloat16, original tensor names)")

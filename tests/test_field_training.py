@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from safetensors.torch import save_file
 from transformers import HfArgumentParser, TrainingArguments
 
 import sapiens2_hf
@@ -194,16 +195,20 @@ def test_save_for_hub_never_deletes_what_it_did_not_write(tmp_path):
     (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (repo / ".gitattributes").write_text("*.safetensors filter=lfs\n")
     (repo / "notes.txt").write_text("mine")
-    (repo / "model-00001-of-00002.safetensors").write_bytes(b"stale shard of an earlier save")
+    (repo / "model-00001-of-00002.safetensors").write_bytes(b"a shard save_for_hub did not write")
     model = _tiny_seg()
     with pytest.raises(FileExistsError, match="not empty.*overwrite=True"):
         save_for_hub(model, repo)
     assert sorted(p.name for p in repo.iterdir()) == [".git", ".gitattributes", "model-00001-of-00002.safetensors",
                                                      "notes.txt"]
+    # A weight file this save would not replace is never deleted: the save is refused, naming it (issue 20, item 5).
+    with pytest.raises(FileExistsError, match=r"model-00001-of-00002\.safetensors"):
+        save_for_hub(model, repo, overwrite=True)
+    assert (repo / "model-00001-of-00002.safetensors").read_bytes() == b"a shard save_for_hub did not write"
+    (repo / "model-00001-of-00002.safetensors").unlink()  # the user moves it away
     save_for_hub(model, repo, overwrite=True)
     assert (repo / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
     assert (repo / "notes.txt").read_text() == "mine" and (repo / ".gitattributes").is_file()
-    assert not (repo / "model-00001-of-00002.safetensors").exists()  # ours, and stale: removed
     assert (repo / "model.safetensors").is_file() and (repo / "modeling_sapiens2_hf.py").is_file()
     pixel_values = torch.randn(1, 3, 64, 48, generator=torch.Generator().manual_seed(0))
     reloaded = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(repo).eval()
@@ -380,10 +385,14 @@ def test_resume_from_checkpoint_true_means_the_latest_checkpoint(tmp_path):
 def test_resolve_resume_checkpoint(tmp_path):
     assert resolve_resume_checkpoint(None, str(tmp_path)) is None
     assert resolve_resume_checkpoint("False", str(tmp_path)) is None
-    assert resolve_resume_checkpoint("runs/x/checkpoint-5", str(tmp_path)) == "runs/x/checkpoint-5"
+    with pytest.raises(ValueError, match="runs/x/checkpoint-5 is not a folder"):  # refused before anything is built
+        resolve_resume_checkpoint("runs/x/checkpoint-5", str(tmp_path))
     with pytest.raises(ValueError, match="has none"):
         resolve_resume_checkpoint("True", str(tmp_path))
-    for step in (2, 10):
+    for step in (2, 10):  # complete checkpoints (incomplete ones: tests/test_run_folders.py)
         (tmp_path / f"checkpoint-{step}").mkdir()
+        save_file({"weight": torch.zeros(4)}, tmp_path / f"checkpoint-{step}" / "model.safetensors")
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    assert resolve_resume_checkpoint(str(tmp_path / "checkpoint-2"), str(tmp_path)) == str(tmp_path / "checkpoint-2")
     assert resolve_resume_checkpoint("true", str(tmp_path)) == str(tmp_path / "checkpoint-10")
     assert resolve_resume_checkpoint(True, str(tmp_path)) == str(tmp_path / "checkpoint-10")

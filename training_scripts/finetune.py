@@ -21,9 +21,11 @@ the final model in `--output_dir`, `--push_to_hub`.
 Stages: `--do_train`, `--do_eval` and `--do_predict` are followed as given; a run that names none of them trains, then
 evaluates when there is evaluation data. `--output_dir` ends as a model repository (weights, config, image processor,
 model card; a LoRA run: the adapter) that `pipeline(..., model=output_dir)` loads, beside transformers' run files;
-`--push_to_hub` uploads it. `--seed` is applied before the model and data are built; `--resume_from_checkpoint True`
-resumes from the latest checkpoint in --output_dir; bad records are skipped and listed in
-<output_dir>/skipped_samples.json (`--strict` stops at the first one). Every option:
+`--push_to_hub` uploads it. An --output_dir holding another run (checkpoints, weights) is refused: pass
+`--overwrite_output_dir` (deletes that run's checkpoints, weights and trainer state; other files stay) or
+`--resume_from_checkpoint True`, which resumes from the newest complete checkpoint in --output_dir (a checkpoint whose
+save was interrupted is skipped). `--seed` is applied before the model and data are built; bad records are skipped
+and listed in <output_dir>/skipped_samples.json (`--strict` stops at the first one). Every option:
 `python training_scripts/finetune.py --help` (ours plus all of transformers.TrainingArguments).
 """
 
@@ -31,10 +33,11 @@ import json
 import os
 import sys
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser
 
 from sapiens2_hf.training.arguments import DataArguments, ModelArguments
 from sapiens2_hf.training.finetune import run_finetune
+from sapiens2_hf.training.run_setup import Sapiens2TrainingArguments
 from sapiens2_hf.utils.extras import require
 
 
@@ -52,7 +55,7 @@ def _stage_flags_given(argv) -> bool:
 def main(argv=None):
     require("accelerate", feature="training")  # before TrainingArguments, whose own error names transformers' pip extra
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, Sapiens2TrainingArguments))
     if len(argv) == 1 and argv[0].endswith(".json"):
         model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(argv[0]))
     else:

@@ -2,6 +2,8 @@
 
 import argparse
 
+from .options import check_local_source, positive_int
+
 
 def add_convert_subparser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -33,17 +35,10 @@ def add_convert_subparser(subparsers) -> None:
     parser.set_defaults(handler=run_convert)
 
 
-def positive_int(text: str) -> int:
-    """argparse type for sizes and counts: an integer >= 1."""
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer (>= 1)")
-    return value
-
-
 def run_convert(args: argparse.Namespace) -> int:
     from ..hub.convert_official import convert_official_checkpoint
 
+    check_local_source("", args.source)
     out = convert_official_checkpoint(
         args.source,
         args.out,

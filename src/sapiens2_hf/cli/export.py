@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from .._registration import task_registry
-from .convert import positive_int
+from .options import check_local_source, positive_int
 
 
 # every task of the registry (run by path: `--help` stays torch-free), the checkpoint's own, or the bare backbone
@@ -54,6 +54,7 @@ def add_export_subparser(subparsers) -> None:
 def run_export(args: argparse.Namespace) -> int:
     from ..export import ExportCheckError, export_model, format_report
 
+    check_local_source("", args.model)
     try:
         result = export_model(
             args.model, args.out, format=args.format, task=args.task, input_size=args.input_size,

@@ -7,6 +7,8 @@ transformers (tests/test_cli_startup.py); each command imports what it needs ins
 
 import argparse
 import sys
+import traceback
+from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,27 +27,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Our exception types that report a problem with what the user passed, as (module, class name). They are looked up
-# at error time in the modules already imported, never imported here: an error of such a class can only come from a
+# Exception types that report a problem with what the user passed, as (module, class name). They are looked up at
+# error time in the modules already imported, never imported here: an error of such a class can only come from a
 # process that imported its module, so a command that never loaded the conversion code classifies its failures
 # without loading that code (and torch) just to compare classes.
 _EXPECTED_ERRORS = (
     ("sapiens2_hf.hub.convert_official", "ConversionCheckError"),
     ("sapiens2_hf.utils.extras", "MissingExtraError"),  # a feature's extra is not installed: the pip command
+    # a config.json value of the wrong type or out of range, found by transformers' strict config dataclass
+    # (`"hidden_size": "32"`; our own validators' ValueErrors arrive wrapped in it)
+    ("huggingface_hub.errors", "StrictDataclassError"),
+    ("safetensors", "SafetensorError"),  # a corrupt .safetensors file, or writing one failed (a full disk)
 )
+# Errors that the arithmetic and parsing of the user's values raise rather than a ValueError: a zero size, head count
+# or tensor dimension divides by zero; JSON nested thousands deep overflows json's recursion. They are reported with
+# their type and the line that raised them, so that one coming from a bug still says where it is.
+_INPUT_ARITHMETIC_ERRORS = (ZeroDivisionError, RecursionError)
+
+
+def _causes(error: BaseException):
+    """`error` and the errors it was raised from (`raise ... from cause`), outermost first."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__
 
 
 def _is_expected(error: BaseException) -> bool:
-    """Failures that come from what the user passed (a corrupt or mismatched file, a bad size, a wrong task, a
-    missing folder, an unreachable Hub) or from what is installed (a feature whose extra is missing): one line and
-    exit code 2, never a traceback. Anything else is a bug and keeps its traceback."""
-    if isinstance(error, (ValueError, OSError)) or _names_missing_extra(error):
+    """Failures that come from what the user passed (a corrupt or mismatched file, a bad size or config value, a
+    wrong task, a missing folder, an unreachable Hub, a full disk) or from what is installed (a feature whose extra is
+    missing): one line and exit code 2, never a traceback. A library error raised from one of ours (`raise ... from`)
+    counts as ours. Anything else is a bug and keeps its traceback."""
+    return any(_is_expected_itself(link) for link in _causes(error))
+
+
+def _is_expected_itself(error: BaseException) -> bool:
+    if isinstance(error, (ValueError, OSError, *_INPUT_ARITHMETIC_ERRORS)) or _names_missing_extra(error):
         return True
     for module_name, class_name in _EXPECTED_ERRORS:
         expected = getattr(sys.modules.get(module_name), class_name, None)
         if isinstance(expected, type) and isinstance(error, expected):
             return True
     return False
+
+
+def _message(error: BaseException) -> str:
+    """The one line printed for an expected error."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, _INPUT_ARITHMETIC_ERRORS):
+        frame = traceback.extract_tb(error.__traceback__)[-1:] or None
+        where = f" at {Path(frame[0].filename).name}:{frame[0].lineno} in {frame[0].name}" if frame else ""
+        message = f"{message[:300]} ({type(error).__name__}{where}; from a value of the files or options passed)"
+    return message
 
 
 def _names_missing_extra(error: BaseException) -> bool:
@@ -76,8 +110,7 @@ def main(argv=None) -> int:
     except Exception as error:  # noqa: BLE001 - re-raised below unless it is the user's input at fault
         if not _is_expected(error):
             raise
-        message = " ".join(str(error).split()) or type(error).__name__
-        print(f"sapiens2-hf {args.command}: error: {message}", file=sys.stderr)
+        print(f"sapiens2-hf {args.command}: error: {_message(error)}", file=sys.stderr)
         return 2
 
 

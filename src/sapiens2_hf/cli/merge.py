@@ -2,6 +2,8 @@
 
 import argparse
 
+from .options import check_local_source
+
 
 def add_merge_subparser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -25,6 +27,7 @@ def add_merge_subparser(subparsers) -> None:
 def run_merge(args: argparse.Namespace) -> int:
     from ..training.lora import merge_lora
 
+    check_local_source("", args.adapter)
     out = merge_lora(args.adapter, args.out, overwrite=args.overwrite, remote_code=not args.no_remote_code)
     print(f"wrote {out}")
     return 0

@@ -44,7 +44,16 @@ An input that fails (unreadable or truncated file, bad boxes, no detector for an
 on stderr and in `<out>/summary.json` (`skipped`: input and reason) and skipped; the run goes on with the rest. A
 summary is printed at the end and written to `<out>/summary.json`. Exit status: 0 when every input was processed, 1
 when some were skipped, 2 for usage errors (bad arguments, unreadable model or boxes file) before any input is
-processed.
+processed, and 2 when the outputs cannot be written (a full disk, a read-only --out): the run then stops at the first
+failed write instead of computing the rest, and the summary lists the input that failed (`skipped`), the inputs not
+processed (`not_processed`) and why (`stopped`); when the summary itself cannot be written, the lists go to stderr.
+
+`<name>` is the input's stem (`photo.jpg` -> `photo`) unless another input would write the same file: then its file
+name (`a.jpg` and `a.png` -> `a.jpg_seg.png`, `a.png_seg.png`), and for the same file name in two folders the file
+name and a hash of its path (`a.png-1c9e05d2f3`); `summary.json` lists every such input under `output_names`
+(the rule: the function `output_names`). `--out` must not be an input folder or the folder of an input file (outputs would be read
+back as inputs and could replace files of the user's); a subfolder is fine, folders are not read recursively. URLs,
+FIFOs and other non-regular files are not read (skipped with the reason; as `--boxes` or `--model`, a usage error).
 
 Resuming and sharding: inputs whose outputs a previous run completed with the same options are skipped
 (`already_done` in the summary; `--overwrite` recomputes them); under `accelerate launch --num_processes N -m
@@ -61,15 +70,21 @@ infinity (`allow_nan=False`): boxes are checked before use.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import hashlib
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .._registration import task_registry
-from .convert import positive_int
+from .options import (check_local_source, check_regular_file, finite_float, non_negative_float, positive_float,
+                      positive_int)
+from .sharding import STATE_FOLDER
 
 if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
     import numpy as np
@@ -81,30 +96,17 @@ _TASK_SPECS = task_registry().TASK_SPECS
 TASK_TO_PIPELINE = {name: spec.pipeline_name for name, spec in _TASK_SPECS.items()}
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
+# Every file an image input named `n` may write directly into --out, as `n + suffix` (any task, any option), and the
+# entries of a video named `v` (its frame folder and its annotated video): `output_names` keeps them apart.
+IMAGE_OUTPUT_SUFFIXES = (".json", "_pose.png", "_seg.npy", "_seg.png", "_normal.npy", "_normal.png", "_pointmap.npy",
+                         "_depth.npy", "_depth.png", ".ply", "_albedo.png", "_albedo.npy", "_alpha.png", "_alpha.npy",
+                         "_foreground.png", "_matting.png", "_mask.png")
+VIDEO_OUTPUT_SUFFIXES = ("", ".mp4")
+RESERVED_ENTRIES = ("summary.json", STATE_FOLDER)
 KEYPOINT_FORMAT_CHOICES = ("coco17", "coco_wholebody133", "body25")  # sapiens2_keypoint_formats.KEYPOINT_FORMATS
 # the tasks whose maps are masked by a person foreground (their pipelines take foreground_mask= / segmenter=)
 FOREGROUND_TASKS = tuple(name for name, spec in _TASK_SPECS.items() if spec.foreground_fill is not None)
 _HELP = {name: spec.title[0].lower() + spec.title[1:] for name, spec in _TASK_SPECS.items()}
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not a positive finite number")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
-    return value
 
 
 def add_predict_subparsers(subparsers) -> None:
@@ -149,9 +151,9 @@ def add_predict_subparsers(subparsers) -> None:
             parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
                                 help="object-detection model id or local folder for inputs without boxes (default "
                                      "PekingU/rtdetr_r50vd: needs the Hub or a cached copy)")
-            parser.add_argument("--detector-threshold", type=float, default=0.3)
+            parser.add_argument("--detector-threshold", type=finite_float, default=0.3)
             parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
-            parser.add_argument("--kpt-threshold", type=float, default=0.3,
+            parser.add_argument("--kpt-threshold", type=finite_float, default=0.3,
                                 help="keypoint score for drawing (and for carrying a video person's box)")
             parser.add_argument("--keypoint-format", default=None, choices=KEYPOINT_FORMAT_CHOICES,
                                 help="write the JSON keypoints in this format instead of the 308 Sapiens2 ones "
@@ -160,23 +162,24 @@ def add_predict_subparsers(subparsers) -> None:
             video.add_argument("--detect-every", type=positive_int, default=1, metavar="N",
                                help="run the detector on every N-th processed frame (and while nobody is tracked); "
                                     "in between, boxes follow each person's keypoints (default 1: every frame)")
-            video.add_argument("--track-iou", type=_non_negative_float, default=0.3,
+            video.add_argument("--track-iou", type=non_negative_float, default=0.3,
                                help="least IoU for a detection to keep a person's track id (default 0.3)")
             # defaults: sapiens2_hf.video.smoothing.DEFAULT_MIN_CUTOFF / DEFAULT_BETA (not imported here: --help
             # stays light; tests/test_cli_video.py checks they agree)
-            video.add_argument("--smooth-min-cutoff", type=_positive_float, default=1.0, metavar="HZ",
+            video.add_argument("--smooth-min-cutoff", type=positive_float, default=1.0, metavar="HZ",
                                help="One-Euro filter cutoff at rest, Hz (default 1.0; lower = smoother, more lag)")
-            video.add_argument("--smooth-beta", type=_non_negative_float, default=0.02,
+            video.add_argument("--smooth-beta", type=non_negative_float, default=0.02,
                                help="One-Euro filter speed coefficient, per pixel (default 0.02; higher = less "
                                     "lag on fast motion, more jitter)")
             video.add_argument("--no-smooth", action="store_true", help="do not smooth keypoints over time")
         if task == "pointmap":
             parser.add_argument("--ply", action="store_true", help="also write a coloured point cloud (.ply)")
             camera = parser.add_mutually_exclusive_group()
-            camera.add_argument("--focal-length", type=_positive_float, default=None, metavar="F",
+            camera.add_argument("--focal-length", type=positive_float, default=None, metavar="F",
                                 help="the camera's horizontal focal length in pixels of the input images: metric "
                                      "results for that camera instead of the predicted one")
-            camera.add_argument("--intrinsics", type=float, nargs=4, default=None, metavar=("FX", "FY", "CX", "CY"),
+            camera.add_argument("--intrinsics", type=finite_float, nargs=4, default=None,
+                                metavar=("FX", "FY", "CX", "CY"),
                                 help="the camera in pixels of the input images: Z metric from FX, X and Y "
                                      "re-projected through it")
         if task in FOREGROUND_TASKS:
@@ -214,6 +217,34 @@ class _Report:
     already_done: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     written: int = 0
+    finished: set[str] = field(default_factory=set)  # inputs processed or skipped (the others: not processed)
+
+    def skip(self, source: str, error: BaseException | str) -> None:
+        reason = error if isinstance(error, str) else _reason(error)
+        self.skipped.append({"input": source, "reason": reason})
+        self.finished.add(source)
+
+
+class OutputWriteError(OSError):
+    """Writing into --out failed (a full disk, a read-only or removed folder). The run stops there: every later input
+    would be computed only to fail the same way. Raised by `writing_outputs`."""
+
+
+# write failures that concern one input's file names rather than the folder: that input is skipped, the run goes on
+_PER_NAME_ERRNOS = frozenset({errno.ENAMETOOLONG})
+
+
+@contextlib.contextmanager
+def writing_outputs() -> Iterator[None]:
+    """Turns an OSError raised in the block, which writes outputs, into an `OutputWriteError`."""
+    try:
+        yield
+    except OutputWriteError:
+        raise
+    except OSError as error:
+        if error.errno in _PER_NAME_ERRNOS:
+            raise
+        raise OutputWriteError(error.errno, error.strerror or str(error), error.filename) from error
 
 
 def _read_image(path: Path) -> Callable[[], np.ndarray]:
@@ -226,31 +257,80 @@ def _read_image(path: Path) -> Callable[[], np.ndarray]:
 
 
 def _collect(inputs: list[str], report: _Report) -> tuple[list[Path], list[Path]]:
-    images, videos = [], []
+    """The image and video files of the inputs, each once (a file given twice, or in a folder and by name, is
+    processed once). Missing inputs, URLs and inputs that are not regular files (a FIFO, socket or device: reading
+    one blocks until another process writes to it) are reported as skipped; other files inside a folder (notes,
+    json, ...) are ignored."""
+    images, videos, seen = [], [], set()
     for entry in inputs:
+        if entry.startswith(("http://", "https://")):
+            report.skip(entry, "a URL: the command reads local files only (download it first)")
+            continue
         path = Path(entry)
         candidates = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
         for candidate in candidates:
             suffix = candidate.suffix.lower()
             if not candidate.exists():
-                report.skipped.append({"input": str(candidate), "reason": "no such file or folder"})
-            elif suffix in VIDEO_SUFFIXES:
-                videos.append(candidate)
-            elif suffix in IMAGE_SUFFIXES or not path.is_dir():
-                images.append(candidate)
-            # other files inside a folder (notes, json, ...) are silently ignored
+                report.skip(str(candidate), "no such file or folder")
+            elif not candidate.is_file():
+                report.skip(str(candidate), "not a regular file (a FIFO, socket or device): not read")
+            elif candidate.resolve() in seen:
+                continue
+            elif suffix in VIDEO_SUFFIXES or suffix in IMAGE_SUFFIXES or not path.is_dir():
+                seen.add(candidate.resolve())
+                (videos if suffix in VIDEO_SUFFIXES else images).append(candidate)
     return images, videos
 
 
-def _unique_names(paths: list[Path]) -> list[str]:
-    used: dict[str, int] = {}
-    names = []
-    for path in paths:
-        stem = path.stem
-        count = used.get(stem, 0)
-        used[stem] = count + 1
-        names.append(stem if count == 0 else f"{stem}_{count}")
-    return names
+def _check_out(out: Path, inputs: list[str], files: list[Path]) -> None:
+    """Refuses an --out that is an input folder or the folder of an input file: outputs written among the inputs
+    would be read back as inputs by the next run (`x_seg_seg.png`, ...), and their names can be those of the user's
+    own files (`x_seg.png`), which would be replaced. A subfolder of an input folder is fine: folders are not read
+    recursively."""
+    if not out.is_dir():
+        return
+    holders = [(Path(entry), "an input folder") for entry in inputs if Path(entry).is_dir()]
+    holders += [(path.parent, f"the folder of the input {path}") for path in files]
+    for holder, what in holders:
+        if os.path.samefile(out, holder):
+            raise ValueError(f"--out {out} is {what}: the outputs would mix with the inputs (a rerun reads them back "
+                             "as inputs, and they could replace files of yours); use another folder, e.g. --out "
+                             f"{holder / 'sapiens2-hf-out'} (folders are not read recursively).")
+
+
+def _output_name(path: Path, level: int) -> str:
+    if level == 0:
+        return path.stem
+    if level == 1:
+        return path.name
+    return f"{path.name}-{hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:10]}"
+
+
+def output_names(images: list[Path], videos: list[Path]) -> tuple[list[str], list[str]]:
+    """The output name of every input: one rule for images and videos, injective over the inputs of a run.
+
+    An input is named by the first of these under which no entry it writes into --out clashes with another input's:
+    its stem (`a.png` -> `a`, as before), its file name (`a.png` while `a.jpg` is an input too), its file name and a
+    hash of its resolved path (`a.png-1c9e05d2f3`, for an `a.png` in two folders). The entries are
+    `name + IMAGE_OUTPUT_SUFFIXES` for an image and `name + VIDEO_OUTPUT_SUFFIXES` for a video, compared without
+    letter case (case-insensitive file systems); `RESERVED_ENTRIES` (the run's summary and state folder) clash with
+    every input. All inputs of a clash move on together, so a name does not depend on the order of the inputs, only
+    on which inputs clash; a run computes every name before sharding."""
+    units = [(path, IMAGE_OUTPUT_SUFFIXES) for path in images] + [(path, VIDEO_OUTPUT_SUFFIXES) for path in videos]
+    reserved = {entry.casefold() for entry in RESERVED_ENTRIES}
+    levels = [0] * len(units)
+    while True:
+        names = [_output_name(path, level) for (path, _), level in zip(units, levels)]
+        owners: dict[str, set[int]] = {}
+        for k, (name, (_, suffixes)) in enumerate(zip(names, units)):
+            for suffix in suffixes:
+                owners.setdefault((name + suffix).casefold(), set()).add(k)
+        clashing = {k for entry, ks in owners.items() if len(ks) > 1 or entry in reserved for k in ks}
+        moving = [k for k in clashing if levels[k] < 2]  # hashed names end in hex digits: they never clash
+        if not moving:
+            return names[:len(images)], names[len(images):]
+        for k in moving:
+            levels[k] += 1
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -444,6 +524,8 @@ def _write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: b
     written: list[Path] = []
 
     def out(suffix: str) -> Path:
+        if suffix not in IMAGE_OUTPUT_SUFFIXES:  # output_names must know every file an input writes
+            raise AssertionError(f"{suffix!r} is not in IMAGE_OUTPUT_SUFFIXES")
         return base.parent / f"{base.name}{suffix}"
 
     def save(function, value, path: Path) -> None:
@@ -512,10 +594,11 @@ def _save_json(data: Any, path: Path, indent: int | None = None) -> None:
 def _load_boxes(path: str | None) -> dict[str, list]:
     if path is None:
         return {}
+    check_regular_file("--boxes", path)
     try:
         data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"--boxes {path} is not valid JSON: {error}.") from error
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise ValueError(f"--boxes {path} is not valid JSON: {error}.") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON object {{image file name: [[x0, y0, x1, y1], ...]}}.")
     return data
@@ -582,7 +665,7 @@ def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, r
             for pair in batch:
                 _run_batch(args, pipe, [pair], boxes, report, out)
             return
-        report.skipped.append({"input": batch[0][0].source, "reason": _reason(error)})
+        report.skip(batch[0][0].source, error)
         return
     for (item, image), result in zip(batch, results):
         try:
@@ -590,14 +673,19 @@ def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, r
             pose_json = None
             if args.task == "pose":
                 pose_json = _pose_json(item.source, image.shape, result, args.kpt_threshold, args.keypoint_format)
-            files, _ = _write_outputs(args, base, image, result, pose_json=pose_json)
-            if item.marker is not None:
-                mark_done(out, "images", item.marker[0], item.marker[1], files)
-        except Exception as error:  # noqa: BLE001 - e.g. NaN in the results, a full disk
-            report.skipped.append({"input": item.source, "reason": _reason(error)})
+            with writing_outputs():
+                files, _ = _write_outputs(args, base, image, result, pose_json=pose_json)
+                if item.marker is not None:
+                    mark_done(out, "images", item.marker[0], item.marker[1], files)
+        except OutputWriteError as error:  # the folder cannot take more: stop the run (run_predict)
+            report.skip(item.source, error)
+            raise
+        except Exception as error:  # noqa: BLE001 - e.g. NaN in the results
+            report.skip(item.source, error)
             continue
         report.written += len(files)
         report.processed += 1
+        report.finished.add(item.source)
 
 
 def _video_boxes(path: Path, boxes: dict) -> dict:
@@ -608,34 +696,38 @@ def _video_boxes(path: Path, boxes: dict) -> dict:
 
 def run_predict(args: argparse.Namespace) -> int:
     """Handler of the task subcommands (see the module docstring)."""
-    from tqdm.auto import tqdm
-
     from . import sharding
 
     if args.batch_size < 1 or args.video_stride < 1:
         raise ValueError("--batch-size and --video-stride must be >= 1.")
     if args.max_frames is not None and args.max_frames < 1:
         raise ValueError("--max-frames must be >= 1.")
+    for option in ("model", "foreground_model", "detector"):
+        check_local_source(f"--{option.replace('_', '-')}", getattr(args, option, None))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     report = _Report()
     start = time.perf_counter()
     image_paths, videos = _collect(args.inputs, report)
+    _check_out(out, args.inputs, image_paths + videos)
     boxes = _load_boxes(getattr(args, "boxes", None))
     mask_option = getattr(args, "foreground_mask", None)
     if mask_option is not None:
         if not Path(mask_option).exists():
             raise ValueError(f"--foreground-mask {mask_option}: no such file or folder.")
+        check_regular_file("--foreground-mask", mask_option)
         if Path(mask_option).is_dir() and videos:
             raise ValueError(f"--foreground-mask {mask_option} is a folder of per-image masks, which video frames do "
                              "not have; pass one mask file for every frame, or --foreground-model.")
+    out.mkdir(parents=True, exist_ok=True)
     shard = sharding.Shard(args.device)
     if not shard.is_main:  # every process finds the same missing inputs: the main process reports them
         report.skipped.clear()
 
     # one ordered list of units on every process, named before sharding so that names do not depend on the share
-    units = [("images", name, path) for name, path in zip(_unique_names(image_paths), image_paths)]
-    units += [("videos", name, path) for name, path in zip(_unique_names(videos), videos)]
+    image_names, video_names = output_names(image_paths, videos)
+    units = [("images", name, path) for name, path in zip(image_names, image_paths)]
+    units += [("videos", name, path) for name, path in zip(video_names, videos)]
+    renamed = {str(path): name for _, name, path in units if name != path.stem}
     todo = []
     for kind, name, path in shard.split(units):
         try:
@@ -650,25 +742,76 @@ def run_predict(args: argparse.Namespace) -> int:
         sharding.clear_marker(out, kind, name)
         todo.append((kind, name, path, expected))
 
-    pipe = None
-    progress = None
-    try:
-        if todo:
-            pipe = _build_pipeline(args, shard.device(args.device))
-        items = [_Item(name, str(path), out, _read_image(path), None if expected is None else (name, expected))
-                 for kind, name, path, expected in todo if kind == "images"]
-        video_units = [(name, path, expected) for kind, name, path, expected in todo if kind == "videos"]
-        from .video import count_frames, process_video
+    def summary(stopped: OutputWriteError | None = None) -> dict[str, Any]:
+        record = {
+            "task": args.task, "model": str(args.model), "processed": report.processed,
+            "video_frames": report.frames, "already_done": report.already_done, "skipped": report.skipped,
+            "files_written": report.written, "seconds": round(time.perf_counter() - start, 3),
+        }
+        if renamed:  # inputs whose outputs are not named by their stem (output_names)
+            record["output_names"] = renamed
+        if stopped is not None:
+            record["stopped"] = str(stopped)
+            record["not_processed"] = [str(path) for _, _, path, _ in todo if str(path) not in report.finished]
+        return record
 
-        total = len(items) + sum(count_frames(path, args.video_stride, args.max_frames) for _, path, _ in video_units)
-        progress = tqdm(total=total, disable=args.quiet or not shard.is_main, unit="img",
-                        desc=f"sapiens2-hf {args.task}", file=sys.stderr)
+    summary_path = sharding.part_path(out, shard.index) if shard.count > 1 else out / "summary.json"
+    try:
+        _run_units(args, todo, boxes, report, out, shard)
+    except OutputWriteError as error:
+        _stop(args, out, summary(error), summary_path, error)
+    except BaseException:  # interrupted, or a bug: what was done and skipped is still put on record
+        with contextlib.suppress(Exception):
+            _save_json(summary(), summary_path, indent=2)
+        raise
+    record = summary()
+    try:
+        _save_json(record, summary_path, indent=2)
+    except OSError as error:
+        _stop(args, out, record, None, error)
+    if shard.count > 1:
+        shard.wait()  # every share is done and its part written
+        if not shard.is_main:
+            return 0  # the main process reports for the launch
+        parts = [json.loads(sharding.part_path(out, k).read_text()) for k in range(shard.count)]
+        record = sharding.merge_summaries(parts)
+        record["seconds"] = round(time.perf_counter() - start, 3)
+        _save_json(record, out / "summary.json", indent=2)
+        for k in range(shard.count):
+            sharding.part_path(out, k).unlink()
+        report.skipped = record["skipped"]
+    print(f"sapiens2-hf {args.task}: processed {record['processed']} image(s)"
+          + (f" ({record['video_frames']} video frame(s))" if record["video_frames"] else "")
+          + (f", {record['already_done']} input(s) already done" if record["already_done"] else "")
+          + f", wrote {record['files_written']} file(s) to {out} in {record['seconds']:.1f} s"
+          + (f" with {shard.count} processes" if shard.count > 1 else ""))
+    if report.skipped:
+        _print_skipped(args, report.skipped, f"listed in {out / 'summary.json'}")
+        return 1
+    return 0
+
+
+def _run_units(args, todo: list, boxes: dict, report: _Report, out: Path, shard) -> None:
+    """Compute and write this process's inputs (`todo`: (kind, name, path, fingerprint or None))."""
+    from tqdm.auto import tqdm
+
+    from .video import count_frames, process_video
+
+    if not todo:
+        return
+    pipe = _build_pipeline(args, shard.device(args.device))
+    items = [_Item(name, str(path), out, _read_image(path), None if expected is None else (name, expected))
+             for kind, name, path, expected in todo if kind == "images"]
+    video_units = [(name, path, expected) for kind, name, path, expected in todo if kind == "videos"]
+    total = len(items) + sum(count_frames(path, args.video_stride, args.max_frames) for _, path, _ in video_units)
+    with tqdm(total=total, disable=args.quiet or not shard.is_main, unit="img", desc=f"sapiens2-hf {args.task}",
+              file=sys.stderr) as progress:
         batch: list[tuple[_Item, np.ndarray]] = []
         for item in items:
             try:
                 image = item.load()
             except Exception as error:  # noqa: BLE001 - unreadable / truncated: skip this input
-                report.skipped.append({"input": item.source, "reason": _reason(error)})
+                report.skip(item.source, error)
                 progress.update(1)
                 continue
             batch.append((item, image))
@@ -681,48 +824,33 @@ def run_predict(args: argparse.Namespace) -> int:
             progress.update(len(batch))
         for name, path, expected in video_units:
             process_video(args, pipe, path, name, out, boxes, report, progress, expected)
-    finally:
-        # written even when the run is interrupted, so that what was done and skipped is on record
-        if progress is not None:
-            progress.close()
-        elapsed = time.perf_counter() - start
-        summary = {
-            "task": args.task,
-            "model": str(args.model),
-            "processed": report.processed,
-            "video_frames": report.frames,
-            "already_done": report.already_done,
-            "skipped": report.skipped,
-            "files_written": report.written,
-            "seconds": round(elapsed, 3),
-        }
-        if shard.count > 1:
-            _save_json(summary, sharding.part_path(out, shard.index), indent=2)
-        else:
-            _save_json(summary, out / "summary.json", indent=2)
-    if shard.count > 1:
-        shard.wait()  # every share is done and its part written
-        if not shard.is_main:
-            return 0  # the main process reports for the launch
-        parts = [json.loads(sharding.part_path(out, k).read_text()) for k in range(shard.count)]
-        summary = sharding.merge_summaries(parts)
-        summary["seconds"] = round(time.perf_counter() - start, 3)
-        _save_json(summary, out / "summary.json", indent=2)
-        for k in range(shard.count):
-            sharding.part_path(out, k).unlink()
-        report.skipped = summary["skipped"]
-    print(f"sapiens2-hf {args.task}: processed {summary['processed']} image(s)"
-          + (f" ({summary['video_frames']} video frame(s))" if summary["video_frames"] else "")
-          + (f", {summary['already_done']} input(s) already done" if summary["already_done"] else "")
-          + f", wrote {summary['files_written']} file(s) to {out} in {summary['seconds']:.1f} s"
-          + (f" with {shard.count} processes" if shard.count > 1 else ""))
-    if report.skipped:
-        print(f"sapiens2-hf {args.task}: skipped {len(report.skipped)} input(s) (listed in {out / 'summary.json'}):",
-              file=sys.stderr)
-        for entry in report.skipped:
-            print(f"  skipped {entry['input']}: {entry['reason']}", file=sys.stderr)
-        return 1
-    return 0
+            report.finished.add(str(path))
 
 
-__all__ = ["add_predict_subparsers", "run_predict"]
+def _print_skipped(args, entries: list[dict], where: str) -> None:
+    print(f"sapiens2-hf {args.task}: skipped {len(entries)} input(s) ({where}):", file=sys.stderr)
+    for entry in entries:
+        print(f"  skipped {entry['input']}: {entry['reason']}", file=sys.stderr)
+
+
+def _stop(args, out: Path, record: dict, summary_path: Path | None, error: OSError) -> None:
+    """End a run whose outputs cannot be written: the summary (skipped and not processed inputs) is written when it
+    can be, else listed on stderr; then one `OutputWriteError` line (exit code 2)."""
+    written = None
+    if summary_path is not None:
+        with contextlib.suppress(OSError):
+            _save_json(record, summary_path, indent=2)
+            written = summary_path
+    pending = record.get("not_processed", [])
+    if written is None:
+        if record["skipped"]:
+            _print_skipped(args, record["skipped"], "the summary could not be written")
+        for source in pending:
+            print(f"  not processed {source}", file=sys.stderr)
+    where = f"listed in {written}" if written else "listed above; the summary could not be written"
+    raise OutputWriteError(error.errno, f"could not write into {out} ({error}); stopped with {record['processed']} "
+                           f"image(s) written, {len(record['skipped'])} input(s) skipped and {len(pending)} not "
+                           f"processed ({where}); a rerun resumes them") from error
+
+
+__all__ = ["OutputWriteError", "add_predict_subparsers", "output_names", "run_predict", "writing_outputs"]

@@ -6,7 +6,9 @@ Defaults (when `--threads` is not given):
   and, in a container, its cgroup CPU quota), because more threads than CPUs only wait for each other;
 - `demo` (tiny models): 1 thread. Their operations are too small to share: on a busy 2-core machine one thread ran
   a tiny pose model's training step 10-40x faster than two (1.0-1.4 s against 11.7-48 s for 10 steps).
-On a machine shared with other busy processes `--threads 1` is the safe choice for every command.
+On a machine shared with other busy processes `--threads 1` is the safe choice for every command. `--threads` above
+`MAX_THREADS_PER_CPU` times the machine's CPUs is an argument error: such counts only wait for each other, and very
+large ones exhaust memory while the thread pools start (`--threads 100000` ended in a segmentation fault).
 
 Before torch is first imported, the command also sets `OMP_WAIT_POLICY=PASSIVE` unless the environment sets it:
 OpenMP threads that spin while waiting take the CPU from the threads doing the work when other processes compete for
@@ -22,16 +24,31 @@ import os
 import sys
 from typing import Iterator
 
-from .convert import positive_int
+from .options import positive_int
 
 DEMO_DEFAULT = 1
 AUTO = "auto"
+MAX_THREADS_PER_CPU = 4
+
+
+def max_threads() -> int:
+    """The largest `--threads`: `MAX_THREADS_PER_CPU` x the machine's logical CPUs."""
+    return MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+
+
+def thread_count(text: str) -> int:
+    """argparse type of `--threads`: an integer from 1 to `max_threads()`."""
+    value, limit = positive_int(text), max_threads()
+    if value > limit:
+        raise argparse.ArgumentTypeError(f"{value} is more than {MAX_THREADS_PER_CPU} x the {os.cpu_count() or 1} "
+                                         f"CPUs of this machine (at most {limit})")
+    return value
 
 
 def add_threads_argument(parser: argparse.ArgumentParser, default: int | str = AUTO) -> None:
     """Adds `--threads N` (N >= 1); `default` is used without it: a count, or `"auto"` (see the module docstring)."""
     default_text = f"{default}" if default != AUTO else "torch's default capped at the CPUs available to the process"
-    parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
+    parser.add_argument("--threads", type=thread_count, default=None, metavar="N",
                         help=f"torch CPU threads (default: {default_text}; use 1 on a machine shared with other busy "
                              "processes)")
     parser.set_defaults(threads_default=default)

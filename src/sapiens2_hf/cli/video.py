@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .predict import _boxes_for, _pose_json, _predict, _reason, _write_outputs
+from .predict import OutputWriteError, _boxes_for, _pose_json, _predict, _reason, _write_outputs, writing_outputs
 
 
 def count_frames(path: Path, stride: int, max_frames: int | None) -> int:
@@ -234,18 +234,22 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
                     pose_json = _pose_json(source, frame.image.shape, result, args.kpt_threshold,
                                            args.keypoint_format, track_ids,
                                            {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info)
-                written, overlay = _write_outputs(args, frame_folder / f"frame_{frame.index:06d}", frame.image,
-                                                  result, video=True, pose_json=pose_json)
+                with writing_outputs():
+                    written, overlay = _write_outputs(args, frame_folder / f"frame_{frame.index:06d}", frame.image,
+                                                      result, video=True, pose_json=pose_json)
                 if overlay is not None and track_ids:
                     overlay = _draw_track_ids(overlay, result, track_ids)
                 files.extend(written)
                 report.written += len(written)
                 report.processed += 1
-            except Exception as error:  # noqa: BLE001 - e.g. NaN in the results, a full disk
+            except OutputWriteError:  # the folder cannot take more: the run stops (cli/predict.py)
+                raise
+            except Exception as error:  # noqa: BLE001 - e.g. NaN in the results
                 report.skipped.append({"input": source, "reason": _reason(error)})
                 failed_frames += 1
         if writer is not None:
-            writer.write(np.asarray(overlay) if overlay is not None else frame.image)
+            with writing_outputs():
+                writer.write(np.asarray(overlay) if overlay is not None else frame.image)
         progress.update(1)
 
     def run_dense(batch, writer) -> None:
@@ -292,7 +296,8 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
     try:
         with VideoReader(path) as reader:
             fps = reader.fps / args.video_stride
-            writer = None if args.no_overlay else VideoWriter(out / f"{name}.mp4", fps)
+            with writing_outputs():
+                writer = None if args.no_overlay else VideoWriter(out / f"{name}.mp4", fps)
             # decoding (ahead), inference (here) and writing (behind, in frame order) overlap: at most about
             # four batches of frames are in memory
             sink = _InOrder(emit_now, 2 * args.batch_size)
@@ -311,18 +316,23 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
                 if decoded == 0:
                     raise OSError("no frame could be decoded")
                 if writer is not None:
-                    files.append(writer.close())
+                    with writing_outputs():
+                        files.append(writer.close())
             except BaseException:
                 with contextlib.suppress(BaseException):
                     sink.close()  # the writer thread stops before the file it writes is removed
                 if writer is not None:
                     writer.abort()
                 raise
+    except OutputWriteError as error:  # the folder cannot take more: the run stops (cli/predict.py)
+        report.skip(str(path), error)
+        raise
     except (OSError, ValueError) as error:  # cannot open, decoding stopped, nothing decoded
-        report.skipped.append({"input": str(path), "reason": _reason(error)})
+        report.skip(str(path), error)
         return
     if expected is not None and failed_frames == 0:
-        mark_done(out, "videos", name, expected, files)
+        with writing_outputs():
+            mark_done(out, "videos", name, expected, files)
 
 
 __all__ = ["count_frames", "process_video"]

@@ -8,6 +8,7 @@ pointmap and matting checkpoints (same module and tensor names).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -90,11 +91,10 @@ def ship_pipeline(folder: Path, task: str) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-# Weight files of ours: on `overwrite=True`, any of them not written this time (the shards of an earlier, larger save,
-# or an index that would point transformers at them) are removed as stale. Everything else that is not written this
-# time (.git, .gitattributes, the user's own files, an older processor config or modeling file) is left untouched;
-# what is written (weights, config.json, preprocessor_config.json, README.md, modeling files) replaces its old copy.
-_WEIGHT_FILE_PATTERNS = (
+# The weight files transformers (and peft) load from a model folder. `save_for_hub` writes only model*.safetensors, and
+# refuses (never deletes) any of these it would not replace: beside the new weights they would make the folder
+# ambiguous (transformers prefers model.safetensors over an index, and an adapter_config.json over both).
+WEIGHT_FILE_PATTERNS = (
     "model.safetensors",
     "model-?????-of-?????.safetensors",
     "model.safetensors.index.json",
@@ -102,6 +102,24 @@ _WEIGHT_FILE_PATTERNS = (
     "pytorch_model-?????-of-?????.bin",
     "pytorch_model.bin.index.json",
 )
+ADAPTER_FILE_NAMES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+
+
+def _refuse_other_weights(folder: Path, written: set[str]) -> None:
+    """Refuses `folder` when it holds weight files that this save does not replace."""
+    if not folder.is_dir():
+        return
+    others = sorted(
+        path.name for path in folder.iterdir()
+        if path.is_file() and path.name not in written
+        and any(fnmatch.fnmatchcase(path.name, pattern) for pattern in WEIGHT_FILE_PATTERNS + ADAPTER_FILE_NAMES)
+    )
+    if others:
+        raise FileExistsError(
+            f"{folder} holds weight files this save does not replace ({', '.join(others)}): a loader could take them "
+            "instead of, or mixed with, the new weights. save_for_hub never deletes what it did not write: move them "
+            "away, or save to another folder."
+        )
 
 
 def save_for_hub(
@@ -118,9 +136,11 @@ def save_for_hub(
 
     Everything is first written to a staging folder beside `folder`. A new folder is then moved into place as a
     whole; into an existing one each file is moved with an atomic rename, so a reader never sees a partly written
-    file. Nothing we did not write is ever deleted: an existing non-empty folder (a git clone of the Hub repo, an
-    earlier save) is refused unless `overwrite=True`, and even then only our own files are replaced (stale ones of
-    ours, the weight shards of an earlier save, removed); `.git` and any other file stay.
+    file. Nothing is ever deleted: an existing non-empty folder (a git clone of the Hub repo, an earlier save) is
+    refused unless `overwrite=True`, and even then only the files this save writes are replaced; `.git` and every
+    other file stay. Weight files this save would not replace (another format, the shards or index of an earlier,
+    larger save, a LoRA adapter: `WEIGHT_FILE_PATTERNS`, `ADAPTER_FILE_NAMES`) would make the folder ambiguous, so
+    the save is refused (`FileExistsError` naming them, nothing written) until they are moved away.
 
     Args:
         model: the model to save.
@@ -128,7 +148,7 @@ def save_for_hub(
         image_processor: saved as preprocessor_config.json when given.
         card: a ready model card; by default one is rendered from the config (`render_model_card(**card_kwargs)`).
         remote_code: ship the modeling files with an `auto_map` (see `enable_remote_code`).
-        overwrite: write into a non-empty `folder`, replacing the files listed above.
+        overwrite: write into a non-empty `folder`, replacing the files this save writes (see above).
     """
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
@@ -158,7 +178,8 @@ def save_for_hub(
                 model.config, num_parameters=sum(p.numel() for p in model.parameters()), **(card_kwargs or {})
             )
         card.save(staging / "README.md")
-        replace_into_folder(staging, folder, stale=_WEIGHT_FILE_PATTERNS)
+        _refuse_other_weights(folder, {path.name for path in staging.iterdir() if path.is_file()})
+        replace_into_folder(staging, folder)
     return folder
 
 

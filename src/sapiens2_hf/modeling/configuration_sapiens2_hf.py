@@ -13,6 +13,9 @@ code works with any transformers whose public config API matches (`PreTrainedCon
 Hub-shippable: imports only transformers' public API, huggingface_hub and siblings of this folder.
 """
 
+import math
+import operator
+
 from huggingface_hub.dataclasses import strict
 from transformers import BackboneConfigMixin, PreTrainedConfig
 
@@ -183,6 +186,104 @@ def pointmap_image_sizes(head: dict, feature_stride: tuple[int, int], aspect=(4,
     return sizes
 
 
+# Bounds that refuse a corrupt or hostile config (or checkpoint metadata, or processor size) with a one-line error
+# before anything is allocated.
+#: Largest input side in pixels: twice the 4K model's native height (4096x3072). Activation memory grows with the
+#: square of the token count, so an `image_size` or processor `size` above it is refused.
+MAX_IMAGE_SIDE = 8192
+#: Largest model a config may describe: about ten times the largest official one (5b: 5.3e9 parameters), 200 GB in
+#: float32. Checked from the config's sizes (an upper-bound estimate), so `hidden_size: 1e9` fails before allocating.
+MAX_NUM_PARAMETERS = 50_000_000_000
+
+
+def check_image_size(size, stride: tuple[int, int] = (1, 1), name: str = "image_size") -> tuple[int, int]:
+    """`size` (an int, `[height, width]` or `{"height": h, "width": w}`) as `(height, width)`.
+
+    Raises a one-line `ValueError` naming `name` unless both sides are whole numbers in `[1, MAX_IMAGE_SIDE]` and
+    divisible by `stride` (the model's feature stride: the patch size, times the tokenizer window of the 4K model).
+    """
+    try:
+        if isinstance(size, dict):
+            sides = (size["height"], size["width"])
+        elif isinstance(size, (list, tuple)):
+            sides = tuple(size)
+        else:
+            sides = (size, size)
+        if len(sides) != 2 or any(isinstance(side, bool) for side in sides):
+            raise TypeError
+        height, width = (operator.index(side) for side in sides)
+    except (TypeError, KeyError):
+        raise ValueError(f"`{name}` must be an int or [height, width] of ints, got {size!r}.") from None
+    if not (0 < height <= MAX_IMAGE_SIDE and 0 < width <= MAX_IMAGE_SIDE):
+        raise ValueError(f"`{name}` {height}x{width} is outside [1, {MAX_IMAGE_SIDE}] pixels per side (the bound is "
+                         "twice the 4K model's native 4096x3072).")
+    if height % stride[0] or width % stride[1]:
+        raise ValueError(f"`{name}` {height}x{width} is not divisible by the model's feature stride "
+                         f"{stride[0]}x{stride[1]} (patch size, times the tokenizer window with a tokenizer).")
+    return height, width
+
+
+def _check_float(name: str, value, low: float, *, inclusive: bool = True, high: float = math.inf) -> None:
+    """One-line `ValueError` unless `value` is a finite number in `[low, high]` (`(low, high]` if not inclusive)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value > high or (value < low if inclusive else value <= low):
+        bound = f"{'>=' if inclusive else '>'} {low}" + ("" if high == math.inf else f" and <= {high}")
+        raise ValueError(f"`{name}` must be a finite number {bound}, got {value!r}.")
+
+
+def _check_counts(owner: str, **counts: tuple) -> None:
+    """One-line `ValueError` unless every count is an int >= its minimum (`name=(value, minimum)`)."""
+    for name, (value, minimum) in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{owner}`{name}` must be an int >= {minimum}, got {value!r}.")
+
+
+def _head_field(head, name: str):
+    return head.get(name) if isinstance(head, dict) else getattr(head, name, None)
+
+
+def _head_num_parameters(head, hidden_size: int) -> int:
+    """Upper-bound parameter count of a decode head (`Sapiens2Head` and the pointmap scale branch) from its layout."""
+    if head is None:
+        return 0
+    pixel_shuffle = bool(_head_field(head, "use_pixel_shuffle"))
+    total, channels = (hidden_size * hidden_size * 9 if pixel_shuffle else 0), hidden_size
+    for kinds, kernel, factor in (("upsample", 4, 4 if pixel_shuffle else 1), ("conv", 1, 1)):
+        out_channels = list(_head_field(head, f"{kinds}_out_channels") or [])
+        kernels = _head_field(head, f"{kinds}_kernel_sizes") or [_head_field(head, f"{kinds}_kernel_size") or kernel]
+        for index, out in enumerate(out_channels):
+            size = kernels[min(index, len(kernels) - 1)]
+            total += channels * out * factor * size * size + out * factor
+            channels = out
+    scale_channels, previous = list(_head_field(head, "scale_conv_out_channels") or []), hidden_size
+    scale_kernels = _head_field(head, "scale_conv_kernel_sizes") or [_head_field(head, "scale_conv_kernel_size") or 1]
+    for index, out in enumerate(scale_channels):
+        size = scale_kernels[min(index, len(scale_kernels) - 1)]
+        total += previous * out * size * size + out
+        previous = out
+    hidden_sizes = list(_head_field(head, "scale_final_hidden_sizes") or [])
+    features = _head_field(head, "scale_final_input_size") or 0
+    for out in hidden_sizes + [1]:
+        total += features * out + out
+        features = out
+    return total + channels * 1024  # the predictor, for up to 1024 labels
+
+
+def estimate_num_parameters(config) -> int:
+    """Upper bound of the parameter count `config` describes (every block counted with full multi-head attention),
+    from its sizes alone: what `MAX_NUM_PARAMETERS` is checked against before a model is built."""
+    hidden, intermediate = config.hidden_size, config.intermediate_size
+    patch_h, patch_w = _pair(config.patch_size)
+    block = 4 * hidden * hidden + (3 if config.use_gated_mlp else 2) * hidden * intermediate + 8 * hidden
+    window = config.tokenizer_window_size if config.num_tokenizer_layers else 0
+    return (
+        (config.num_hidden_layers + config.num_tokenizer_layers) * block
+        + config.num_channels * patch_h * patch_w * hidden
+        + (2 + config.num_register_tokens + window * window) * hidden
+        + _head_num_parameters(config.head_config, hidden)
+    )
+
+
 @strict
 class Sapiens2HeadConfig(PreTrainedConfig):
     r"""
@@ -243,6 +344,7 @@ class Sapiens2HeadConfig(PreTrainedConfig):
     norm_eps: float = 1e-6
 
     def __post_init__(self, **kwargs):
+        self.validate_head_numbers()  # before the kernel lists are sized from the channel lists
         if self.upsample_out_channels is not None and self.upsample_kernel_sizes is None:
             self.upsample_kernel_sizes = [self.upsample_kernel_size] * len(self.upsample_out_channels)
         if self.conv_out_channels is not None and self.conv_kernel_sizes is None:
@@ -254,6 +356,19 @@ class Sapiens2HeadConfig(PreTrainedConfig):
     def validate_norm_type(self):
         if self.norm_type not in HEAD_NORM_TYPES:
             raise ValueError(f"`norm_type` must be one of {HEAD_NORM_TYPES}, got {self.norm_type!r}.")
+
+    def validate_head_numbers(self):
+        """Channels and kernel sizes are ints >= 1, `norm_eps` a finite number > 0."""
+        _check_float("head_config.norm_eps", self.norm_eps, 0.0, inclusive=False)
+        for name in ("upsample_out_channels", "upsample_kernel_sizes", "conv_out_channels", "conv_kernel_sizes",
+                     "scale_conv_out_channels", "scale_conv_kernel_sizes", "scale_final_hidden_sizes"):
+            for value in getattr(self, name) or []:
+                _check_counts("head_config.", **{name: (value, 1)})
+        _check_counts("head_config.", upsample_kernel_size=(self.upsample_kernel_size, 1),
+                      conv_kernel_size=(self.conv_kernel_size, 1),
+                      scale_conv_kernel_size=(self.scale_conv_kernel_size, 1))
+        if self.scale_final_input_size is not None:
+            _check_counts("head_config.", scale_final_input_size=(self.scale_final_input_size, 1))
 
     def infer_scale_final_input_size(self, image_size, patch_size) -> None:
         """Sets `scale_final_input_size` (when unset) to what the scale branch gives for an `image_size` input."""
@@ -423,6 +538,9 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     tokenizer_chunk_size: int = 1024
 
     def __post_init__(self, **kwargs):
+        # Before anything is sized from the fields (the stage names and per-layer lists below, then the model): a
+        # config.json with `num_hidden_layers: 1e9` must fail here, not allocate.
+        self.validate_sizes_and_values()
         self.stage_names = ["stem"] + [f"stage{index}" for index in range(1, self.num_hidden_layers + 1)]
         self.set_output_features_output_indices(
             out_indices=kwargs.pop("out_indices", None), out_features=kwargs.pop("out_features", None)
@@ -438,6 +556,46 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
             ]
         if self.head_config is not None:
             self.head_config.infer_scale_final_input_size(self.image_size, self.patch_size)
+
+    def validate_sizes_and_values(self):
+        """Sizes and counts are ints in range, float fields finite and in range, `image_size` within
+        `[1, MAX_IMAGE_SIDE]` and divisible by the feature stride, and the model at most `MAX_NUM_PARAMETERS`; each
+        violation is a one-line `ValueError` naming the field. Runs first in `__post_init__`, before anything is
+        sized from these fields, and again with every `validate()` (e.g. after keyword overrides)."""
+        _check_counts(
+            "", hidden_size=(self.hidden_size, 1), intermediate_size=(self.intermediate_size, 1),
+            num_hidden_layers=(self.num_hidden_layers, 1), num_attention_heads=(self.num_attention_heads, 1),
+            num_channels=(self.num_channels, 1), num_register_tokens=(self.num_register_tokens, 0),
+            num_key_value_attention_heads=(self.num_key_value_attention_heads, 1),
+            num_first_full_attention_layers=(self.num_first_full_attention_layers, 0),
+            num_last_full_attention_layers=(self.num_last_full_attention_layers, 0),
+            num_tokenizer_layers=(self.num_tokenizer_layers, 0), tokenizer_window_size=(self.tokenizer_window_size, 1),
+            tokenizer_chunk_size=(self.tokenizer_chunk_size, 1),
+        )
+        for side in (self.patch_size,) if isinstance(self.patch_size, int) else tuple(self.patch_size):
+            _check_counts("", patch_size=(side, 1))
+        if not isinstance(self.patch_size, int) and len(self.patch_size) != 2:
+            raise ValueError(f"`patch_size` must be an int or [height, width], got {self.patch_size!r}.")
+        _check_float("rms_norm_eps", self.rms_norm_eps, 0.0, inclusive=False)
+        _check_float("rope_theta", self.rope_theta, 0.0, inclusive=False)
+        _check_float("initializer_range", self.initializer_range, 0.0)
+        _check_float("layerscale_value", self.layerscale_value, -math.inf)
+        _check_float("attention_dropout", self.attention_dropout, 0.0, high=1.0)
+        _check_float("drop_path_rate", self.drop_path_rate, 0.0, high=1.0)
+        if self.pos_embed_shift is not None:
+            _check_float("pos_embed_shift", self.pos_embed_shift, 0.0)
+        for name in ("pos_embed_jitter", "pos_embed_rescale"):  # log-uniform factors in [1 / value, value]
+            if getattr(self, name) is not None:
+                _check_float(name, getattr(self, name), 1.0)
+        check_image_size(self.image_size, self.feature_stride)
+        num_parameters = estimate_num_parameters(self)
+        if num_parameters > MAX_NUM_PARAMETERS:
+            raise ValueError(
+                f"The config describes a model of about {num_parameters:.3g} parameters (hidden_size "
+                f"{self.hidden_size}, intermediate_size {self.intermediate_size}, {self.num_hidden_layers} layers), "
+                f"over the {MAX_NUM_PARAMETERS:.0e} this library builds; the config.json is corrupt or not a Sapiens2 "
+                "one."
+            )
 
     def validate_sapiens2_hf_fields(self):
         if self.rope_dtype not in ROPE_DTYPES:
@@ -561,8 +719,8 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
 
 def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
     """A tiny configuration for tests and examples: hidden 32, 2 layers, 4 heads of dim 8, 8 registers, patch 16,
-    input 64x48, heads with 2 upsampling blocks (the outputs are then at 1/4 of the input for dense tasks, like the
-    pose head's heatmaps). Real models use `Sapiens2Config.from_preset`."""
+    input 64x48 (256x192 with a 4K tokenizer), heads with 2 upsampling blocks (the outputs are then at 1/4 of the
+    input for dense tasks, like the pose head's heatmaps). Real models use `Sapiens2Config.from_preset`."""
     head_layouts = {
         "pose": {"upsample_out_channels": [16, 16], "conv_out_channels": [16, 16, 16]},
         "seg": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8]},
@@ -589,5 +747,8 @@ def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
             head.update(scale_final_hidden_sizes=[16, 8])
         kwargs["head_config"] = head
         kwargs.update(task_label_kwargs(task))
+    if overrides.get("num_tokenizer_layers"):
+        # the stride-64 features of a tokenizer need a multiple of 64: 4x3 windows
+        kwargs["image_size"] = [256, 192]
     kwargs.update(overrides)
     return Sapiens2Config(**kwargs)

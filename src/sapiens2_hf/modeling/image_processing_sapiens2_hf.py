@@ -20,6 +20,7 @@ decoder, batched in torch on the outputs' device. One `task` field selects the p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, Sequence
 
@@ -38,6 +39,7 @@ except ImportError:  # transformers < 5.24 has no such class
         `segmentation_scores` (`(num_labels, height, width)`), read as keys or attributes (transformers' class of
         that name from 5.24 on)."""
 
+from .configuration_sapiens2_hf import check_image_size
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS as NUM_KEYPOINTS_308
 from .sapiens2_label_data import POSE_FLIP_PAIRS as FLIP_PAIRS_308
 from .sapiens2_label_data import POSE_KEYPOINT_NAMES as KEYPOINT_NAMES_308
@@ -72,6 +74,11 @@ from .sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES, TASK_SPECS
 TASKS = (*TASK_NAMES, PRETRAIN_TASK)
 LETTERBOX_TASKS = tuple(spec.name for spec in TASK_SPECS.values() if spec.resize == "letterbox")
 BOX_FORMATS = ("xyxy", "xywh")
+#: Crops whose heatmaps `post_process_pose_estimation` flip-averages and decodes at once: the DARK refinement works
+#: on whole heatmaps (a few copies of 308x256x192 float32, about 60 MB each, per crop at 1024x768), so its memory is
+#: bounded by this many crops whatever the number of boxes. Each crop decodes independently: the results do not
+#: depend on it.
+POSE_DECODE_CHUNK_SIZE = 16
 
 
 class Sapiens2HFImageProcessorKwargs(ImagesKwargs, total=False):
@@ -176,13 +183,49 @@ def _uint16_to_uint8(array: np.ndarray) -> np.ndarray:
     return np.round(array.astype(np.float64) * (255.0 / 65535.0)).astype(np.uint8)
 
 
+#: Seconds a URL input may wait for the server (each connect or read, httpx's timeout as transformers' `load_image`
+#: passes it), so that a stalled server fails instead of hanging.
+URL_TIMEOUT_S = 60.0
+# EXIF tag 0x0112: 1 is upright; 2-8 are the mirrorings and rotations `ImageOps.exif_transpose` undoes.
+_EXIF_ORIENTATION = 0x0112
+
+
+def check_image_pixels(height: int, width: int, name: str) -> None:
+    """Refuses an image of more pixels than PIL's decompression-bomb limit, before it is decoded or converted.
+
+    The limit is PIL's own, `2 * PIL.Image.MAX_IMAGE_PIXELS` (178,956,970 pixels by default, about 13,000 x 13,000):
+    `Image.open` refuses larger files with it, and so does transformers' `load_image` for URLs. It applies to every
+    input `load_image_rgb` takes, whatever decoder reads it. `PIL.Image.MAX_IMAGE_PIXELS = None` lifts it.
+    """
+    if Image.MAX_IMAGE_PIXELS is None:
+        return
+    limit = 2 * int(Image.MAX_IMAGE_PIXELS)
+    if int(height) * int(width) > limit:
+        raise ValueError(
+            f"{name} is {width}x{height} = {int(height) * int(width):,} pixels, over the limit of {limit:,} "
+            "(2 x PIL.Image.MAX_IMAGE_PIXELS, PIL's decompression-bomb guard); downscale it, or raise the limit with "
+            "`PIL.Image.MAX_IMAGE_PIXELS = <pixels>` (None: no limit)."
+        )
+
+
+def _bomb_error(name: str, error: Exception) -> ValueError:
+    """PIL's `DecompressionBombError` (raised by `Image.open` over the same limit) as `check_image_pixels` words it."""
+    return ValueError(f"{name}: {error} Downscale it, or raise the limit (2 x PIL.Image.MAX_IMAGE_PIXELS) with "
+                      "`PIL.Image.MAX_IMAGE_PIXELS = <pixels>` (None: no limit).")
+
+
 def _pil_to_rgb(pil: Image.Image, name: str, do_convert_rgb: bool | None = None) -> np.ndarray:
-    """PIL image -> `(height, width, 3)` uint8 RGB; 16-bit modes are scaled, not clipped (see `load_image_rgb`)."""
+    """PIL image -> `(height, width, 3)` uint8 RGB, upright by its EXIF orientation; 16-bit modes are scaled, not
+    clipped (see `load_image_rgb`)."""
+    check_image_pixels(pil.height, pil.width, name)  # from the header: nothing is decoded yet
     try:
         pil.load()  # decode now, so that a truncated file fails here with its name
     except (OSError, SyntaxError, ValueError) as error:
         raise ValueError(f"could not decode the image {name}: {error}; the file is truncated or corrupt, "
                          "re-download it.") from error
+    if pil.getexif().get(_EXIF_ORIENTATION, 1) not in (1, None):
+        # as transformers' `load_image` and OpenCV's `imread` do; upright images are not copied
+        pil = ImageOps.exif_transpose(pil)
     if pil.mode.startswith("I;16") or pil.mode == "I":
         # PIL's convert("RGB") clips these modes at 255, which turns most of a 16-bit image white
         values = np.asarray(pil)
@@ -252,7 +295,14 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray
     - Local files are read with OpenCV when available, like the official demos (the same decoder and EXIF
       handling; 16-bit files become 8 bit as OpenCV does, `value >> 8`), else with PIL plus EXIF transposition.
       A JPEG that ends before its end-of-image marker (cut short) raises a `ValueError` naming the file instead of
-      being decoded with grey rows.
+      being decoded with grey rows; so does a path that is not a regular file (a folder, FIFO or device, which
+      would block or fail inside the decoder).
+    - EXIF orientation is honoured for every input that carries it: files, URLs and PIL images (rotated and mirrored
+      upright with `ImageOps.exif_transpose`, as transformers' `load_image` does), so the same photo gives the same
+      array whichever way it is passed.
+    - Pixel limit: an image of more than `2 * PIL.Image.MAX_IMAGE_PIXELS` pixels (PIL's decompression-bomb limit,
+      about 13,000 x 13,000 by default) raises a `ValueError` naming its size, before it is decoded (files and URLs:
+      from the header) or converted; see `check_image_pixels`. `PIL.Image.MAX_IMAGE_PIXELS = None` lifts it.
     - Arrays: `(height, width)`, `(height, width, 1|3|4)` or channels-first `(1|3|4, height, width)`, assumed
       RGB(A). uint8 is used as is; uint16 is 16-bit data scaled to 8 bit, `round(value * 255 / 65535)`; floating
       arrays with a maximum <= 1 are taken as [0, 1] and scaled to 0-255, others rounded and clipped to 0-255, and
@@ -271,31 +321,73 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray
         if path.startswith(("http://", "https://", "data:")):
             from transformers.image_utils import load_image
 
-            return load_image_rgb(load_image(path))
-        try:
-            _check_not_truncated(path)
-        except OSError as error:
-            raise ValueError(f"could not read an image from {path!r}: {error}") from error
-        if cv2 is not None:
-            bgr = cv2.imread(path, cv2.IMREAD_COLOR)
-            if bgr is None:
-                raise ValueError(f"could not read an image from {path!r} (missing, unreadable or not an image).")
-            return np.ascontiguousarray(bgr[..., ::-1])
-        try:
-            with Image.open(path) as pil:
-                return _pil_to_rgb(ImageOps.exif_transpose(pil), repr(path))
-        except (OSError, SyntaxError) as error:
-            raise ValueError(f"could not read an image from {path!r}: {error}") from error
+            name = repr(path if len(path) <= 80 else path[:77] + "...")
+            try:
+                # transformers' reader (PIL's decompression-bomb limit applies as it opens the image)
+                pil = load_image(path, timeout=URL_TIMEOUT_S)
+            except Image.DecompressionBombError as error:
+                raise _bomb_error(name, error) from error
+            except ValueError as error:  # a base64 / data: URL: transformers rewords the error, whole payload included
+                if isinstance(error.__context__, Image.DecompressionBombError):
+                    raise _bomb_error(name, error.__context__) from error
+                cause = error.__context__ if error.__context__ is not None else error
+                raise ValueError(f"could not read an image from {name}: {cause}") from error
+            return _pil_to_rgb(pil, name)
+        return _read_image_file(path)
     if isinstance(image, Image.Image):
         filename = getattr(image, "filename", None)
         return _pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)", do_convert_rgb)
     if isinstance(image, torch.Tensor):
         image = image.detach().cpu()
+        if image.ndim in (2, 3):
+            check_image_pixels(*_array_height_width(image.shape), "image tensor")
         image = (image.float() if image.dtype == torch.bfloat16 else image).numpy()  # numpy has no bfloat16
     if not isinstance(image, np.ndarray):
         raise ValueError(f"unsupported image type {type(image).__name__}; pass a path, URL, PIL image, numpy array "
                          "or torch tensor.")
+    if image.ndim in (2, 3):
+        check_image_pixels(*_array_height_width(image.shape), "image array")
     return _array_to_rgb(image, do_convert_rgb=do_convert_rgb)
+
+
+def _array_height_width(shape: Sequence[int]) -> tuple[int, int]:
+    """`(height, width)` of a `(height, width[, channels])` or channels-first `(1|3|4, height, width)` shape, as
+    `_array_to_rgb` reads it."""
+    if len(shape) == 3 and shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4):
+        return shape[1], shape[2]
+    return shape[0], shape[1]
+
+
+def _read_image_file(path: str) -> np.ndarray:
+    """A local image file -> `(height, width, 3)` uint8 RGB (see `load_image_rgb`): refused before decoding when it is
+    not a regular file, a truncated JPEG, or over the pixel limit (read from its header)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"could not read an image from {path!r}: it is not a regular file (a folder, FIFO or "
+                         "device); pass an image file.")
+    try:
+        _check_not_truncated(path)
+    except OSError as error:
+        raise ValueError(f"could not read an image from {path!r}: {error}") from error
+    pil = None
+    try:
+        pil = Image.open(path)  # reads the header only; refuses more than 2 x MAX_IMAGE_PIXELS itself
+    except Image.DecompressionBombError as error:
+        raise _bomb_error(repr(path), error) from error
+    except (OSError, SyntaxError, ValueError) as error:
+        if cv2 is None:
+            raise ValueError(f"could not read an image from {path!r}: {error}") from error
+        # a format only OpenCV reads: its size is checked once decoded (OpenCV has its own limit, 2**30 pixels)
+    if cv2 is None:
+        with pil:
+            return _pil_to_rgb(pil, repr(path))
+    if pil is not None:
+        with pil:
+            check_image_pixels(pil.height, pil.width, repr(path))
+    bgr = cv2.imread(path, cv2.IMREAD_COLOR)  # OpenCV honours the EXIF orientation itself
+    if bgr is None:
+        raise ValueError(f"could not read an image from {path!r} (missing, unreadable or not an image).")
+    check_image_pixels(bgr.shape[0], bgr.shape[1], repr(path))
+    return np.ascontiguousarray(bgr[..., ::-1])
 
 
 _BOX_LAYOUT = {"xyxy": "[x_min, y_min, x_max, y_max]", "xywh": "[x_min, y_min, width, height] (COCO)"}
@@ -376,6 +468,17 @@ def _as_size_tuple(size: Any) -> tuple[int, int]:
         return int(size.height), int(size.width)
     height, width = size
     return int(height), int(width)
+
+
+def _model_input_size(size: Any, name: str = "size") -> tuple[int, int]:
+    """A processor `size` (`{"height": h, "width": w}`, `[h, w]` or a `SizeDict`) as `(height, width)`, each side in
+    `[1, MAX_IMAGE_SIDE]` (the bound of the model's `image_size`): a one-line `ValueError` otherwise, before anything
+    is allocated at that size."""
+    try:
+        height_width = size if isinstance(size, int) else _as_size_tuple(size)
+    except (TypeError, ValueError, KeyError):
+        raise ValueError(f"`{name}` must be {{'height': h, 'width': w}} or [height, width], got {size!r}.") from None
+    return check_image_size(height_width, name=name)
 
 
 def _sizes_list(sizes: Any, count: int, name: str) -> list[tuple[int, int]] | None:
@@ -596,6 +699,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         if self.box_format not in BOX_FORMATS:
             raise ValueError(f"box_format={self.box_format!r}; use one of {BOX_FORMATS}.")
         resolve_backend(self.geometry_backend)
+        _model_input_size(self.size)  # refused here, not when the first crop is allocated
 
     @classmethod
     def from_image_processor(cls, other: Any, task: str | None, **overrides) -> "Sapiens2HFImageProcessor":
@@ -642,8 +746,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
     @property
     def input_size(self) -> tuple[int, int]:
-        """Model input `(height, width)`."""
-        return _as_size_tuple(self.size)
+        """Model input `(height, width)`, each side in `[1, MAX_IMAGE_SIDE]`."""
+        return _model_input_size(self.size)
 
     def normalization_constants_255(
         self, image_mean: Any = None, image_std: Any = None, do_rescale: bool | None = None,
@@ -875,7 +979,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         task = task or self.task
         if task not in TASKS:
             raise ValueError(f"task={task!r} is not a Sapiens2 task; use one of {TASKS}.")
-        input_size = _as_size_tuple(size) if size is not None else self.input_size
+        input_size = _model_input_size(size) if size is not None else self.input_size
         backend = resolve_backend(geometry_backend or self.geometry_backend)
         if not isinstance(images, (list, tuple)):
             images = [images]
@@ -1016,7 +1120,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         keypoint_format: str | None = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
         r"""
-        Decode pose heatmaps into keypoints in original-image pixels, batched over all crops.
+        Decode pose heatmaps into keypoints in original-image pixels, batched over `POSE_DECODE_CHUNK_SIZE` crops at a
+        time (the memory of the decoding is bounded by that chunk; the results do not depend on it).
 
         Args:
             outputs: model output with `heatmaps` (`(num_crops, num_keypoints, height/4, width/4)`).
@@ -1050,7 +1155,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             - `labels` (`(num_keypoints,)` int64): keypoint indices;
             - `bbox` (`(4,)` float32): the box as `(x_min, y_min, x_max, y_max)`.
         """
-        input_size = tuple(input_size) if input_size is not None else self.input_size
+        input_size = self.input_size if input_size is None else _model_input_size(input_size, "input_size")
         heatmaps = outputs.heatmaps if hasattr(outputs, "heatmaps") else outputs
         if keypoint_format is not None and keypoint_format not in KEYPOINT_FORMATS:
             raise ValueError(f"keypoint_format={keypoint_format!r} is not known; use one of {sorted(KEYPOINT_FORMATS)} "
@@ -1062,15 +1167,13 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         if outputs_flipped is not None and outputs_on_flipped_input is not None:
             raise ValueError("pass either outputs_flipped (already flipped back) or outputs_on_flipped_input "
                              "(raw), not both.")
-        heatmaps = heatmaps.float()
+        other = raw = indices = None
         if outputs_flipped is not None:
             other = outputs_flipped.heatmaps if hasattr(outputs_flipped, "heatmaps") else outputs_flipped
-            heatmaps = (heatmaps + other.float()) * 0.5
         if outputs_on_flipped_input is not None:
             raw = outputs_on_flipped_input.heatmaps if hasattr(outputs_on_flipped_input, "heatmaps") \
                 else outputs_on_flipped_input
             indices = flip_indices if flip_indices is not None else self.get_flip_indices(heatmaps.shape[1], flip_pairs)
-            heatmaps = flip_test_average(heatmaps, raw.float(), indices)
 
         from_boxes = None
         if boxes is not None:
@@ -1115,9 +1218,19 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         results: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(num_images)]
         if heatmaps.shape[0] == 0:
             return results
-        decoded = decode_udp_heatmaps(heatmaps, input_size, kernel_size or self.blur_kernel_size)
-        keypoints = crop_to_image(decoded["keypoints_input"], bbox_center, bbox_scale, input_size)
-        scores = decoded["scores"]
+        keypoints_input, scores = [], []
+        for start in range(0, heatmaps.shape[0], POSE_DECODE_CHUNK_SIZE):
+            rows = slice(start, start + POSE_DECODE_CHUNK_SIZE)
+            chunk = heatmaps[rows].float()
+            if other is not None:
+                chunk = (chunk + other[rows].float()) * 0.5
+            if raw is not None:
+                chunk = flip_test_average(chunk, raw[rows].float(), indices)
+            decoded = decode_udp_heatmaps(chunk, input_size, kernel_size or self.blur_kernel_size)
+            keypoints_input.append(decoded["keypoints_input"])
+            scores.append(decoded["scores"])
+        keypoints = crop_to_image(torch.cat(keypoints_input), bbox_center, bbox_scale, input_size)
+        scores = torch.cat(scores)
         boxes_xyxy = boxes_xyxy.to(keypoints.device)
         source_sizes = _sizes_list(source_sizes, num_images, "source_sizes")
         target_sizes = _sizes_list(target_sizes, num_images, "target_sizes")

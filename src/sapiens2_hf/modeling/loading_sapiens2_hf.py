@@ -17,7 +17,11 @@ transformers' loader streams the tensors (memory-mapped, cast one by one, with `
 other argument it takes) and renames the original names through the weight conversions declared in
 official_format_sapiens2_hf.py. What it adds: the config of an original-layout checkpoint read from its tensor shapes
 (headers only), the check of its stored RoPE periods, float32 by default, and strictness (a missing, unexpected or
-mis-shaped tensor is an error naming it; `strict=False` for transformers' behaviour).
+mis-shaped tensor is an error naming it; `strict=False` for transformers' behaviour). The one place where loading
+validates what it loads: the config's sizes and values (bounded and finite, also after keyword overrides, before
+anything is allocated; see `Sapiens2Config.validate_sizes_and_values`) and, once transformers' loader has placed
+the tensors, their values (`check_finite_tensors`: NaN or inf is an error naming the tensors; a warning with
+`strict=False`).
 
 Hub-shippable: imports only stdlib, torch, huggingface_hub, safetensors, transformers and siblings of this folder.
 """
@@ -337,6 +341,39 @@ def raise_on_loading_problems(model_class, loading_info: dict, source: str) -> N
         )
 
 
+def check_finite_tensors(model: torch.nn.Module, source: str, strict: bool = True) -> None:
+    """Refuses a loaded model whose parameters or buffers hold NaN or infinite values, naming them.
+
+    One pass after transformers' loader has placed the tensors: the sum of each floating tensor on its own device
+    (NaN and infinities propagate through a sum, and weights cannot overflow the float32 / bfloat16 range; a
+    vectorised reduction in place, about twice as fast as `isfinite(tensor).all()`, with no copy; float16, whose range
+    a sum can overflow, takes `isfinite(tensor).all()`), one host sync per device; tensors on the meta device (offloaded by `device_map`) and integer
+    tensors are skipped. A non-finite weight gives non-finite or degenerate outputs for every input (a NaN seg head
+    predicts background everywhere) without any other error, so `strict=True` raises a `ValueError`; `strict=False`
+    (transformers' behaviour, e.g. to inspect or repair such a checkpoint) logs a warning naming them instead.
+    """
+    names, flags = [], {}
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.device.type == "meta" or not tensor.is_floating_point():
+            continue
+        names.append((tensor.device, name))
+        tensor = tensor.detach()
+        finite = torch.isfinite(tensor).all() if tensor.dtype == torch.float16 else torch.isfinite(tensor.sum())
+        flags.setdefault(tensor.device, []).append(finite)
+    finite = {device: iter(torch.stack(values).tolist()) for device, values in flags.items()}
+    bad = [name for device, name in names if not next(finite[device])]
+    if not bad:
+        return
+    message = (
+        f"{source} holds NaN or infinite values in {len(bad)} tensor(s): {bad[:10]}"
+        f"{' ...' if len(bad) > 10 else ''}. The model would give non-finite or meaningless outputs; the file is "
+        "corrupt or was saved from a diverged run: use another checkpoint (`strict=False` loads it anyway)."
+    )
+    if strict:
+        raise ValueError(message)
+    logger.warning(message)
+
+
 def check_official_rope_periods(stored: torch.Tensor, config: Sapiens2Config, source: str) -> None:
     """Refuses official RoPE periods (`rope_embed.periods`) that are not the official formula for `config`.
 
@@ -440,6 +477,8 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
 
     adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs)
     if adapted is not None:
+        # its base was checked when loaded; the adapter's own weights are merged in (or wrap it) here
+        check_finite_tensors(adapted, str(pretrained_model_name_or_path), kwargs.get("strict", True))
         return adapted
     strict = kwargs.pop("strict", True)
     want_loading_info = kwargs.pop("output_loading_info", False)
@@ -498,6 +537,9 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
     if head_mapping is not None:
         kwargs["key_mapping"] = {**(kwargs.get("key_mapping") or {}), **head_mapping}
     apply_config_overrides(config, kwargs)
+    # the overrides are checked as the config's own fields are: sizes and values first, in one line each
+    config.validate_sizes_and_values()
+    config.validate()
     model_class._check_task(config, source)
     if kwargs.get("dtype", kwargs.get("torch_dtype")) is None:
         kwargs["dtype"] = torch.float32  # ours: float32 whatever the storage (transformers' default is "auto")
@@ -509,4 +551,5 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
     )
     if strict:
         raise_on_loading_problems(model_class, loading_info, source)
+    check_finite_tensors(model, source, strict)
     return (model, loading_info) if want_loading_info else model

@@ -1068,8 +1068,9 @@ class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
                   original tensor names; the original file beside them is then not needed);
                 - a LoRA adapter folder written by `sapiens2_hf.training` (base + adapter, merged);
                 - `None`, with `state_dict=` (original names or ours) and, for our names, `config=`.
-            strict (`bool`, *optional*, defaults to `True`): a missing, unexpected or mis-shaped tensor raises a
-                `ValueError` that names them. `False` is transformers' behaviour (reported, left as initialised).
+            strict (`bool`, *optional*, defaults to `True`): a missing, unexpected or mis-shaped tensor, or one
+                holding NaN or infinite values, raises a `ValueError` that names them. `False` is transformers'
+                behaviour (reported, left as initialised; non-finite values are loaded with a warning).
             dtype: defaults to float32 whatever the storage (`"auto"`: the stored dtype, as in transformers).
             Everything else transformers' `from_pretrained` takes works as there: `device_map` (`"auto"`, dicts),
                 `max_memory`, `offload_folder`, `key_mapping`, `quantization_config`, `attn_implementation`,
@@ -1077,7 +1078,9 @@ class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
                 `image_size=[h, w]`, `output_hidden_states=True`, ...).
 
         Original-layout tensors are renamed by transformers' loader itself, through the weight conversions declared
-        in `official_format_sapiens2_hf.py`. Integer or quantized tensors are refused by name.
+        in `official_format_sapiens2_hf.py`. Integer or quantized tensors are refused by name. The config (read or
+        overridden) is checked before anything is allocated: sizes in range (at most `MAX_NUM_PARAMETERS`,
+        `image_size` sides in `[1, MAX_IMAGE_SIDE]` divisible by the feature stride), float fields finite.
         """
         return load_pretrained(cls, pretrained_model_name_or_path, model_args, kwargs, super().from_pretrained)
 

@@ -17,6 +17,7 @@ import torch
 from .configuration_sapiens2_hf import (
     NATIVE_IMAGE_SIZES,
     VARIANTS,
+    check_image_size,
     head_kwargs_for_task,
     pointmap_image_sizes,
     pointmap_scale_features,
@@ -286,15 +287,19 @@ def match_variant(backbone_kwargs: dict) -> str | None:
     return None
 
 
-def _metadata_image_size(metadata: dict | None) -> list[int] | None:
-    """`[height, width]` from a safetensors header's `image_size` entry (`"[1024, 768]"` or `"1024x768"`), if any."""
+def _metadata_image_size(metadata: dict | None, stride: tuple[int, int]) -> list[int] | None:
+    """`[height, width]` from a safetensors header's `image_size` entry (`"[1024, 768]"` or `"1024x768"`), if any;
+    refused (one line) unless both sides are in `[1, MAX_IMAGE_SIDE]` and divisible by the feature `stride`."""
     value = (metadata or {}).get("image_size")
     if not value:
         return None
-    numbers = [int(n) for n in re.findall(r"\d+", str(value))]
+    numbers = [int(n) for n in re.findall(r"-?\d+", str(value))]
     if len(numbers) != 2:
         raise OfficialCheckpointError(f"The file's metadata image_size {value!r} is not `[height, width]`.")
-    return numbers
+    try:
+        return list(check_image_size(numbers, stride, name="image_size (in the file's metadata)"))
+    except ValueError as error:
+        raise OfficialCheckpointError(f"{error} Fix the metadata, or pass `image_size=[height, width]`.") from None
 
 
 def infer_image_size(kwargs: dict, metadata: dict | None = None) -> list[int]:
@@ -308,7 +313,7 @@ def infer_image_size(kwargs: dict, metadata: dict | None = None) -> list[int]:
     window = kwargs.get("tokenizer_window_size", 4) if kwargs["num_tokenizer_layers"] else 1
     stride = (stride[0] * window, stride[1] * window)
     native = NATIVE_IMAGE_SIZES.get(kwargs.get("variant"), [4096, 3072] if kwargs["num_tokenizer_layers"] else [1024, 768])
-    size = _metadata_image_size(metadata)
+    size = _metadata_image_size(metadata, stride)
     if size is not None:
         return size
     head = kwargs.get("head_config") or {}

@@ -47,6 +47,11 @@ from transformers.pipelines.base import ChunkPipeline
 from .sapiens2_tasks import TASK_SPECS
 
 
+#: Boxes the pose pipeline crops at once (`preprocess` yields their rows before cropping the next ones): about 12 MB
+#: per box at 1024x768, so the crops of an image with 1,000 boxes take 190 MB, not 12 GB. Crops are independent: the
+#: results do not depend on it.
+POSE_CROP_CHUNK_SIZE = 16
+
 #: Default person detector for the pose pipeline (COCO-trained RT-DETR; transformers-native, Apache-2.0).
 DEFAULT_DETECTOR = "PekingU/rtdetr_r50vd"
 
@@ -759,8 +764,10 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             scores and `labels` (names) in that format instead of the model's 308 (image processor's
             `post_process_pose_estimation(keypoint_format=...)`; missing points are `(0, 0)` with score 0).
         batch_size (`int` >= 1): person crops per model call. This is transformers' `ChunkPipeline`: `preprocess`
-            turns each image into one row per person, consecutive images' rows share model calls, and
-            `postprocess` decodes each image's rows together. `crop_batch_size` (`int` >= 1) is the same setting
+            turns each image into one row per person (cropping `POSE_CROP_CHUNK_SIZE` boxes at a time),
+            consecutive images' rows share model calls, each call's heatmaps are decoded as it returns (`_forward`,
+            with the image processor), and `postprocess` collects each image's people. Memory is bounded by the
+            batch size and chunk, whatever the number of boxes. `crop_batch_size` (`int` >= 1) is the same setting
             under its older name; when given it wins.
         num_workers (`int` >= 0): as in transformers (`ChunkPipeline` runs at most one worker).
 
@@ -773,7 +780,12 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
 
     def __init__(self, *args, detector=None, **kwargs):
         super().__init__(*args, **kwargs)
+        # The pipeline's own detector, as given (never replaced by a call's `detector=`, which lives only in that
+        # call's preprocess parameters, as every per-call argument does in transformers' pipelines).
         self._detector = detector
+        # Detectors loaded from a name (the default, the pipeline's own or a call's), by name: a cache, so that a
+        # name is loaded once; which one a call uses is decided by that call's arguments alone.
+        self._loaded_detectors: dict[str, Any] = {}
 
     def _call_parameters(self):
         return {
@@ -815,13 +827,17 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
         return super().__call__(inputs, *args, batch_size=batch_size, num_workers=num_workers, **kwargs)
 
     def _get_detector(self, detector):
+        """The detector of one call: its `detector=` when given, else the pipeline's own (else the default)."""
         detector = detector if detector is not None else self._detector
-        if detector is None or isinstance(detector, str):
+        if detector is not None and not isinstance(detector, str):
+            return detector
+        name = detector or DEFAULT_DETECTOR
+        loaded = self._loaded_detectors.get(name)
+        if loaded is None:
             from transformers import pipeline as make_pipeline
 
-            name = detector or DEFAULT_DETECTOR
             try:
-                detector = make_pipeline("object-detection", model=name, device=self.device)
+                loaded = make_pipeline("object-detection", model=name, device=self.device)
             except (OSError, ValueError, ImportError) as error:
                 message = (
                     f"no person boxes were given, so the pose pipeline needs a person detector, but {name!r} could "
@@ -832,8 +848,9 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
                     "once (or a copy in the Hugging Face cache) when HF_HUB_OFFLINE is set or the machine is offline."
                 )
                 raise (OSError(message) if isinstance(error, OSError) else ValueError(message)) from error
-            self._detector = detector
-        return detector
+            # two threads loading the same name at once both load it; either copy serves
+            loaded = self._loaded_detectors.setdefault(name, loaded)
+        return loaded
 
     def _detect(self, image: np.ndarray, detector=None, detector_threshold=0.3, person_label="person",
                 nms_threshold=0.3, fallback_to_full_image=True) -> tuple[list, list]:
@@ -881,40 +898,64 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
                 validate([boxes], "xyxy", [array.shape[:2]], [item.number])
         if scores is None:
             scores = [1.0] * len(boxes)
-        inputs = self.image_processor([array], boxes=[boxes], box_format="xyxy", task="pose")
-        count = inputs["pixel_values"].shape[0]
-        rows = {key: inputs[key] for key in ("pixel_values", "bbox_center", "bbox_scale", "boxes_xyxy")}
-        rows["box_score"] = torch.tensor(scores, dtype=torch.float64).reshape(-1)
+        count = len(boxes)
         if count == 0:
             height, width = self.image_processor.input_size
             yield {"has_person": torch.zeros(1, dtype=torch.bool), "pixel_values": torch.zeros(1, 3, height, width),
                    "bbox_center": torch.zeros(1, 2), "bbox_scale": torch.zeros(1, 2), "boxes_xyxy": torch.zeros(1, 4),
-                   "box_score": torch.zeros(1, dtype=torch.float64), "original_size": inputs["original_sizes"],
-                   "is_last": True}
+                   "box_score": torch.zeros(1, dtype=torch.float64),
+                   "original_size": torch.tensor([array.shape[:2]], dtype=torch.long), "is_last": True}
             return
-        for k in range(count):
-            yield {"has_person": torch.ones(1, dtype=torch.bool),
-                   **{key: value[k : k + 1] for key, value in rows.items()},
-                   "original_size": inputs["original_sizes"], "is_last": k == count - 1}
+        # Cropped POSE_CROP_CHUNK_SIZE boxes at a time, as the rows are consumed: 1,000 boxes never hold 1,000 crops.
+        for start in range(0, count, POSE_CROP_CHUNK_SIZE):
+            chunk = list(boxes[start : start + POSE_CROP_CHUNK_SIZE])
+            inputs = self.image_processor([array], boxes=[chunk], box_format="xyxy", task="pose")
+            rows = {key: inputs[key] for key in ("pixel_values", "bbox_center", "bbox_scale", "boxes_xyxy")}
+            rows["box_score"] = torch.tensor(scores[start : start + len(chunk)], dtype=torch.float64).reshape(-1)
+            for k in range(len(chunk)):
+                yield {"has_person": torch.ones(1, dtype=torch.bool),
+                       **{key: value[k : k + 1].clone() for key, value in rows.items()},
+                       "original_size": inputs["original_sizes"], "is_last": start + k == count - 1}
 
-    def _forward(self, model_inputs, flip_test: bool = True):
+    def _sanitize_parameters(self, **kwargs):
+        preprocess, forward, postprocess = super()._sanitize_parameters(**kwargs)
+        if "keypoint_format" in postprocess:
+            forward["keypoint_format"] = postprocess["keypoint_format"]  # decoded in `_forward`, named in postprocess
+        return preprocess, forward, postprocess
+
+    def _forward(self, model_inputs, flip_test: bool = True, keypoint_format=None):
+        """One batch of person rows -> their keypoints, decoded here by the image processor.
+
+        An image's rows wait in transformers' `ChunkPipeline` until its last one has run, so decoding each batch as
+        it comes (as transformers' mask-generation pipeline post-processes its masks in `_forward`) keeps
+        `(num_keypoints, 2)` keypoints per waiting person instead of its heatmaps (about 120 MB per person at 1024x768
+        with the flip test): memory is bounded by the batch size, not by the number of people in an image."""
         has_person = model_inputs["has_person"]
-        heatmaps = flipped = None
+        keypoints = scores = None
         if bool(has_person.any()):
-            pixel_values = model_inputs["pixel_values"]
-            everyone = bool(has_person.all())
-            crops = (pixel_values if everyone else pixel_values[has_person]).to(self.device, self.model.dtype)
-            runs = [crops, crops.flip(-1)] if flip_test else [crops]
-            maps = [self.model(pixel_values=run).heatmaps.float() for run in runs]
-            if not everyone:  # rows of images without people get zeros, never read
-                for i, found in enumerate(maps):
-                    maps[i] = found.new_zeros((has_person.shape[0], *found.shape[1:]))
-                    maps[i][has_person] = found
-            heatmaps, flipped = maps[0], (maps[1] if flip_test else None)
+            crops = model_inputs["pixel_values"][has_person].to(self.device, self.model.dtype)
+            heatmaps = self.model(pixel_values=crops).heatmaps
+            extra = {}
+            if flip_test:
+                extra["outputs_on_flipped_input"] = types.SimpleNamespace(
+                    heatmaps=self.model(pixel_values=crops.flip(-1)).heatmaps)
+                extra["flip_indices"] = self.image_processor.get_flip_indices(
+                    heatmaps.shape[1], getattr(self.model.config, "flip_pairs", None))
+            boxes = model_inputs["boxes_xyxy"][has_person]
+            (people,) = self.image_processor.post_process_pose_estimation(
+                types.SimpleNamespace(heatmaps=heatmaps), bbox_center=model_inputs["bbox_center"][has_person],
+                bbox_scale=model_inputs["bbox_scale"][has_person], boxes_xyxy=boxes,
+                image_index=torch.zeros(len(boxes), dtype=torch.long), keypoint_format=keypoint_format, **extra)
+            found = torch.stack([person["keypoints"] for person in people])
+            found_scores = torch.stack([person["scores"] for person in people])
+            # rows of images without people get zeros, never read
+            keypoints = found.new_zeros((has_person.shape[0], *found.shape[1:]))
+            scores = found_scores.new_zeros((has_person.shape[0], *found_scores.shape[1:]))
+            keypoints[has_person.to(found.device)] = found
+            scores[has_person.to(found_scores.device)] = found_scores
         # `has_person` first: transformers' iterators read the batch size from the first entry
-        return {"has_person": has_person, "heatmaps": heatmaps, "heatmaps_flipped": flipped,
-                **{key: model_inputs[key] for key in ("bbox_center", "bbox_scale", "boxes_xyxy", "box_score",
-                                                      "original_size", "is_last")}}
+        return {"has_person": has_person, "keypoints": keypoints, "keypoint_scores": scores,
+                **{key: model_inputs[key] for key in ("boxes_xyxy", "box_score", "original_size", "is_last")}}
 
     def _keypoint_names(self, num_keypoints: int) -> list[str]:
         id2label = getattr(self.model.config, "id2label", None) or {}
@@ -924,33 +965,20 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
         return list(self.image_processor.keypoint_names(num_keypoints))
 
     def postprocess(self, model_outputs, keypoint_format=None):
-        """One image's rows (as `_forward` returned them, one person each) -> its list of people."""
+        """One image's rows (as `_forward` returned them, one person each, decoded) -> its list of people."""
         rows = [row for row in model_outputs if bool(row["has_person"].reshape(-1)[0])]
         if not rows:
             return []
-
-        def cat(key):
-            return torch.cat([row[key] for row in rows])
-
-        heatmaps = cat("heatmaps")
-        extra = {}
-        if rows[0]["heatmaps_flipped"] is not None:
-            extra["outputs_on_flipped_input"] = types.SimpleNamespace(heatmaps=cat("heatmaps_flipped"))
-            extra["flip_indices"] = self.image_processor.get_flip_indices(
-                heatmaps.shape[1], getattr(self.model.config, "flip_pairs", None))
-        boxes = cat("boxes_xyxy")
-        (people,) = self.image_processor.post_process_pose_estimation(
-            types.SimpleNamespace(heatmaps=heatmaps), bbox_center=cat("bbox_center"), bbox_scale=cat("bbox_scale"),
-            image_index=torch.zeros(len(rows), dtype=torch.long, device=boxes.device), boxes_xyxy=boxes,
-            source_sizes=rows[0]["original_size"].reshape(1, 2).tolist(), keypoint_format=keypoint_format, **extra)
-        names = self._keypoint_names(heatmaps.shape[1]) if keypoint_format is None else list(
-            self.image_processor.keypoint_names(heatmaps.shape[1], keypoint_format=keypoint_format))
-        scores = cat("box_score").tolist()
+        keypoints = torch.cat([row["keypoints"] for row in rows]).cpu().numpy()
+        scores = torch.cat([row["keypoint_scores"] for row in rows]).cpu().numpy()
+        boxes = torch.cat([row["boxes_xyxy"] for row in rows]).float().cpu().numpy()
+        names = self._keypoint_names(keypoints.shape[1]) if keypoint_format is None else list(
+            self.image_processor.keypoint_names(keypoints.shape[1], keypoint_format=keypoint_format))
+        box_scores = torch.cat([row["box_score"] for row in rows]).tolist()
         return [
-            {"bbox": person["bbox"].cpu().numpy().astype(np.float32), "bbox_score": float(scores[k]),
-             "keypoints": person["keypoints"].cpu().numpy(), "scores": person["scores"].cpu().numpy(),
-             "labels": names}
-            for k, person in enumerate(people)
+            {"bbox": boxes[k].astype(np.float32), "bbox_score": float(box_scores[k]), "keypoints": keypoints[k],
+             "scores": scores[k], "labels": names}
+            for k in range(len(rows))
         ]
 
 

@@ -19,7 +19,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import logging
 
 from ..data.validation import describe_skipped, write_skipped_samples
-from ..training.run_setup import resolve_resume_checkpoint, seed_run
+from ..training.run_setup import Sapiens2TrainingArguments, prepare_output_dir, seed_run
 from ..utils.extras import require
 from .configuration_pretraining import Sapiens2PreTrainingConfig, tiny_pretraining_config
 from .meta_arch import Sapiens2ForPreTraining
@@ -110,12 +110,29 @@ def build_augmentation(args: PretrainingArguments) -> MultiCropAugmentation:
     return MultiCropAugmentation(**overrides)
 
 
+def run_identity(args: PretrainingArguments) -> dict:
+    """The arguments that define a pretraining run's weights, recorded in its `--output_dir` (`prepare_output_dir`):
+    resuming that folder with others is refused."""
+    init = args.init_backbone
+    return {"entry_point": "pretrain", "variant": args.variant,
+            "init_backbone": os.path.abspath(init) if init is not None and os.path.exists(init) else init,
+            "config_overrides": _json_dict(args.config_overrides, "config_overrides")}
+
+
 def run_pretraining(args: PretrainingArguments, training_args: TrainingArguments) -> Sapiens2PreTrainingTrainer:
-    """Builds model, data and trainer from the arguments, trains, saves the checkpoint and exports the backbone."""
+    """Builds model, data and trainer from the arguments, trains, saves the checkpoint and exports the backbone.
+
+    `output_dir` follows the run-folder rule (`sapiens2_hf.training.run_setup.prepare_output_dir`): a folder holding
+    another run is refused unless `--overwrite_output_dir` clears it or `--resume_from_checkpoint` continues it.
+    """
     if args.export_which not in ("student", "teacher"):
         raise ValueError(f"--export_which must be 'student' or 'teacher', got {args.export_which!r}.")
     seed_run(training_args)
-    resume_from = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    export_dir = args.export_dir or os.path.join(training_args.output_dir, "backbone")
+    inside = os.path.dirname(os.path.abspath(export_dir)) == os.path.abspath(training_args.output_dir)
+    resume_from = prepare_output_dir(
+        training_args, run_identity(args), kind="model", resume_from_checkpoint=training_args.resume_from_checkpoint,
+        outputs=[os.path.basename(os.path.abspath(export_dir))] if inside else [])
     config = build_config(args)
     if args.init_backbone is not None:
         model = Sapiens2ForPreTraining.from_backbone(args.init_backbone, config=config)
@@ -133,16 +150,16 @@ def run_pretraining(args: PretrainingArguments, training_args: TrainingArguments
     )
     trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model()
-    export_dir = args.export_dir or os.path.join(training_args.output_dir, "backbone")
     trainer.save_backbone(export_dir, which=args.export_which)
     logger.info("Exported the %s backbone to %s", args.export_which, export_dir)
     return trainer
 
 
 def main(argv: list[str] | None = None) -> Sapiens2PreTrainingTrainer:
-    """Entry point: parses `PretrainingArguments` and `TrainingArguments` (or one JSON file holding both)."""
+    """Entry point: parses `PretrainingArguments` and `Sapiens2TrainingArguments` (transformers' `TrainingArguments`
+    plus `--overwrite_output_dir`), or one JSON file holding both."""
     require("accelerate", feature="training")  # before TrainingArguments, whose own error names transformers' pip extra
-    parser = HfArgumentParser((PretrainingArguments, TrainingArguments))
+    parser = HfArgumentParser((PretrainingArguments, Sapiens2TrainingArguments))
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 1 and argv[0].endswith(".json"):
         args, training_args = parser.parse_json_file(os.path.abspath(argv[0]))

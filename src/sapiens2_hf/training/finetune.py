@@ -40,7 +40,7 @@ from ..utils.atomic_io import atomic_write_json
 from .arguments import DataArguments, ModelArguments
 from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
-from .run_setup import resolve_resume_checkpoint, seed_run
+from .run_setup import prepare_output_dir, seed_run
 from .tasks import TRAINING_TASKS, check_task, training_task
 from .trainer import Sapiens2Trainer
 
@@ -337,6 +337,23 @@ def lora_base_name_or_path(model_args: ModelArguments, output_dir: Path) -> str:
     return os.path.abspath(source) if os.path.exists(source) else source
 
 
+def run_identity(model_args: ModelArguments, use_lora: bool) -> dict:
+    """The arguments that define a fine-tuning run's weights, recorded in its `--output_dir` (`prepare_output_dir`):
+    resuming that folder with others is refused."""
+    def source(value):
+        return os.path.abspath(value) if value is not None and os.path.exists(value) else value
+
+    identity = {"entry_point": "finetune", "task": model_args.task,
+                "model_name_or_path": source(model_args.model_name_or_path),
+                "backbone_name_or_path": source(model_args.backbone_name_or_path), "preset": model_args.preset,
+                "head_preset": model_args.head_preset, "freeze_backbone": model_args.freeze_backbone,
+                "freeze_backbone_layers": model_args.freeze_backbone_layers, "use_lora": use_lora}
+    if use_lora:
+        identity.update(lora_rank=model_args.lora_rank, lora_alpha=model_args.lora_alpha,
+                        lora_include_mlp=model_args.lora_include_mlp)
+    return identity
+
+
 # ------------------------------------------------------------------------------------------------------ the run
 def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments,
                  default_stages: bool | None = None):
@@ -347,7 +364,9 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     `output_dir` ends as a model repository (`finalize_output_dir`): weights, config, image processor and model card
     (a LoRA run: the adapter folder), beside transformers' run files (`*_results.json`, `trainer_state.json`,
     `checkpoint-*`); `pipeline(..., model=output_dir)` loads it. Nothing is saved by a run that does not train or
-    push (as transformers' example scripts).
+    push (as transformers' example scripts). A run that saves follows the run-folder rule first
+    (`run_setup.prepare_output_dir`): an `output_dir` holding another run is refused unless
+    `--overwrite_output_dir` clears it or `--resume_from_checkpoint` continues it.
 
     Returns:
         `tuple[Sapiens2Trainer, dict]`: the trainer and the final metrics: `eval_*` (evaluation) and `predict_*`
@@ -356,8 +375,14 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     task = check_task(model_args.task)
     stages = resolve_stages(training_args, default_stages)
     seed_run(training_args)
-    resume_from = (resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
-                   if stages.train else None)
+    use_lora = model_args.use_lora and stages.train
+    resume_from = None
+    if stages.train or training_args.push_to_hub:  # the runs that write a model into output_dir
+        resume_from = prepare_output_dir(
+            training_args, run_identity(model_args, use_lora), kind="adapter" if use_lora else "model",
+            resume_from_checkpoint=training_args.resume_from_checkpoint if stages.train else None,
+            outputs=[name for name, used in (("base_model", use_lora and model_args.preset is not None),
+                                             ("predictions", stages.predict)) if used])
     # Bounded-memory evaluation accumulates per-batch statistics; every batch key is needed.
     training_args.batch_eval_metrics = True
     training_args.remove_unused_columns = False
@@ -367,7 +392,6 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     layer_decay = model_args.layer_decay_rate
     if layer_decay is None:
         layer_decay = OFFICIAL_LAYER_DECAY.get(getattr(config, "variant", None) or "")
-    use_lora = model_args.use_lora and stages.train
     if model_args.use_lora and not stages.train:
         logger.warning("--use_lora only applies to training; this run evaluates / predicts with the model as loaded.")
     if stages.train and (model_args.freeze_backbone or model_args.freeze_backbone_layers is not None):

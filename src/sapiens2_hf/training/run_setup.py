@@ -1,11 +1,52 @@
-"""What every training entry point does before it builds anything: seed the RNGs and read `--resume_from_checkpoint`."""
+"""What every training entry point does before it builds anything: seed the RNGs, and apply the run-folder rule
+(`prepare_output_dir`) that also reads `--resume_from_checkpoint`.
+
+The run-folder rule, shared by fine-tuning and pretraining, so that a folder never mixes two runs:
+
+- An `--output_dir` that holds another run's artefacts (`checkpoint-<step>` folders, final model or adapter weights,
+  `trainer_state.json`) is refused with one line naming `--overwrite_output_dir` and `--resume_from_checkpoint`.
+- `--overwrite_output_dir` clears the previous run's artefacts (`RUN_ARTEFACTS`: checkpoints, model and adapter
+  weights, transformers' run state and metrics files, and the subfolders the previous run recorded, such as
+  `backbone/`) and keeps every other file.
+- `--resume_from_checkpoint` continues the run of that folder: `True` means its newest complete checkpoint
+  (`latest_complete_checkpoint`). A folder whose run marker (`RUN_MARKER`) records other model arguments, or whose
+  weights are of the other kind (a LoRA adapter vs a full model), is refused.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
 
 from transformers import TrainingArguments, enable_full_determinism, set_seed
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..hub.sharing import ADAPTER_FILE_NAMES, WEIGHT_FILE_PATTERNS
+from ..utils.atomic_io import atomic_write_json
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Sapiens2TrainingArguments(TrainingArguments):
+    """transformers' `TrainingArguments` plus `--overwrite_output_dir` (which transformers 5 dropped) for the
+    run-folder rule of `prepare_output_dir`."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start afresh in an --output_dir that holds another run: its checkpoints, weights and "
+                          "trainer state are deleted first (other files stay). Without it such a folder is refused "
+                          "unless --resume_from_checkpoint continues its run."},
+    )
 
 
 def seed_run(training_args: TrainingArguments) -> None:
@@ -21,16 +62,86 @@ def seed_run(training_args: TrainingArguments) -> None:
         set_seed(training_args.seed)
 
 
+# --------------------------------------------------------------------------------------------------- checkpoints
+_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+_TRAINER_STATE = "trainer_state.json"
 _TRUE = ("true", "yes", "1")
 _FALSE = ("false", "no", "0", "")
+
+
+def _checkpoints(folder: Path) -> list[Path]:
+    """The `checkpoint-<step>` folders of `folder`, newest (highest step) first."""
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), path) for path in folder.iterdir()
+             if path.is_dir() and (m := _CHECKPOINT.match(path.name))]
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _is_weight_file(name: str) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in WEIGHT_FILE_PATTERNS + ADAPTER_FILE_NAMES)
+
+
+def checkpoint_problem(folder: str | os.PathLike) -> str | None:
+    """Why `folder` is not a complete checkpoint, or `None` when it is.
+
+    Complete: `trainer_state.json` (which transformers writes last, after the weights, optimizer and RNG states)
+    parses, and the weights are there and whole (model or adapter weights, every safetensors file and every shard
+    an index names readable to its end; or an FSDP / DeepSpeed state folder).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    folder = Path(folder)
+    state = folder / _TRAINER_STATE
+    if not state.is_file():
+        return f"no {_TRAINER_STATE}"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return f"{_TRAINER_STATE} is truncated or unreadable"
+    names = sorted(path.name for path in folder.iterdir())
+    sharded_state = any(name.startswith(("pytorch_model_fsdp", "global_step")) for name in names)
+    weights = [name for name in names if _is_weight_file(name) and name != "adapter_config.json"]
+    if not weights and not sharded_state:
+        return "no model weights"
+    for name in weights:
+        if name.endswith(".index.json"):
+            try:
+                shards = set(json.loads((folder / name).read_text(encoding="utf-8"))["weight_map"].values())
+            except (ValueError, OSError, KeyError, TypeError, AttributeError):
+                return f"{name} is truncated or unreadable"
+            missing = sorted(shard for shard in shards if not (folder / shard).is_file())
+            if missing:
+                return f"{name} names missing shards {missing}"
+        elif name.endswith(".safetensors"):
+            try:
+                with safe_open(str(folder / name), framework="pt"):
+                    pass
+            except (SafetensorError, OSError, ValueError):
+                return f"{name} is truncated or corrupt"
+    return None
+
+
+def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest complete `checkpoint-<step>` folder of `output_dir` (`checkpoint_problem`), or `None`.
+
+    Newer incomplete ones (a save interrupted by a kill or a full disk) are skipped with a warning naming them; the
+    resumed run writes them again when it reaches their step.
+    """
+    for path in _checkpoints(Path(output_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return str(path)
+        logger.warning("Skipping %s: incomplete (%s; its save was interrupted).", path, problem)
+    return None
 
 
 def resolve_resume_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
     """`--resume_from_checkpoint` as a checkpoint folder, or `None` to start fresh.
 
-    `True` (the command line gives the string `"True"`) means the latest `checkpoint-<step>` folder in `output_dir`,
-    as in transformers' example scripts (`get_last_checkpoint`); `False` or nothing starts fresh; anything else is
-    the folder itself.
+    `True` (the command line gives the string `"True"`) means the newest complete `checkpoint-<step>` folder in
+    `output_dir` (`latest_complete_checkpoint`); `False` or nothing starts fresh; anything else is the folder itself,
+    which must exist and be complete.
     """
     if value is None or value is False:
         return None
@@ -38,11 +149,162 @@ def resolve_resume_checkpoint(value: str | bool | None, output_dir: str) -> str 
     if text.lower() in _FALSE:
         return None
     if value is True or text.lower() in _TRUE:
-        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        last = latest_complete_checkpoint(output_dir)
         if last is None:
+            incomplete = [path.name for path in _checkpoints(Path(output_dir))]
+            detail = f"only incomplete ones ({', '.join(incomplete)})" if incomplete else "none"
             raise ValueError(
-                f"--resume_from_checkpoint True resumes from the latest checkpoint-<step> folder in --output_dir, but "
-                f"{output_dir} has none; pass a checkpoint folder, or drop the flag to start fresh."
+                f"--resume_from_checkpoint True resumes from the newest complete checkpoint-<step> folder in "
+                f"--output_dir, but {output_dir} has {detail}; pass a checkpoint folder, or drop the flag to start "
+                "fresh."
             )
         return last
+    if not os.path.isdir(text):
+        raise ValueError(f"--resume_from_checkpoint {text} is not a folder.")
+    problem = checkpoint_problem(text)
+    if problem is not None:
+        raise ValueError(f"--resume_from_checkpoint {text} is not a complete checkpoint ({problem}; a save interrupted "
+                         "by a kill or a full disk leaves such a folder); pass an earlier checkpoint, or True for the "
+                         "newest complete one in --output_dir.")
     return text
+
+
+# --------------------------------------------------------------------------------------------------- run folders
+# The run marker: which run writes the folder (its model arguments, the kind of its weights, and the subfolders it
+# writes beside transformers' files). `_*` files are never pushed (transformers' and our final push skip them).
+RUN_MARKER = "_sapiens2_run.json"
+# transformers' run files beside the weights.
+_RUN_FILES = (_TRAINER_STATE, "training_args.bin", "all_results.json", "train_results.json", "eval_results.json",
+              "predict_results.json", RUN_MARKER)
+# What `--overwrite_output_dir` clears: these names directly in `--output_dir`, and the `checkpoint-<step>` folders.
+RUN_ARTEFACTS = (*WEIGHT_FILE_PATTERNS, *ADAPTER_FILE_NAMES, *_RUN_FILES)
+
+
+def _final_weights(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.iterdir() if path.is_file() and _is_weight_file(path.name))
+
+
+def _previous_run(folder: Path) -> list[str]:
+    """What in `folder` belongs to a run that wrote checkpoints or a final model (empty: no such run)."""
+    if not folder.is_dir():
+        return []
+    found = [path.name for path in reversed(_checkpoints(folder))] + _final_weights(folder)
+    if (folder / _TRAINER_STATE).is_file():
+        found.append(_TRAINER_STATE)
+    return found
+
+
+def _read_marker(folder: Path) -> dict | None:
+    try:
+        marker = json.loads((folder / RUN_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def _weights_kind(folder: Path) -> str | None:
+    """The kind of the weights in `folder` (the final ones, else the newest checkpoint's): `"adapter"`, `"model"`
+    or `None`."""
+    for candidate in (folder, *_checkpoints(folder)):
+        names = set(_final_weights(candidate)) if candidate.is_dir() else set()
+        if names & set(ADAPTER_FILE_NAMES):
+            return "adapter"
+        if names:
+            return "model"
+    return None
+
+
+def _describe(kind: str) -> str:
+    return "a LoRA adapter" if kind == "adapter" else "a full model"
+
+
+def _clear_previous_run(folder: Path, marker: dict | None) -> None:
+    """Deletes the previous run's artefacts from `folder` (`RUN_ARTEFACTS`, its checkpoints and the subfolders its
+    marker records); every other file stays."""
+    removed = []
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and any(fnmatchcase(path.name, pattern) for pattern in RUN_ARTEFACTS):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            removed.append(path.name)
+        elif path.is_dir() and _CHECKPOINT.match(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    for name in (marker or {}).get("outputs", []):
+        path = folder / str(name)
+        if Path(str(name)).name == str(name) and path.is_dir():  # a plain subfolder name, never a path out of it
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(f"{name}/")
+    if removed:
+        logger.warning("--overwrite_output_dir: removed the previous run's %s from %s.", ", ".join(removed), folder)
+
+
+def _inside(path: str, folder: Path) -> bool:
+    return Path(os.path.abspath(path)).is_relative_to(Path(os.path.abspath(folder)))
+
+
+def prepare_output_dir(training_args: TrainingArguments, identity: Mapping[str, object], kind: str,
+                       resume_from_checkpoint: str | bool | None = None, outputs: Iterable[str] = ()) -> str | None:
+    """The run-folder rule (see the module docstring); returns the checkpoint to resume from, or `None`.
+
+    Call it on every process, before anything is written to `output_dir`: it only reads, except on the process that
+    saves (`training_args.should_save`), which clears the previous run with `--overwrite_output_dir` and writes the
+    run marker.
+
+    Args:
+        training_args: `--output_dir`, `--overwrite_output_dir` (`Sapiens2TrainingArguments`; absent: off).
+        identity: the arguments that define the run's weights (entry point, task, model source, LoRA settings...):
+            resuming a folder whose marker records others is refused, naming the difference.
+        kind: `"model"` or `"adapter"` (a LoRA run): what the run's weights are.
+        resume_from_checkpoint: the `--resume_from_checkpoint` value (see `resolve_resume_checkpoint`).
+        outputs: subfolders of `output_dir` the run writes beside transformers' files (`backbone`, `base_model`,
+            `predictions`), recorded in the marker so that `--overwrite_output_dir` clears them later.
+    """
+    folder = Path(training_args.output_dir)
+    overwrite = bool(getattr(training_args, "overwrite_output_dir", False))
+    identity = json.loads(json.dumps(dict(identity), default=str))  # as the marker stores it
+    marker = _read_marker(folder)
+    if overwrite:
+        resume = resolve_resume_checkpoint(resume_from_checkpoint, str(folder))
+        if resume is not None and _inside(resume, folder):
+            raise ValueError(f"--overwrite_output_dir deletes the checkpoints of {folder}, including the "
+                             f"--resume_from_checkpoint {resume}; pass only one of them.")
+        if training_args.should_save and folder.is_dir():
+            _clear_previous_run(folder, marker)
+        marker = None
+    else:
+        previous = _previous_run(folder)
+        resume = resolve_resume_checkpoint(resume_from_checkpoint, str(folder))
+        if previous and resume is None:
+            shown = ", ".join(previous[:3]) + (", ..." if len(previous) > 3 else "")
+            raise ValueError(
+                f"--output_dir {folder} holds another run ({shown}); pass --resume_from_checkpoint True to continue "
+                "it, --overwrite_output_dir to replace it (deletes its checkpoints, weights and trainer state; other "
+                "files stay), or another --output_dir."
+            )
+        if previous:
+            _check_same_run(folder, marker, identity, kind, resume)
+    if training_args.should_save:
+        recorded = set((marker or {}).get("outputs", []))
+        atomic_write_json(folder / RUN_MARKER, {"kind": kind, "identity": identity,
+                                                "outputs": sorted(recorded | set(outputs))}, indent=2)
+    return resume
+
+
+def _check_same_run(folder: Path, marker: dict | None, identity: dict, kind: str, resume: str | None) -> None:
+    """Refuses resuming into `folder` when it holds another run than this one."""
+    hint = "pass the arguments of that run, --overwrite_output_dir to replace it, or another --output_dir."
+    found = (marker or {}).get("kind") or _weights_kind(folder)
+    if found is not None and found != kind:
+        raise ValueError(f"--output_dir {folder} holds {_describe(found)} run and this run trains "
+                         f"{_describe(kind)}; {hint}")
+    if marker is None:
+        if resume is None or not _inside(resume, folder):
+            raise ValueError(f"--output_dir {folder} holds another run's checkpoints or weights and "
+                             f"--resume_from_checkpoint {resume} is not one of them; {hint}")
+        return
+    recorded = marker.get("identity") or {}
+    differing = [f"{key}: {recorded.get(key)!r} there, {identity.get(key)!r} here"
+                 for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key)]
+    if differing:
+        raise ValueError(f"--output_dir {folder} holds another run ({'; '.join(differing)}); {hint}")

@@ -1,0 +1,129 @@
+"""What the `sapiens2-hf` commands accept from the command line, checked before any work (standard library only: the
+parser is built without torch, tests/test_cli_startup.py).
+
+- Numbers (argparse types): `positive_int`; `finite_float`, `positive_float`, `non_negative_float` refuse NaN and
+  infinity, which compare false with every threshold and would pass any range check written as `value < low`.
+- Paths the user names (`check_local_source`, `check_regular_file`): a missing path that cannot be a Hub id is "no
+  such file or folder" instead of a Hub lookup; anything that is not a regular file or a folder (a FIFO, a socket, a
+  device) is refused before it is opened, because reading one blocks until another process writes to it; the JSON
+  files of a model folder must hold JSON objects of sane depth (json raises RecursionError on deep nesting, and the
+  loaders call `.get` on what they read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+# Suffixes of the files a model argument may name (weights, exports, configs): a Hub repo id does not end in one.
+LOCAL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pt2", ".ckpt", ".onnx", ".json")
+# JSON files of a model, adapter or export folder that the loaders read.
+MODEL_FOLDER_JSON = ("config.json", "preprocessor_config.json", "processor_config.json", "adapter_config.json",
+                     "export_info.json", "model.safetensors.index.json")
+MAX_JSON_DEPTH = 64  # far deeper than any config; json.loads overflows the stack near 1000
+
+
+def positive_int(text: str) -> int:
+    """argparse type for sizes and counts: an integer >= 1."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer (>= 1)")
+    return value
+
+
+def _number(text: str, accepts, requirement: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or not accepts(value):
+        raise argparse.ArgumentTypeError(f"{text} is not {requirement}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a number other than NaN and +-infinity."""
+    return _number(text, lambda value: True, "a finite number")
+
+
+def positive_float(text: str) -> float:
+    return _number(text, lambda value: value > 0, "a positive finite number")
+
+
+def non_negative_float(text: str) -> float:
+    return _number(text, lambda value: value >= 0, "a finite number >= 0")
+
+
+def looks_local(value: str) -> bool:
+    """True for a model argument that cannot be a Hub repo id (`name` or `namespace/name`): it starts with '.', '/'
+    or '~', holds a backslash, a colon or more than one '/', or ends in a file suffix of `LOCAL_FILE_SUFFIXES`."""
+    return (value.startswith((".", "/", "~")) or "\\" in value or ":" in value or value.count("/") > 1
+            or value.lower().endswith(LOCAL_FILE_SUFFIXES))
+
+
+def _named(option: str, value: str | os.PathLike) -> str:
+    """`--option value`, or the value alone for a positional argument (`option` empty)."""
+    return f"{option} {os.fspath(value)}" if option else os.fspath(value)
+
+
+def check_regular_file(option: str, path: str | os.PathLike) -> None:
+    """Refuses an existing `path` that is neither a regular file nor a folder (links are followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing or unreadable: the caller's own error names it
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise ValueError(f"{_named(option, path)} is not a regular file or folder (a FIFO, socket or device); "
+                         "it is not read.")
+
+
+def _depth(value, limit: int, depth: int = 0) -> int:
+    if depth > limit or not isinstance(value, (dict, list)):
+        return depth
+    children = value.values() if isinstance(value, dict) else value
+    return max((_depth(child, limit, depth + 1) for child in children), default=depth + 1)
+
+
+def _check_json_object(option: str, path: Path) -> None:
+    check_regular_file(option, path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path} nests JSON deeper than {MAX_JSON_DEPTH} levels.") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}).") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, not a {type(data).__name__}.")
+    if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise ValueError(f"{path} nests JSON deeper than {MAX_JSON_DEPTH} levels.")
+
+
+def check_local_source(option: str, value: str | os.PathLike | None) -> None:
+    """Checks a model-like argument (`--model`; `option` "" for a positional one, `convert SOURCE`) before any loader
+    sees it.
+
+    A missing path that `looks_local` is "no such file or folder" (a Hub lookup would answer with a confusing
+    repo-id error, or reach the network); a non-regular file is refused; a folder's entries must be regular files or
+    folders and its `MODEL_FOLDER_JSON` files JSON objects. Anything else (a Hub id) is left to the loaders."""
+    if value is None:
+        return
+    path = Path(value)
+    if not path.exists():
+        if looks_local(os.fspath(value)):
+            raise ValueError(f"{_named(option, value)}: no such file or folder.")
+        return
+    check_regular_file(option, path)
+    if path.is_dir():
+        for entry in path.iterdir():
+            check_regular_file(option, entry)
+        for name in MODEL_FOLDER_JSON:
+            if (path / name).exists():
+                _check_json_object(option, path / name)
+
+
+__all__ = ["check_local_source", "check_regular_file", "finite_float", "looks_local", "non_negative_float",
+           "positive_float", "positive_int"]
