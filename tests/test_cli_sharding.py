@@ -105,14 +105,17 @@ def test_two_processes_write_what_one_process_writes(sharded_runs, task):
             assert path.read_bytes() == two[name].read_bytes(), name
     # The annotated videos: libx264 (PyAV's build) does not encode the same frames to the same bytes every time
     # (measured: 3-6 of 16 encodes of identical frames differ, decoded mean-abs 0.43 of 255 on noise frames, with 1
-    # thread too), so the decoded frames are compared as images: each within a mean-abs of 1.5 of the one-process
-    # frame, and nearer to it than to any other frame (the frames are random, ~85 apart).
+    # thread too; one CI run gave 1.59 on one frame), so the decoded frames are compared as images: each within a
+    # mean-abs of 4 of the one-process frame, at least 10x nearer to it than to any other frame, and nearest to it
+    # (the random frames are ~44 apart after encoding).
     for name, path in one.items():
         if name.endswith(".mp4"):
             frames = [[f.image.astype(np.float64) for f in VideoReader(p)] for p in (path, two[name])]
             assert len(frames[0]) == len(frames[1]) == 4
             distance = np.array([[np.abs(a - b).mean() for b in frames[1]] for a in frames[0]])
-            assert (np.diag(distance) <= 1.5).all(), (name, distance.round(2))
+            assert (np.diag(distance) <= 4.0).all(), (name, distance.round(2))
+            others = distance + np.diag(np.full(4, np.inf))
+            assert (10 * np.diag(distance) <= others.min(axis=1)).all(), (name, distance.round(2))
             assert (distance.argmin(axis=1) == np.arange(4)).all(), (name, distance.round(2))
     # each input done exactly once, by one of the two processes, and both worked
     markers = _markers(tmp_path / "two")
