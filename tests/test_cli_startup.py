@@ -108,6 +108,21 @@ def _registration_child(code: str):
     return lambda folder: {"args": [sys.executable, "-c", code + REGISTERED], "env": ENV}
 
 
+def test_a_command_runs_registered_under_the_console_scripts_deferral():
+    """The console script defers registration; every command's handler runs after it (the demo reloads its repo
+    through transformers' Auto class, which needs our type registered). Control: before the command, nothing is."""
+    code = """
+import sapiens2_hf.cli.merge as merge_cli
+from sapiens2_hf import _registration
+from sapiens2_hf.cli.main import main
+assert not _registration._registered
+merge_cli.run_merge = lambda args: print("REGISTERED", _registration._registered) or 0
+raise SystemExit(main(["merge", "adapter", "--out", "o", "--threads", "1"]))
+"""
+    result = _python(code)  # CLI_ENV: SAPIENS2_HF_DEFER_REGISTRATION=1, as the console script sets
+    assert result.returncode == 0 and "REGISTERED True" in result.stdout, result.stderr[-3000:]
+
+
 def test_import_changes_nothing_of_transformers_but_adds_our_type():
     """`import sapiens2_hf` leaves `sys.meta_path` and transformers' Auto mappings for its own `sapiens2` type as they
     were (every Auto class, compared before and after in one process), and adds our `sapiens2_hf` type."""

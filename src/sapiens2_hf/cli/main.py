@@ -94,19 +94,27 @@ def _names_missing_extra(error: BaseException) -> bool:
     return (cause.name or "").partition(".")[0] in EXTRAS
 
 
+def _run(args) -> int:
+    """The command's handler, after the registration with transformers that the console script deferred
+    (`sapiens2_hf_cli.py`): commands reach the model code through sub-modules, which do not trigger it."""
+    from .. import _registration
+
+    _registration.register()
+    return args.handler(args)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if "threads" in vars(args):  # a command that loads models: transformers' per-load weight bars are noise here
+        if "threads" in vars(args):  # every command that computes takes --threads (cli/threads.py)
             from transformers.utils import logging as transformers_logging
 
-            transformers_logging.disable_progress_bar()
-        if "threads" in vars(args):  # every command that computes takes --threads (cli/threads.py)
             from .threads import torch_threads
 
+            transformers_logging.disable_progress_bar()  # per-load weight bars are noise on the command line
             with torch_threads(args.threads, default=getattr(args, "threads_default", "auto")):
-                return args.handler(args)
-        return args.handler(args)
+                return _run(args)
+        return _run(args)
     except Exception as error:  # noqa: BLE001 - re-raised below unless it is the user's input at fault
         if not _is_expected(error):
             raise
