@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv with the project and its test dependencies. Idempotent; offline apart from the package registry.
+# Creates .venv with the project and its test dependencies, and installs Debian's Chromium for the browser tests
+# (as root, when missing). Idempotent; offline apart from the package registries (PyPI, Debian's apt).
 # torch comes first, pinned, so that pip never resolves another (multi-gigabyte) build for the other packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,3 +11,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.14.1 torchvision==0.29.1
 .venv/bin/python -m pip install -q -e ".[test]"
+# The browser tests of the web app (tests/test_app.py) drive Debian's headless Chromium through its chromedriver
+# (Playwright's own browser download needs more than the package registries). Installed when missing, as root.
+if { ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; } \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq chromium chromium-driver >/dev/null
+fi

@@ -25,6 +25,11 @@ if _capability:
     os.environ["TMPDIR"] = tempfile.tempdir = _own_temp
 
 
+# Compile caches written by tests stay in this run's temporary folder, never in the user's ~/.cache.
+if "SAPIENS2_HF_COMPILE_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["SAPIENS2_HF_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="sapiens2_hf_compile_cache_")
 import socket
 
 import pytest

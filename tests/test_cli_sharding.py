@@ -9,23 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from model_folders import save_tiny_model
 from PIL import Image
 
-import sapiens2_hf
 from sapiens2_hf.cli.main import main
-from sapiens2_hf.processing import Sapiens2HFImageProcessor
 from sapiens2_hf.video import VideoReader, write_video
 
 STATE = ".sapiens2-hf"
-
-
-def _model_folder(tmp_path, task):
-    torch.manual_seed(0)
-    folder = tmp_path / f"model_{task}"
-    sapiens2_hf.model_class_for_task(task)(sapiens2_hf.tiny_config(task)).save_pretrained(folder)
-    Sapiens2HFImageProcessor(task=task, size={"height": 64, "width": 48}).save_pretrained(folder)
-    return folder
 
 
 def _inputs(tmp_path, images=5, frames=4):
@@ -76,7 +66,7 @@ def sharded_runs(tmp_path_factory, free_port_factory):
     folders, commands = {}, []
     for task in SHARDED_TASKS:
         folder = folders[task] = tmp_path_factory.mktemp(f"sharded-{task}")
-        model = _model_folder(folder, task)
+        model = save_tiny_model(folder, task)
         inputs, boxes = _inputs(folder)
         assert main(_argv(task, inputs, model, folder / "one", boxes)) == 0
         commands.append(_argv(task, inputs, model, folder / "two", boxes))
@@ -129,7 +119,7 @@ def test_two_processes_write_what_one_process_writes(sharded_runs, task):
 
 
 def test_a_rerun_recomputes_only_missing_outputs(tmp_path, capsys):
-    model = _model_folder(tmp_path, "seg")
+    model = save_tiny_model(tmp_path, "seg")
     inputs, boxes = _inputs(tmp_path)
     out = tmp_path / "out"
     argv = _argv("seg", inputs, model, out, boxes)
@@ -162,7 +152,7 @@ def test_a_rerun_recomputes_only_missing_outputs(tmp_path, capsys):
 
 
 def test_a_failed_input_is_not_marked_done(tmp_path, capsys):
-    model = _model_folder(tmp_path, "seg")
+    model = save_tiny_model(tmp_path, "seg")
     inputs, boxes = _inputs(tmp_path, images=2, frames=2)
     (inputs / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     out = tmp_path / "out"

@@ -177,6 +177,19 @@ def test_onnx_reproduces_official_heatmaps_and_dynamic_batch(pose_export):
         assert ((got - expected).norm() / expected.norm()).item() < 1e-4
 
 
+def test_onnxruntime_memory_arena_is_off_by_default_and_can_be_restored(pose_export):
+    """onnxruntime's CPU arena keeps every block it allocated: a process grew to the sum of its calls' peaks (0.4b seg,
+    4 layers, 1024x768, batches 4,1,4,1: 14.2 GB resident with it, 1.5 GB without; benchmarks/bench_onnxruntime_memory.py).
+    Off by default; `memory_arena=True` gives onnxruntime's default back, with the same numbers."""
+    result, _, _, ref, _ = pose_export
+    default = OnnxRuntimeSapiens2Model.from_pretrained(result.folder, num_threads=1)
+    arena = OnnxRuntimeSapiens2Model.from_pretrained(result.folder, num_threads=1, memory_arena=True)
+    assert default.session.get_session_options().enable_cpu_mem_arena is False
+    assert arena.session.get_session_options().enable_cpu_mem_arena is True
+    pixel_values = ref["pixel_values"]
+    assert torch.equal(default(pixel_values=pixel_values).heatmaps, arena(pixel_values=pixel_values).heatmaps)
+
+
 def test_verification_fails_for_a_perturbed_model(pose_export):
     """Broken control: the artefact checked against a model with one changed weight must fail."""
     result, _, _, _, model = pose_export

@@ -19,7 +19,7 @@ from transformers import HfArgumentParser, TrainingArguments
 import sapiens2_hf
 from sapiens2_hf.data.datasets import Sapiens2TaskDataset
 from sapiens2_hf.data.dense import NormalTransform
-from sapiens2_hf.data.validation import BadSampleError, SampleLoadError, validate_records
+from sapiens2_hf.data.validation import BadSampleError, NoUsableSamplesError, SampleLoadError, validate_records
 from sapiens2_hf.hub import save_for_hub
 from sapiens2_hf.pretraining import PretrainingImageDataset
 from sapiens2_hf.pretraining.toy_data import make_toy_images
@@ -153,6 +153,40 @@ def test_bad_pretraining_images_are_skipped_and_listed(tmp_path):
     with pytest.raises(BadSampleError, match=r"1\.png\): truncated"):
         pretrain_main(["--image_folder", str(tmp_path / "images"), "--output_dir", str(tmp_path / "strict"),
                        "--strict", "true", *PRETRAIN_COMMON])
+
+
+def _all_bad_coco(root: Path) -> list[str]:
+    images = root / "images"
+    images.mkdir(parents=True)
+    records = toy_pose_records(3, seed=5)
+    image_list, annotations = [], []
+    for index, record in enumerate(records):
+        (images / f"{index}.png").write_bytes(b"")  # every image empty: nothing is left to train on
+        image_list.append({"id": index, "file_name": f"{index}.png"})
+        annotations.append({"id": index + 1, "image_id": index, "bbox": record["bbox"].tolist(), "area": 100.0,
+                            "keypoints": record["keypoints"].reshape(-1).tolist()})
+    (root / "train.json").write_text(json.dumps({"images": image_list, "annotations": annotations}))
+    return ["--dataset", "coco", "--train_targets", str(root / "train.json"), "--train_images", str(images)]
+
+
+def test_an_all_bad_dataset_stops_in_one_line_and_still_lists_what_to_fix(tmp_path):
+    data = _all_bad_coco(tmp_path / "data")
+    with pytest.raises(NoUsableSamplesError) as error:
+        finetune(["--task", "pose", "--preset", "tiny", "--output_dir", str(tmp_path / "out"), *data, *COMMON])
+    message = str(error.value)
+    assert "\n" not in message and "3 bad sample(s)" in message and "skipped_samples.json" in message
+    report = json.loads((tmp_path / "out" / "skipped_samples.json").read_text())
+    assert report["num_skipped"] == 3 and {entry["reason"] for entry in report["skipped"]} == {"empty file"}
+
+
+def test_an_all_bad_pretraining_folder_still_lists_what_to_fix(tmp_path):
+    paths = write_images(tmp_path / "images", 2)
+    for path in paths:
+        path.write_bytes(b"")
+    with pytest.raises(NoUsableSamplesError, match="2 bad sample.*skipped_samples.json"):
+        pretrain_main(["--image_folder", str(tmp_path / "images"), "--output_dir", str(tmp_path / "out"),
+                       *PRETRAIN_COMMON])
+    assert json.loads((tmp_path / "out" / "skipped_samples.json").read_text())["num_skipped"] == 2
 
 
 def test_images_corrupt_only_at_read_time_name_their_file(tmp_path):

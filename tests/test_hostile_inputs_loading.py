@@ -506,3 +506,109 @@ def test_processor_pose_decoding_is_chunked_and_chunk_independent(monkeypatch):
     whole = decode()
     torch.testing.assert_close(chunked[0], whole[0], rtol=0, atol=1e-9)
     torch.testing.assert_close(chunked[1], whole[1], rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------- item 13: indexes pointing outside the folder
+
+
+@pytest.fixture(scope="module")
+def sharded_seg_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sharded") / "victim"
+    torch.manual_seed(0)
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation(tiny_config(task="seg"))
+    model.save_pretrained(folder, max_shard_size="50KB")
+    return folder
+
+
+@pytest.mark.parametrize("rewrite, needle", [
+    (lambda shard: f"../victim/{shard}", "no folders, no '..'"),
+    (lambda shard: f"/{shard}", "no folders, no '..'"),
+    (lambda shard: f"sub/{shard}", "no folders, no '..'"),
+    (lambda shard: shard.replace(".safetensors", ".bin"), "must be a .safetensors file"),
+    (lambda shard: "..", "must be a .safetensors file"),
+])
+def test_an_index_naming_shards_outside_its_folder_is_refused(sharded_seg_folder, rewrite, needle, tmp_path):
+    index = json.loads((sharded_seg_folder / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {name: rewrite(shard) for name, shard in index["weight_map"].items()}
+    attacker = tmp_path / "attacker"
+    attacker.mkdir()
+    (attacker / "config.json").write_text((sharded_seg_folder / "config.json").read_text())
+    (attacker / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(OSError) as error:
+        sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(attacker)
+    assert needle in _one_line(error) and "model.safetensors.index.json" in str(error.value)
+
+
+@pytest.mark.parametrize("weight_map", [[], {}, "model.safetensors", None])
+def test_an_index_that_is_not_a_weight_map_is_one_line(sharded_seg_folder, weight_map, tmp_path):
+    (tmp_path / "config.json").write_text((sharded_seg_folder / "config.json").read_text())
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(OSError, match="weight_map"):
+        sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(tmp_path)
+
+
+def test_a_valid_sharded_folder_still_loads(sharded_seg_folder):
+    """The control: the index as save_pretrained wrote it (several shards beside it)."""
+    index = json.loads((sharded_seg_folder / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(sharded_seg_folder)
+    assert model.config.task == "seg"
+
+
+# ------------------------------------------------------------------------------- item 13: a stalled server has a limit
+
+
+@pytest.fixture
+def stalled_server():
+    """A TCP server on 127.0.0.1 that accepts connections and never answers (what a hung host looks like)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/photo.jpg"
+    stop.set()
+    thread.join()
+    for connection in held:
+        connection.close()
+    server.close()
+
+
+def test_a_url_to_a_stalled_server_fails_within_the_timeout(stalled_server, monkeypatch):
+    monkeypatch.setattr(processing_module, "URL_TIMEOUT_S", 1.0)
+    started = time.monotonic()
+    with pytest.raises(Exception) as error:
+        load_image_rgb(stalled_server)
+    elapsed = time.monotonic() - started
+    assert elapsed < 10, f"waited {elapsed:.1f} s for a server that never answers"
+    assert "timed out" in str(error.value).lower() or "timeout" in type(error.value).__name__.lower(), repr(error.value)
+
+
+def test_the_url_timeout_is_what_reaches_transformers_load_image(stalled_server, monkeypatch):
+    """The control: the limit comes from URL_TIMEOUT_S (a reader that ignored it would wait the full minute)."""
+    seen = {}
+
+    def spy(url, timeout=None):
+        seen["timeout"] = timeout
+        raise TimeoutError("spy")
+
+    import transformers.image_utils
+
+    monkeypatch.setattr(transformers.image_utils, "load_image", spy)
+    monkeypatch.setattr(processing_module, "URL_TIMEOUT_S", 1.5)
+    with pytest.raises(Exception):
+        load_image_rgb(stalled_server)
+    assert seen["timeout"] == 1.5

@@ -3,7 +3,7 @@
 Layer 0 (modeling/, the one model folder) is copied into Hub repos as remote code, so it is flat
 and imports only stdlib, torch, torchvision, numpy, PIL, huggingface_hub, safetensors, transformers and its siblings
 (`from .x import y`; cv2 only inside try/except ImportError). Above it, a module imports only its own layer or lower
-ones (1: data, losses, metrics and other building blocks; 2: training, pretraining, Hub tooling; 3: cli, demo), so
+ones (1: data, losses, metrics and other building blocks; 2: training, pretraining, Hub tooling; 3: cli, demo, app), so
 each layer can be used, tested and shipped without the ones above it.
 """
 
@@ -22,7 +22,7 @@ LAYERS = {
     "pretraining": 2, "training": 2, "hub": 2, "export": 2, "video": 2,
     # pipeline_factory applies the inference recipe (`fast=True`), so it sits at the recipe's layer.
     "pipeline_factory": 2, "inference_recipe": 2,
-    "cli": 3, "demo": 3,
+    "cli": 3, "demo": 3, "app": 3,
 }
 # torchvision: the pose pipeline's NMS (`torchvision.ops.nms`); transformers' torchvision image-processing backend
 # needs it anyway, and it is a dependency of the package.

@@ -249,3 +249,16 @@ def test_save_for_hub_overwrite_refuses_weight_files_it_would_not_replace(tmp_pa
     save_for_hub(second, repo, overwrite=True)
     reloaded = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(repo).state_dict()
     assert all(torch.equal(reloaded[k], v) for k, v in second.state_dict().items())
+
+
+def test_a_folder_with_full_weights_and_an_adapter_says_which_it_loads(tmp_path, caplog):
+    from sapiens2_hf.modeling.adapter_loading import find_adapter_folder
+
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with caplog.at_level("WARNING"):
+        assert Path(find_adapter_folder(str(tmp_path), {})) == tmp_path  # the control: an adapter alone, no warning
+    assert "LoRA adapter" not in caplog.text
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with caplog.at_level("WARNING"):
+        assert find_adapter_folder(str(tmp_path), {}) is None
+    assert "loading the full weights" in caplog.text and "model.safetensors" in caplog.text

@@ -36,8 +36,9 @@ import sys
 from transformers import HfArgumentParser
 
 from sapiens2_hf.training.arguments import DataArguments, ModelArguments
+from sapiens2_hf.training.evaluation import metric_unit
 from sapiens2_hf.training.finetune import run_finetune
-from sapiens2_hf.training.run_setup import Sapiens2TrainingArguments
+from sapiens2_hf.training.run_setup import Sapiens2TrainingArguments, check_process_count
 from sapiens2_hf.utils.extras import require
 
 
@@ -54,16 +55,23 @@ def _stage_flags_given(argv) -> bool:
 
 def main(argv=None):
     require("accelerate", feature="training")  # before TrainingArguments, whose own error names transformers' pip extra
+    check_process_count()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = HfArgumentParser((ModelArguments, DataArguments, Sapiens2TrainingArguments))
     if len(argv) == 1 and argv[0].endswith(".json"):
         model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(argv[0]))
     else:
         model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    _, metrics = run_finetune(model_args, data_args, training_args, default_stages=not _stage_flags_given(argv))
-    for name, value in sorted(metrics.items()):
-        print(f"{name}: {value}")
+    trainer, metrics = run_finetune(model_args, data_args, training_args,
+                                    default_stages=not _stage_flags_given(argv))
+    if trainer.is_world_process_zero():  # the final metrics, once (run_finetune saves them without printing)
+        for name, value in sorted(metrics.items()):
+            unit = metric_unit(name)
+            print(f"{name}: {value}" + (f"  ({unit})" if unit else ""))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except ValueError as error:  # the arguments, data or --output_dir at fault: one line, no traceback
+        sys.exit(f"finetune.py: error: {error}")

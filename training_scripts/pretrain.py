@@ -13,8 +13,13 @@ The exported backbone (<output_dir>/backbone) loads with `Sapiens2Model.from_pre
 `from_backbone`. All options: `python training_scripts/pretrain.py --help`; design notes: docs/pretraining.md.
 """
 
+import sys
+
 from sapiens2_hf.pretraining.run import main
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as error:  # the arguments, data or --output_dir at fault: one line, no traceback
+        sys.exit(f"pretrain.py: error: {error}")

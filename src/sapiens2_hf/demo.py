@@ -112,9 +112,12 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
 
     from .data.synthetic import render_sample
     from .hub import save_for_hub
+    from . import _registration
     from .processing import image_processor_for_task
-    from .visualization import draw_keypoints
+    from .visualization import draw_keypoints, enlarge, side_by_side
     from .visualization.io import save_image, save_json
+
+    _registration.register()  # as `sapiens2-hf` does: the Auto class and pipeline below find our classes
 
     if threads is not None:  # for Python callers; `sapiens2-hf demo` sets them for the whole command (cli/threads.py)
         from .cli.threads import resolve_threads
@@ -133,6 +136,7 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
     report["lora_trainable_parameters"], report["total_parameters"] = counts["trainable"], counts["total"]
     report["pck_0_1_before"], report["pck_0_1_after"] = before["eval_pck_0_1"], after["eval_pck_0_1"]
     report["oks_ap_before"], report["oks_ap_after"] = before.get("eval_oks_ap"), after.get("eval_oks_ap")
+    report["metric_notes"] = METRIC_NOTES
 
     print("4/5 merging the adapter, saving a Hub-ready repository and reloading it through the Auto class")
     model = lora_model.merge_and_unload().eval()
@@ -150,6 +154,11 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
     with torch.no_grad():
         reload_error = (reloaded(probe).heatmaps - model(probe).heatmaps).abs().max().item()
     report["reloaded_class"] = f"{type(reloaded).__module__}.{type(reloaded).__name__}"
+    # the installed package's class, or (sapiens2_hf not registered) the repository's shipped copy, whose module path
+    # transformers derives from the folder name (`transformers_modules.<folder>...`): say which, not the path
+    installed = type(reloaded).__module__.startswith("sapiens2_hf.")
+    report["reloaded_from"] = ("the installed sapiens2_hf package" if installed
+                               else "the repository's own modeling files (trust_remote_code)")
     report["reload_max_abs_difference"] = reload_error
 
     print("5/5 running pipeline('sapiens2-pose') on held-out synthetic people and on the bundled photo")
@@ -164,14 +173,18 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
         for person, keypoints, visibility, box in zip(people, sample["keypoints"], sample["keypoint_visibility"], boxes):
             c, n = _pck(np.asarray(person["keypoints"]), keypoints, visibility > 0, box)
             correct, counted = correct + c, counted + n
-        save_image(draw_keypoints(sample["image"], _body_only(people), score_threshold=0.0), overlays / f"synthetic_{index}.png")
-        results.append({"image": f"synthetic_{index}", "people": _jsonable(people)})
+        save_image(_ground_truth_beside_prediction(sample, people, draw_keypoints, enlarge, side_by_side),
+                   overlays / f"synthetic_{index}.png")
+        results.append(_keypoints_entry(f"synthetic_{index}", people))
     report["pipeline_pck_0_1_held_out"] = correct / max(counted, 1)
     photo_path = resources.files("sapiens2_hf").joinpath("assets", "demo", "astronaut.png")
     photo = Image.open(photo_path).convert("RGB")
     people = pose(photo, boxes=[PHOTO_BOX_XYXY])
-    save_image(draw_keypoints(np.asarray(photo), _body_only(people), score_threshold=0.0), overlays / "astronaut.png")
-    results.append({"image": "astronaut.png (skimage.data.astronaut, NASA, public domain)", "people": _jsonable(people)})
+    save_image(side_by_side([("bundled photo, body keypoints", draw_keypoints(np.asarray(photo), _body_only(people),
+                                                                               score_threshold=0.0))],
+                            caption="a tiny model trained on synthetic humans: shows the format, not the quality"),
+               overlays / "astronaut.png")
+    results.append(_keypoints_entry("astronaut.png (skimage.data.astronaut, NASA, public domain)", people))
     save_json(results, out / "keypoints.json")
     report["seconds"] = round(time.perf_counter() - started, 1)
     save_json(report, out / "report.json", indent=1)
@@ -179,6 +192,34 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
     shutil.rmtree(work / "pretrain_images", ignore_errors=True)
     print(_markdown(report, repo))
     return report
+
+
+# What the report's numbers mean, written into report.json and report.md.
+METRIC_NOTES = {
+    "pck_0_1": "PCK@0.1: the fraction (0 to 1) of visible keypoints within 0.1 x the longer side of the person's box",
+    "oks_ap": "COCO OKS AP (fraction, 0 to 1) over the 308 keypoints: averaged over OKS thresholds 0.50 to 0.95, "
+              "each keypoint within a tolerance of a few percent of the person's size; a tiny model trained for "
+              "seconds stays below them, so 0.0 is expected here: PCK@0.1 is the measure that moves",
+}
+
+
+def _ground_truth_beside_prediction(sample: dict, people: list[dict], draw_keypoints, enlarge, side_by_side):
+    """A held-out synthetic human enlarged to a readable size: its ground-truth skeleton (left) beside the model's
+    (right), body keypoints only (`_body_only`)."""
+    truth = [{"keypoints": points, "scores": (visibility > 0).astype(np.float32), "bbox": box}
+             for points, visibility, box in zip(sample["keypoints"], sample["keypoint_visibility"], sample["boxes"])]
+    image, truth = enlarge(sample["image"], _body_only(truth))
+    _, predicted = enlarge(sample["image"], _body_only(people))
+    return side_by_side([("ground truth", draw_keypoints(image, truth, score_threshold=0.0)),
+                         ("prediction", draw_keypoints(image, predicted, score_threshold=0.0))],
+                        caption="tiny model fine-tuned for seconds on synthetic humans")
+
+
+def _keypoints_entry(image: str, people: list[dict]) -> dict:
+    """One image of keypoints.json: the keypoint names once (row i of every person's `keypoints` / `scores`), the
+    box format, and the people."""
+    names = list(people[0]["labels"]) if people else []
+    return {"image": image, "keypoint_names": names, "bbox_format": "xyxy", "people": _jsonable(people)}
 
 
 def _body_only(people: list[dict]) -> list[dict]:
@@ -196,6 +237,10 @@ def _jsonable(people: list[dict]) -> list[dict]:
     ]
 
 
+def _number(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def _markdown(report: dict, repo: Path) -> str:
     return "\n".join([
         "# sapiens2_hf offline demo",
@@ -211,9 +256,16 @@ def _markdown(report: dict, repo: Path) -> str:
         f"{report['pipeline_pck_0_1_held_out']:.3f}",
         f"- saved as a Hub repository: `{repo}` (model card, processor, and the model files for users without "
         f"sapiens2_hf: `trust_remote_code=True`); reloaded with `AutoModelForPoseEstimation.from_pretrained(...)` as "
-        f"`{report['reloaded_class']}`, "
+        f"`{report['reloaded_class'].rpartition('.')[2]}` from {report['reloaded_from']}, "
         f"max abs difference {report['reload_max_abs_difference']:.1e}",
-        "- overlays: `overlays/`; keypoints: `keypoints.json`",
+        f"- OKS AP: {_number(report['oks_ap_before'])} before -> {_number(report['oks_ap_after'])} after (see the "
+        "notes below)",
+        "- overlays: `overlays/` (synthetic people: ground truth left, prediction right); keypoints with their names: "
+        "`keypoints.json`",
         f"- total time: {report['seconds']} s",
+        "",
+        "Notes:",
+        "",
+        *(f"- {note}" for note in report["metric_notes"].values()),
         "",
     ])

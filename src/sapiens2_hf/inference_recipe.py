@@ -27,6 +27,14 @@ computes beyond the chosen precision:
    replay's outputs, and the pose pipeline runs the model twice per batch (flip test), so the outputs are copied out
    of the graph's memory (`clone_outputs`, on by default with CUDA graphs).
 
+5. **A persistent compile cache** (`compile_cache_dir`, default `~/.cache/sapiens2_hf/compile`): after each call that
+   compiled, torch's portable cache artefacts (`torch.compiler.save_cache_artifacts`: inductor's compiled graphs and
+   kernels, AOTAutograd's entries) are written to one file per model, device, dtype and compile setting
+   (`CompileCache`); the next process loads them (`torch.compiler.load_cache_artifacts`) before its first call, so
+   its compile finds every graph in inductor's cache instead of generating and building the kernels again (Dynamo
+   still traces the model: seconds, not the minutes of a cold CPU compile). The first call logs one line saying
+   that it compiles and how many artefacts the cache gave it. `compile_cache_dir=False` turns the file off.
+
 Shapes: compiled code is specialised to the input shape; a second shape (a smaller last batch, another number of
 people) recompiles once with a dynamic batch dimension (torch's default `dynamic=None`). Pass `dynamic=False` to keep
 one static graph per shape (what CUDA graphs record anyway).
@@ -41,9 +49,12 @@ Layer 2: imports torch, transformers (through the model) and `modeling` only.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -51,7 +62,18 @@ from .modeling.modeling_sapiens2_hf import Sapiens2RopePositionEmbedding
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InferenceRecipe", "prepare_for_inference", "restore_rope_precision", "resolve_dtype"]
+__all__ = ["DEFAULT_COMPILE_CACHE_DIR", "CompileCache", "InferenceRecipe", "prepare_for_inference",
+           "restore_rope_precision", "resolve_dtype"]
+
+#: Where `prepare_for_inference` keeps compile caches unless told otherwise (`compile_cache_dir=`, `--compile-cache`).
+DEFAULT_COMPILE_CACHE_DIR = Path.home() / ".cache" / "sapiens2_hf" / "compile"
+#: An environment variable that moves the default compile cache (CI, tests, read-only homes).
+COMPILE_CACHE_ENV = "SAPIENS2_HF_COMPILE_CACHE"
+
+
+def default_compile_cache_dir() -> Path:
+    """`$SAPIENS2_HF_COMPILE_CACHE` when set, else `DEFAULT_COMPILE_CACHE_DIR` (read at each call, not at import)."""
+    return Path(os.environ.get(COMPILE_CACHE_ENV) or DEFAULT_COMPILE_CACHE_DIR)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -71,6 +93,7 @@ class InferenceRecipe:
         clone_outputs (`bool`): outputs are copied out of the CUDA graphs' memory.
         rope_restored (`int`): RoPE modules whose periods were put back into `rope_dtype`.
         flash_attention_available (`bool`): this torch build and device can run SDPA's FlashAttention kernel.
+        compile_cache (`str` or `None`): the compile-cache file (`CompileCache.path`), `None` without one.
     """
 
     device: str
@@ -83,6 +106,97 @@ class InferenceRecipe:
     clone_outputs: bool
     rope_restored: int
     flash_attention_available: bool
+    compile_cache: str | None = None
+
+
+def _counters() -> dict[str, int]:
+    """torch's compile-cache counters of this process (`torch._dynamo.utils.counters`, the figures torch's own cache
+    tests read): FX-graph cache hits and misses (inductor), AOTAutograd cache hits and misses, and their sum
+    `graphs_compiled` (every graph compiled in this process, from the cache or not)."""
+    from torch._dynamo.utils import counters
+
+    figures = {
+        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "autograd_cache_hit": counters["aot_autograd"]["autograd_cache_hit"],
+        "autograd_cache_miss": counters["aot_autograd"]["autograd_cache_miss"],
+    }
+    figures["graphs_compiled"] = sum(figures.values())
+    return figures
+
+
+class CompileCache:
+    """One file of torch's portable compile-cache artefacts for one model and compile setting.
+
+    The file name is a hash of everything that changes the compiled code: torch's version, the model class and its
+    config, device type, dtype, the compile options and the CPU capability torch dispatches to (inductor does not
+    keep CPU kernels of different capabilities apart, see `_warn_about_shared_inductor_cache`). Several models can
+    share a folder. The file is rewritten (atomically) after every call that compiled; a damaged or foreign file is
+    ignored with a warning (the compile then runs cold), never trusted blindly: torch checks each artefact's key.
+
+    Attributes:
+        path (`Path`): the cache file.
+        loaded (`dict[str, int]`): artefacts loaded from the file, per kind (`inductor`, `aot_autograd`, ...).
+        saved (`int`): how many times the file was written by this process.
+    """
+
+    def __init__(self, folder, key: dict):
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
+        self.folder = Path(folder).expanduser()
+        self.path = self.folder / f"{key.get('model', 'model')}-{key.get('device', 'cpu')}-{digest}.bin"
+        self.loaded: dict[str, int] = {}
+        self.saved = 0
+
+    def load(self) -> dict[str, int]:
+        """Loads the file's artefacts into torch's caches (none when there is no file yet)."""
+        if not self.path.is_file():
+            return self.loaded
+        try:
+            info = torch.compiler.load_cache_artifacts(self.path.read_bytes())
+        except Exception as error:  # a truncated or foreign file: compile cold rather than fail
+            logger.warning("compile cache %s could not be read (%s); compiling without it.", self.path, error)
+            return self.loaded
+        if info is None:  # torch logs why (a checksum that does not match, for a damaged file) and returns None
+            logger.warning("compile cache %s holds no usable artefacts (damaged, or written by another torch); "
+                           "compiling without it.", self.path)
+        else:
+            self.loaded = {kind: len(keys) for kind, keys in info.artifacts.items()}
+        return self.loaded
+
+    def save(self) -> bool:
+        """Writes every artefact this process compiled or loaded so far; False when torch had none."""
+        from .utils.atomic_io import atomic_write_bytes
+
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:
+            return False
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(self.path, saved[0], durable=False)
+        except OSError as error:  # a read-only or full disk costs the next start its cache, not this run its result
+            logger.warning("could not write the compile cache %s (%s); the next process will compile again.",
+                           self.path, error)
+            return False
+        self.saved += 1
+        return True
+
+    @staticmethod
+    def counters() -> dict[str, int]:
+        """This process's compile-cache counters (see `_counters`): evidence of cache hits, without timing."""
+        return _counters()
+
+
+def _compile_cache_key(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, **options) -> dict:
+    config = getattr(model, "config", None)
+    return {
+        "torch": torch.__version__,
+        "model": type(model).__name__,
+        "config": config.to_json_string(use_diff=False) if hasattr(config, "to_json_string") else repr(config),
+        "device": device.type,
+        "dtype": str(dtype),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **options,
+    }
 
 
 def resolve_dtype(dtype) -> torch.dtype:
@@ -229,6 +343,7 @@ def prepare_for_inference(
     backend: str = "inductor",
     clone_outputs: bool | None = None,
     exact_casts: bool = True,
+    compile_cache_dir: str | os.PathLike | bool | None = None,
 ) -> torch.nn.Module:
     """Moves, casts, picks the attention kernel and compiles `model` for inference, in place; returns `model`.
 
@@ -249,6 +364,8 @@ def prepare_for_inference(
         backend (`str`): torch.compile backend (`"inductor"`; `"eager"`/`"aot_eager"` to debug capture only).
         clone_outputs (`bool`, *optional*): copy outputs out of CUDA-graph memory; default on with CUDA graphs.
         exact_casts (`bool`): inductor's `emulate_precision_casts` (round bf16/fp16 intermediates as eager does).
+        compile_cache_dir (`str`, *optional*): the folder of the persistent compile cache (`CompileCache`; inductor
+            only); `None`: `$SAPIENS2_HF_COMPILE_CACHE` or `DEFAULT_COMPILE_CACHE_DIR`; `False`: none.
 
     Returns:
         the same `model` object, in eval mode, with `model.inference_recipe` (`InferenceRecipe`) describing it.
@@ -287,10 +404,31 @@ def prepare_for_inference(
             _warn_about_shared_inductor_cache()
         compiled_forward = torch.compile(model.forward, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
                                          options=options)
+        cache = None
+        if backend == "inductor" and compile_cache_dir is not False:
+            folder = default_compile_cache_dir() if compile_cache_dir in (None, True) else compile_cache_dir
+            cache = CompileCache(folder, _compile_cache_key(
+                model, device, dtype, mode=mode, fullgraph=bool(fullgraph), dynamic=dynamic, attention=in_use,
+                exact_casts=bool(exact_casts)))
+            cache.load()
+        model.compile_cache = cache
+        first_call = [True]
 
         @functools.wraps(model.forward)
         def forward(*args, **kwargs):
+            if first_call[0]:
+                first_call[0] = False
+                loaded = sum(cache.loaded.values()) if cache is not None else 0
+                # compiling takes minutes on a CPU: say so (once) rather than look hung
+                logger.warning(
+                    "compiling %s with torch.compile (%s on %s, %s): the first call takes a while%s.",
+                    type(model).__name__, backend, device.type, str(dtype).removeprefix("torch."),
+                    "" if cache is None else (f"; compile cache {cache.path} ({loaded} artefacts loaded)" if loaded
+                                              else f"; no compile cache yet, it will be written to {cache.path}"))
+            graphs = _counters()["graphs_compiled"] if cache is not None else 0
             outputs = compiled_forward(*args, **kwargs)
+            if cache is not None and _counters()["graphs_compiled"] != graphs:
+                cache.save()
             return _clone_outputs(outputs) if clone else outputs
 
         # An instance attribute shadows the class's `forward`; `nn.Module.__call__` (hooks included) calls it.
@@ -299,5 +437,6 @@ def prepare_for_inference(
         device=str(device), dtype=dtype, attention=in_use, compiled=bool(compile), mode=mode,
         fullgraph=bool(fullgraph), cuda_graphs=cuda_graphs, clone_outputs=clone and bool(compile),
         rope_restored=rope_restored, flash_attention_available=_flash_attention_available(device, dtype),
+        compile_cache=str(model.compile_cache.path) if getattr(model, "compile_cache", None) is not None else None,
     )
     return model

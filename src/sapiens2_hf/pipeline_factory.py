@@ -7,6 +7,9 @@ tensors) and hands the model object to `transformers.pipeline`; everything else 
 `fast=True` applies the inference recipe (`inference_recipe.prepare_for_inference`: bf16 weights on CUDA, SDPA
 attention, `torch.compile`) to the pipeline's model; `compile=` alone compiles it in the dtype and on the device
 the pipeline already uses. Whatever the dtype, the RoPE keeps its official precision (`config.rope_dtype`).
+
+`backend=` runs an exported folder instead of the torch model: `"aoti"` (an AOTInductor package, compiled at export),
+`"onnxruntime"`, `"onnxruntime-int8"` (`sapiens2_hf.export.RUNTIME_BACKENDS`), with the processor saved beside it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from .modeling.loading_sapiens2_hf import resolve_checkpoint
 from .pipelines import PIPELINE_TASKS
 
 
-def pipeline(task: str, model=None, *, fast: bool = False, compile=None, **kwargs):
+def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend: str = "torch",
+             compile_cache_dir=None, **kwargs):
     """Like `transformers.pipeline(task, model=..., ...)`; `model` may also be an official .safetensors file or a
     local folder without config.json. `model_kwargs` are passed to `from_pretrained` for those.
 
@@ -31,6 +35,13 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, **kwarg
         compile (`bool` or `dict`, *optional*): compile the model (`fast` defaults it to `True`); a dict is passed to
             `prepare_for_inference` as its compile keywords, e.g. `{"mode": "reduce-overhead"}` for CUDA graphs.
         torch_dtype: accepted as the older name of `dtype`.
+        backend (`str`): `"torch"` (default), or a `sapiens2_hf.export.RUNTIME_BACKENDS` name (`"aoti"`,
+            `"onnxruntime"`, `"onnxruntime-int8"`) with `model` an exported folder of that format; its
+            preprocessor_config.json is the default image processor.
+        compile_cache_dir (`str`, *optional*): the persistent compile cache of `fast`/`compile` (see
+            `prepare_for_inference`; default `~/.cache/sapiens2_hf/compile`, `False` for none).
+        image_size (`list[int]`, *optional*): the model's input size `[height, width]`, a loading override (as
+            `from_pretrained(..., image_size=...)`; the form the loader's errors suggest): moved into `model_kwargs`.
     """
     import torch
     from transformers import pipeline as transformers_pipeline
@@ -39,9 +50,13 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, **kwarg
         if kwargs.get("dtype") is not None:
             raise ValueError("pass either dtype= or its older name torch_dtype=, not both.")
         kwargs["dtype"] = kwargs.pop("torch_dtype")
+    if backend != "torch":
+        return _exported_pipeline(task, model, backend, fast=fast, compile=compile, **kwargs)
     compile_options = {}
+    if compile_cache_dir is not None:
+        compile_options["compile_cache_dir"] = compile_cache_dir
     if isinstance(compile, dict):
-        compile_options, compile = dict(compile), True
+        compile_options, compile = {**compile_options, **compile}, True
     elif compile is not None and not isinstance(compile, bool):
         raise ValueError(f"compile must be True, False, None or a dict of prepare_for_inference keywords, got "
                          f"{compile!r}.")
@@ -56,6 +71,17 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, **kwarg
     if isinstance(kwargs.get("dtype"), str) and kwargs["dtype"] != "auto":
         kwargs["dtype"] = resolve_dtype(kwargs["dtype"])
 
+    image_size = kwargs.pop("image_size", None)
+    if image_size is not None:
+        # A config override of loading, which transformers' factory would hand to the pipeline (which refuses it).
+        model_kwargs = dict(kwargs.get("model_kwargs") or {})
+        if "image_size" in model_kwargs:
+            raise ValueError("pass image_size= or model_kwargs={'image_size': ...}, not both.")
+        if not isinstance(model, (str, os.PathLike)):
+            raise ValueError("image_size= applies when the pipeline loads the model (a file, folder or Hub id); for "
+                             "a model object, load it with from_pretrained(..., image_size=[height, width]).")
+        model_kwargs["image_size"] = image_size
+        kwargs["model_kwargs"] = model_kwargs
     is_local = isinstance(model, (str, os.PathLike)) and Path(model).exists()
     # A LoRA adapter folder is transformers' own business (its factory finds adapter_config.json).
     if is_local and task in PIPELINE_TASKS and not (Path(model) / "adapter_config.json").is_file():
@@ -64,8 +90,37 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, **kwarg
             model = model_class_for_task(PIPELINE_TASKS[task]).from_pretrained(
                 resolved.location, **(kwargs.pop("model_kwargs", None) or {})
             )
+    own_processor = kwargs.get("image_processor") is None
     pipe = transformers_pipeline(task, model=model, **kwargs)
+    processor = getattr(pipe, "image_processor", None)
+    if image_size is not None and own_processor and hasattr(processor, "input_size"):
+        # a folder's preprocessor_config.json keeps the size it was saved with: the processor follows the override
+        height, width = pipe.model.config.image_size_hw
+        processor.size = {"height": height, "width": width}
     if fast or compile:
         prepare_for_inference(pipe.model, device=pipe.device, dtype=pipe.model.dtype, compile=bool(compile),
                               attention="sdpa" if fast else None, **compile_options)
     return pipe
+
+
+def _exported_pipeline(task: str, folder, backend: str, fast: bool, compile, **kwargs):
+    """The pipeline of `task` around an exported folder run by `backend` (see `pipeline`)."""
+    import torch
+    from transformers import pipeline as transformers_pipeline
+
+    from .export import load_backend
+    from .processing import Sapiens2HFImageProcessor
+
+    if fast or compile:
+        raise ValueError(f"backend={backend!r} runs a model compiled at export; drop fast=/compile= (they compile the "
+                         "torch model).")
+    dtype = kwargs.pop("dtype", None)
+    if dtype not in (None, "auto") and resolve_dtype(dtype) != torch.float32:
+        raise ValueError(f"backend={backend!r} runs in float32; drop dtype={dtype}.")
+    if not isinstance(folder, (str, os.PathLike)):
+        raise ValueError(f"backend={backend!r} needs model= an exported folder (`sapiens2-hf export`), not a "
+                         f"{type(folder).__name__}.")
+    runtime = load_backend(folder, backend, task=PIPELINE_TASKS.get(task))
+    if kwargs.get("image_processor") is None:
+        kwargs["image_processor"] = Sapiens2HFImageProcessor.from_pretrained(folder)
+    return transformers_pipeline(task, model=runtime, **kwargs)

@@ -1,4 +1,5 @@
-"""`sapiens2-hf export MODEL --format onnx|torch-export --out DIR`, and the `--backend` choice of the predict commands.
+"""`sapiens2-hf export MODEL --format onnx|torch-export|aoti --out DIR`, and the `--backend` choice of the predict
+commands.
 
 The export writes the artefact with config.json, preprocessor_config.json and export_info.json beside it, after
 checking it against the eager model (see `sapiens2_hf.export`). Nothing heavy is imported until a command runs.
@@ -15,24 +16,29 @@ from .options import check_local_source, positive_int
 
 # every task of the registry (run by path: `--help` stays torch-free), the checkpoint's own, or the bare backbone
 TASK_CHOICES = ["auto", "pretrain", *task_registry().TASK_NAMES]
-#: `--backend` of the predict commands: the torch model, or an exported ONNX folder run by onnxruntime (float32 or
-#: its int8 file).
-BACKENDS = ("torch", "onnxruntime", "onnxruntime-int8")
+#: `--backend` of the predict commands: the torch model, an exported ONNX folder run by onnxruntime (float32 or its
+#: int8 file), or an AOTInductor package. "torch" + `sapiens2_hf.export.RUNTIME_BACKENDS` (spelled out: the parser
+#: stays torch-free; tests/test_export_aoti.py checks they agree).
+BACKENDS = ("torch", "onnxruntime", "onnxruntime-int8", "aoti")
 
 
 def add_export_subparser(subparsers) -> None:
     """Registers `export` on the `sapiens2-hf` command."""
     parser = subparsers.add_parser(
         "export",
-        help="export a model to ONNX or torch.export, verified against the eager model",
+        help="export a model to ONNX, torch.export or an AOTInductor package, verified against the eager model",
         description="Export a Sapiens2 model (backbone or any task) for deployment: a dynamic batch size, the input "
         "size fixed (the model's own unless --input-size), the image processor and config saved beside it, and the "
         "artefact checked against the eager model before the folder is written. ONNX folders run with "
-        "`sapiens2-hf <task> ... --backend onnxruntime` or sapiens2_hf.export.OnnxRuntimeSapiens2Model.",
+        "`sapiens2-hf <task> ... --backend onnxruntime` or sapiens2_hf.export.OnnxRuntimeSapiens2Model; AOTInductor "
+        "packages (--format aoti: compiled once here, no compile at start-up) with --backend aoti.",
     )
     parser.add_argument("model", help="converted folder, Hub id, or official sapiens2_<size>_<task>.safetensors file")
     parser.add_argument("--out", required=True, help="output folder (written atomically)")
-    parser.add_argument("--format", default="onnx", choices=["onnx", "torch-export"])
+    parser.add_argument("--format", default="onnx", choices=["onnx", "torch-export", "aoti"],
+                        help="onnx (default), torch-export, or aoti: an AOTInductor package compiled for --device")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="--format aoti: the device the package is compiled for and verified on (default cpu)")
     parser.add_argument("--task", default="auto", choices=TASK_CHOICES, help="default: read from the checkpoint")
     parser.add_argument("--input-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
                         help="fixed model input size (default: the model's image_size)")
@@ -55,11 +61,14 @@ def run_export(args: argparse.Namespace) -> int:
     from ..export import ExportCheckError, export_model, format_report
 
     check_local_source("", args.model)
+    # stderr: stdout carries the result lines; tracing, optimising and verifying take seconds to minutes
+    print(f"exporting {args.model} to {args.format} (tracing, optimising"
+          f"{'' if args.no_verify else ' and verifying'}: this takes a while) ...", file=sys.stderr, flush=True)
     try:
         result = export_model(
             args.model, args.out, format=args.format, task=args.task, input_size=args.input_size,
             rope_dtype=args.rope_dtype, opset=args.opset, verify=not args.no_verify, overwrite=args.overwrite,
-            quantize=args.quantize, num_threads=getattr(args, "threads", None),
+            quantize=args.quantize, num_threads=getattr(args, "threads", None), device=args.device,
         )
     except (ExportCheckError, ImportError) as error:
         print(f"sapiens2-hf export: error: {error}", file=sys.stderr)
@@ -80,31 +89,28 @@ def add_backend_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend", default="torch", choices=BACKENDS,
         help="torch (default), or onnxruntime / onnxruntime-int8 for a folder written by `sapiens2-hf export "
-             "--format onnx` (CPU, float32 inputs; -int8 needs --quantize at export)",
+             "--format onnx` (CPU, float32 inputs; -int8 needs --quantize at export), or aoti for `--format aoti` "
+             "(an AOTInductor package: nothing compiles at start-up)",
+    )
+    parser.add_argument(
+        "--compile-cache", default=None, metavar="DIR",
+        help="with --compile: the folder of the persistent compile cache (default ~/.cache/sapiens2_hf/compile), so "
+             "that the next run does not compile from scratch",
     )
 
 
 def load_backend_model(args: argparse.Namespace, device: str):
-    """`(model, device)` for a predict command with `--backend onnxruntime[-int8]`.
+    """`(model, device)` for a predict command with `--backend onnxruntime[-int8]|aoti`.
 
-    `args.model` must be an exported ONNX folder of `args.task`; `device` "auto" becomes "cpu" (the CPU provider).
+    `args.model` must be an exported folder of `args.task` in the backend's format; `device` "auto" becomes the
+    runtime's own device (the CPU for onnxruntime and CPU packages).
     """
-    from pathlib import Path
+    from ..export import load_backend
 
-    from ..export import OnnxRuntimeSapiens2Model, read_export_info
-
-    if not Path(args.model).is_dir():
-        raise ValueError(f"--backend {args.backend} needs a folder written by `sapiens2-hf export --format onnx`, "
-                         f"not {args.model!r}.")
-    info = read_export_info(args.model)
-    if info.get("format") != "onnx":
-        raise ValueError(f"{args.model} holds a {info.get('format')!r} export; --backend {args.backend} needs "
-                         "`sapiens2-hf export --format onnx`.")
-    if info.get("task") != args.task:
-        raise ValueError(f"{args.model} is an exported {info.get('task') or 'backbone'} model, not {args.task}.")
     if getattr(args, "dtype", "float32") != "float32":
         raise ValueError(f"--backend {args.backend} runs in float32; drop --dtype {args.dtype}.")
-    precision = "int8" if args.backend == "onnxruntime-int8" else "fp32"
-    model = OnnxRuntimeSapiens2Model.from_pretrained(args.model, precision=precision,
-                                                     num_threads=getattr(args, "threads", None))
-    return model, ("cpu" if device == "auto" else device)
+    try:
+        model = load_backend(args.model, args.backend, task=args.task, num_threads=getattr(args, "threads", None))
+    except ValueError as error:
+        raise ValueError(str(error).replace(f"backend {args.backend!r}", f"--backend {args.backend}")) from None
+    return model, (str(model.device) if device == "auto" else device)

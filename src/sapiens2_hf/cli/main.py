@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_predict_subparsers(subparsers)
     from .merge import add_merge_subparser; add_merge_subparser(subparsers)  # noqa: E702 (one line: shared file)
     from .export import add_export_subparser; add_export_subparser(subparsers)  # noqa: E702
+    from .app import add_app_subparser; add_app_subparser(subparsers)  # noqa: E702 (app, space)
     return parser
 
 
@@ -72,9 +73,44 @@ def _is_expected_itself(error: BaseException) -> bool:
     return False
 
 
+# The library's errors name the Python fix (`overwrite=True`, a class to load with); a command-line user needs the
+# flag or command. One table translates them for every command, so the library keeps a single message per error:
+# (pattern of the API hint, its command-line form; `{task}` is the task whose class the hint names).
+_CLI_HINTS = (
+    (r"\boverwrite=True", "--overwrite"),
+    (r"\bquantize='([\w-]+)'", r"`sapiens2-hf export --format onnx --quantize \1`"),
+    (r"\(format onnx: ([^)]*)\)(.*) load it with sapiens2_hf\.export\.load_exported\(folder\)",
+     r"(format onnx: \1)\2 run it with `sapiens2-hf <task> --model FOLDER --backend onnxruntime`"),
+    (r"\(format aoti: ([^)]*)\)(.*) load it with sapiens2_hf\.export\.load_exported\(folder\)",
+     r"(format aoti: \1)\2 run it with `sapiens2-hf <task> --model FOLDER --backend aoti`"),
+    (r"load it with sapiens2_hf\.export\.load_exported\(folder\)",
+     "the predict commands run ONNX (`--backend onnxruntime`) and AOTInductor (`--backend aoti`) exports; load this "
+     "one from Python with sapiens2_hf.export.load_exported(folder)"),
+    (r"load it with (Sapiens2For\w+)", "run it with `sapiens2-hf {task}`"),
+    (r"start a new (\w+) model from it with \w+\.from_backbone\([^)]*\)(, or load it with Sapiens2Model)?",
+     r"fine-tune a \1 model from it first (training_scripts/finetune.py --task \1 --backbone_name_or_path ...)"),
+)
+
+
+def _cli_hints(message: str) -> str:
+    """`message` with the API hints of `_CLI_HINTS` replaced by their command-line form."""
+    import re
+
+    from .._registration import task_registry
+
+    task_of_class = {spec.model_class: name for name, spec in task_registry().TASK_SPECS.items()}
+    for pattern, replacement in _CLI_HINTS:
+        if "{task}" in replacement:
+            message = re.sub(pattern, lambda match, text=replacement: text.format(
+                task=task_of_class.get(match.group(1), "<task>")), message)
+        else:
+            message = re.sub(pattern, replacement, message)
+    return message
+
+
 def _message(error: BaseException) -> str:
-    """The one line printed for an expected error."""
-    message = " ".join(str(error).split()) or type(error).__name__
+    """The one line printed for an expected error, its hints in command-line terms (`_CLI_HINTS`)."""
+    message = _cli_hints(" ".join(str(error).split()) or type(error).__name__)
     if isinstance(error, _INPUT_ARITHMETIC_ERRORS):
         frame = traceback.extract_tb(error.__traceback__)[-1:] or None
         where = f" at {Path(frame[0].filename).name}:{frame[0].lineno} in {frame[0].name}" if frame else ""

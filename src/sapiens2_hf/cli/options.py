@@ -125,5 +125,26 @@ def check_local_source(option: str, value: str | os.PathLike | None) -> None:
                 _check_json_object(option, path / name)
 
 
-__all__ = ["check_local_source", "check_regular_file", "finite_float", "looks_local", "non_negative_float",
-           "positive_float", "positive_int"]
+# Tasks whose video outputs `--temporal-filter` smooths (sapiens2_hf.video.smoothing.DENSE_TASK_MAPS; not imported
+# here: --help stays light).
+TEMPORAL_FILTER_TASKS = ("seg", "normal", "pointmap", "albedo", "matting")
+
+
+def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) -> None:
+    """`--temporal-filter` and its two knobs, for the dense tasks' video inputs (docs/video.md)."""
+    if task not in TEMPORAL_FILTER_TASKS:
+        return
+    group = parser.add_argument_group("video (dense tasks)")
+    group.add_argument("--temporal-filter", action="store_true",
+                       help="video: remove frame-to-frame flicker with a flow-guided One-Euro filter (the previous "
+                            "output follows the optical flow; occlusions and fast changes pass unfiltered)")
+    group.add_argument("--temporal-min-cutoff", type=positive_float, default=None, metavar="HZ",
+                       help="temporal filter cutoff at rest, Hz (default: the task's, 1.0 or 2.0 for seg; lower = "
+                            "smoother)")
+    group.add_argument("--temporal-beta", type=non_negative_float, default=None,
+                       help="temporal filter speed coefficient, per map unit (default: the task's; higher = changes "
+                            "not explained by motion pass sooner)")
+
+
+__all__ = ["TEMPORAL_FILTER_TASKS", "add_temporal_filter_arguments", "check_local_source", "check_regular_file",
+           "finite_float", "looks_local", "non_negative_float", "positive_float", "positive_int"]

@@ -1,11 +1,12 @@
 """`sapiens2-hf {pose,seg,normal,pointmap,albedo,matting} INPUT... --model M --out DIR`: batch inference over images,
-folders and videos; sharded over processes under `accelerate launch`, resumable.
+folders and videos; sharded over processes under `accelerate launch`, resumable. docs/cli.md documents every file
+each command writes, for users.
 
 For each input image the command writes, atomically, into `--out`:
 
 | task | files |
 |---|---|
-| pose | `<name>.json` (COCO-style: image, categories with the keypoint names and skeleton, one annotation per person), `<name>_pose.png` (overlay) |
+| pose | `<name>.json` (COCO-style: image, categories with the keypoint names and skeleton, one annotation per person with `bbox` in COCO xywh and `bbox_xyxy`; `info.bbox_format` says "xywh"), `<name>_pose.png` (overlay) |
 | seg | `<name>_seg.npy` (uint8 class ids, height x width), `<name>_seg.png` (overlay with legend) |
 | normal | `<name>_normal.npy` (float32 height x width x 3), `<name>_normal.png` ((n + 1) / 2 as RGB) |
 | pointmap | `<name>_pointmap.npy` (float32 XYZ), `<name>_depth.npy` (float32 Z), `<name>_depth.png` (Turbo-coloured depth with a colour bar labelled in metres at its 1st / 99th percentile ends; background grey), `<name>.ply` with `--ply` |
@@ -144,7 +145,9 @@ def add_predict_subparsers(subparsers) -> None:
         if task == "pose":
             parser.add_argument("--boxes", default=None, metavar="FILE.json",
                                 help="JSON file {key: [[x_min, y_min, x_max, y_max], ...]} of person boxes in "
-                                     "pixels ([] = nobody). Keys: image file names ('a.jpg') or paths as given; "
+                                     "pixels, xyxy format (not the xywh of COCO and of the written JSON's 'bbox'; "
+                                     "its 'bbox_xyxy' can be passed back) ([] = nobody). Keys: image file names "
+                                     "('a.jpg') or paths as given; "
                                      "video frames: '<video file name>#<frame index>' (e.g. 'clip.mp4#0', "
                                      "'clip.mp4#30'; the index counts every decoded frame, before --video-stride) "
                                      "or '<video path>#<frame index>'. Inputs not listed use the detector")
@@ -191,6 +194,7 @@ def add_predict_subparsers(subparsers) -> None:
                                     help="keep only the person: one mask image for every input, or a folder with "
                                          "<input name>.png per image (non-zero = person)")
         add_threads_argument(parser)
+        from .options import add_temporal_filter_arguments; add_temporal_filter_arguments(parser, task)  # noqa: E702
         parser.set_defaults(handler=run_predict, task=task)
 
 
@@ -268,6 +272,9 @@ def _collect(inputs: list[str], report: _Report) -> tuple[list[Path], list[Path]
             continue
         path = Path(entry)
         candidates = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        if path.is_dir() and not any(p.suffix.lower() in (*IMAGE_SUFFIXES, *VIDEO_SUFFIXES) for p in candidates):
+            report.skip(entry, _empty_folder_reason(path))
+            continue
         for candidate in candidates:
             suffix = candidate.suffix.lower()
             if not candidate.exists():
@@ -280,6 +287,17 @@ def _collect(inputs: list[str], report: _Report) -> tuple[list[Path], list[Path]
                 seen.add(candidate.resolve())
                 (videos if suffix in VIDEO_SUFFIXES else images).append(candidate)
     return images, videos
+
+
+def _empty_folder_reason(folder: Path) -> str:
+    """Why an input folder gives no input: none of its files is an image or video; folders are not read
+    recursively, so its subfolders (named, up to 3) are the likely inputs."""
+    subfolders = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    if not subfolders:
+        return "a folder without image or video files"
+    shown = ", ".join(subfolders[:3]) + (", ..." if len(subfolders) > 3 else "")
+    return (f"no images in {folder}; it has subfolders ({shown}), which are not read: pass them as inputs "
+            f"(e.g. {folder / subfolders[0]})")
 
 
 def _check_out(out: Path, inputs: list[str], files: list[Path]) -> None:
@@ -393,7 +411,7 @@ def _build_pipeline(args: argparse.Namespace, device: str | None = None):
         from ..inference_recipe import prepare_for_inference
 
         prepare_for_inference(pipe.model, device=pipe.device, dtype=dtype, compile=True, attention="sdpa",
-                                  mode=args.compile_mode)
+                              mode=args.compile_mode, compile_cache_dir=getattr(args, "compile_cache", None))
     return pipe
 
 
@@ -443,7 +461,8 @@ def _pose_json(source: str, image_shape: tuple[int, ...], people: list[dict], th
             "id": k + 1,
             "image_id": 1,
             "category_id": 1,
-            "bbox": [x0, y0, x1 - x0, y1 - y0],
+            "bbox": [x0, y0, x1 - x0, y1 - y0],  # COCO xywh, as pycocotools reads it (`info.bbox_format`)
+            "bbox_xyxy": [x0, y0, x1, y1],  # the format `--boxes` and the pipeline take
             "score": float(person["bbox_score"]),
             "keypoints": [float(v) for v in keypoints.reshape(-1)],
             "keypoint_scores": [float(v) for v in scores],
@@ -460,6 +479,7 @@ def _pose_json(source: str, image_shape: tuple[int, ...], people: list[dict], th
         "annotations": annotations,
         "info": {"description": "sapiens2-hf pose; keypoints are (x, y, score) triples in image pixels",
                  "keypoint_threshold_for_num_keypoints": threshold,
+                 "bbox_format": "xywh",  # of `bbox`; `bbox_xyxy` holds the same box as --boxes takes it
                  "keypoint_format": keypoint_format or "sapiens2_308", **(info or {})},
     }
 

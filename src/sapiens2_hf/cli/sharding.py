@@ -34,7 +34,8 @@ OUTPUT_OPTIONS = (
 )
 # options added after the first markers were written: in the fingerprint only when set, so that the markers of runs
 # without them stay valid
-OPTIONAL_OUTPUT_OPTIONS = ("foreground_model", "foreground_mask", "focal_length", "intrinsics")
+OPTIONAL_OUTPUT_OPTIONS = ("foreground_model", "foreground_mask", "focal_length", "intrinsics", "temporal_filter",
+                           "temporal_min_cutoff", "temporal_beta")
 
 
 def world_size() -> int:
@@ -105,7 +106,8 @@ def fingerprint(args, path: Path, boxes: Any) -> dict[str, Any]:
     """What an input's outputs depend on (see the module docstring)."""
     stat = path.stat()
     options = {key: getattr(args, key, None) for key in OUTPUT_OPTIONS}
-    options.update({key: getattr(args, key) for key in OPTIONAL_OUTPUT_OPTIONS if getattr(args, key, None) is not None})
+    options.update({key: getattr(args, key) for key in OPTIONAL_OUTPUT_OPTIONS
+                    if getattr(args, key, None) not in (None, False)})
     return {
         "input": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "task": args.task,
         "model": str(args.model), "options": options, "boxes": boxes,

@@ -7,17 +7,28 @@ files and the annotated frame straight into the mp4 encoder (`VideoWriter`, atom
 end), with at most two batches waiting. The video is never in memory: a few batches of frames at most.
 
 Pose (top-down) on video:
-- detection frames: every `--detect-every`-th processed frame, every frame listed in `--boxes`, and (for a video
-  without entries in `--boxes`) any frame while nobody is tracked. There, people come from `--boxes` or the detector
-  (no whole-image fallback box when nobody is found), and `IouTracker` gives them track ids;
+- detection frames: every frame listed in `--boxes`; every `--detect-every`-th processed frame, and any frame while
+  nobody is tracked, of a video without entries in `--boxes`. A video with entries in `--boxes` (e.g. `clip.mp4#0`
+  only) runs the detector on its other frames only when `--detector` is given (then on every `--detect-every`-th
+  one): the listed boxes seed the tracks, which then follow the people. On detection frames people come from
+  `--boxes` or the detector (no whole-image fallback box when nobody is found), and `IouTracker` gives them track
+  ids;
 - other frames: each tracked person's box is the box of its keypoints in the previous processed frame
   (`box_from_keypoints`; the previous box when too few keypoints are confident). The frames between two detection
   frames are batched together, all with the boxes known before the batch, so `--batch-size 1` follows motion frame
   by frame and larger batches trade that for speed;
 - keypoints are smoothed per track by a One-Euro filter on the frames' presentation times (a new track starts a new
   filter). The JSON and the overlay hold the smoothed keypoints; scores are not smoothed.
+
+Dense tasks on video with `--temporal-filter`: each frame's maps (normals, pointmap and depth, albedo, alpha and
+foreground, segmentation labels) go through `sapiens2_hf.video.DenseResultFilter` in frame order before they are
+written: the previous filtered output follows the optical flow of the frames and is blended with the new one by the
+One-Euro rule per pixel (`--temporal-min-cutoff`, `--temporal-beta`; docs/video.md). Without the option the outputs
+are the per-frame ones, bit for bit. A failed frame is skipped by the filter too.
 A frame that fails is reported (`<video>#<index>`) and shows unannotated in the mp4, so that the video keeps its
-timing; a video with a failed frame gets no done marker, so a resumed run computes it again.
+timing; a video with a failed frame gets no done marker, so a resumed run computes it again. Frames of one video that
+fail for the same reason (a detector that cannot be loaded fails every frame) are reported once: one entry, at the
+first such frame, whose `frames` lists them all and whose reason ends with their count.
 """
 
 from __future__ import annotations
@@ -154,12 +165,17 @@ class _PoseState:
         self.filters: dict[int, OneEuroFilter] = {}
         self.make_filter = None if args.no_smooth else (
             lambda: OneEuroFilter(args.smooth_min_cutoff, args.smooth_beta))
-        # the video has entries in --boxes: never run the detector just because nobody is tracked
+        # the video has entries in --boxes: they seed the tracks, and the detector runs on the other frames only
+        # when the user named one (never because nobody is tracked)
         self.listed_frames = listed_frames
+        self.scheduled = not listed_frames or bool(getattr(args, "detector", None))
 
     def is_detection(self, taken: int, listed: Any) -> bool:
-        return listed is not None or taken % self.args.detect_every == 0 or (
-            not self.tracker.tracks and not self.listed_frames)
+        if listed is not None:
+            return True
+        if not self.scheduled:
+            return False
+        return taken % self.args.detect_every == 0 or (not self.tracker.tracks and not self.listed_frames)
 
     def after_detection(self, people: list[dict]) -> list[int]:
         tracks = self.tracker.update([p["bbox"] for p in people], [p["bbox_score"] for p in people])
@@ -212,17 +228,37 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
     if args.task == "pose":
         listed = any(key.startswith((f"{path.name}#", f"{path}#")) for key in boxes)
         state = _PoseState(args, listed)
+    smoother = None
+    if args.task != "pose" and getattr(args, "temporal_filter", False):
+        from ..video import DenseResultFilter
+
+        smoother = DenseResultFilter(args.task, getattr(args, "temporal_min_cutoff", None),
+                                     getattr(args, "temporal_beta", None))
+
+    first_failure: dict[str, dict] = {}  # reason -> its entry in report.skipped
+
+    def fail(frame, reason: str) -> None:
+        """Report a failed frame; a reason already reported for this video adds the frame to that entry."""
+        nonlocal failed_frames
+        failed_frames += 1
+        entry = first_failure.get(reason)
+        if entry is None:
+            entry = {"input": f"{path}#{frame.index}", "reason": reason, "frames": [frame.index]}
+            first_failure[reason] = entry
+            report.skipped.append(entry)
+            return
+        entry["frames"].append(frame.index)
+        entry["reason"] = f"{reason} [the same for {len(entry['frames'])} frames of {path.name}]"
 
     def emit_now(taken: int, frame, result, writer, track_ids=None) -> None:
         """Write one frame's outputs and its annotated frame (on the writer thread, in frame order)."""
-        nonlocal failed_frames, decoded
+        nonlocal decoded
         source = f"{path}#{frame.index}"
         report.frames += 1
         decoded += 1
         overlay = None
         if isinstance(result, Exception):
-            report.skipped.append({"input": source, "reason": _reason(result)})
-            failed_frames += 1
+            fail(frame, _reason(result))
         else:
             try:
                 pose_json = None
@@ -245,8 +281,7 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
             except OutputWriteError:  # the folder cannot take more: the run stops (cli/predict.py)
                 raise
             except Exception as error:  # noqa: BLE001 - e.g. NaN in the results
-                report.skipped.append({"input": source, "reason": _reason(error)})
-                failed_frames += 1
+                fail(frame, _reason(error))
         if writer is not None:
             with writing_outputs():
                 writer.write(np.asarray(overlay) if overlay is not None else frame.image)
@@ -254,6 +289,12 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
 
     def run_dense(batch, writer) -> None:
         for (taken, frame), result in zip(batch, _run_frames(args, pipe, batch)):
+            if smoother is not None and not isinstance(result, Exception):
+                try:  # frame order: this thread, in turn
+                    result = smoother.filter(result, frame.image, frame.time)
+                except Exception as error:  # noqa: BLE001 - reported for this frame; the filter restarts
+                    smoother.reset()
+                    result = error
             sink.submit(taken, frame, result, writer)
 
     def run_pose(batch, writer) -> None:

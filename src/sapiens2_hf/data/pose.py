@@ -77,6 +77,42 @@ def _detect_layout(annotation: dict) -> str:
     return {NUM_KEYPOINTS: "sapiens308", 344: "sapiens344"}.get(count, f"unknown({count} keypoints)")
 
 
+def coco_image_candidates(file_name: str, image_dir: str | Path, annotation_file: str | Path) -> list[Path]:
+    """Where a COCO `file_name` may be, in order: under `image_dir` (COCO's convention), then relative to the
+    annotation file's folder and to `image_dir`'s parent (a `file_name` that includes the images folder, such as
+    `write_dataset`'s `"images/<stem>.png"`, given with `image_dir` `images/`). Duplicates are dropped."""
+    candidates = []
+    for base in (Path(image_dir), Path(annotation_file).parent, Path(image_dir).parent):
+        if base / file_name not in candidates:
+            candidates.append(base / file_name)
+    return candidates
+
+
+def resolve_coco_image(file_name: str, image_dir: str | Path, annotation_file: str | Path) -> Path:
+    """The first of `coco_image_candidates` that exists, else the first (a missing image is then reported, by that
+    path, by the record checks of `sapiens2_hf.data.validation`)."""
+    candidates = coco_image_candidates(file_name, image_dir, annotation_file)
+    return next((path for path in candidates if path.is_file()), candidates[0])
+
+
+def check_coco_images_found(annotation_file: str | Path, image_dir: str | Path | None, records: list[dict],
+                            images_option: str = "image_dir") -> None:
+    """A one-line `ValueError` when not one image of the records (read by `read_coco_keypoints`) exists: it names
+    the paths tried for the first image and the fix (`images_option`: the argument or flag that sets the image
+    folder). A few missing images are left to the record checks, which skip and list them."""
+    if not records or any(Path(record["image"]).is_file() for record in records):
+        return
+    annotation_file = Path(annotation_file)
+    images = {image["id"]: image for image in json.loads(annotation_file.read_text())["images"]}
+    file_name = images[records[0]["image_id"]]["file_name"]
+    image_dir = Path(image_dir) if image_dir is not None else annotation_file.parent
+    tried = " or ".join(str(path) for path in coco_image_candidates(file_name, image_dir, annotation_file))
+    raise ValueError(
+        f"No image of {annotation_file} exists: the first, file_name {file_name!r}, is not at {tried}. Pass "
+        f"{images_option} the folder that the file_name entries are relative to."
+    )
+
+
 def read_coco_keypoints(
     annotation_file: str | Path,
     image_dir: str | Path | None = None,
@@ -90,6 +126,8 @@ def read_coco_keypoints(
         annotation_file (`str` or `Path`): COCO JSON with `images`, `annotations` (`keypoints` flat `[x, y, v] * K`,
             `bbox`, optional `area`, `iscrowd`, `num_keypoints`).
         image_dir (`str` or `Path`, *optional*): Folder of the images' `file_name`s (default: the JSON's folder).
+            A `file_name` that already names that folder (`"images/x.png"` with `image_dir` `images/`, as
+            `write_dataset` writes it) is found too: see `resolve_coco_image`.
         keypoint_layout (`str`, *optional*, defaults to `"auto"`): `"sapiens308"` (official order), `"sapiens344"`
             (raw annotations, teeth removed), `"coco_wholebody"` (mapped with `coco_wholebody_to_308`) or `"auto"`.
         skip_crowd (`bool`, *optional*, defaults to `True`): Drop `iscrowd` annotations (training convention).
@@ -119,7 +157,7 @@ def read_coco_keypoints(
         bbox = np.asarray(annotation["bbox"], dtype=np.float32)
         image = images[annotation["image_id"]]
         records.append({
-            "image": str(image_dir / image["file_name"]),
+            "image": str(resolve_coco_image(image["file_name"], image_dir, annotation_file)),
             "image_id": int(annotation["image_id"]),
             "instance_id": int(annotation.get("id", len(records))),
             "bbox": bbox,

@@ -28,6 +28,19 @@ class BadSampleError(ValueError):
     """A record fails the up-front checks and the run is strict (`--strict`)."""
 
 
+class NoUsableSamplesError(ValueError):
+    """Every record of a split failed the up-front checks (or there were none).
+
+    Attributes:
+        skipped (`list[SkippedSample]`): the records left out, so that the run can still write
+            `skipped_samples.json` before it stops: the one list that says what to fix.
+    """
+
+    def __init__(self, message: str, skipped: Sequence["SkippedSample"] = ()):
+        super().__init__(message)
+        self.skipped = list(skipped)
+
+
 class SampleLoadError(ValueError):
     """A sample that passed the up-front checks fails when it is read; the message names its file."""
 
@@ -228,6 +241,7 @@ def sample_file(record) -> str | None:
 
 __all__ = [
     "BadSampleError",
+    "NoUsableSamplesError",
     "SampleLoadError",
     "SkippedSample",
     "describe_skipped",

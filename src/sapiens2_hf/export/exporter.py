@@ -1,4 +1,5 @@
-"""Export a Sapiens2 model to ONNX or to a `torch.export` program, verified against the eager model.
+"""Export a Sapiens2 model to ONNX, a `torch.export` program or an AOTInductor package, verified against the eager
+model.
 
 An exported folder holds:
 
@@ -6,6 +7,7 @@ An exported folder holds:
 |---|---|
 | `model.onnx` (format `onnx`) | the graph with its weights (`model.onnx.data` beside it for models over ~1.8 GB) |
 | `model.pt2` (format `torch-export`) | a `torch.export.save` archive |
+| `model_aoti.pt2` (format `aoti`) | an AOTInductor package: compiled kernels and weights, for one device type (`aoti.py`) |
 | `config.json` | the model's `Sapiens2Config`, `image_size` set to the exported input size |
 | `preprocessor_config.json` | the task's image processor at that size |
 | `export_info.json` | format, input/output names and shapes, RoPE handling, versions, and the verification figures |
@@ -20,7 +22,8 @@ RoPE in bfloat16 (the official default): torch exports the bf16 rotation as bf16
 onnxruntime's CPU provider cannot run. The ONNX graph therefore computes them in float32 with a
 `Cast(to=bfloat16) -> Cast(to=float)` pair after every rounding step (`onnx_bf16.py`), which reproduces torch's CPU
 bf16 arithmetic; `export_info.json -> rope` records how many such pairs the graph holds. The `torch-export` program
-keeps the bf16 ops as they are (torch runs them).
+keeps the bf16 ops as they are (torch runs them); the AOTInductor package compiles them with inductor's
+`emulate_precision_casts`, which rounds where eager rounds.
 
 The exporter is torch's dynamo-based `torch.onnx.export` (a `torch.export` program translated to ONNX, then
 optimised by onnxscript: constant folding turns the RoPE tables into initializers).
@@ -47,7 +50,7 @@ from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_fo
 from ..utils.extras import require
 
 
-EXPORT_FORMATS = ("onnx", "torch-export")
+EXPORT_FORMATS = ("onnx", "torch-export", "aoti")
 ONNX_FILE = "model.onnx"
 ONNX_INT8_FILE = "model_int8.onnx"
 TORCH_EXPORT_FILE = "model.pt2"
@@ -94,7 +97,7 @@ class ExportResult:
 
     Attributes:
         folder (`Path`): the exported folder.
-        format (`str`): `"onnx"` or `"torch-export"`.
+        format (`str`): `"onnx"`, `"torch-export"` or `"aoti"`.
         artefact (`Path`): the model file inside `folder`.
         info (`dict`): the content of `export_info.json` (verification figures under `"verification"`).
     """
@@ -360,8 +363,9 @@ def format_report(report: dict[str, dict], title: str = "") -> str:
 
 
 def eager_outputs(model: nn.Module, pixel_values: torch.Tensor, names) -> dict[str, torch.Tensor]:
+    device = next(model.parameters()).device
     with torch.no_grad():
-        outputs = model(pixel_values=pixel_values, return_dict=True)
+        outputs = model(pixel_values=pixel_values.to(device), return_dict=True)
     return {name: outputs[name] for name in names}
 
 
@@ -371,7 +375,7 @@ def verify_export(folder, model: nn.Module, pixel_values: torch.Tensor | None = 
     """Runs the exported artefact in `folder` and the eager `model` on the same input and compares every output.
 
     Args:
-        folder: an exported folder (ONNX or torch-export, read from `export_info.json`).
+        folder: an exported folder (ONNX, torch-export or aoti, read from `export_info.json`).
         model: the eager model it should reproduce.
         pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): default: 2 seeded N(0, 1)
             images at the exported size.
@@ -435,13 +439,15 @@ def export_model(
     quantize: str | None = None,
     calibration_inputs=None,
     num_threads: int | None = None,
+    device: str = "cpu",
 ) -> ExportResult:
     """Exports a Sapiens2 model (backbone or any task) and verifies it against the eager model.
 
     Args:
         model_or_path: a sapiens2_hf model, or an official file / folder / Hub id (`from_pretrained`).
         out_dir: the folder to write (atomically: written beside it, then renamed into place).
-        format (`str`): `"onnx"` (onnxruntime, `OnnxRuntimeSapiens2Model`) or `"torch-export"`.
+        format (`str`): `"onnx"` (onnxruntime, `OnnxRuntimeSapiens2Model`), `"torch-export"`, or `"aoti"` (an
+            AOTInductor package, `AotiSapiens2Model`: compiled once here, loaded without compiling).
         task (`str`, *optional*): `"auto"` (from the checkpoint), `None`/`"pretrain"`, or a task name.
         input_size (`(height, width)`, *optional*): the fixed input size; default the model's `image_size`.
         rope_dtype (`str`, *optional*): `"bfloat16"` (official) or `"float32"`; default: the model's own.
@@ -455,6 +461,8 @@ def export_model(
             from the float32 graph is measured and recorded, not checked.
         calibration_inputs: for `"int8-static"`: an iterable of `pixel_values` batches (default: seeded noise).
         num_threads (`int`, *optional*): onnxruntime threads for the verification runs.
+        device (`str`): `"aoti"` only: the device type the package is compiled for and verified on (`"cpu"` or
+            `"cuda"`; a model on the CPU is copied there).
 
     Returns:
         `ExportResult`.
@@ -467,6 +475,11 @@ def export_model(
         raise ValueError(f"unknown export format {format!r}; choose one of {EXPORT_FORMATS}.")
     if quantize is not None and format != "onnx":
         raise ValueError("quantize= needs format='onnx' (onnxruntime quantization).")
+    device = torch.device(device)
+    if device.type != "cpu" and format != "aoti":
+        raise ValueError(f"device={str(device)!r} needs format='aoti'; the {format} export is built on the CPU.")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' needs a GPU and a CUDA build of torch; export device='cpu' here.")
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
@@ -480,7 +493,9 @@ def export_model(
     if height % stride_h or width % stride_w:
         raise ValueError(f"the input size {height}x{width} is not a multiple of the model's feature stride "
                          f"{stride_h}x{stride_w}.")
-    example = _example_input(config.num_channels, height, width, 2)
+    if device.type != "cpu":
+        model = copy.deepcopy(model).to(device)
+    example = _example_input(config.num_channels, height, width, 2).to(device)
     output_names, output_class = output_names_of(model, example)
     rope_bf16 = config.rope_dtype == "bfloat16"
     started = time.perf_counter()
@@ -516,6 +531,13 @@ def export_model(
                 f"rounding pairs ({emulation['emulated_ops']})" if emulation["rounding_casts"] else "float32"
             )
             info["rope"]["rounding_casts"] = emulation["rounding_casts"]
+        elif format == "aoti":
+            from .aoti import AOTI_FILE, write_aoti_package
+
+            artefact = staging / AOTI_FILE
+            info["aoti"] = write_aoti_package(program, artefact, device=str(device))
+            info["exporter"] = "torch.export.export (non-strict) + torch._inductor.aoti_compile_and_package"
+            info["files"] = {"fp32": AOTI_FILE}
         else:
             artefact = staging / TORCH_EXPORT_FILE
             torch.export.save(program, str(artefact))

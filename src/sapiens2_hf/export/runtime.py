@@ -1,7 +1,8 @@
 """Exported Sapiens2 models as drop-in models for the pipelines and the CLI.
 
-`OnnxRuntimeSapiens2Model.from_pretrained(folder)` (and `TorchExportSapiens2Model` for `model.pt2`) load a folder
-written by `export_model` and return, from `model(pixel_values=...)`, the same output dataclasses as the torch models
+`OnnxRuntimeSapiens2Model.from_pretrained(folder)` (and `TorchExportSapiens2Model` for `model.pt2`,
+`AotiSapiens2Model` for an AOTInductor `model_aoti.pt2`) load a folder written by `export_model` and return, from
+`model(pixel_values=...)`, the same output dataclasses as the torch models
 (`Sapiens2PoseEstimatorOutput.heatmaps`, `SemanticSegmenterOutput.logits`, ...), so that
 
     pipe = pipeline("sapiens2-pose", model=OnnxRuntimeSapiens2Model.from_pretrained(folder), image_processor=...)
@@ -10,6 +11,10 @@ works unchanged. transformers' `Pipeline` does not require a `PreTrainedModel`: 
 `model.to(device)` when the device differs, and our pipelines read `model.config`, `model.dtype` and call
 `model.eval()` and `model(pixel_values=...)`. These classes provide exactly that (float32 only; `to()` refuses what
 the runtime cannot do, with the reason), and nothing else of a `PreTrainedModel`.
+
+`RUNTIME_BACKENDS` is the one table of the backends that run an exported folder (the `backend=` of
+`sapiens2_hf.pipeline` and the `--backend` of the predict commands): backend name -> (export format, precision);
+`load_backend(folder, backend)` loads one.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ class ExportedSapiens2Model:
         config (`Sapiens2Config`): the exported model's config (`image_size` is the exported input size).
         input_size (`(height, width)`): the fixed input size.
         output_names (`tuple[str, ...]`): the output fields, in graph order.
-        format (`str`): `"onnx"` or `"torch-export"`.
+        format (`str`): `"onnx"`, `"torch-export"` or `"aoti"`.
     """
 
     main_input_name = "pixel_values"
@@ -172,7 +177,8 @@ class OnnxRuntimeSapiens2Model(ExportedSapiens2Model):
 
     @classmethod
     def from_pretrained(cls, folder, precision: str = "fp32", num_threads: int | None = None,
-                        providers: list | None = None, session_options=None) -> "OnnxRuntimeSapiens2Model":
+                        providers: list | None = None, session_options=None,
+                        memory_arena: bool = False) -> "OnnxRuntimeSapiens2Model":
         """Loads an exported folder.
 
         Args:
@@ -181,6 +187,9 @@ class OnnxRuntimeSapiens2Model(ExportedSapiens2Model):
             num_threads (`int`, *optional*): onnxruntime intra-op threads (default: onnxruntime's, the physical cores).
             providers (`list`, *optional*): onnxruntime execution providers (default: CPU).
             session_options (`onnxruntime.SessionOptions`, *optional*): used as given (num_threads is then ignored).
+            memory_arena (`bool`, *optional*, defaults to `False`): onnxruntime's CPU memory arena. Off by default: the
+                arena keeps every block it has allocated and never returns them, so a process's memory grows to the
+                sum of its calls' peaks (benchmarks/bench_onnxruntime_memory.py); ignored with `session_options`.
         """
         ort = require("onnxruntime", feature="the onnxruntime backend")
         info, config = cls._read(folder, "onnx")
@@ -191,6 +200,7 @@ class OnnxRuntimeSapiens2Model(ExportedSapiens2Model):
         if session_options is None:
             session_options = ort.SessionOptions()
             session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session_options.enable_cpu_mem_arena = bool(memory_arena)
             if num_threads is not None:
                 session_options.intra_op_num_threads = int(num_threads)
                 session_options.inter_op_num_threads = 1
@@ -251,11 +261,58 @@ class TorchExportSapiens2Model(ExportedSapiens2Model):
         return dict(zip(self.output_names, values))
 
 
+def _runtime_class(format: str):
+    if format == "onnx":
+        return OnnxRuntimeSapiens2Model
+    if format == "torch-export":
+        return TorchExportSapiens2Model
+    if format == "aoti":
+        from .aoti import AotiSapiens2Model  # imports this module
+
+        return AotiSapiens2Model
+    return None
+
+
 def load_exported(folder, precision: str = "fp32", num_threads: int | None = None) -> ExportedSapiens2Model:
-    """An exported folder's runtime: `OnnxRuntimeSapiens2Model` or `TorchExportSapiens2Model` by its format."""
+    """An exported folder's runtime (`OnnxRuntimeSapiens2Model`, `TorchExportSapiens2Model` or `AotiSapiens2Model`),
+    by its format."""
     info = read_export_info(folder)
-    if info.get("format") == "onnx":
-        return OnnxRuntimeSapiens2Model.from_pretrained(folder, precision=precision, num_threads=num_threads)
-    if info.get("format") == "torch-export":
-        return TorchExportSapiens2Model.from_pretrained(folder, precision=precision)
-    raise ValueError(f"{folder}: unknown export format {info.get('format')!r}.")
+    runtime_class = _runtime_class(info.get("format"))
+    if runtime_class is None:
+        raise ValueError(f"{folder}: unknown export format {info.get('format')!r}.")
+    return runtime_class.from_pretrained(folder, precision=precision, num_threads=num_threads)
+
+
+#: The backends that run an exported folder: name -> (export format it needs, precision). "torch" (the eager model)
+#: is the default everywhere and is not in the table.
+RUNTIME_BACKENDS = {
+    "onnxruntime": ("onnx", "fp32"),
+    "onnxruntime-int8": ("onnx", "int8"),
+    "aoti": ("aoti", "fp32"),
+}
+
+
+def load_backend(folder, backend: str, task: str | None = None,
+                 num_threads: int | None = None) -> ExportedSapiens2Model:
+    """The runtime of `backend` (a `RUNTIME_BACKENDS` name) for the exported `folder`.
+
+    Args:
+        folder: an exported folder of the format `backend` needs.
+        task (`str`, *optional*): when given, the folder must hold this task (`None`: any).
+
+    Raises:
+        ValueError: unknown backend, not a folder, another format or task (the message says which export to make).
+    """
+    if backend not in RUNTIME_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose 'torch' or one of {sorted(RUNTIME_BACKENDS)}.")
+    format, precision = RUNTIME_BACKENDS[backend]
+    if not Path(folder).is_dir():
+        raise ValueError(f"backend {backend!r} needs a folder written by `sapiens2-hf export --format {format}`, "
+                         f"not {os.fspath(folder)!r}.")
+    info = read_export_info(folder)
+    if info.get("format") != format:
+        raise ValueError(f"{folder} holds a {info.get('format')!r} export; backend {backend!r} needs "
+                         f"`sapiens2-hf export --format {format}`.")
+    if task is not None and info.get("task") != task:
+        raise ValueError(f"{folder} is an exported {info.get('task') or 'backbone'} model, not {task}.")
+    return _runtime_class(format).from_pretrained(folder, precision=precision, num_threads=num_threads)

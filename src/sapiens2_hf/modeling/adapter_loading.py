@@ -15,8 +15,11 @@ import json
 import os
 
 import torch
+from transformers.utils import logging
 from transformers.utils.peft_utils import find_adapter_config_file
 
+
+logger = logging.get_logger(__name__)
 
 ADAPTER_CONFIG_NAME = "adapter_config.json"
 _FULL_WEIGHTS_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -38,7 +41,15 @@ def find_adapter_folder(name_or_path, kwargs: dict) -> str | None:
         folder = os.path.join(path, subfolder)
         if not os.path.isfile(os.path.join(folder, ADAPTER_CONFIG_NAME)):
             return None
-        return None if any(os.path.isfile(os.path.join(folder, n)) for n in _FULL_WEIGHTS_NAMES) else folder
+        full = [n for n in _FULL_WEIGHTS_NAMES if os.path.isfile(os.path.join(folder, n))]
+        if full:
+            # Both kinds in one folder: the full weights win (as on the Hub), said aloud, since the adapter may be the
+            # newer of the two (a LoRA run written into an older run's folder by hand).
+            logger.warning(
+                "%s holds full model weights (%s) and a LoRA adapter (%s): loading the full weights. To load the "
+                "adapter, keep it in a folder of its own.", folder, ", ".join(full), ADAPTER_CONFIG_NAME)
+            return None
+        return folder
     if os.path.exists(path) or path.count("/") != 1:
         return None  # a file (official checkpoint), or not a Hub repo id
     hub_kwargs = {key: kwargs[key] for key in ("cache_dir", "token", "revision", "local_files_only")

@@ -47,6 +47,14 @@ VARIANTS = {
     "1b-4k": {"hidden_size": 1536, "num_hidden_layers": 40, "num_attention_heads": 24, "num_tokenizer_layers": 4},
 }
 NATIVE_IMAGE_SIZES = {"1b-4k": [4096, 3072]}
+# Not an official size: the random tiny model (`tiny_config`) that `from_preset` also builds, for examples and tests.
+TINY_PRESET = "tiny"
+
+
+def preset_names() -> list[str]:
+    """The variant ids `Sapiens2Config.from_preset` accepts: the tiny preset, then the official sizes."""
+    return [TINY_PRESET, *sorted(VARIANTS)]
+
 
 _POSE_HEAD_SMALL = {"upsample_out_channels": [1024, 768], "conv_out_channels": [512, 512, 256]}
 _SEG_HEAD = {"upsample_out_channels": [512, 256, 128, 64], "conv_out_channels": [64, 64]}
@@ -684,13 +692,18 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         """Builds the configuration of an official model.
 
         Args:
-            variant (`str`): one of `"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"5b"`, `"1b-4k"` (ids as on the Hub).
+            variant (`str`): one of `"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"5b"`, `"1b-4k"` (ids as on the Hub), or
+                `"tiny"`: the random tiny model of tests, examples and CPU smoke runs (`tiny_config`; no weights).
             task (`str`, *optional*): `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`, or `None`
                 for the pretrained backbone. The 0.1b size has no official task heads; matting has only a 1b one.
             kwargs: overrides of any config field.
         """
+        if variant == TINY_PRESET:
+            if task is not None and task not in HEAD_PRESETS:
+                raise ValueError(f"Unknown task {task!r}; choose one of {TASKS} or None for the backbone.")
+            return tiny_config(task, **kwargs)
         if variant not in VARIANTS:
-            raise ValueError(f"Unknown Sapiens2 variant {variant!r}; choose one of {sorted(VARIANTS)}.")
+            raise ValueError(f"Unknown Sapiens2 variant {variant!r}; choose one of {preset_names()}.")
         if task is not None and task not in HEAD_PRESETS:
             raise ValueError(f"Unknown task {task!r}; choose one of {TASKS} or None for the backbone.")
         if task is not None and variant not in HEAD_PRESETS[task]:

@@ -43,7 +43,12 @@ from .configuration_sapiens2_hf import check_image_size
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS as NUM_KEYPOINTS_308
 from .sapiens2_label_data import POSE_FLIP_PAIRS as FLIP_PAIRS_308
 from .sapiens2_label_data import POSE_KEYPOINT_NAMES as KEYPOINT_NAMES_308
-from .sapiens2_keypoint_formats import KEYPOINT_FORMATS, convert_keypoints
+from .sapiens2_keypoint_formats import (
+    KEYPOINT_FORMATS,
+    convert_keypoints,
+    format_keypoint_names,
+    source_keypoint_indices,
+)
 from .sapiens2_processing_ops import (
     boxes_to_center_scale,
     composite_over_white,
@@ -52,6 +57,7 @@ from .sapiens2_processing_ops import (
     decode_udp_heatmaps,
     flip_pairs_to_indices,
     flip_test_average,
+    keypoint_subset_maps,
     letterbox,
     letterbox_geometry,
     normalize_uint8,
@@ -785,10 +791,10 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                          "`flip_pairs`) or set the processor's flip_indices.")
 
     @staticmethod
-    def keypoint_names(num_keypoints: int, keypoint_format: str | None = None) -> list[str]:
+    def keypoint_names(num_keypoints: int, keypoint_format: Any = None) -> list[str]:
         """Official names for 308 keypoints, else `keypoint_<i>`; with `keypoint_format`, that format's names."""
         if keypoint_format is not None:
-            return list(KEYPOINT_FORMATS[keypoint_format])
+            return list(format_keypoint_names(keypoint_format))
         if num_keypoints == NUM_KEYPOINTS_308:
             return list(KEYPOINT_NAMES_308)
         return [f"keypoint_{i}" for i in range(num_keypoints)]
@@ -1117,7 +1123,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         image_index: torch.Tensor | None = None,
         boxes_xyxy: torch.Tensor | None = None,
         input_size: tuple[int, int] | None = None,
-        keypoint_format: str | None = None,
+        keypoint_format: Any = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
         r"""
         Decode pose heatmaps into keypoints in original-image pixels, batched over `POSE_DECODE_CHUNK_SIZE` crops at a
@@ -1147,6 +1153,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 keypoints to that format (`sapiens2_keypoint_formats.convert_keypoints`, before `threshold`); points
                 it has no counterpart for are `(0, 0)` with score 0. `num_keypoints` and `labels` are then the
                 format's (names: `keypoint_names(..., keypoint_format)`). Default: the model's own keypoints.
+                A list of 308 keypoint names keeps those keypoints, in that order. Only the heatmap channels the
+                format reads are decoded (`source_keypoint_indices`: 17 of 308 for coco17), with the same results
+                as decoding all 308 and converting.
 
         Returns:
             Per image, a list (one entry per box, in order) of dicts:
@@ -1157,9 +1166,13 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         """
         input_size = self.input_size if input_size is None else _model_input_size(input_size, "input_size")
         heatmaps = outputs.heatmaps if hasattr(outputs, "heatmaps") else outputs
-        if keypoint_format is not None and keypoint_format not in KEYPOINT_FORMATS:
-            raise ValueError(f"keypoint_format={keypoint_format!r} is not known; use one of {sorted(KEYPOINT_FORMATS)} "
-                             "or None (the model's own keypoints).")
+        if isinstance(keypoint_format, str) and keypoint_format not in KEYPOINT_FORMATS:
+            raise ValueError(f"keypoint_format={keypoint_format!r} is not known; use one of "
+                             f"{sorted(KEYPOINT_FORMATS)}, a list of Sapiens2 keypoint names or None (the model's own "
+                             "keypoints).")
+        channels = None
+        if keypoint_format is not None:
+            channels = list(source_keypoint_indices(keypoint_format))  # validates a list of names too
         if keypoint_format is not None and heatmaps.shape[1] != NUM_KEYPOINTS_308:
             raise ValueError(f"keypoint_format converts the {NUM_KEYPOINTS_308} Sapiens2 keypoints, but the heatmaps "
                              f"hold {heatmaps.shape[1]}; use keypoint_format=None for this model.")
@@ -1218,15 +1231,34 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         results: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(num_images)]
         if heatmaps.shape[0] == 0:
             return results
+        num_channels = heatmaps.shape[1]
+        kernel_size = kernel_size or self.blur_kernel_size
+
+        def decode(rows: slice, maps: list[int] | None, previous_map: list[int] | None) -> dict[str, torch.Tensor]:
+            """Decode the channels `maps` (all when None) of the crops `rows`."""
+            select = (lambda t: t) if maps is None else (
+                lambda t: t.index_select(1, torch.tensor(maps, dtype=torch.long, device=t.device)))
+            chunk = select(heatmaps[rows]).float()
+            if other is not None:
+                chunk = (chunk + select(other[rows]).float()) * 0.5
+            if raw is not None:
+                chunk = flip_test_average(chunk, raw[rows].float(), indices, channels=maps)
+            return decode_udp_heatmaps(chunk, input_size, kernel_size, previous_map=previous_map)
+
         keypoints_input, scores = [], []
         for start in range(0, heatmaps.shape[0], POSE_DECODE_CHUNK_SIZE):
             rows = slice(start, start + POSE_DECODE_CHUNK_SIZE)
-            chunk = heatmaps[rows].float()
-            if other is not None:
-                chunk = (chunk + other[rows].float()) * 0.5
-            if raw is not None:
-                chunk = flip_test_average(chunk, raw[rows].float(), indices)
-            decoded = decode_udp_heatmaps(chunk, input_size, kernel_size or self.blur_kernel_size)
+            if channels is None:
+                decoded = decode(rows, None, None)
+            else:
+                # decode only the channels the format reads; a maximum <= 0 makes the official refinement read the
+                # previous channel too (refine_keypoints_dark_udp), so then that one is decoded as well
+                maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=False)
+                decoded = decode(rows, maps, previous_map)
+                if not bool((decoded["scores"] > 0).all()):
+                    maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=True)
+                    decoded = decode(rows, maps, previous_map)
+                decoded = {key: value[:, positions] for key, value in decoded.items()}
             keypoints_input.append(decoded["keypoints_input"])
             scores.append(decoded["scores"])
         keypoints = crop_to_image(torch.cat(keypoints_input), bbox_center, bbox_scale, input_size)
@@ -1243,7 +1275,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             boxes_xyxy = (boxes_xyxy.double() * factors[:, [0, 1, 0, 1]]).float()
         if keypoint_format is not None:
             # before the threshold: a mean needs both of its sources
-            keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format)
+            keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format, source_indices=channels)
         labels = torch.arange(keypoints.shape[1], device=device)
         for row, image in enumerate(image_index.tolist()):
             person = {"keypoints": keypoints[row], "scores": scores[row], "labels": labels, "bbox": boxes_xyxy[row]}
@@ -1541,9 +1573,10 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 (foreground channels first, as the head predicts them).
             target_sizes: per image the final `(height, width)` (normally the original size); `None` keeps the
                 model's resolution (or `source_sizes`).
-            backgrounds (*optional*): one image for all, or one per image (PIL, `(height, width, 3)` uint8 RGB
-                array, path): each result gains `composite`, `foreground + (1 - alpha) * background`, as a
-                `(3, height, width)` uint8 tensor (the background is resized bilinearly to the result's size).
+            backgrounds (*optional*): one background for all, or one per image; each an image (PIL,
+                `(height, width, 3)` uint8 RGB array, path) or a colour `(red, green, blue)` of three numbers in
+                `[0, 255]`: each result gains `composite`, `foreground + (1 - alpha) * background`, as a
+                `(3, height, width)` uint8 tensor (an image background is resized bilinearly to the result's size).
             source_sizes: per image the original `(height, width)`; the default final size, and what the letterbox
                 padding is recomputed from when padding is removed.
             paddings: optional `(left, right, top, bottom)` per image from `preprocess` (letterboxed inputs only).
@@ -1578,7 +1611,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         results = self._finish_maps(maps, pads, final_sizes, resize_maps_bilinear)
         background_list = None
         if backgrounds is not None:
-            background_list = backgrounds if isinstance(backgrounds, (list, tuple)) else [backgrounds]
+            one = _is_colour(backgrounds) or not isinstance(backgrounds, (list, tuple))
+            background_list = [backgrounds] if one else backgrounds
             if len(background_list) not in (1, count):
                 raise ValueError(f"{len(background_list)} backgrounds for {count} images; pass one, or one per image.")
         out = []
@@ -1588,12 +1622,24 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             composite = None
             if background_list is not None:
                 background = background_list[0 if len(background_list) == 1 else index]
-                rgb = torch.from_numpy(load_image_rgb(background)).to(item.device).permute(2, 0, 1).float() / 255.0
-                rgb = resize_maps_bilinear(rgb[None], tuple(alpha.shape[-2:]))[0]
+                if _is_colour(background):
+                    if not all(0 <= value <= 255 for value in background):
+                        raise ValueError(f"A background colour is (red, green, blue) in [0, 255], got {background}.")
+                    rgb = torch.tensor([float(value) / 255.0 for value in background], device=item.device)
+                    rgb = rgb[:, None, None].expand(3, *alpha.shape[-2:])
+                else:
+                    rgb = torch.from_numpy(load_image_rgb(background)).to(item.device).permute(2, 0, 1).float() / 255.0
+                    rgb = resize_maps_bilinear(rgb[None], tuple(alpha.shape[-2:]))[0]
                 blended = (foreground + (1.0 - alpha) * rgb).clamp(0.0, 1.0)
                 composite = (blended * 255.0).round().to(torch.uint8)
             out.append({"alpha": alpha, "foreground": foreground, "composite": composite})
         return out
+
+
+def _is_colour(value: Any) -> bool:
+    """Whether a matting background is a colour: three numbers `(red, green, blue)` (not images, not booleans)."""
+    return isinstance(value, (list, tuple)) and len(value) == 3 and all(
+        isinstance(item, (int, float, np.integer, np.floating)) and not isinstance(item, bool) for item in value)
 
 
 def _reproject_pointmap(pointmap: torch.Tensor, camera: tuple[float, float, float, float],

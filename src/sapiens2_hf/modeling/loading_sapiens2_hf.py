@@ -176,9 +176,34 @@ def _local_weights(folder: Path) -> tuple[str, ...]:
         return (str(folder / HF_WEIGHTS_NAME),)
     index = folder / HF_WEIGHTS_INDEX_NAME
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return tuple(str(folder / shard) for shard in shards)
+        return tuple(str(folder / shard) for shard in index_shard_names(index))
     return ()
+
+
+def index_shard_names(index: str | os.PathLike) -> list[str]:
+    """The shard files named by a `model.safetensors.index.json`, each a plain file name beside the index.
+
+    transformers joins each `weight_map` value to the folder as given, so a value such as `../../other/model.safetensors`
+    or an absolute path would read weights from outside the checkpoint; such an index is refused, as is one that is not
+    a JSON object mapping tensor names to file names.
+    """
+    try:
+        weight_map = json.loads(Path(index).read_text())["weight_map"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise OSError(f"{index} is not a safetensors index (a JSON object with a 'weight_map'): {error}") from None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise OSError(f"{index}: 'weight_map' must map tensor names to shard file names; it holds "
+                      f"{type(weight_map).__name__}.")
+    shards = sorted(set(weight_map.values()), key=str)
+    for shard in shards:
+        if (not isinstance(shard, str) or shard != os.path.basename(shard) or shard in ("", ".", "..")
+                or "\\" in shard or not shard.endswith(".safetensors")):
+            raise OSError(
+                f"{index} names the shard {shard!r}: a shard must be a .safetensors file beside the index (no folders, "
+                "no '..'), so that loading never reads files outside the checkpoint. Fix or regenerate the index "
+                "(save_pretrained(..., max_shard_size=...))."
+            )
+    return shards
 
 
 def _hf(location: str, weights: tuple[str, ...]) -> ResolvedCheckpoint:
@@ -196,12 +221,31 @@ def _resolve_folder(path: Path, subfolder: str) -> ResolvedCheckpoint:
     if official is not None:
         # The original file alone, or beside a config.json without transformers-format weights.
         return ResolvedCheckpoint("official", str(official), config_folder=str(folder) if has_config else None)
+    exported = sorted(file.name for pattern in ("model*.onnx", "model*.pt2") for file in folder.glob(pattern))
+    if exported:  # written by `sapiens2_hf.export.export_model`: a graph, not weights to load into a model
+        export_format = _export_format(folder, exported)
+        raise OSError(
+            f"{folder} is an exported model (format {export_format}: {', '.join(exported)}), not a checkpoint with "
+            "weights: load it with sapiens2_hf.export.load_exported(folder)."
+        )
     if has_config:
         raise OSError(
             f"{folder} has a config.json but no weights: neither {HF_WEIGHTS_NAME} (or a sharded index) nor an "
             "official sapiens2_<size>_<task>.safetensors file. Pickled .bin/.pth weights are never read."
         )
     raise OSError(f"{folder} has neither a config.json nor an official sapiens2_<size>_<task>.safetensors file.")
+
+
+def _export_format(folder: Path, files: list[str]) -> str:
+    """The format an exported folder records in its `export_info.json` (`onnx`, `torch-export`, `aoti`), else the one
+    its file names suggest."""
+    try:
+        recorded = json.loads((folder / "export_info.json").read_text()).get("format")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return "onnx" if any(name.endswith(".onnx") for name in files) else "torch-export"
 
 
 def _offline_error(repo_id: str, error: Exception) -> OSError:
@@ -246,8 +290,7 @@ def _resolve_hub(repo_id: str, hub_kwargs: dict) -> ResolvedCheckpoint:
         if weights is not None:
             return _hf(repo_id, (weights,))
         if index is not None:
-            shards = sorted(set(json.loads(Path(index).read_text())["weight_map"].values()))
-            return _hf(repo_id, tuple(fetch(shard) for shard in shards))
+            return _hf(repo_id, tuple(fetch(shard) for shard in index_shard_names(index)))
     try:
         files = HfApi().list_repo_files(repo_id, revision=hub_kwargs.get("revision"), token=hub_kwargs.get("token"))
     except (OfflineModeIsEnabled, ConnectionError) as error:

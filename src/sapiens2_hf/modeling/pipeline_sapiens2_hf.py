@@ -559,8 +559,9 @@ class Sapiens2MattingPipeline(_Sapiens2DensePipeline):
 
     Result per image: `{"alpha": np.ndarray (height, width) float32 in [0, 1], "foreground": np.ndarray
     (height, width, 3) float32 pre-multiplied RGB in [0, 1]}` (`foreground + (1 - alpha) * background` composites
-    the person over a new background). With `background=` (an image, resized to each input), also `"composite"`:
-    `(height, width, 3)` uint8 RGB.
+    the person over a new background). With `background=`, also `"composite"`: `(height, width, 3)` uint8 RGB, the
+    person over that background: an image (PIL, `(height, width, 3)` uint8 RGB array, or a path; resized to each
+    input) or a colour `(red, green, blue)` in `[0, 255]` (`background=(0, 255, 0)`).
     """
 
     task_name = "matting"
@@ -760,9 +761,10 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
         fallback_to_full_image (`bool`, defaults to `True`): official demo behaviour when no person is detected:
             the whole image becomes one box (its `bbox_score` is 0.0).
         flip_test (`bool`, defaults to `True`): the official flip test (averaged heatmaps).
-        keypoint_format (`str`, optional): `"coco17"`, `"coco_wholebody133"` or `"body25"`: return the keypoints,
-            scores and `labels` (names) in that format instead of the model's 308 (image processor's
-            `post_process_pose_estimation(keypoint_format=...)`; missing points are `(0, 0)` with score 0).
+        keypoint_format (`str` or list of `str`, optional): `"coco17"`, `"coco_wholebody133"`, `"body25"` or a list
+            of 308 keypoint names: return the keypoints, scores and `labels` (names) in that format instead of the
+            model's 308 (image processor's `post_process_pose_estimation(keypoint_format=...)`, which decodes only
+            the heatmap channels the format reads; missing points are `(0, 0)` with score 0).
         batch_size (`int` >= 1): person crops per model call. This is transformers' `ChunkPipeline`: `preprocess`
             turns each image into one row per person (cropping `POSE_CROP_CHUNK_SIZE` boxes at a time),
             consecutive images' rows share model calls, each call's heatmaps are decoded as it returns (`_forward`,

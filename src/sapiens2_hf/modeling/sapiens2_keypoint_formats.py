@@ -15,6 +15,11 @@ visibility 0 and OpenPose writes `(0, 0)` with confidence 0, so missing points g
 the image, so a real keypoint whose heatmap maximum happens to be 0 is never mistaken for a missing one. Pass
 `missing_value=float("nan")` to make missing points poison any arithmetic instead.
 
+An explicit list of 308 names (`["left_wrist", "right_wrist"]`) is a format too: those keypoints, copied, in that
+order. `source_keypoint_indices(target)` lists the 308 channels a format reads; the image processor decodes only
+those heatmap channels for `keypoint_format=` (17 of 308 for coco17), with the same results as decoding all 308 and
+converting (`convert_keypoints(..., source_indices=...)` converts the decoded subset).
+
 The tables and the reasoning behind each choice are rendered in docs/keypoint_formats.md by
 scripts/generate_keypoint_format_docs.py.
 """
@@ -202,17 +207,50 @@ class _Plan(NamedTuple):
     missing: np.ndarray  # (K,) bool
 
 
-def _check_target(target: str) -> None:
-    if target not in KEYPOINT_FORMAT_MAPPINGS:
-        raise ValueError(f"unknown keypoint format {target!r}; use one of {sorted(KEYPOINT_FORMAT_MAPPINGS)} "
-                         "(or None to keep the 308 Sapiens2 keypoints).")
+def _key(target: Any) -> str | tuple[str, ...]:
+    """A format name, or an explicit list of 308 keypoint names as a (hashable) tuple; anything else refused."""
+    if isinstance(target, str):
+        if target not in KEYPOINT_FORMAT_MAPPINGS:
+            raise ValueError(f"unknown keypoint format {target!r}; use one of {sorted(KEYPOINT_FORMAT_MAPPINGS)}, a "
+                             "list of Sapiens2 keypoint names (or None to keep the 308 Sapiens2 keypoints).")
+        return target
+    if isinstance(target, (list, tuple)) and target and all(isinstance(name, str) for name in target):
+        known = set(POSE_KEYPOINT_NAMES)
+        unknown = [name for name in target if name not in known]
+        if unknown:
+            raise ValueError(f"unknown Sapiens2 keypoint names {unknown[:5]}; an explicit keypoint list names "
+                             "keypoints of sapiens2_label_data.POSE_KEYPOINT_NAMES (e.g. 'left_wrist').")
+        return tuple(target)
+    raise ValueError(f"keypoint format must be one of {sorted(KEYPOINT_FORMAT_MAPPINGS)} or a non-empty list of "
+                     f"Sapiens2 keypoint names, got {target!r}.")
+
+
+def _mapping(key: str | tuple[str, ...]) -> tuple[KeypointSource, ...]:
+    return KEYPOINT_FORMAT_MAPPINGS[key] if isinstance(key, str) else _same(key)
+
+
+def format_keypoint_names(target: Any) -> tuple[str, ...]:
+    """Keypoint names of a format (`KEYPOINT_FORMATS[target]`) or of an explicit list of 308 names (the list)."""
+    return tuple(point.name for point in _mapping(_key(target)))
+
+
+def source_keypoint_indices(target: Any) -> tuple[int, ...]:
+    """The 308 keypoints (heatmap channels, ascending) a format reads: every source of its copies and means.
+
+    Decoding only these channels and converting (`convert_keypoints(..., source_indices=...)`) gives exactly the
+    keypoints of decoding all 308 and converting: coco17 reads 17 channels, body25 23 (its Neck and MidHip are
+    means of the shoulders and hips, which it copies anyway), coco_wholebody133 115 (18 of its points are missing).
+    """
+    plan = _plan(_key(target))
+    used = np.concatenate([plan.first[~plan.missing], plan.second[~plan.missing]])
+    return tuple(int(i) for i in np.unique(used))
 
 
 @lru_cache(maxsize=None)
-def _plan(target: str) -> _Plan:
+def _plan(target: str | tuple[str, ...]) -> _Plan:
     index = {name: i for i, name in enumerate(POSE_KEYPOINT_NAMES)}
     first, second, mean, missing = [], [], [], []
-    for point in KEYPOINT_FORMAT_MAPPINGS[target]:
+    for point in _mapping(target):
         unknown = [name for name in point.sources if name not in index]
         if unknown or len(point.sources) > 2:  # a table error; the tests build every plan
             raise ValueError(f"{target} keypoint {point.name!r}: sources {point.sources} must be at most two of the "
@@ -225,13 +263,13 @@ def _plan(target: str) -> _Plan:
     return _Plan(np.asarray(first, np.int64), np.asarray(second, np.int64), np.asarray(mean), np.asarray(missing))
 
 
-def missing_keypoint_indices(target: str) -> tuple[int, ...]:
+def missing_keypoint_indices(target: Any) -> tuple[int, ...]:
     """Indices (in `KEYPOINT_FORMATS[target]`) of the points the 308 layout has no counterpart for."""
-    _check_target(target)
-    return tuple(int(i) for i in np.flatnonzero(_plan(target).missing))
+    return tuple(int(i) for i in np.flatnonzero(_plan(_key(target)).missing))
 
 
-def convert_keypoints(keypoints: Any, scores: Any = None, target: str = "coco17", *, missing_value: float = 0.0):
+def convert_keypoints(keypoints: Any, scores: Any = None, target: Any = "coco17", *, missing_value: float = 0.0,
+                      source_indices: Any = None):
     r"""Convert Sapiens2 308-keypoint predictions (or labels) to another keypoint format.
 
     Works on numpy arrays and torch tensors (any device; differentiable), batched over any leading dimensions
@@ -242,22 +280,40 @@ def convert_keypoints(keypoints: Any, scores: Any = None, target: str = "coco17"
             keypoints in heatmap-channel order, in any frame (usually `(x, y)` image pixels, `D = 2`).
         scores (same type as `keypoints`, shape `(..., 308)`, or `None`): per-keypoint scores (heatmap maxima,
             visibilities, ...). Copied points keep their score; a mean takes the smaller score of its two sources.
-        target (`str`): `"coco17"`, `"coco_wholebody133"` or `"body25"` (names and order: `KEYPOINT_FORMATS`).
+        target (`str` or list of `str`): `"coco17"`, `"coco_wholebody133"` or `"body25"` (names and order:
+            `KEYPOINT_FORMATS`), or an explicit list of 308 keypoint names (those keypoints, in that order).
         missing_value (`float`, defaults to 0.0): coordinate written for points the 308 layout has no counterpart
             for (`missing_keypoint_indices(target)`); their score is 0. 0.0 is the COCO and OpenPose convention
             (`(0, 0)` with visibility / confidence 0); `float("nan")` makes them poison arithmetic instead.
+        source_indices (sequence of `int`, *optional*): the keypoints hold only these 308 channels, in this order
+            (shape `(..., len(source_indices), D)`): the output of decoding only `source_keypoint_indices(target)`.
+            It must contain every source of the format.
 
     Returns:
         `(keypoints, scores)`: keypoints of shape `(..., K, D)` and scores of shape `(..., K)` (`None` when `scores` is
         `None`), with `K = len(KEYPOINT_FORMATS[target])`, of the input's type, dtype and device.
     """
-    _check_target(target)
+    key = _key(target)
     is_torch = isinstance(keypoints, torch.Tensor)
     if not is_torch and not isinstance(keypoints, np.ndarray):
         raise TypeError(f"keypoints must be a numpy array or a torch tensor, got {type(keypoints).__name__}; wrap "
                         "lists with np.asarray(..., dtype=np.float64).")
-    if keypoints.ndim < 2 or keypoints.shape[-2] != len(POSE_KEYPOINT_NAMES):
-        raise ValueError(f"keypoints must have shape (..., {len(POSE_KEYPOINT_NAMES)}, D) (the Sapiens2 keypoints in "
+    plan = _plan(key)
+    expected = len(POSE_KEYPOINT_NAMES)
+    if source_indices is not None:
+        position = {int(c): k for k, c in enumerate(source_indices)}
+        needed = source_keypoint_indices(key)
+        if len(position) != len(source_indices) or not set(needed) <= set(position):
+            raise ValueError(f"source_indices must be distinct and hold every 308 channel the format reads "
+                             f"(source_keypoint_indices: {list(needed)}), got {list(source_indices)}.")
+
+        def remap(indices: np.ndarray) -> np.ndarray:  # missing points keep a dummy 0
+            return np.asarray([position.get(int(c), 0) for c in indices], np.int64)
+
+        plan = plan._replace(first=remap(plan.first), second=remap(plan.second))
+        expected = len(position)
+    if keypoints.ndim < 2 or keypoints.shape[-2] != expected:
+        raise ValueError(f"keypoints must have shape (..., {expected}, D) (the Sapiens2 keypoints in "
                          f"channel order, coordinates last), got {tuple(keypoints.shape)}.")
     floating = keypoints.is_floating_point() if is_torch else np.issubdtype(keypoints.dtype, np.floating)
     if not floating:
@@ -271,7 +327,6 @@ def convert_keypoints(keypoints: Any, scores: Any = None, target: str = "coco17"
             raise ValueError(f"scores must have shape {tuple(keypoints.shape[:-1])} (the keypoints' shape without "
                              f"the coordinate axis), got {tuple(scores.shape)}.")
 
-    plan = _plan(target)
     if is_torch:
         device = keypoints.device
         first, second = torch.from_numpy(plan.first).to(device), torch.from_numpy(plan.second).to(device)
@@ -297,14 +352,14 @@ def convert_keypoints(keypoints: Any, scores: Any = None, target: str = "coco17"
 def describe_sources(target: str) -> list[dict[str, Any]]:
     """One row per keypoint of `target`: `{"index", "name", "sources", "source_indices", "kind", "note"}`, where
     kind is `"copy"`, `"mean"` or `"missing"` (for tables such as docs/keypoint_formats.md)."""
-    _check_target(target)
+    key = _key(target)
     index = {name: i for i, name in enumerate(POSE_KEYPOINT_NAMES)}
     kinds = {0: "missing", 1: "copy", 2: "mean"}
     return [{"index": k, "name": point.name, "sources": point.sources,
              "source_indices": tuple(index[name] for name in point.sources), "kind": kinds[len(point.sources)],
              "note": point.note}
-            for k, point in enumerate(KEYPOINT_FORMAT_MAPPINGS[target])]
+            for k, point in enumerate(_mapping(key))]
 
 
 __all__ = ["KEYPOINT_FORMATS", "KEYPOINT_FORMAT_MAPPINGS", "KeypointSource", "convert_keypoints",
-           "describe_sources", "missing_keypoint_indices"]
+           "describe_sources", "format_keypoint_names", "missing_keypoint_indices", "source_keypoint_indices"]

@@ -634,9 +634,22 @@ def flip_pairs_to_indices(flip_pairs: Sequence[Sequence[int]], num_keypoints: in
 
 
 def flip_test_average(
-    heatmaps: torch.Tensor, heatmaps_on_flipped_input: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor
+    heatmaps: torch.Tensor, heatmaps_on_flipped_input: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor,
+    channels: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """Official flip test: `(heatmaps + flip_back(heatmaps_on_flipped_input)) / 2`, in the heatmaps' dtype."""
+    """Official flip test: `(heatmaps + flip_back(heatmaps_on_flipped_input)) / 2`, in the heatmaps' dtype.
+
+    With `channels`, `heatmaps` hold only those model channels (in that order) and the result is
+    `flip_test_average(all heatmaps, ...)[:, channels]`: only the flipped channels they need are flipped back.
+    """
+    if channels is not None:
+        index = torch.as_tensor(flip_indices, dtype=torch.long, device=heatmaps_on_flipped_input.device)
+        if index.numel() != heatmaps_on_flipped_input.shape[1]:
+            raise ValueError(f"flip_indices has {index.numel()} entries but the heatmaps have "
+                             f"{heatmaps_on_flipped_input.shape[1]} channels; pass the model's flip pairs.")
+        index = index[torch.as_tensor(channels, dtype=torch.long, device=index.device)]
+        flipped_back = heatmaps_on_flipped_input.index_select(1, index).flip(-1).to(heatmaps.dtype)
+        return flipped_back.add_(heatmaps).mul_(0.5)
     flipped_back = flip_back_heatmaps(heatmaps_on_flipped_input, flip_indices).to(heatmaps.dtype)
     return flipped_back.add_(heatmaps).mul_(0.5)  # in place on the fresh copy: same values, two passes fewer
 
@@ -799,7 +812,8 @@ def heatmap_argmax(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def refine_keypoints_dark_udp(
-    locations: torch.Tensor, heatmaps: torch.Tensor, blur_kernel_size: int = 11, row_max: torch.Tensor | None = None
+    locations: torch.Tensor, heatmaps: torch.Tensor, blur_kernel_size: int = 11, row_max: torch.Tensor | None = None,
+    previous_map: Sequence[int] | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Official DARK-UDP refinement: one Newton step on the blurred log-heatmap at the integer maximum.
 
@@ -819,29 +833,39 @@ def refine_keypoints_dark_udp(
         heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`).
         row_max (`torch.Tensor` of shape `(num_crops, num_keypoints, height)`, *optional*): the maps' row maxima if
             already known (saves one pass over the maps).
+        previous_map (`(num_keypoints,)` int, *optional*): for each map, the map of `heatmaps` that holds the model
+            channel before it (the one the quirk above reads). Default: the map before it, the first wrapping to
+            the last, which is right when `heatmaps` hold all the model's channels in order; a channel subset
+            (`keypoint_subset_maps`) names them.
 
     Returns:
         `torch.Tensor` of shape `(num_crops, num_keypoints, 2)`, float32, refined `(x, y)` in heatmap pixels.
     """
     num_crops, num_keypoints, height, width = heatmaps.shape
     device = heatmaps.device
+    if previous_map is None:
+        previous_map = torch.remainder(torch.arange(num_keypoints, device=device) - 1, num_keypoints)
+    previous_map = torch.as_tensor(previous_map, dtype=torch.long, device=device)
     maps = heatmaps.to(torch.float32).reshape(-1, height, width)  # (num_maps, height, width)
     half = blur_kernel_size // 2
     kernel1d = opencv_gaussian_kernel1d(blur_kernel_size, device)
     kernel2d = kernel1d[:, None] * kernel1d[None, :]
     padded_w, padded_h = width + 2, height + 2
-    per_crop = num_keypoints * padded_h * padded_w
+    per_map = padded_h * padded_w
     xs = locations[..., 0].to(torch.long)
     ys = locations[..., 1].to(torch.long)
     keypoint = torch.arange(num_keypoints, device=device)[None, :]
-    centre = xs + 1 + (ys + 1) * padded_w + keypoint * padded_h * padded_w
+    centre = xs + 1 + (ys + 1) * padded_w
     offsets = torch.tensor(
         [0, 1, -1, padded_w, -padded_w, padded_w + 1, -padded_w - 1], dtype=torch.long, device=device
     )
-    flat_index = torch.remainder(centre[..., None] + offsets, per_crop)  # (num_crops, num_keypoints, 7)
-    # flat index in the edge-padded maps of a crop -> (channel, row, col) -> clamped source pixel (edge padding)
-    channel = flat_index // (padded_h * padded_w)
-    rest = flat_index % (padded_h * padded_w)
+    # index in the map's edge-padded copy; only a maximum at (-1, -1) reaches before it, into the end of the
+    # previous channel's padded copy (numpy's flat indexing of the stacked padded maps, wrapping at channel 0)
+    rest = centre[..., None] + offsets  # (num_crops, num_keypoints, 7)
+    before = rest < 0
+    rest = torch.where(before, rest + per_map, rest)
+    channel = torch.where(before, previous_map[keypoint][..., None], keypoint[..., None])
+    # (channel, row, col) in the padded maps -> clamped source pixel (edge padding)
     row = (rest // padded_w - 1).clamp(0, height - 1)
     col = (rest % padded_w - 1).clamp(0, width - 1)
     map_index = torch.arange(num_crops, device=device)[:, None, None] * num_keypoints + channel
@@ -873,15 +897,21 @@ def refine_keypoints_dark_udp(
 
 
 def decode_udp_heatmaps(
-    heatmaps: torch.Tensor, input_size: tuple[int, int], blur_kernel_size: int = 11
+    heatmaps: torch.Tensor, input_size: tuple[int, int], blur_kernel_size: int = 11,
+    previous_map: Sequence[int] | torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Official UDP heatmap decoding, batched over crops.
+
+    Each keypoint's result depends on its own map only (and, for a maximum <= 0, on the previous channel's map: the
+    official quirk in `refine_keypoints_dark_udp`), so decoding a subset of the channels gives the same values as
+    decoding all of them and selecting (see `keypoint_subset_maps`; tests/test_keypoint_subset_decode.py).
 
     Args:
         heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`): raw (or flip-averaged)
             heatmaps; any float dtype (decoded in float32).
         input_size (`tuple[int, int]`): crop `(height, width)` the heatmaps belong to.
         blur_kernel_size (`int`, defaults to 11): the official DARK blur kernel.
+        previous_map (`(num_keypoints,)` int, *optional*): see `refine_keypoints_dark_udp`.
 
     Returns:
         dict with
@@ -895,12 +925,35 @@ def decode_udp_heatmaps(
     row_max, scores, index = _argmax_with_row_max(heatmaps)
     locations = torch.where((scores > 0)[..., None], index.to(torch.float32), torch.full(index.shape, -1.0,
                                                                                           device=index.device))
-    refined = refine_keypoints_dark_udp(locations, heatmaps, blur_kernel_size, row_max=row_max)
+    refined = refine_keypoints_dark_udp(locations, heatmaps, blur_kernel_size, row_max=row_max,
+                                        previous_map=previous_map)
     step_device = refined.device if refined.device.type != "mps" else torch.device("cpu")
     denominator = torch.tensor([width - 1, height - 1], dtype=torch.float64, device=step_device)
     crop_size = torch.tensor([input_size[1], input_size[0]], dtype=torch.float64, device=step_device)
     keypoints_input = refined.to(step_device, torch.float64) / denominator * crop_size
     return {"keypoints_heatmap": refined, "keypoints_input": keypoints_input, "scores": scores}
+
+
+def keypoint_subset_maps(
+    channels: Sequence[int], num_keypoints: int, with_previous: bool
+) -> tuple[list[int], list[int], list[int]]:
+    """Which heatmap channels to decode for the keypoints `channels` (distinct), and where their results are.
+
+    Without `with_previous` the maps are `channels` themselves. With it, the channel before each one (in the
+    model's layout, the first wrapping to the last) is decoded too, so that a keypoint whose maximum is <= 0 reads
+    the same neighbour as in a full decode (the official quirk in `refine_keypoints_dark_udp`); the caller needs that
+    only when such a maximum occurs.
+
+    Returns:
+        `(maps, positions, previous_map)`: the model channels to decode, in order; the index in `maps` of each of
+        `channels`; for each map, the index in `maps` of the channel before it (`decode_udp_heatmaps(previous_map=)`;
+        a map whose previous channel is not decoded points at itself, and its own result is not used).
+    """
+    wanted = [int(c) for c in channels]
+    maps = sorted(set(wanted) | ({(c - 1) % num_keypoints for c in wanted} if with_previous else set()))
+    where = {c: k for k, c in enumerate(maps)}
+    previous_map = [where.get((c - 1) % num_keypoints, k) for k, c in enumerate(maps)]
+    return maps, [where[c] for c in wanted], previous_map
 
 
 def crop_to_image(

@@ -154,7 +154,10 @@ class Sapiens2PreTrainingConfig(PreTrainedConfig):
     @classmethod
     def from_preset(cls, variant: str, **kwargs) -> "Sapiens2PreTrainingConfig":
         """Real-scale pretraining configuration for an official backbone size (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`,
-        `"5b"`), with the defaults of this class; `kwargs` override pretraining fields."""
+        `"5b"`), with the defaults of this class, or `"tiny"` (`tiny_pretraining_config`); `kwargs` override
+        pretraining fields."""
+        if variant == "tiny":
+            return tiny_pretraining_config(**kwargs)
         return cls(backbone_config=Sapiens2Config.from_preset(variant), **kwargs)
 
 

@@ -10,8 +10,8 @@ patches of the same view. Defaults and sources:
 
 | field | real scale | tiny | source |
 |---|---|---|---|
-| global crop size (H, W) | 1024 x 768 | 64 x 48 | Sapiens2 native resolution [DOCS]; tiny: `tiny_config` |
-| local crop size (H, W) | 448 x 336 | 32 x 32 | [OURS] DINOv2's local/global side ratio 96/224 applied to 1024 x 768, rounded to a multiple of 16 |
+| global crop size (H, W) | 1024 x 768 | 64 x 48 | Sapiens2 native resolution [DOCS]; tiny: `tiny_config`; `from_config`: the config's `image_size` |
+| local crop size (H, W) | 448 x 336 | 32 x 32 | [OURS] DINOv2's local/global side ratio 96/224 applied to the global size, rounded up to a multiple of the patch size |
 | global / local crops | 2 / 8 | 2 / 2 | [DINOv2]; tiny: [OURS] for speed |
 | global crop area scale | (0.32, 1.0) | same | [DINOv2] |
 | local crop area scale | (0.05, 0.32) | same | [DINOv2] |
@@ -24,6 +24,12 @@ Randomness: every example carries its own seed (`PretrainingImageDataset` derive
 and the index), and all crops, jitters and masks of that example come from a `torch.Generator` seeded with it. The
 views are therefore a pure function of (seed, epoch, index): independent of batch composition, dataloader workers,
 the number of processes, and of resuming from a checkpoint.
+
+Sizes follow the model: `MultiCropAugmentation.from_config(config)` (what `MultiCropCollator.from_config` and the
+pretraining trainer use when given no augmentation) crops at the config's `image_size`, and a collator whose global
+crop size differs from the config's `image_size` is refused where both are known (`MultiCropCollator.from_config`,
+`Sapiens2PreTrainingTrainer`): the plain `MultiCropAugmentation()` crops at the real 1024 x 768 scale, some 100x the
+work of the tiny model's 64 x 48.
 """
 
 import hashlib
@@ -38,12 +44,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.validation import SampleLoadError, SkippedSample, describe_skipped, validate_image_files
+from ..data.validation import (
+    NoUsableSamplesError,
+    SampleLoadError,
+    SkippedSample,
+    describe_skipped,
+    validate_image_files,
+)
 from ..modeling.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
 from .masking import num_kept_patches, random_patch_masks
 
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+# DINOv2's local/global crop side ratio (96 / 224 px), applied to the global crop size by `from_config`.
+LOCAL_CROP_SIDE_RATIO = 96 / 224
 _GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601 luma, as PIL and torchvision
 
 
@@ -76,8 +90,50 @@ class MultiCropAugmentation:
         kwargs.update(overrides)
         return cls(**kwargs)
 
+    @classmethod
+    def from_config(cls, config, **overrides) -> "MultiCropAugmentation":
+        """Crops at the size a model is configured for: global crops of the config's `image_size`, local crops of
+        `LOCAL_CROP_SIDE_RATIO` of each side rounded up to a multiple of the patch size (1024 x 768 -> 448 x 336,
+        the real-scale defaults; the tiny 64 x 48 -> 32 x 32, as `tiny()`); the other fields keep their defaults.
+
+        Args:
+            config (`Sapiens2PreTrainingConfig` or `Sapiens2Config`): the pretraining config, or its backbone config.
+            overrides: any field of this class.
+        """
+        backbone = getattr(config, "backbone_config", config)
+        (height, width), (patch_h, patch_w) = backbone.image_size_hw, backbone.patch_size_hw
+        local = (patch_h * math.ceil(height * LOCAL_CROP_SIDE_RATIO / patch_h),
+                 patch_w * math.ceil(width * LOCAL_CROP_SIDE_RATIO / patch_w))
+        kwargs = {"global_crop_size": (height, width), "local_crop_size": local}
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_crops_fit_config(augmentation: MultiCropAugmentation, config) -> None:
+    """Refuses global crops of another size than the config's `image_size` (one line, naming both and the fix).
+
+    The crops set the resolution the backbone is pretrained at, and the exported backbone's config records
+    `image_size`: a mismatch either pretrains at a size the config does not say (the default
+    `MultiCropAugmentation()` is the real 1024 x 768 scale, ~100x the work of the tiny model's 64 x 48) or
+    exports a config that misstates it.
+
+    Args:
+        augmentation (`MultiCropAugmentation`): the collator's crops.
+        config (`Sapiens2PreTrainingConfig` or `Sapiens2Config`): the model's config, or its backbone config.
+    """
+    backbone = getattr(config, "backbone_config", config)
+    expected = tuple(backbone.image_size_hw)
+    crop = tuple(augmentation.global_crop_size)
+    if crop != expected:
+        raise ValueError(
+            f"The global crop size {crop[0]}x{crop[1]} differs from the model config's image_size "
+            f"{expected[0]}x{expected[1]}: build the crops with MultiCropAugmentation.from_config(config) (or "
+            f"MultiCropCollator.from_config(config)), or set the backbone config's image_size to [{crop[0]}, "
+            f"{crop[1]}]."
+        )
 
 
 def example_seed(base_seed: int, epoch: int, index: int) -> int:
@@ -279,8 +335,15 @@ class MultiCropCollator:
         self._fallback_generator = torch.Generator().manual_seed(seed)
 
     @classmethod
-    def from_config(cls, config, augmentation: MultiCropAugmentation, seed: int = 0) -> "MultiCropCollator":
-        """Collator for a `Sapiens2PreTrainingConfig` (its backbone patch size and `mask_ratio`)."""
+    def from_config(cls, config, augmentation: MultiCropAugmentation | None = None,
+                    seed: int = 0) -> "MultiCropCollator":
+        """Collator for a `Sapiens2PreTrainingConfig` (its backbone patch size, `image_size` and `mask_ratio`).
+
+        `augmentation` defaults to `MultiCropAugmentation.from_config(config)`; one given must crop at the config's
+        `image_size` (`check_crops_fit_config`)."""
+        if augmentation is None:
+            augmentation = MultiCropAugmentation.from_config(config)
+        check_crops_fit_config(augmentation, config)
         return cls(augmentation, config.backbone_config.patch_size_hw, config.mask_ratio, seed=seed)
 
     def views(self, image, seed: int) -> dict[str, torch.Tensor]:
@@ -365,7 +428,7 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
         self.source = source
         if len(self) == 0:
             detail = f" ({describe_skipped(self.skipped)})" if self.skipped else ""
-            raise ValueError(f"The pretraining dataset is empty{detail}.")
+            raise NoUsableSamplesError(f"The pretraining dataset is empty{detail}.", self.skipped)
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike, seed: int = 0, extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
@@ -408,10 +471,12 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "LOCAL_CROP_SIDE_RATIO",
     "MultiCropAugmentation",
     "MultiCropCollator",
     "PretrainingImageDataset",
     "augmented_view",
+    "check_crops_fit_config",
     "color_jitter",
     "example_seed",
     "gaussian_blur",

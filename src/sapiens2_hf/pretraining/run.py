@@ -18,8 +18,15 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import logging
 
-from ..data.validation import describe_skipped, write_skipped_samples
-from ..training.run_setup import Sapiens2TrainingArguments, prepare_output_dir, seed_run
+from ..data.validation import NoUsableSamplesError, describe_skipped, write_skipped_samples
+from ..modeling import Sapiens2Config
+from ..training.run_setup import (
+    Sapiens2TrainingArguments,
+    check_process_count,
+    prepare_output_dir,
+    seed_run,
+    with_skipped_list,
+)
 from ..utils.extras import require
 from .configuration_pretraining import Sapiens2PreTrainingConfig, tiny_pretraining_config
 from .meta_arch import Sapiens2ForPreTraining
@@ -94,20 +101,30 @@ def build_dataset(args: PretrainingArguments, seed: int) -> PretrainingImageData
 
 
 def build_config(args: PretrainingArguments) -> Sapiens2PreTrainingConfig:
+    """The variant's pretraining config with `--config_overrides`; a `global_crop_size` in
+    `--augmentation_overrides` becomes the backbone's `image_size` (the resolution it is pretrained at)."""
     overrides = _json_dict(args.config_overrides, "config_overrides")
+    crop = _augmentation_overrides(args).get("global_crop_size")
+    backbone_overrides = {} if crop is None else {"image_size": list(crop)}
     if args.variant == "tiny":
-        return tiny_pretraining_config(**overrides)
-    return Sapiens2PreTrainingConfig.from_preset(args.variant, **overrides)
+        return tiny_pretraining_config(backbone_overrides, **overrides)
+    return Sapiens2PreTrainingConfig(backbone_config=Sapiens2Config.from_preset(args.variant, **backbone_overrides),
+                                     **overrides)
 
 
-def build_augmentation(args: PretrainingArguments) -> MultiCropAugmentation:
+def _augmentation_overrides(args: PretrainingArguments) -> dict:
     overrides = _json_dict(args.augmentation_overrides, "augmentation_overrides")
     for key in ("global_crop_size", "local_crop_size", "global_crop_scale", "local_crop_scale", "crop_aspect_jitter", "blur_sigma"):
         if key in overrides:
             overrides[key] = tuple(overrides[key])
-    if args.variant == "tiny":
-        return MultiCropAugmentation.tiny(**overrides)
-    return MultiCropAugmentation(**overrides)
+    return overrides
+
+
+def build_augmentation(args: PretrainingArguments, config: Sapiens2PreTrainingConfig) -> MultiCropAugmentation:
+    """The crops of `config` (`MultiCropAugmentation.from_config`; the tiny variant takes 2 local crops, as
+    `MultiCropAugmentation.tiny`) with `--augmentation_overrides`."""
+    defaults = {"num_local_crops": 2} if args.variant == "tiny" else {}
+    return MultiCropAugmentation.from_config(config, **{**defaults, **_augmentation_overrides(args)})
 
 
 def run_identity(args: PretrainingArguments) -> dict:
@@ -138,13 +155,16 @@ def run_pretraining(args: PretrainingArguments, training_args: TrainingArguments
         model = Sapiens2ForPreTraining.from_backbone(args.init_backbone, config=config)
     else:
         model = Sapiens2ForPreTraining(config)
-    dataset = build_dataset(args, seed=training_args.seed)
+    try:
+        dataset = build_dataset(args, seed=training_args.seed)
+    except NoUsableSamplesError as error:
+        raise with_skipped_list(error, training_args) from None
     if args.image_folder is not None and training_args.should_save:
         path = write_skipped_samples(training_args.output_dir, dataset.skipped)
         if dataset.skipped:
             logger.warning("%s. The full list is in %s (pass --strict to stop at the first bad image instead).",
                            describe_skipped(dataset.skipped), path)
-    collator = MultiCropCollator.from_config(config, build_augmentation(args), seed=training_args.seed)
+    collator = MultiCropCollator.from_config(config, build_augmentation(args, config), seed=training_args.seed)
     trainer = Sapiens2PreTrainingTrainer(
         model=model, args=training_args, train_dataset=dataset, data_collator=collator
     )
@@ -159,6 +179,7 @@ def main(argv: list[str] | None = None) -> Sapiens2PreTrainingTrainer:
     """Entry point: parses `PretrainingArguments` and `Sapiens2TrainingArguments` (transformers' `TrainingArguments`
     plus `--overwrite_output_dir`), or one JSON file holding both."""
     require("accelerate", feature="training")  # before TrainingArguments, whose own error names transformers' pip extra
+    check_process_count()
     parser = HfArgumentParser((PretrainingArguments, Sapiens2TrainingArguments))
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 1 and argv[0].endswith(".json"):

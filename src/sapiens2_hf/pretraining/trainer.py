@@ -14,6 +14,8 @@ What it adds to `transformers.Trainer`:
 - The dataset's `set_epoch` is called at each epoch start, so the per-example augmentation seeds (and therefore the
   loss curve) are the same after a resume as in an uninterrupted run.
 - `save_backbone` exports the student (or teacher) backbone as a plain `Sapiens2Model` checkpoint.
+- Without a `data_collator` it builds `MultiCropCollator.from_config(model.config)` (crops at the config's
+  `image_size`); a `MultiCropCollator` given must crop at that size (`check_crops_fit_config`, one-line error).
 
 The teacher is part of the model's state dict, so checkpoints carry it and a resume restores it; its parameters
 never require gradients (re-applied at load and on every `train()` call), so the optimizer never holds them.
@@ -26,6 +28,7 @@ from transformers import Trainer, TrainerCallback
 
 from ..training.loss_logging import LossTermsLoggingMixin
 from .meta_arch import LOSS_NAMES, Sapiens2ForPreTraining
+from .multicrop import MultiCropCollator, check_crops_fit_config
 from .schedules import ema_momentum, teacher_temperature
 
 
@@ -89,12 +92,18 @@ class Sapiens2PreTrainingTrainer(LossTermsLoggingMixin, Trainer):
     with a `MultiCropCollator` as `data_collator` and a `PretrainingImageDataset` as `train_dataset`.
 
     `remove_unused_columns` is switched off (the collator, not the model, consumes the dataset's columns).
+    `data_collator` defaults to `MultiCropCollator.from_config(model.config, seed=args.seed)`.
     """
 
-    def __init__(self, *args, callbacks=None, **kwargs):
+    def __init__(self, model=None, args=None, data_collator=None, *more, callbacks=None, **kwargs):
+        config = _unwrap(model).config
+        if data_collator is None:
+            data_collator = MultiCropCollator.from_config(config, seed=getattr(args, "seed", 0))
+        elif isinstance(data_collator, MultiCropCollator):
+            check_crops_fit_config(data_collator.augmentation, config)
         self.ema_callback = EmaTeacherCallback()
         callbacks = [*(callbacks or []), self.ema_callback]
-        super().__init__(*args, callbacks=callbacks, **kwargs)
+        super().__init__(model, args, data_collator, *more, callbacks=callbacks, **kwargs)
         # The dataloader is built at train time, so switching this off here is enough.
         self.args.remove_unused_columns = False
         self.add_callback(_DatasetEpochCallback(self))

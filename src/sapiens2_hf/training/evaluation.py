@@ -16,6 +16,34 @@ from ..modeling.sapiens2_processing_ops import crop_to_image, decode_udp_heatmap
 from .tasks import check_task, training_task
 
 
+# The unit of each metric `TaskEvaluator` returns, by name without the `eval_` / `predict_` prefix (fnmatch patterns,
+# first match wins). The names are public API (logs, model cards, *_results.json) and the scales follow the reference
+# evaluators (mmseg prints percentages, COCO keypoint AP is a fraction), so the unit travels beside the value instead
+# of in a renamed key.
+METRIC_UNITS = (
+    ("acc_pose", "fraction in [0, 1]"),
+    ("pck_*", "fraction in [0, 1]"),
+    ("oks_a[pr]*", "fraction in [0, 1]; -1: no ground truth in that area range"),
+    ("miou", "percent"), ("aacc", "percent"), ("macc", "percent"), ("iou_*", "percent"), ("acc_*", "percent"),
+    ("within_*_deg", "percent of pixels"),  # normal
+    ("normal_within_*_deg", "fraction of pixels"),  # pointmap's normals
+    ("*_deg", "degrees"),
+    ("within_*_cm", "fraction of pixels"),
+    ("mean_l2_error", "metres"), ("[xyz]_mae", "metres"),
+    ("psnr", "dB"),
+    ("*_runtime", "seconds"),
+)
+
+
+def metric_unit(name: str) -> str | None:
+    """The unit of the metric `name` (`eval_miou` -> "percent"; see `METRIC_UNITS`), None when it has none."""
+    from fnmatch import fnmatchcase
+
+    for prefix in ("eval_", "predict_", "test_"):
+        name = name.removeprefix(prefix)
+    return next((unit for pattern, unit in METRIC_UNITS if fnmatchcase(name, pattern)), None)
+
+
 def flip_test_heatmaps(model, pixel_values: torch.Tensor, heatmaps: torch.Tensor, flip_indices=KEYPOINT_FLIP_INDICES):
     """Official pose flip test: average the heatmaps with those of the horizontally flipped crop, flipped back and
     re-ordered with `flip_indices` (no pixel shift, UDP)."""

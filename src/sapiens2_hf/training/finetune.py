@@ -29,9 +29,9 @@ from ..data.hf_datasets import (
     take_validation_split,
     task_records,
 )
-from ..data.pose import read_coco_keypoints
+from ..data.pose import check_coco_images_found, read_coco_keypoints
 from ..data.tasks import is_top_down
-from ..data.validation import describe_skipped, validate_records, write_skipped_samples
+from ..data.validation import NoUsableSamplesError, describe_skipped, validate_records, write_skipped_samples
 from ..hub.sharing import ship_pipeline, enable_remote_code
 from ..modeling import HEAD_PRESETS, VARIANTS, Sapiens2Config, Sapiens2Model, model_class_for_task, tiny_config
 from ..modeling.sapiens2_tasks import task_spec
@@ -40,7 +40,7 @@ from ..utils.atomic_io import atomic_write_json
 from .arguments import DataArguments, ModelArguments
 from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
-from .run_setup import prepare_output_dir, seed_run
+from .run_setup import prepare_output_dir, seed_run, with_skipped_list
 from .tasks import TRAINING_TASKS, check_task, training_task
 from .trainer import Sapiens2Trainer
 
@@ -227,7 +227,9 @@ def build_records(data_args: DataArguments, task: str, split: str, seed: int) ->
     if data_args.dataset == "coco":
         if not is_top_down(task):
             raise ValueError("--dataset coco is for pose; use --dataset folder for the dense tasks.")
-        return read_coco_keypoints(targets, images, keypoint_layout=data_args.keypoint_layout, skip_crowd=True)
+        records = read_coco_keypoints(targets, images, keypoint_layout=data_args.keypoint_layout, skip_crowd=True)
+        check_coco_images_found(targets, images, records, images_option=f"--{split}_images")
+        return records
     if data_args.dataset == "folder":
         if images is None:
             raise ValueError(f"--dataset folder needs --{split}_images.")
@@ -320,7 +322,7 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
         skipped += bad
         if not len(records):
             detail = describe_skipped(bad) if bad else "the source is empty"
-            raise ValueError(f"No usable {split} record: {detail}.")
+            raise NoUsableSamplesError(f"No usable {split} record: {detail}.", skipped)
         records = subsample(records, limits[split], seed)
         augment = split == "train" and data_args.augment
         built[split] = Sapiens2TaskDataset(records, transform(input_size, train=augment), seed=seed)
@@ -411,7 +413,10 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     seed = training_args.seed + data_args.data_seed_offset
     # The main process first downloads, prepares or renders into the `datasets` cache; the others then read it.
     with training_args.main_process_first(desc="dataset loading"):
-        task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages)
+        try:
+            task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages)
+        except NoUsableSamplesError as error:
+            raise with_skipped_list(error, training_args) from None
     if skipped is not None and training_args.should_save:
         path = write_skipped_samples(output_dir, skipped)
         if skipped:
@@ -428,8 +433,7 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
         trainer.save_state()
     metrics = {}
     if "eval" in task_datasets:
-        metrics = trainer.evaluate()
-        trainer.log_metrics("eval", metrics)
+        metrics = trainer.evaluate()  # printed once, with units, by the caller (training_scripts/finetune.py)
         trainer.save_metrics("eval", metrics)
     if "test" in task_datasets:
         metrics.update(predict(trainer, task_datasets["test"], task, output_dir / "predictions"))
@@ -463,7 +467,6 @@ def predict(trainer: Sapiens2Trainer, dataset: Sapiens2TaskDataset, task: str, f
     written (they need the whole model on one process).
     """
     output = trainer.predict(dataset, metric_key_prefix="predict")
-    trainer.log_metrics("predict", output.metrics)
     trainer.save_metrics("predict", output.metrics)
     # keypoints are written from the evaluation statistics; the other kinds re-run the model on the test split
     keypoints = training_task(task).prediction == "keypoints"

@@ -52,7 +52,12 @@ def lora_config(task: str, rank: int = 16, alpha: int | None = None, dropout: fl
 def apply_lora(model: nn.Module, task: str, **kwargs) -> PeftModel:
     """Wrap a task model for LoRA training (backbone frozen, adapters + heads trainable); kwargs go to
     `lora_config`."""
-    return _peft().get_peft_model(model, lora_config(task, **kwargs))
+    peft = _peft()
+    with warnings.catch_warnings():
+        # peft (0.21) reads transformers' deprecated `is_gradient_checkpointing` alias while wrapping: a FutureWarning
+        # on every LoRA run about peft's code, not the caller's. Only that warning is silenced, only here.
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return peft.get_peft_model(model, lora_config(task, **kwargs))
 
 
 def save_lora_adapter(

@@ -29,6 +29,7 @@ from pathlib import Path
 from transformers import TrainingArguments, enable_full_determinism, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ..data.validation import NoUsableSamplesError, write_skipped_samples
 from ..hub.sharing import ADAPTER_FILE_NAMES, WEIGHT_FILE_PATTERNS
 from ..utils.atomic_io import atomic_write_json
 
@@ -47,6 +48,21 @@ class Sapiens2TrainingArguments(TrainingArguments):
                           "trainer state are deleted first (other files stay). Without it such a folder is refused "
                           "unless --resume_from_checkpoint continues its run."},
     )
+
+    def __post_init__(self):
+        super().__post_init__()
+        # Pinned host memory only speeds up copies to an accelerator. transformers pins by default, and torch's
+        # DataLoader then warns on every CPU run that it does not pin; pinning stays on only where it can work.
+        if self.dataloader_pin_memory and (self.use_cpu or not _accelerator_available()):
+            self.dataloader_pin_memory = False
+
+
+def _accelerator_available() -> bool:
+    """Whether torch sees an accelerator (the test torch's DataLoader makes before pinning; CUDA before torch 2.6)."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
 
 def seed_run(training_args: TrainingArguments) -> None:
@@ -308,3 +324,36 @@ def _check_same_run(folder: Path, marker: dict | None, identity: dict, kind: str
                  for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key)]
     if differing:
         raise ValueError(f"--output_dir {folder} holds another run ({'; '.join(differing)}); {hint}")
+
+
+def with_skipped_list(error: NoUsableSamplesError, training_args) -> NoUsableSamplesError:
+    """`error`, after writing its skipped records to `<output_dir>/skipped_samples.json` (main process), with the
+    file's path appended: a run that stops because every sample is bad still leaves the list of what to fix."""
+    if not error.skipped or not training_args.should_save:
+        return error
+    path = write_skipped_samples(training_args.output_dir, error.skipped)
+    return NoUsableSamplesError(f"{error} The full list is in {path}.", error.skipped)
+
+
+def check_process_count(environ: Mapping[str, str] | None = None) -> None:
+    """Refuses a launch that asked for several processes and started one, with one line naming the fix.
+
+    `accelerate launch --num_processes N` (N > 1) without `--multi_gpu`, on a machine with fewer than two GPUs, runs
+    accelerate's simple launcher: a single process, which would train alone without a word. That launcher still sets
+    `MASTER_ADDR`/`MASTER_PORT` (for N > 1) and its `ACCELERATE_*` variables, but not `WORLD_SIZE`, which every
+    multi-process launcher (torchrun, accelerate's multi-GPU launcher) sets in each process it starts. The launcher
+    is only visible through these variables, so they are read here, at the scripts' entry points, and nowhere else.
+
+    Args:
+        environ (`Mapping[str, str]`, *optional*): the environment to inspect (default: `os.environ`).
+    """
+    environ = os.environ if environ is None else environ
+    launched_by_accelerate = "ACCELERATE_MIXED_PRECISION" in environ
+    several_requested = "MASTER_PORT" in environ
+    started = environ.get("WORLD_SIZE") or environ.get("OMPI_COMM_WORLD_SIZE") or environ.get("PMI_SIZE")
+    if launched_by_accelerate and several_requested and not started:
+        raise ValueError(
+            "accelerate launch started 1 process although --num_processes asks for more: without --multi_gpu it "
+            "runs a single process on a machine with fewer than two GPUs; pass --multi_gpu (on CPUs the processes "
+            "then train with gloo), or --num_processes 1 (a MASTER_PORT set in your shell also triggers this check)."
+        )

@@ -25,6 +25,7 @@ EXTRAS = {
     "onnx": "export",
     "onnxscript": "export",
     "onnxruntime": "export",
+    "gradio": "app",
 }
 
 

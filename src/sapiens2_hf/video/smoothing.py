@@ -1,5 +1,7 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""One-Euro filter (Casiez, Roussel and Vogel, CHI 2012) for keypoint trajectories.
+"""Temporal filters for video outputs, one home for both: the One-Euro filter (Casiez, Roussel and Vogel, CHI 2012)
+for keypoint trajectories, and the same rule per pixel along the optical flow for dense maps (`FlowGuidedFilter`,
+`DenseResultFilter`; see docs/video.md for the choice).
 
 A first-order low-pass filter whose cutoff frequency rises with the signal's speed: slow or still points are
 smoothed hard (little jitter), fast ones lightly (little lag). Per sample, with `dt` the time since the previous one:
@@ -60,6 +62,7 @@ class OneEuroFilter:
         """Forget the past: the next sample starts a new trajectory."""
         self._value: np.ndarray | None = None
         self._speed: np.ndarray | None = None
+        self._raw: np.ndarray | None = None
         self._time: float | None = None
 
     def filter(self, values, t: float) -> np.ndarray:
@@ -109,4 +112,246 @@ def trajectory_errors(smoothed: np.ndarray, truth: np.ndarray, skip: int = 10) -
     return {"rmse": rmse, "jitter": jitter, "lag_frames": lag}
 
 
-__all__ = ["DEFAULT_BETA", "DEFAULT_D_CUTOFF", "DEFAULT_MIN_CUTOFF", "OneEuroFilter", "trajectory_errors"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# dense maps: the same One-Euro rule per pixel, along the optical flow
+# ----------------------------------------------------------------------------------------------------------------
+
+#: Photometric error (grey levels, 0-255) above which a pixel's flow is not trusted (occlusion, disocclusion, a
+#: flow failure): there the filter returns the frame's own value, so that no past output is dragged along.
+DEFAULT_OCCLUSION_THRESHOLD = 12.0
+#: A pixel whose change after motion compensation exceeds this many times the frame's median change is taken as it
+#: is (a flow error at a depth edge, or a real change): per-frame noise sets the median, edges lie far above it.
+DEFAULT_CONSISTENCY = 3.0
+
+#: Per task: the key of each map the filter smooths, and its `(min_cutoff Hz, beta per map unit, consistency)`. beta
+#: is per unit of the map's own values (normals: unit vectors; pointmap: metres; albedo and alpha: [0, 1]; seg:
+#: one-hot class scores). Seg uses beta 0: a label that flips between two classes is flicker, never motion (the flow
+#: already moves labels with the person), so it is low-passed and gated by the photometric and consistency checks
+#: only. Alpha (one channel, clipped to [0, 1]) has a heavier-tailed frame-to-frame change than the 3-channel maps,
+#: hence its wider consistency gate. Chosen on the synthetic clip of benchmarks/bench_temporal_filter.py (512x384).
+DENSE_TASK_MAPS: dict[str, tuple[str, ...]] = {
+    "normal": ("normals",), "pointmap": ("pointmap",), "albedo": ("albedo",), "matting": ("alpha", "foreground"),
+    "seg": ("segmentation",),
+}
+DENSE_TASK_DEFAULTS: dict[str, tuple[float, float, float]] = {
+    "normal": (1.0, 0.5, 3.0), "pointmap": (1.0, 0.5, 3.0), "albedo": (1.0, 0.5, 3.0), "matting": (1.0, 0.5, 5.0),
+    "seg": (2.0, 0.0, 3.0),
+}
+
+
+class FlowGuidedFilter:
+    """Temporal filter for dense per-frame maps: the previous output is carried to the current frame along the
+    optical flow of the video frames, then blended with the current map by the One-Euro rule per pixel.
+
+    Per frame, with `flow` the DIS optical flow (OpenCV) from the current frame to the previous one:
+
+        warped     = previous output at (x + flow(x))            (bilinear; the previous speed estimate likewise)
+        residual   = |map - warped| / dt                          per pixel, over the map's channels
+        speed_hat  = warped speed + alpha(d_cutoff) (residual - warped speed)
+        out        = warped + alpha(min_cutoff + beta speed_hat) (map - warped)
+
+    and `out = map` (the pixel starts afresh) where the past cannot be trusted: the previous frame warped by the flow
+    differs from the current one by more than `occlusion_threshold` grey levels (occlusion, flow failure); the
+    residual exceeds `consistency` times the median frame-to-frame change of the unfiltered maps (a flow error at a
+    depth edge, where bilinear warping mixes two surfaces, or a real change; noise sets the median); the warped
+    sample mixes in masked-out pixels (NaN, or all-zero with `zero_is_masked`); or a value is not finite. Because the
+    past moves with the content, a moving person is smoothed as much as a still one without trailing behind (a plain
+    per-pixel filter must either smooth motion away or leave moving parts unfiltered), and the One-Euro speed term
+    lets changes that the flow does not explain (a turning surface) through sooner.
+
+    Args:
+        min_cutoff (`float`, defaults to 1.0): cutoff at rest, Hz (> 0); lower smooths more.
+        beta (`float`, defaults to 0.0): cutoff increase per unit of residual speed (map units per second, >= 0).
+        d_cutoff (`float`, defaults to 1.0): cutoff of the speed estimate's low-pass, Hz (> 0).
+        occlusion_threshold (`float`, defaults to `DEFAULT_OCCLUSION_THRESHOLD`): grey levels (0-255).
+        consistency (`float`, defaults to `DEFAULT_CONSISTENCY`): see above (> 0).
+        flow_preset (`str`, defaults to "medium"): OpenCV DIS preset, "ultrafast", "fast" or "medium" (on the
+            synthetic benchmark "fast" dragged the background along with a small person).
+        zero_is_masked (`bool`, defaults to False): all-zero pixels are masked out (normals, albedo), not values.
+
+    Attributes:
+        fresh (`np.ndarray` of shape `(H, W)`, bool): after a `filter` call past the first, the pixels taken as
+            they were.
+
+    `filter(values, image, t)` takes a map `(H, W)` or `(H, W, C)` and the video frame `(H, W, 3)` uint8 it belongs
+    to (any size: the flow is computed at the frame's size and resized to the map's), at time `t` seconds. The first
+    frame (and any frame after a change of map size) is returned unchanged, as a float32 copy.
+    """
+
+    def __init__(self, min_cutoff: float = 1.0, beta: float = 0.0, d_cutoff: float = DEFAULT_D_CUTOFF,
+                 occlusion_threshold: float = DEFAULT_OCCLUSION_THRESHOLD, consistency: float = DEFAULT_CONSISTENCY,
+                 flow_preset: str = "medium", zero_is_masked: bool = False):
+        if not (min_cutoff > 0 and d_cutoff > 0 and beta >= 0 and occlusion_threshold >= 0 and consistency > 0
+                and math.isfinite(min_cutoff + beta + d_cutoff + occlusion_threshold + consistency)):
+            raise ValueError(f"the flow-guided filter needs min_cutoff > 0, d_cutoff > 0, beta >= 0 and "
+                             f"occlusion_threshold >= 0 (finite), got min_cutoff={min_cutoff}, beta={beta}, "
+                             f"d_cutoff={d_cutoff}, occlusion_threshold={occlusion_threshold}.")
+        self.min_cutoff, self.beta, self.d_cutoff = float(min_cutoff), float(beta), float(d_cutoff)
+        self.occlusion_threshold, self.consistency = float(occlusion_threshold), float(consistency)
+        if flow_preset not in ("ultrafast", "fast", "medium"):
+            raise ValueError(f"flow_preset must be 'ultrafast', 'fast' or 'medium' (OpenCV DIS), got {flow_preset!r}.")
+        self.flow_preset, self.zero_is_masked = flow_preset, bool(zero_is_masked)
+        self._flow = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the past: the next frame starts anew."""
+        self._value: np.ndarray | None = None
+        self._speed: np.ndarray | None = None
+        self._raw: np.ndarray | None = None
+        self._gray: np.ndarray | None = None
+        self._time: float | None = None
+
+    def _backward_flow(self, gray: np.ndarray) -> np.ndarray:
+        """`(H, W, 2)` float32 flow from the current frame to the previous one (DIS, OpenCV's fast preset)."""
+        import cv2
+
+        if self._flow is None:
+            preset = {"ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST, "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,
+                      "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM}[self.flow_preset]
+            self._flow = cv2.DISOpticalFlow_create(preset)
+        return self._flow.calc(gray, self._gray, None)
+
+    def filter(self, values, image: np.ndarray, t: float) -> np.ndarray:
+        """Filtered float32 copy of `values` `(H, W)` or `(H, W, C)` seen with the frame `image` at time `t`."""
+        import cv2
+
+        values = np.asarray(values, dtype=np.float32)
+        if values.ndim not in (2, 3):
+            raise ValueError(f"dense maps must be (height, width) or (height, width, channels), got {values.shape}.")
+        image = np.asarray(image)
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(f"the frame must be RGB uint8 (height, width, 3), got {image.dtype} {image.shape}.")
+        gray = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY)
+        planes = values if values.ndim == 3 else values[..., None]  # (H, W, C)
+        if self._value is None or self._value.shape != planes.shape or self._gray.shape != gray.shape:
+            self._value, self._speed = planes.copy(), np.zeros(planes.shape[:2], np.float32)
+            self._raw = planes.copy()
+            self._gray, self._time = gray, float(t)
+            return values.copy()
+        dt = float(t) - self._time
+        if not dt > 0:
+            raise ValueError(f"frames must come with increasing times; got t={t} after {self._time}.")
+        height, width = planes.shape[:2]
+        flow = self._backward_flow(gray)  # (frame H, frame W, 2), frame pixels
+        if flow.shape[:2] != (height, width):
+            scale = np.array([width / gray.shape[1], height / gray.shape[0]], np.float32)
+            flow = cv2.resize(flow, (width, height), interpolation=cv2.INTER_LINEAR) * scale
+        grid_y, grid_x = np.mgrid[0:height, 0:width].astype(np.float32)
+        map_x, map_y = grid_x + flow[..., 0], grid_y + flow[..., 1]
+
+        def warp(array: np.ndarray) -> np.ndarray:
+            warped = cv2.remap(array, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+            return warped.reshape(array.shape)
+
+        previous = warp(self._value)  # (H, W, C)
+        previous_speed = warp(self._speed)
+        # where the bilinear sample mixes in masked-out pixels (NaN, or all-zero with `zero_is_masked`: outside the
+        # person), the past is not a value of this surface: such pixels start afresh instead of fading towards 0 at
+        # the person's edge
+        valid = np.isfinite(self._value).all(axis=-1)
+        if self.zero_is_masked:
+            valid &= (self._value != 0).any(axis=-1)
+        whole = warp(valid.astype(np.float32)) >= 0.999
+        # the photometric check runs at the map's size (the frame is resized to it when they differ)
+        frame_now, frame_before = gray, self._gray
+        if gray.shape != (height, width):
+            frame_now = cv2.resize(gray, (width, height), interpolation=cv2.INTER_AREA)
+            frame_before = cv2.resize(frame_before, (width, height), interpolation=cv2.INTER_AREA)
+        # on lightly blurred frames: hard edges (aliased renders, sharp texture) resampled at a sub-pixel shift
+        # are no occlusion
+        frame_now = cv2.GaussianBlur(frame_now.astype(np.float32), (0, 0), 1.0)
+        frame_before = cv2.GaussianBlur(frame_before.astype(np.float32), (0, 0), 1.0)
+        photometric = np.abs(frame_now - warp(frame_before))
+        finite = np.isfinite(planes).all(axis=-1) & np.isfinite(previous).all(axis=-1)
+        residual = np.where(finite, np.linalg.norm(np.nan_to_num(planes - previous), axis=-1) / dt, 0.0)
+        speed = previous_speed + _alpha(self.d_cutoff, dt) * (residual - previous_speed)
+        alpha = _alpha(self.min_cutoff + self.beta * speed, dt).astype(np.float32)
+        # consistency gate: a change far beyond the typical frame-to-frame change of the unfiltered maps (their
+        # median over the pixels that changed at all, which per-frame noise dominates; masked-out zeros do not count,
+        # and being measured on the raw maps it does not depend on the filter's own state) is a flow error at an
+        # edge, where bilinear warping mixes two surfaces, or a real change: never noise, so it is taken as it is
+        raw_change = np.linalg.norm(np.nan_to_num(planes - warp(self._raw)), axis=-1) / dt
+        changed = raw_change[finite & (raw_change > 0)]
+        typical = float(np.median(changed)) if changed.size else 0.0
+        inconsistent = residual > self.consistency * typical if typical > 0 else np.zeros_like(finite)
+        fresh = ~finite | ~whole | (photometric > self.occlusion_threshold) | inconsistent
+        smoothed = previous + alpha[..., None] * (planes - previous)
+        out = np.where(fresh[..., None], planes, smoothed).astype(np.float32)
+        self._value, self._speed = out, np.where(fresh, 0.0, speed).astype(np.float32)
+        self._raw = planes.copy()
+        self._gray, self._time = gray, float(t)
+        self.fresh = fresh
+        return out.reshape(values.shape).copy()
+
+
+class DenseResultFilter:
+    """Flow-guided filtering of one dense task's per-frame pipeline results (`DENSE_TASK_MAPS`), with the task's
+    constraints restored afterwards: normals renormalised to unit length (zero stays zero), albedo and alpha clipped
+    to [0, 1], the pointmap's `depth` recomputed from the filtered Z, segmentation labels as the argmax of the
+    filtered one-hot class scores (the filter then votes over time along the flow).
+
+    Args:
+        task (`str`): "normal", "pointmap", "albedo", "matting" or "seg".
+        min_cutoff, beta (`float`, *optional*): override `DENSE_TASK_DEFAULTS[task]`.
+        occlusion_threshold (`float`, defaults to `DEFAULT_OCCLUSION_THRESHOLD`).
+
+    `filter(result, image, t)` returns a new dict; keys not in `DENSE_TASK_MAPS[task]` are passed through.
+    """
+
+    def __init__(self, task: str, min_cutoff: float | None = None, beta: float | None = None,
+                 occlusion_threshold: float = DEFAULT_OCCLUSION_THRESHOLD):
+        if task not in DENSE_TASK_MAPS:
+            raise ValueError(f"temporal filtering of dense maps is for {sorted(DENSE_TASK_MAPS)}, not {task!r} "
+                             "(pose keypoints have the One-Euro filter).")
+        default_cutoff, default_beta, consistency = DENSE_TASK_DEFAULTS[task]
+        self.task = task
+        self.min_cutoff = default_cutoff if min_cutoff is None else float(min_cutoff)
+        self.beta = default_beta if beta is None else float(beta)
+        self.occlusion_threshold = float(occlusion_threshold)
+        # normals, pointmap and albedo outside the person are 0 (NaN for the pointmap) once masked (cli/predict.py)
+        masked = task in ("normal", "pointmap", "albedo")
+        self._filters = {key: FlowGuidedFilter(self.min_cutoff, self.beta, occlusion_threshold=occlusion_threshold,
+                                               consistency=consistency, zero_is_masked=masked)
+                         for key in DENSE_TASK_MAPS[task]}
+        self._num_classes = 0
+
+    def reset(self) -> None:
+        for one in self._filters.values():
+            one.reset()
+
+    def filter(self, result: dict, image: np.ndarray, t: float) -> dict:
+        out = dict(result)
+        for key, one in self._filters.items():
+            value = result.get(key)
+            if value is None:
+                continue
+            value = np.asarray(value)
+            if self.task == "seg":
+                labels = value.astype(np.int64)
+                self._num_classes = max(self._num_classes, int(labels.max(initial=0)) + 1)
+                one_hot = (labels[..., None] == np.arange(self._num_classes)).astype(np.float32)
+                if one._value is not None and one._value.shape[-1] != self._num_classes:
+                    one.reset()  # a new class appeared: restart rather than compare different encodings
+                out[key] = one.filter(one_hot, image, t).argmax(axis=-1).astype(value.dtype)
+                continue
+            filtered = one.filter(value, image, t)
+            if key == "normals":
+                norm = np.linalg.norm(filtered, axis=-1, keepdims=True)
+                filtered = np.where(norm > 0, filtered / np.where(norm > 0, norm, 1), 0.0).astype(np.float32)
+            elif key in ("albedo", "alpha", "foreground"):
+                filtered = np.clip(filtered, 0.0, 1.0)
+            out[key] = filtered.astype(value.dtype, copy=False) if np.issubdtype(value.dtype, np.floating) \
+                else filtered
+            if key == "pointmap" and result.get("depth") is not None:
+                out["depth"] = out[key][..., 2].astype(np.asarray(result["depth"]).dtype)
+        return out
+
+
+__all__ = [
+    "DEFAULT_BETA", "DEFAULT_CONSISTENCY", "DEFAULT_D_CUTOFF", "DEFAULT_MIN_CUTOFF", "DEFAULT_OCCLUSION_THRESHOLD",
+    "DENSE_TASK_DEFAULTS", "DENSE_TASK_MAPS", "DenseResultFilter", "FlowGuidedFilter", "OneEuroFilter",
+    "trajectory_errors",
+]

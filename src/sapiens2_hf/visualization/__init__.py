@@ -7,11 +7,13 @@ from .drawing import (
     depth_to_image,
     depth_to_rgb,
     draw_keypoints,
+    enlarge,
     normals_to_rgb,
     overlay_segmentation,
     pointmap_to_depth_image,
     read_ply_header,
     save_ply,
+    side_by_side,
 )
 from ..utils.atomic_io import atomic_write  # kept for callers of `sapiens2_hf.visualization.atomic_write`
 from .io import save_image, save_json, save_npy
@@ -36,6 +38,7 @@ __all__ = [
     "depth_to_image",
     "depth_to_rgb",
     "draw_keypoints",
+    "enlarge",
     "normals_to_rgb",
     "overlay_segmentation",
     "pointmap_to_depth_image",
@@ -44,4 +47,5 @@ __all__ = [
     "save_json",
     "save_npy",
     "save_ply",
+    "side_by_side",
 ]

@@ -93,6 +93,65 @@ def draw_keypoints(
     return canvas
 
 
+def enlarge(image: Any, people: Sequence[dict] = (), min_height: int = 384) -> tuple[Image.Image, list[dict]]:
+    """An image too small to read (a 96 x 72 synthetic human), enlarged by the smallest integer factor that makes it
+    at least `min_height` pixels tall, nearest-neighbour (each pixel stays a visible block), with `people`'s
+    `keypoints` and `bbox` mapped onto it.
+
+    Args:
+        image: RGB image (PIL or `(height, width, 3)` uint8).
+        people: pose dicts as `draw_keypoints` takes them; points are `(x, y)` pixels with pixel centres at
+            integers, so `x -> (x + 0.5) * factor - 0.5` keeps each point at the centre of its enlarged pixel.
+        min_height: the enlarged height's lower bound, in pixels (images already that tall are returned as they are).
+
+    Returns:
+        `(PIL.Image, list[dict])`: the enlarged image and copies of `people` in its pixels.
+    """
+    canvas = _rgb_image(image)
+    factor = max(1, -(-min_height // canvas.height))  # ceil
+    if factor == 1:
+        return canvas.copy(), [dict(person) for person in people]
+    canvas = canvas.resize((canvas.width * factor, canvas.height * factor), Image.NEAREST)
+    scaled = []
+    for person in people:
+        person = dict(person)
+        person["keypoints"] = (_numpy(person["keypoints"]).astype(np.float64) + 0.5) * factor - 0.5
+        if person.get("bbox") is not None:
+            person["bbox"] = _numpy(person["bbox"]).astype(np.float64) * factor  # box edges, not pixel centres
+        scaled.append(person)
+    return canvas, scaled
+
+
+def side_by_side(panels: Sequence[tuple[str, Any]], caption: str | None = None, gap: int = 4) -> Image.Image:
+    """Images next to each other, each under its title, with an optional caption line below all of them.
+
+    Args:
+        panels: `(title, image)` pairs; images are PIL or `(height, width, 3)` uint8 and are top-aligned.
+        caption: one line of text under the row (e.g. what model made the prediction).
+        gap: pixels of white between panels.
+
+    Returns:
+        A new RGB `PIL.Image`.
+    """
+    images = [_rgb_image(image) for _, image in panels]
+    font = _font(14)
+    line = 20  # pixels per text line
+    width = sum(image.width for image in images) + gap * (len(images) - 1)
+    if caption:
+        width = max(width, int(np.ceil(font.getlength(caption))) + 4)
+    height = line + max(image.height for image in images) + (line if caption else 0)
+    canvas = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(canvas)
+    x = 0
+    for (title, _), image in zip(panels, images):
+        draw.text((x + 2, 2), title, fill=(0, 0, 0), font=font)
+        canvas.paste(image, (x, line))
+        x += image.width + gap
+    if caption:
+        draw.text((2, height - line + 2), caption, fill=(0, 0, 0), font=font)
+    return canvas
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # segmentation
 # ----------------------------------------------------------------------------------------------------------------

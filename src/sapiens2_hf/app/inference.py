@@ -1,0 +1,277 @@
+"""What the web app computes (layer 3), without Gradio: one task's pipeline on an uploaded image or video, written to
+files by the command line's own writers (`cli/predict.py`, `cli/video.py`), so the app's downloads are byte for byte
+what `sapiens2-hf <task>` writes for the same input and options.
+
+A model is named as on the command line (a converted folder, a Hub id, an official `sapiens2_<size>_<task>.safetensors`
+file) or as `demo`: a tiny Sapiens2 with random weights (`tiny_config(task)`, seeded), built offline on first use, so
+the app runs with no weights and no network. Its outputs have the real shapes and formats and random values.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+DEMO_MODEL = "demo"
+# The file `cli/predict.py` `_write_outputs` writes as each task's picture (the overlay; albedo's own image).
+OVERLAY_SUFFIXES = {"pose": "_pose.png", "seg": "_seg.png", "normal": "_normal.png", "pointmap": "_depth.png",
+                    "albedo": "_albedo.png", "matting": "_matting.png"}
+DEMO_SEED = 0
+
+
+def task_names() -> tuple[str, ...]:
+    """The six tasks, in the registry's order (read without importing torch)."""
+    from .._registration import task_registry
+
+    return tuple(task_registry().TASK_SPECS)
+
+
+def parse_boxes(text: str | None) -> list[list[float]] | None:
+    """Person boxes typed as text: one box per line (or `;`-separated), `x_min y_min x_max y_max` in image pixels,
+    numbers separated by spaces or commas; brackets are ignored, so `[[10, 20, 200, 400]]` works too.
+
+    Returns:
+        The boxes (xyxy, as `--boxes` and the pose pipeline take them), or None for blank text.
+
+    Raises:
+        `ValueError`: a box without four numbers, a non-finite number, or x_max <= x_min / y_max <= y_min.
+    """
+    import math
+
+    if text is None or not text.strip():
+        return None
+    cleaned = text.replace("[", " ").replace("]", ";").replace("\n", ";")
+    boxes = []
+    for chunk in cleaned.split(";"):
+        parts = chunk.replace(",", " ").split()
+        if not parts:
+            continue
+        try:
+            numbers = [float(part) for part in parts]
+        except ValueError:
+            raise ValueError(f"boxes: {chunk.strip()!r} is not four numbers x_min y_min x_max y_max.") from None
+        if len(numbers) != 4 or not all(math.isfinite(v) for v in numbers):
+            raise ValueError(f"boxes: {chunk.strip()!r} is not four finite numbers x_min y_min x_max y_max.")
+        x0, y0, x1, y1 = numbers
+        if x1 <= x0 or y1 <= y0:
+            raise ValueError(f"boxes: {chunk.strip()!r} is not x_min y_min x_max y_max (x_max > x_min, y_max > y_min).")
+        boxes.append(numbers)
+    return boxes or None
+
+
+@dataclass
+class Result:
+    """One run's files (all under the run's own folder)."""
+
+    overlay: Path | None  # the picture (an image; for a video the annotated .mp4)
+    files: list[Path] = field(default_factory=list)  # the raw outputs to download (JSON, .npy, .ply; a .zip for video)
+    summary: str = ""  # one line for the page
+
+
+class _Progress:
+    """The progress sink `process_video` reports to (the app shows no bar)."""
+
+    def update(self, count: int = 1) -> None:
+        del count
+
+
+class AppRunner:
+    """Runs the tasks for the app: a task's pipeline is built on its first run and kept until the task is run with
+    another model (one model per task in memory); each run writes into a new folder under `work_dir`.
+
+    Args:
+        work_dir (`str` or `Path`, *optional*): where runs and the demo models are written (default: a new temporary
+            folder).
+        device (`str`, defaults to `"auto"`): as `--device` (`auto`: CUDA when available).
+        dtype (`str`, defaults to `"float32"`): as `--dtype`.
+    """
+
+    def __init__(self, work_dir: str | Path | None = None, device: str = "auto", dtype: str = "float32"):
+        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="sapiens2-hf-app-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.device, self.dtype = device, dtype
+        self._pipelines: dict[str, tuple[str, Any]] = {}  # task -> (model source, its pipeline)
+        self._lock = threading.Lock()  # Gradio runs events on worker threads; one model load at a time
+
+    # -- models ----------------------------------------------------------------------------------------------------
+
+    def demo_model(self, task: str) -> Path:
+        """The folder of the tiny random-weight model of `task` (built and saved on first use; seeded, so every
+        process builds the same weights)."""
+        import torch
+
+        from ..modeling import model_class_for_task, tiny_config
+
+        folder = self.work_dir / "demo_models" / task
+        if not (folder / "config.json").is_file():
+            with torch.random.fork_rng(devices=[]):  # seeded weights without touching the caller's RNG state
+                torch.manual_seed(DEMO_SEED)
+                model = model_class_for_task(task)(tiny_config(task))
+            model.save_pretrained(folder)
+        return folder
+
+    def _source(self, task: str, model: str | None) -> str:
+        model = (model or "").strip() or DEMO_MODEL
+        return str(self.demo_model(task)) if model == DEMO_MODEL else model
+
+    def _args(self, task: str, model: str, out: Path, **options):
+        """The command line's options for `sapiens2-hf <task>` (its parser's defaults, so the app writes what the
+        command writes), for one input written into `out`."""
+        from ..cli.main import build_parser
+
+        argv = [task, "input", "--model", model, "--out", str(out), "--quiet", "--device", self.device,
+                "--dtype", self.dtype]
+        if task == "pointmap":
+            argv.append("--ply")
+        args = build_parser().parse_args(argv)
+        for name, value in options.items():
+            setattr(args, name, value)
+        return args
+
+    def pipeline(self, task: str, model: str | None):
+        """The pipeline for `task` with `model` (`demo`, a folder, Hub id or official file), built on first use."""
+        from .. import _registration
+        from ..cli.options import check_local_source
+        from ..cli.predict import _build_pipeline
+
+        _registration.register()  # idempotent; the model classes and pipelines as the command line has them
+
+        if task not in OVERLAY_SUFFIXES:
+            raise ValueError(f"unknown task {task!r}; one of {', '.join(OVERLAY_SUFFIXES)}.")
+        with self._lock:
+            source = self._source(task, model)
+            kept = self._pipelines.get(task)
+            if kept is None or kept[0] != source:
+                check_local_source("model", source)
+                self._pipelines.pop(task, None)  # one model per task in memory: the new one replaces it
+                self._pipelines[task] = (source, _build_pipeline(self._args(task, source, self.work_dir)))
+            return self._pipelines[task][1]
+
+    def _run_folder(self) -> Path:
+        folder = self.work_dir / "runs" / uuid.uuid4().hex[:12]
+        folder.mkdir(parents=True)
+        return folder
+
+    # -- images ----------------------------------------------------------------------------------------------------
+
+    def run_image(self, task: str, image: np.ndarray | str | Path, model: str | None = None,
+                  boxes: str | None = None, name: str | None = None, keypoint_threshold: float = 0.3) -> Result:
+        """Runs `task` on one image and writes its outputs as `sapiens2-hf <task> --ply` does.
+
+        Args:
+            task (`str`): `pose`, `seg`, `normal`, `pointmap`, `albedo` or `matting`.
+            image (`np.ndarray` of shape `(height, width, 3)`, uint8 RGB, or a file path): the input (a file is read
+                as the command line reads it: EXIF orientation applied).
+            model (`str`, *optional*): `demo` (default), a folder, Hub id or official .safetensors file.
+            boxes (`str`, *optional*): pose only; person boxes as text (`parse_boxes`). Blank: the whole image is one
+                person's box (the app runs offline; there is no detector).
+            name (`str`, *optional*): the output files' base name (`<name>.json`, `<name>_seg.npy`, ...; default: the
+                file's stem, else `image`).
+            keypoint_threshold (`float`): pose only; the score below which keypoints are not drawn.
+        """
+        import numpy as np
+
+        from ..cli.predict import _pose_json, _predict, _write_outputs
+
+        source = None
+        if isinstance(image, (str, Path)):
+            from ..processing import load_image_rgb
+
+            name, source = name or Path(image).stem, Path(image).name
+            image = load_image_rgb(image)
+        name = name or "image"
+        image = np.ascontiguousarray(_rgb_uint8(image))
+        pipe = self.pipeline(task, model)
+        out = self._run_folder()
+        args = self._args(task, "app", out, kpt_threshold=keypoint_threshold)
+        people_boxes = None
+        if task == "pose":
+            height, width = image.shape[:2]
+            people_boxes = [parse_boxes(boxes) or [[0.0, 0.0, float(width), float(height)]]]
+        (result,) = _predict(args, pipe, [image], people_boxes)
+        pose_json = None
+        if task == "pose":  # the JSON's `file_name`: the upload's file name (the command writes the path given)
+            pose_json = _pose_json(source or name, image.shape, result, keypoint_threshold)
+        written, _ = _write_outputs(args, out / name, image, result, pose_json=pose_json)
+        overlay = next(path for path in written if path.name == f"{name}{OVERLAY_SUFFIXES[task]}")
+        files = [path for path in written if path.suffix in (".json", ".npy", ".ply")]
+        return Result(overlay, files, _summary(task, image, result))
+
+    # -- videos ----------------------------------------------------------------------------------------------------
+
+    def run_video(self, task: str, video: str | Path, model: str | None = None, boxes: str | None = None,
+                  max_frames: int | None = 32, stride: int = 1, keypoint_threshold: float = 0.3) -> Result:
+        """Runs `task` on a video as `sapiens2-hf <task> VIDEO` does: the annotated video, and the per-frame outputs
+        in one .zip. For pose, `boxes` seed the people on the first frame (blank: the whole frame) and the tracker
+        follows them.
+
+        Raises:
+            `ValueError`: when a frame failed (the reasons), or the video has no frames.
+        """
+        from ..cli.predict import _Report
+        from ..cli.video import process_video
+
+        path = Path(video)
+        pipe = self.pipeline(task, model)
+        out = self._run_folder()
+        name = path.stem or "video"
+        args = self._args(task, "app", out, kpt_threshold=keypoint_threshold, max_frames=max_frames,
+                          video_stride=stride)
+        listed: dict[str, list] = {}
+        if task == "pose":
+            first = parse_boxes(boxes) or _whole_first_frame(path)
+            listed = {f"{path}#0": first}
+        report = _Report()
+        process_video(args, pipe, path, name, out, listed, report, _Progress(), None)
+        if report.skipped:
+            reasons = "; ".join(f"{entry['input']}: {entry['reason']}" for entry in report.skipped[:3])
+            raise ValueError(f"{len(report.skipped)} frame(s) failed: {reasons}")
+        if report.frames == 0:
+            raise ValueError(f"{path.name}: no frames decoded.")
+        archive = Path(shutil.make_archive(str(out / f"{name}_outputs"), "zip", out / name))
+        return Result(out / f"{name}.mp4", [archive], f"{task}: {report.frames} frame(s) of {path.name}")
+
+
+def _whole_first_frame(path: Path) -> list[list[float]]:
+    from ..video import VideoReader
+
+    with VideoReader(path) as reader:
+        for frame in reader:
+            height, width = frame.image.shape[:2]
+            return [[0.0, 0.0, float(width), float(height)]]
+    raise ValueError(f"{path.name}: no frames decoded.")
+
+
+def _rgb_uint8(image: Any) -> np.ndarray:
+    """An upload as `(height, width, 3)` uint8 RGB (Gradio gives RGB, RGBA or grey numpy arrays, or PIL images)."""
+    import numpy as np
+    from PIL import Image
+
+    if image is None:
+        raise ValueError("no image: upload one first.")
+    if isinstance(image, Image.Image):
+        return np.asarray(image.convert("RGB"))
+    array = np.asarray(image)
+    if array.ndim == 2:
+        array = np.repeat(array[..., None], 3, axis=-1)
+    if array.ndim != 3 or array.shape[-1] not in (3, 4):
+        raise ValueError(f"expected an RGB image, got an array of shape {array.shape}.")
+    if array.dtype != np.uint8:
+        array = np.clip(array, 0, 255).astype(np.uint8)
+    return array[..., :3]
+
+
+def _summary(task: str, image: np.ndarray, result: Any) -> str:
+    height, width = image.shape[:2]
+    if task == "pose":
+        keypoints = len(result[0]["keypoints"]) if result else 0
+        return f"pose: {len(result)} person(s), {keypoints} keypoints each, on a {width}x{height} image"
+    return f"{task}: {width}x{height} image"
