@@ -16,7 +16,6 @@ Times: median and IQR of --repeats runs after --warmup runs, with device synchro
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import types
@@ -25,6 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_record  # noqa: E402
 from bench_processing import synthetic_heatmaps, timed  # noqa: E402
 
 
@@ -100,9 +100,7 @@ def main(argv=None) -> dict:
                         "warmup": args.warmup, "repeats": args.repeats},
         "results": rows,
     }
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+    write_record(args.out, record)
     return record
 
 

@@ -247,8 +247,8 @@ def test_error_classification_imports_nothing():
     """A failure in a process that never imported the conversion code is classified without importing it."""
     code = """
 import sys
-from sapiens2_hf.cli.main import _is_expected
-assert not _is_expected(RuntimeError("bug")) and _is_expected(ValueError("bad input"))
+from sapiens2_hf.cli.main import is_expected_error
+assert not is_expected_error(RuntimeError("bug")) and is_expected_error(ValueError("bad input"))
 assert "sapiens2_hf.hub.convert_official" not in sys.modules
 """
     assert _heavy_imported(code) == []

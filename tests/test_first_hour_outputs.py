@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 import sapiens2_hf
-from sapiens2_hf.cli.main import _message, build_parser, main
+from sapiens2_hf.cli.main import error_message, build_parser, main
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
 
@@ -43,11 +43,11 @@ def _photos(folder: Path) -> Path:
 
 
 def test_pose_json_labels_its_box_format_and_keeps_coco_bbox():
-    from sapiens2_hf.cli.predict import _pose_json
+    from sapiens2_hf.cli.predict import pose_annotations
 
     person = {"bbox": np.array([10.0, 20.0, 50.0, 90.0]), "bbox_score": 0.9, "keypoints": np.zeros((2, 2)),
               "scores": np.array([0.8, 0.1]), "labels": ["nose", "left_eye"]}
-    record = _pose_json("a.png", (100, 80, 3), [person], threshold=0.3)
+    record = pose_annotations("a.png", (100, 80, 3), [person], threshold=0.3)
     (annotation,) = record["annotations"]
     assert annotation["bbox"] == [10.0, 20.0, 40.0, 70.0]  # COCO xywh, unchanged
     assert annotation["bbox_xyxy"] == [10.0, 20.0, 50.0, 90.0]  # what --boxes takes
@@ -162,10 +162,12 @@ def test_package_data_is_declared_without_setuptools_warnings(tmp_path):
     ("export it with quantize='int8-dynamic' for an int8 one.", "--quantize int8-dynamic`"),
     ("m is a `seg` checkpoint, not a `pose` one: load it with Sapiens2ForSemanticSegmentation.",
      "run it with `sapiens2-hf seg`."),
+    ("f holds a 'onnx' export; backend 'aoti' needs `sapiens2-hf export --format aoti`.",
+     "; --backend aoti needs `sapiens2-hf export --format aoti`."),
 ])
 def test_cli_errors_translate_api_hints(api, cli):
-    message = _message(ValueError(api))
-    assert cli in message and "=True" not in message and "quantize='" not in message
+    message = error_message(ValueError(api))
+    assert cli in message and "=True" not in message and "quantize='" not in message and "backend '" not in message
 
 
 def test_a_checkpoint_of_another_task_names_the_command(tmp_path, capsys):

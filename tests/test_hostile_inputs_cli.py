@@ -29,7 +29,7 @@ from PIL import Image
 
 import sapiens2_hf
 from sapiens2_hf.cli import predict as predict_cli
-from sapiens2_hf.cli.main import _is_expected, main
+from sapiens2_hf.cli.main import is_expected_error, main
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 from sapiens2_hf.utils import atomic_io
 
@@ -164,11 +164,12 @@ def full_disk(monkeypatch):
     """`full_disk(keep)`: every atomic write fails with ENOSPC except those whose target name is in `keep`; returns
     the list of pipeline calls, which the run appends to."""
     calls = []
-    predict = predict_cli._predict
-    monkeypatch.setattr(predict_cli, "_predict", lambda *args, **kwargs: calls.append(1) or predict(*args, **kwargs))
+    predict = predict_cli.predict_images
+    monkeypatch.setattr(predict_cli, "predict_images",
+                        lambda *args, **kwargs: calls.append(1) or predict(*args, **kwargs))
     import sapiens2_hf.cli.video as video_cli
 
-    monkeypatch.setattr(video_cli, "_predict", predict_cli._predict)
+    monkeypatch.setattr(video_cli, "predict_images", predict_cli.predict_images)
 
     def install(keep=()):
         sibling = atomic_io._temporary_sibling
@@ -385,21 +386,21 @@ def test_library_errors_wrapping_ours_are_expected_and_bugs_are_not():
     from huggingface_hub.errors import StrictDataclassFieldValidationError
     from safetensors import SafetensorError
 
-    assert _is_expected(_raised(RuntimeError("wrapped"), ValueError("bad value")))
-    assert _is_expected(_raised(RuntimeError("outer"), _raised(KeyError("middle"), OSError("disk"))))
-    assert _is_expected(StrictDataclassFieldValidationError(field="hidden_size", cause=TypeError("expected int")))
-    assert _is_expected(SafetensorError("Error while deserializing header: HeaderTooLarge"))
-    assert _is_expected(ZeroDivisionError("integer modulo by zero"))
+    assert is_expected_error(_raised(RuntimeError("wrapped"), ValueError("bad value")))
+    assert is_expected_error(_raised(RuntimeError("outer"), _raised(KeyError("middle"), OSError("disk"))))
+    assert is_expected_error(StrictDataclassFieldValidationError(field="hidden_size", cause=TypeError("expected int")))
+    assert is_expected_error(SafetensorError("Error while deserializing header: HeaderTooLarge"))
+    assert is_expected_error(ZeroDivisionError("integer modulo by zero"))
     # controls: a bug, also one raised while handling (not from) a ValueError, keeps its traceback
-    assert not _is_expected(RuntimeError("bug"))
-    assert not _is_expected(_raised(TypeError("bug"), KeyError("also a bug")))
+    assert not is_expected_error(RuntimeError("bug"))
+    assert not is_expected_error(_raised(TypeError("bug"), KeyError("also a bug")))
     try:
         try:
             raise ValueError("handled")
         except ValueError:
             raise RuntimeError("bug while handling")  # noqa: B904 - the implicit context is the point
     except RuntimeError as error:
-        assert not _is_expected(error)
+        assert not is_expected_error(error)
 
 
 def test_arithmetic_errors_say_where_they_were_raised(monkeypatch, capsys):

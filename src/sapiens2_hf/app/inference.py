@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 DEMO_MODEL = "demo"
-# The file `cli/predict.py` `_write_outputs` writes as each task's picture (the overlay; albedo's own image).
+# The file `cli/predict.py` `write_outputs` writes as each task's picture (the overlay; albedo's own image).
 OVERLAY_SUFFIXES = {"pose": "_pose.png", "seg": "_seg.png", "normal": "_normal.png", "pointmap": "_depth.png",
                     "albedo": "_albedo.png", "matting": "_matting.png"}
 DEMO_SEED = 0
@@ -140,7 +140,7 @@ class AppRunner:
         """The pipeline for `task` with `model` (`demo`, a folder, Hub id or official file), built on first use."""
         from .. import _registration
         from ..cli.options import check_local_source
-        from ..cli.predict import _build_pipeline
+        from ..cli.predict import build_pipeline
 
         _registration.register()  # idempotent; the model classes and pipelines as the command line has them
 
@@ -152,7 +152,7 @@ class AppRunner:
             if kept is None or kept[0] != source:
                 check_local_source("model", source)
                 self._pipelines.pop(task, None)  # one model per task in memory: the new one replaces it
-                self._pipelines[task] = (source, _build_pipeline(self._args(task, source, self.work_dir)))
+                self._pipelines[task] = (source, build_pipeline(self._args(task, source, self.work_dir)))
             return self._pipelines[task][1]
 
     def _run_folder(self) -> Path:
@@ -179,7 +179,7 @@ class AppRunner:
         """
         import numpy as np
 
-        from ..cli.predict import _pose_json, _predict, _write_outputs
+        from ..cli.predict import pose_annotations, predict_images, write_outputs
 
         source = None
         if isinstance(image, (str, Path)):
@@ -196,11 +196,11 @@ class AppRunner:
         if task == "pose":
             height, width = image.shape[:2]
             people_boxes = [parse_boxes(boxes) or [[0.0, 0.0, float(width), float(height)]]]
-        (result,) = _predict(args, pipe, [image], people_boxes)
+        (result,) = predict_images(args, pipe, [image], people_boxes)
         pose_json = None
         if task == "pose":  # the JSON's `file_name`: the upload's file name (the command writes the path given)
-            pose_json = _pose_json(source or name, image.shape, result, keypoint_threshold)
-        written, _ = _write_outputs(args, out / name, image, result, pose_json=pose_json)
+            pose_json = pose_annotations(source or name, image.shape, result, keypoint_threshold)
+        written, _ = write_outputs(args, out / name, image, result, pose_json=pose_json)
         overlay = next(path for path in written if path.name == f"{name}{OVERLAY_SUFFIXES[task]}")
         files = [path for path in written if path.suffix in (".json", ".npy", ".ply")]
         return Result(overlay, files, _summary(task, image, result))
@@ -216,7 +216,7 @@ class AppRunner:
         Raises:
             `ValueError`: when a frame failed (the reasons), or the video has no frames.
         """
-        from ..cli.predict import _Report
+        from ..cli.predict import RunReport
         from ..cli.video import process_video
 
         path = Path(video)
@@ -229,7 +229,7 @@ class AppRunner:
         if task == "pose":
             first = parse_boxes(boxes) or _whole_first_frame(path)
             listed = {f"{path}#0": first}
-        report = _Report()
+        report = RunReport()
         process_video(args, pipe, path, name, out, listed, report, _Progress(), None)
         if report.skipped:
             reasons = "; ".join(f"{entry['input']}: {entry['reason']}" for entry in report.skipped[:3])

@@ -109,8 +109,5 @@ def load_backend_model(args: argparse.Namespace, device: str):
 
     if getattr(args, "dtype", "float32") != "float32":
         raise ValueError(f"--backend {args.backend} runs in float32; drop --dtype {args.dtype}.")
-    try:
-        model = load_backend(args.model, args.backend, task=args.task, num_threads=getattr(args, "threads", None))
-    except ValueError as error:
-        raise ValueError(str(error).replace(f"backend {args.backend!r}", f"--backend {args.backend}")) from None
+    model = load_backend(args.model, args.backend, task=args.task, num_threads=getattr(args, "threads", None))
     return model, (str(model.device) if device == "auto" else device)

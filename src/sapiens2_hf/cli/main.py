@@ -55,7 +55,7 @@ def _causes(error: BaseException):
         error = error.__cause__
 
 
-def _is_expected(error: BaseException) -> bool:
+def is_expected_error(error: BaseException) -> bool:
     """Failures that come from what the user passed (a corrupt or mismatched file, a bad size or config value, a
     wrong task, a missing folder, an unreachable Hub, a full disk) or from what is installed (a feature whose extra is
     missing): one line and exit code 2, never a traceback. A library error raised from one of ours (`raise ... from`)
@@ -78,6 +78,7 @@ def _is_expected_itself(error: BaseException) -> bool:
 # (pattern of the API hint, its command-line form; `{task}` is the task whose class the hint names).
 _CLI_HINTS = (
     (r"\boverwrite=True", "--overwrite"),
+    (r"\bbackend '([\w-]+)'", r"--backend \1"),
     (r"\bquantize='([\w-]+)'", r"`sapiens2-hf export --format onnx --quantize \1`"),
     (r"\(format onnx: ([^)]*)\)(.*) load it with sapiens2_hf\.export\.load_exported\(folder\)",
      r"(format onnx: \1)\2 run it with `sapiens2-hf <task> --model FOLDER --backend onnxruntime`"),
@@ -108,7 +109,7 @@ def _cli_hints(message: str) -> str:
     return message
 
 
-def _message(error: BaseException) -> str:
+def error_message(error: BaseException) -> str:
     """The one line printed for an expected error, its hints in command-line terms (`_CLI_HINTS`)."""
     message = _cli_hints(" ".join(str(error).split()) or type(error).__name__)
     if isinstance(error, _INPUT_ARITHMETIC_ERRORS):
@@ -152,9 +153,9 @@ def main(argv=None) -> int:
                 return _run(args)
         return _run(args)
     except Exception as error:  # noqa: BLE001 - re-raised below unless it is the user's input at fault
-        if not _is_expected(error):
+        if not is_expected_error(error):
             raise
-        print(f"sapiens2-hf {args.command}: error: {_message(error)}", file=sys.stderr)
+        print(f"sapiens2-hf {args.command}: error: {error_message(error)}", file=sys.stderr)
         return 2
 
 

@@ -215,7 +215,7 @@ class _Item:
 
 
 @dataclass
-class _Report:
+class RunReport:
     processed: int = 0
     frames: int = 0
     already_done: int = 0
@@ -260,7 +260,7 @@ def _read_image(path: Path) -> Callable[[], np.ndarray]:
     return load
 
 
-def _collect(inputs: list[str], report: _Report) -> tuple[list[Path], list[Path]]:
+def _collect(inputs: list[str], report: RunReport) -> tuple[list[Path], list[Path]]:
     """The image and video files of the inputs, each once (a file given twice, or in a folder and by name, is
     processed once). Missing inputs, URLs and inputs that are not regular files (a FIFO, socket or device: reading
     one blocks until another process writes to it) are reported as skipped; other files inside a folder (notes,
@@ -356,7 +356,7 @@ def output_names(images: list[Path], videos: list[Path]) -> tuple[list[str], lis
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _build_pipeline(args: argparse.Namespace, device: str | None = None):
+def build_pipeline(args: argparse.Namespace, device: str | None = None):
     import torch
 
     from ..modeling import model_class_for_task
@@ -401,7 +401,7 @@ def _build_pipeline(args: argparse.Namespace, device: str | None = None):
                                          "input_size": None, "backend": "torch", "compile": False,
                                          "foreground_model": None})
         try:
-            kwargs["segmenter"] = _build_pipeline(seg_args, device)
+            kwargs["segmenter"] = build_pipeline(seg_args, device)
         except (OSError, ValueError) as error:
             kind = OSError if isinstance(error, OSError) else ValueError
             raise kind(f"--foreground-model {args.foreground_model}: {error}") from error
@@ -434,7 +434,7 @@ def _format_skeleton(keypoint_format: str) -> list[list[int]]:
     return [[first_copy[a] + 1, first_copy[b] + 1] for a, b in SKELETON_LINKS if a in first_copy and b in first_copy]
 
 
-def _pose_json(source: str, image_shape: tuple[int, ...], people: list[dict], threshold: float,
+def pose_annotations(source: str, image_shape: tuple[int, ...], people: list[dict], threshold: float,
                keypoint_format: str | None = None, track_ids: list[int] | None = None,
                frame: dict | None = None, info: dict | None = None) -> dict:
     """COCO-style JSON of one image's people (see the module docstring)."""
@@ -529,7 +529,7 @@ def _matting_alpha(result: Any):
     return result["alpha"]  # the matting pipeline's `(height, width)` float32 alpha in [0, 1]
 
 
-def _write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: bool = False,
+def write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: bool = False,
                    pose_json: dict | None = None) -> tuple[list[Path], Any]:
     """Write one image's (or video frame's) outputs next to `base` (`<folder>/<name>`).
 
@@ -556,7 +556,7 @@ def _write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: b
                     "albedo": "_albedo.png", "matting": "_matting.png"}[args.task]
     if args.task == "pose":
         if pose_json is None:
-            pose_json = _pose_json(str(base), image.shape, result, args.kpt_threshold,
+            pose_json = pose_annotations(str(base), image.shape, result, args.kpt_threshold,
                                    getattr(args, "keypoint_format", None))
         _save_json(pose_json, out(".json"))
         written.append(out(".json"))
@@ -632,7 +632,7 @@ def _boxes_for(source: str, boxes: dict) -> Any:
     return boxes.get(Path(source).name, boxes.get(source))
 
 
-def _predict(args, pipe, images: list, boxes: list | None = None, **extra) -> list:
+def predict_images(args, pipe, images: list, boxes: list | None = None, **extra) -> list:
     """Run the pipeline on a batch of images (pose: with one list of boxes per image, else the detector)."""
     kwargs: dict[str, Any] = {}
     if args.task == "pose":
@@ -662,7 +662,7 @@ def _mask_in_folder(folder: str, source: str) -> Path:
                      "other image suffixes).")
 
 
-def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: _Report,
+def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: RunReport,
                out: Path) -> None:
     """Process one batch. A failing input is skipped and reported, the others are processed: a failed batch is
     retried one input at a time to find which input failed."""
@@ -679,7 +679,7 @@ def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, r
         folder = getattr(args, "foreground_mask", None)
         if folder is not None and Path(folder).is_dir():
             extra["foreground_mask"] = [_mask_in_folder(folder, item.source) for item, _ in batch]
-        results = _predict(args, pipe, [image for _, image in batch], per_image if any(listed) else None, **extra)
+        results = predict_images(args, pipe, [image for _, image in batch], per_image if any(listed) else None, **extra)
     except Exception as error:  # noqa: BLE001 - a per-input failure must not end the run
         if len(batch) > 1:
             for pair in batch:
@@ -692,9 +692,9 @@ def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, r
             base = item.out_dir / item.name
             pose_json = None
             if args.task == "pose":
-                pose_json = _pose_json(item.source, image.shape, result, args.kpt_threshold, args.keypoint_format)
+                pose_json = pose_annotations(item.source, image.shape, result, args.kpt_threshold, args.keypoint_format)
             with writing_outputs():
-                files, _ = _write_outputs(args, base, image, result, pose_json=pose_json)
+                files, _ = write_outputs(args, base, image, result, pose_json=pose_json)
                 if item.marker is not None:
                     mark_done(out, "images", item.marker[0], item.marker[1], files)
         except OutputWriteError as error:  # the folder cannot take more: stop the run (run_predict)
@@ -725,7 +725,7 @@ def run_predict(args: argparse.Namespace) -> int:
     for option in ("model", "foreground_model", "detector"):
         check_local_source(f"--{option.replace('_', '-')}", getattr(args, option, None))
     out = Path(args.out)
-    report = _Report()
+    report = RunReport()
     start = time.perf_counter()
     image_paths, videos = _collect(args.inputs, report)
     _check_out(out, args.inputs, image_paths + videos)
@@ -811,7 +811,7 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_units(args, todo: list, boxes: dict, report: _Report, out: Path, shard) -> None:
+def _run_units(args, todo: list, boxes: dict, report: RunReport, out: Path, shard) -> None:
     """Compute and write this process's inputs (`todo`: (kind, name, path, fingerprint or None))."""
     from tqdm.auto import tqdm
 
@@ -819,7 +819,7 @@ def _run_units(args, todo: list, boxes: dict, report: _Report, out: Path, shard)
 
     if not todo:
         return
-    pipe = _build_pipeline(args, shard.device(args.device))
+    pipe = build_pipeline(args, shard.device(args.device))
     items = [_Item(name, str(path), out, _read_image(path), None if expected is None else (name, expected))
              for kind, name, path, expected in todo if kind == "images"]
     video_units = [(name, path, expected) for kind, name, path, expected in todo if kind == "videos"]

@@ -41,7 +41,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .predict import OutputWriteError, _boxes_for, _pose_json, _predict, _reason, _write_outputs, writing_outputs
+from .predict import (OutputWriteError, _boxes_for, _reason, pose_annotations, predict_images, write_outputs,
+                      writing_outputs)
 
 
 def count_frames(path: Path, stride: int, max_frames: int | None) -> int:
@@ -207,7 +208,7 @@ def _run_frames(args, pipe, frames: list, boxes: list | None = None, **extra) ->
     """Pipeline results for several frames, or per frame an exception (a failed batch is retried frame by frame)."""
     images = [frame.image for _, frame in frames]
     try:
-        return _predict(args, pipe, images, boxes, **extra)
+        return predict_images(args, pipe, images, boxes, **extra)
     except Exception as error:  # noqa: BLE001 - found per frame below
         if len(frames) == 1:
             return [error]
@@ -267,11 +268,11 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
                             "smoothing": None if args.no_smooth else {"filter": "one-euro",
                                                                       "min_cutoff": args.smooth_min_cutoff,
                                                                       "beta": args.smooth_beta}}
-                    pose_json = _pose_json(source, frame.image.shape, result, args.kpt_threshold,
+                    pose_json = pose_annotations(source, frame.image.shape, result, args.kpt_threshold,
                                            args.keypoint_format, track_ids,
                                            {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info)
                 with writing_outputs():
-                    written, overlay = _write_outputs(args, frame_folder / f"frame_{frame.index:06d}", frame.image,
+                    written, overlay = write_outputs(args, frame_folder / f"frame_{frame.index:06d}", frame.image,
                                                       result, video=True, pose_json=pose_json)
                 if overlay is not None and track_ids:
                     overlay = _draw_track_ids(overlay, result, track_ids)

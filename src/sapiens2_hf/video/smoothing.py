@@ -121,24 +121,45 @@ def trajectory_errors(smoothed: np.ndarray, truth: np.ndarray, skip: int = 10) -
 #: Photometric error (grey levels, 0-255) above which a pixel's flow is not trusted (occlusion, disocclusion, a
 #: flow failure): there the filter returns the frame's own value, so that no past output is dragged along.
 DEFAULT_OCCLUSION_THRESHOLD = 12.0
-#: A pixel whose change after motion compensation exceeds this many times the frame's median change is taken as it
-#: is (a flow error at a depth edge, or a real change): per-frame noise sets the median, edges lie far above it.
+#: A pixel whose change after motion compensation exceeds this many times the frame's median change, on a part of
+#: the map steep enough for a small flow error to explain it (`DEFAULT_MISREGISTRATION_PX`), is taken as it is: a
+#: flow error at a depth edge or a silhouette, not flicker.
 DEFAULT_CONSISTENCY = 3.0
+#: The flow error (pixels) that the misregistration gate allows for by default (per task: `DENSE_TASK_DEFAULTS`).
+DEFAULT_MISREGISTRATION_PX = 1.0
 
-#: Per task: the key of each map the filter smooths, and its `(min_cutoff Hz, beta per map unit, consistency)`. beta
-#: is per unit of the map's own values (normals: unit vectors; pointmap: metres; albedo and alpha: [0, 1]; seg:
-#: one-hot class scores). Seg uses beta 0: a label that flips between two classes is flicker, never motion (the flow
-#: already moves labels with the person), so it is low-passed and gated by the photometric and consistency checks
-#: only. Alpha (one channel, clipped to [0, 1]) has a heavier-tailed frame-to-frame change than the 3-channel maps,
-#: hence its wider consistency gate. Chosen on the synthetic clip of benchmarks/bench_temporal_filter.py (512x384).
+#: Per task: the key of each map the filter smooths, and its `(min_cutoff Hz, beta per map unit,
+#: misregistration_px)`. beta is per unit of the map's own values (normals: unit vectors; pointmap: metres; albedo
+#: and alpha: [0, 1]; seg: one-hot class scores). Seg uses beta 0: a label that flips between two classes is
+#: flicker, never motion (the flow already moves labels with the person), so it is low-passed (at 0.5 Hz: a fine-tuned
+#: model's label flicker fell to 0.72x at 2 Hz, 0.47x at 0.5 Hz, its error by 4-5 % either way) and gated by the
+#: photometric and misregistration checks only. Normals: 0.5 Hz, beta 0.25 and a 0.25 px gate: a fine-tuned model's
+#: normals flicker on steep parts of the map and drift as the body turns; beta 0.5 opened the cutoff on that drift and
+#: the 0.5 px gate kept more of the flicker (jitter 0.72x against 0.68x; beta 0 lagged the turn of the simulated
+#: clip, +17 % error). Alpha and labels allow a 1 px flow error at their edges (the flow is least accurate at the
+#: silhouette, where alpha steps; at 0.5 px the filter dragged the background into the person's rim, +23 % alpha
+#: error), pointmap and albedo 0.5 px (the DIS flow's end-point error on the person is about 0.2 px). Chosen with
+#: benchmarks/bench_temporal_filter.py: tiny models fine-tuned on synthetic humans, and simulated noise on the truth,
+#: on a clip of a walking, turning person.
 DENSE_TASK_MAPS: dict[str, tuple[str, ...]] = {
     "normal": ("normals",), "pointmap": ("pointmap",), "albedo": ("albedo",), "matting": ("alpha", "foreground"),
     "seg": ("segmentation",),
 }
 DENSE_TASK_DEFAULTS: dict[str, tuple[float, float, float]] = {
-    "normal": (1.0, 0.5, 3.0), "pointmap": (1.0, 0.5, 3.0), "albedo": (1.0, 0.5, 3.0), "matting": (1.0, 0.5, 5.0),
-    "seg": (2.0, 0.0, 3.0),
+    "normal": (0.5, 0.25, 0.25), "pointmap": (1.0, 0.5, 0.5), "albedo": (1.0, 0.5, 0.5), "matting": (1.0, 0.5, 1.0),
+    "seg": (0.5, 0.0, 1.0),
 }
+
+
+def _steepness(planes: np.ndarray) -> np.ndarray:
+    """`(H, W)`: per pixel, the larger one-sided difference to a neighbour along x and along y, combined over both
+    axes and the channels of `planes` `(H, W, C)`: what a one-pixel shift changes there (a central difference would
+    halve a step)."""
+    step_x = np.abs(np.diff(planes, axis=1))
+    step_y = np.abs(np.diff(planes, axis=0))
+    along_x = np.maximum(np.pad(step_x, ((0, 0), (1, 0), (0, 0))), np.pad(step_x, ((0, 0), (0, 1), (0, 0))))
+    along_y = np.maximum(np.pad(step_y, ((1, 0), (0, 0), (0, 0))), np.pad(step_y, ((0, 1), (0, 0), (0, 0))))
+    return np.sqrt(np.sum(along_x ** 2 + along_y ** 2, axis=-1))
 
 
 class FlowGuidedFilter:
@@ -154,8 +175,9 @@ class FlowGuidedFilter:
 
     and `out = map` (the pixel starts afresh) where the past cannot be trusted: the previous frame warped by the flow
     differs from the current one by more than `occlusion_threshold` grey levels (occlusion, flow failure); the
-    residual exceeds `consistency` times the median frame-to-frame change of the unfiltered maps (a flow error at a
-    depth edge, where bilinear warping mixes two surfaces, or a real change; noise sets the median); the warped
+    residual exceeds `consistency` times the median frame-to-frame change of the unfiltered maps where the warped
+    past is steep enough (`|gradient| * misregistration_px >= |change|`) for a flow error to explain it (a depth edge
+    or a silhouette, where bilinear warping mixes two surfaces; a large change on a smooth part is flicker); the warped
     sample mixes in masked-out pixels (NaN, or all-zero with `zero_is_masked`); or a value is not finite. Because the
     past moves with the content, a moving person is smoothed as much as a still one without trailing behind (a plain
     per-pixel filter must either smooth motion away or leave moving parts unfiltered), and the One-Euro speed term
@@ -167,6 +189,8 @@ class FlowGuidedFilter:
         d_cutoff (`float`, defaults to 1.0): cutoff of the speed estimate's low-pass, Hz (> 0).
         occlusion_threshold (`float`, defaults to `DEFAULT_OCCLUSION_THRESHOLD`): grey levels (0-255).
         consistency (`float`, defaults to `DEFAULT_CONSISTENCY`): see above (> 0).
+        misregistration_px (`float`, defaults to `DEFAULT_MISREGISTRATION_PX`): the flow error, in pixels, that the
+            misregistration gate allows for (>= 0; 0 turns the gate off).
         flow_preset (`str`, defaults to "medium"): OpenCV DIS preset, "ultrafast", "fast" or "medium" (on the
             synthetic benchmark "fast" dragged the background along with a small person).
         zero_is_masked (`bool`, defaults to False): all-zero pixels are masked out (normals, albedo), not values.
@@ -182,17 +206,23 @@ class FlowGuidedFilter:
 
     def __init__(self, min_cutoff: float = 1.0, beta: float = 0.0, d_cutoff: float = DEFAULT_D_CUTOFF,
                  occlusion_threshold: float = DEFAULT_OCCLUSION_THRESHOLD, consistency: float = DEFAULT_CONSISTENCY,
-                 flow_preset: str = "medium", zero_is_masked: bool = False):
+                 flow_preset: str = "medium", zero_is_masked: bool = False,
+                 misregistration_px: float = DEFAULT_MISREGISTRATION_PX):
         if not (min_cutoff > 0 and d_cutoff > 0 and beta >= 0 and occlusion_threshold >= 0 and consistency > 0
-                and math.isfinite(min_cutoff + beta + d_cutoff + occlusion_threshold + consistency)):
-            raise ValueError(f"the flow-guided filter needs min_cutoff > 0, d_cutoff > 0, beta >= 0 and "
-                             f"occlusion_threshold >= 0 (finite), got min_cutoff={min_cutoff}, beta={beta}, "
-                             f"d_cutoff={d_cutoff}, occlusion_threshold={occlusion_threshold}.")
+                and misregistration_px >= 0
+                and math.isfinite(min_cutoff + beta + d_cutoff + occlusion_threshold + consistency
+                                  + misregistration_px)):
+            raise ValueError(f"the flow-guided filter needs min_cutoff > 0, d_cutoff > 0, beta >= 0, "
+                             f"occlusion_threshold >= 0, consistency > 0 and misregistration_px >= 0 (finite), got "
+                             f"min_cutoff={min_cutoff}, beta={beta}, d_cutoff={d_cutoff}, "
+                             f"occlusion_threshold={occlusion_threshold}, consistency={consistency}, "
+                             f"misregistration_px={misregistration_px}.")
         self.min_cutoff, self.beta, self.d_cutoff = float(min_cutoff), float(beta), float(d_cutoff)
         self.occlusion_threshold, self.consistency = float(occlusion_threshold), float(consistency)
         if flow_preset not in ("ultrafast", "fast", "medium"):
             raise ValueError(f"flow_preset must be 'ultrafast', 'fast' or 'medium' (OpenCV DIS), got {flow_preset!r}.")
         self.flow_preset, self.zero_is_masked = flow_preset, bool(zero_is_masked)
+        self.misregistration_px = float(misregistration_px)
         self._flow = None
         self.reset()
 
@@ -269,15 +299,18 @@ class FlowGuidedFilter:
         residual = np.where(finite, np.linalg.norm(np.nan_to_num(planes - previous), axis=-1) / dt, 0.0)
         speed = previous_speed + _alpha(self.d_cutoff, dt) * (residual - previous_speed)
         alpha = _alpha(self.min_cutoff + self.beta * speed, dt).astype(np.float32)
-        # consistency gate: a change far beyond the typical frame-to-frame change of the unfiltered maps (their
-        # median over the pixels that changed at all, which per-frame noise dominates; masked-out zeros do not count,
-        # and being measured on the raw maps it does not depend on the filter's own state) is a flow error at an
-        # edge, where bilinear warping mixes two surfaces, or a real change: never noise, so it is taken as it is
+        # misregistration gate: a change far beyond the typical frame-to-frame change of the unfiltered maps (their
+        # median over the pixels that changed at all; measured on the raw maps, so independent of the filter's own
+        # state) that a flow error of `misregistration_px` pixels could explain, the warped past being that steep
+        # there (a depth edge or a silhouette, where bilinear warping mixes two surfaces), is taken as it is. A large
+        # change on a smooth part of the map is not gated: that is the flicker to remove (a model's flicker is heavy-
+        # tailed; a gate on the change alone left most of a fine-tuned model's flicker unfiltered).
         raw_change = np.linalg.norm(np.nan_to_num(planes - warp(self._raw)), axis=-1) / dt
         changed = raw_change[finite & (raw_change > 0)]
         typical = float(np.median(changed)) if changed.size else 0.0
-        inconsistent = residual > self.consistency * typical if typical > 0 else np.zeros_like(finite)
-        fresh = ~finite | ~whole | (photometric > self.occlusion_threshold) | inconsistent
+        slope = _steepness(np.nan_to_num(previous))  # map units per pixel
+        misregistered = (residual > self.consistency * typical) & (slope * self.misregistration_px >= residual * dt)
+        fresh = ~finite | ~whole | (photometric > self.occlusion_threshold) | misregistered
         smoothed = previous + alpha[..., None] * (planes - previous)
         out = np.where(fresh[..., None], planes, smoothed).astype(np.float32)
         self._value, self._speed = out, np.where(fresh, 0.0, speed).astype(np.float32)
@@ -306,7 +339,7 @@ class DenseResultFilter:
         if task not in DENSE_TASK_MAPS:
             raise ValueError(f"temporal filtering of dense maps is for {sorted(DENSE_TASK_MAPS)}, not {task!r} "
                              "(pose keypoints have the One-Euro filter).")
-        default_cutoff, default_beta, consistency = DENSE_TASK_DEFAULTS[task]
+        default_cutoff, default_beta, misregistration_px = DENSE_TASK_DEFAULTS[task]
         self.task = task
         self.min_cutoff = default_cutoff if min_cutoff is None else float(min_cutoff)
         self.beta = default_beta if beta is None else float(beta)
@@ -314,7 +347,7 @@ class DenseResultFilter:
         # normals, pointmap and albedo outside the person are 0 (NaN for the pointmap) once masked (cli/predict.py)
         masked = task in ("normal", "pointmap", "albedo")
         self._filters = {key: FlowGuidedFilter(self.min_cutoff, self.beta, occlusion_threshold=occlusion_threshold,
-                                               consistency=consistency, zero_is_masked=masked)
+                                               misregistration_px=misregistration_px, zero_is_masked=masked)
                          for key in DENSE_TASK_MAPS[task]}
         self._num_classes = 0
 
@@ -351,7 +384,8 @@ class DenseResultFilter:
 
 
 __all__ = [
-    "DEFAULT_BETA", "DEFAULT_CONSISTENCY", "DEFAULT_D_CUTOFF", "DEFAULT_MIN_CUTOFF", "DEFAULT_OCCLUSION_THRESHOLD",
+    "DEFAULT_BETA", "DEFAULT_CONSISTENCY", "DEFAULT_D_CUTOFF", "DEFAULT_MIN_CUTOFF", "DEFAULT_MISREGISTRATION_PX",
+    "DEFAULT_OCCLUSION_THRESHOLD",
     "DENSE_TASK_DEFAULTS", "DENSE_TASK_MAPS", "DenseResultFilter", "FlowGuidedFilter", "OneEuroFilter",
     "trajectory_errors",
 ]
