@@ -1,5 +1,6 @@
-"""Saved tiny model folders for tests that run the CLI or load from disk. A helper module, not a test module (tests
-import it; subprocess workers import it after putting tests/ on `sys.path`)."""
+"""Tiny models for tests: saved folders for tests that run the CLI or load from disk, and the seeded in-memory pose
+pipeline. A helper module, not a test module (tests import it; subprocess workers import it after putting tests/ on
+`sys.path`)."""
 
 import torch
 
@@ -14,3 +15,12 @@ def save_tiny_model(parent, task, seed=0):
     sapiens2_hf.model_class_for_task(task)(sapiens2_hf.tiny_config(task)).save_pretrained(folder)
     Sapiens2HFImageProcessor(task=task, size={"height": 64, "width": 48}).save_pretrained(folder)
     return folder
+
+
+def tiny_pose_pipeline(**kwargs):
+    """`pipeline("sapiens2-pose")` on a seeded (0) tiny random pose model with float32 RoPE, on the CPU."""
+    from transformers import pipeline
+
+    torch.manual_seed(0)
+    model = sapiens2_hf.Sapiens2ForPoseEstimation(sapiens2_hf.tiny_config("pose", rope_dtype="float32")).eval()
+    return pipeline("sapiens2-pose", model=model, device="cpu", **kwargs)

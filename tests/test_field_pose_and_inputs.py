@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from model_folders import tiny_pose_pipeline
 from PIL import Image
 from transformers import pipeline
 
@@ -20,12 +21,6 @@ from sapiens2_hf.cli.main import main
 from sapiens2_hf.modeling.pipeline_sapiens2_hf import DEFAULT_DETECTOR
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, load_image_rgb
 from sapiens2_hf.modeling import sapiens2_processing_ops as ops
-
-
-def _pose_pipe(**kwargs):
-    torch.manual_seed(0)
-    model = sapiens2_hf.Sapiens2ForPoseEstimation(sapiens2_hf.tiny_config("pose", rope_dtype="float32")).eval()
-    return pipeline("sapiens2-pose", model=model, device="cpu", **kwargs)
 
 
 def _image(height=70, width=50, seed=0):
@@ -45,7 +40,7 @@ def _outputs(**fields):
 
 
 def test_pose_one_image_accepts_a_list_of_boxes_or_per_image_nesting():
-    pipe = _pose_pipe()
+    pipe = tiny_pose_pipeline()
     image = _image()
     flat = pipe(image, boxes=[BOX_A, BOX_B], flip_test=False)
     nested = pipe(image, boxes=[[BOX_A, BOX_B]], box_scores=[[0.5, 0.7]], flip_test=False)  # was an IndexError
@@ -66,7 +61,7 @@ def test_pose_one_image_accepts_a_list_of_boxes_or_per_image_nesting():
 
 
 def test_pose_box_scores_must_match_the_boxes():
-    pipe = _pose_pipe()
+    pipe = tiny_pose_pipeline()
     image = _image()
     with pytest.raises(ValueError, match=r"box_scores for image 0 has 1 score\(s\) for 2 box\(es\)"):
         pipe(image, boxes=[BOX_A, BOX_B], box_scores=[0.9])  # was an IndexError
@@ -87,7 +82,7 @@ def test_pose_box_scores_must_match_the_boxes():
     ([-40.0, -40.0, 0.0, 10.0], "entirely outside the 50x70"),  # touches the corner only
 ])
 def test_pose_bad_boxes_are_named_errors(box, problem):
-    pipe = _pose_pipe()
+    pipe = tiny_pose_pipeline()
     images = [_image(), _image(seed=1)]
     # image 1 lands in the second chunk (batch_size=1): the error still gives its number in the whole call
     with pytest.raises(ValueError) as info:
@@ -98,7 +93,7 @@ def test_pose_bad_boxes_are_named_errors(box, problem):
 
 
 def test_pose_partly_outside_boxes_are_fine():
-    pipe = _pose_pipe()
+    pipe = tiny_pose_pipeline()
     people = pipe(_image(), boxes=[[-20.0, -10.0, 30.0, 40.0], [40.0, 60.0, 80.0, 100.0]], flip_test=False)
     assert len(people) == 2 and all(np.isfinite(p["keypoints"]).all() for p in people)
 
@@ -146,7 +141,7 @@ def test_no_boxes_and_no_detector_offline_names_every_remedy():
 
     if isinstance(try_to_load_from_cache(DEFAULT_DETECTOR, "config.json"), str):
         pytest.skip("the default detector is in the local cache: nothing fails to load")
-    pipe = _pose_pipe()
+    pipe = tiny_pose_pipeline()
     with pytest.raises(OSError) as info:
         pipe(_image())
     message = str(info.value)
@@ -160,7 +155,7 @@ def test_no_boxes_and_no_detector_offline_names_every_remedy():
 
 
 def test_zero_batch_sizes_are_errors():
-    pipe = _pose_pipe()
+    pipe = tiny_pose_pipeline()
     image = _image()
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         pipe(image, boxes=[BOX_A], batch_size=0)

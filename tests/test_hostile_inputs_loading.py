@@ -14,11 +14,11 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from model_folders import tiny_pose_pipeline
 from official_cases import load_case
 from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import pipeline
 from transformers.image_utils import load_image
 
 import sapiens2_hf
@@ -444,9 +444,7 @@ def _many_boxes(count, seed=0):
 
 
 def test_pose_pipeline_crops_and_decodes_boxes_in_chunks_with_the_same_results(monkeypatch):
-    torch.manual_seed(0)
-    model = sapiens2_hf.Sapiens2ForPoseEstimation(tiny_config("pose", rope_dtype="float32")).eval()
-    pipe = pipeline("sapiens2-pose", model=model, device="cpu")
+    pipe = tiny_pose_pipeline()
     boxes = _many_boxes(40)
     crops_per_call, decoded_per_call = [], []
     processor_call = type(pipe.image_processor).__call__

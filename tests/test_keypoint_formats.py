@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from model_folders import tiny_pose_pipeline
 
 from sapiens2_hf.modeling import sapiens2_keypoint_formats as formats
 from sapiens2_hf.modeling.sapiens2_keypoint_formats import (
@@ -299,13 +300,7 @@ def test_processor_option_equals_converting_its_308_output():
 
 
 def test_pose_pipeline_option():
-    from transformers import pipeline
-
-    import sapiens2_hf
-
-    torch.manual_seed(0)
-    model = sapiens2_hf.Sapiens2ForPoseEstimation(sapiens2_hf.tiny_config("pose", rope_dtype="float32")).eval()
-    pipe = pipeline("sapiens2-pose", model=model, device="cpu")
+    pipe = tiny_pose_pipeline()
     image = np.random.default_rng(0).integers(0, 256, (70, 50, 3), dtype=np.uint8)
     boxes = [[2.0, 3.0, 40.0, 60.0], [10.0, 5.0, 30.0, 30.0]]
     native = pipe(image, boxes=boxes, flip_test=False)

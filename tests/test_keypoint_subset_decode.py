@@ -4,6 +4,7 @@ heatmap channels it reads, with exactly the keypoints and scores of a full 308 d
 import numpy as np
 import pytest
 import torch
+from model_folders import tiny_pose_pipeline
 
 from sapiens2_hf.modeling.sapiens2_keypoint_formats import (
     KEYPOINT_FORMATS,
@@ -116,13 +117,7 @@ def test_processor_decodes_only_the_needed_channels(monkeypatch):
 
 
 def test_pipeline_keypoint_format_equals_conversion_of_the_308():
-    from transformers import pipeline
-
-    import sapiens2_hf
-
-    torch.manual_seed(0)
-    model = sapiens2_hf.Sapiens2ForPoseEstimation(sapiens2_hf.tiny_config("pose", rope_dtype="float32")).eval()
-    pipe = pipeline("sapiens2-pose", model=model, device="cpu")
+    pipe = tiny_pose_pipeline()
     image = np.random.default_rng(0).integers(0, 256, (80, 60, 3), dtype=np.uint8)
     boxes = [[5.0, 5.0, 40.0, 70.0], [20.0, 10.0, 55.0, 75.0]]
     full = pipe(image, boxes=boxes)  # with the flip test
