@@ -19,6 +19,11 @@ For each dense task (normal, pointmap, albedo, matting, seg), before (raw per-fr
 - jitter 2nd: the RMS second difference of the error along the motion (the keypoint filter's jitter): shake only, blind
   to an error that drifts steadily, as a model's error does on a turning body (no causal filter removes that drift
   without lagging the turn, so the first-difference jitter keeps it).
+- bound (`--bound R`): the jitter ratio of a reference no causal filter can beat by much: each frame's raw output
+  averaged with its R neighbours on each side carried along the renderer's *exact* motion (values moved with the
+  body: normals rotated, points moved rigidly), seeing the future and needing no flow. Where even this stays above
+  0.5, most of the measured jitter is not flicker that time can average away (a view-dependent error that changes
+  slowly as the body turns).
 Targets (issue 22 item 2): jitter at least halved, error no more than 5 % worse.
 
 Usage:
@@ -313,6 +318,45 @@ def evaluate(task: str, clip: list[dict], outputs: list[np.ndarray]) -> dict:
             "jitter_2nd": float(np.mean(second)) if second else None}
 
 
+def carry(task: str, output: np.ndarray, source: dict, target: dict) -> tuple[np.ndarray, np.ndarray]:
+    """`output` of the frame `source` carried to the frame `target` along the renderer's exact motion, with its
+    values moved as the body moved (normals rotated, points moved rigidly; albedo, alpha as they are), and where
+    that is valid: `(carried (H, W, C), valid (H, W))`."""
+    map_x, map_y, valid = true_motion(source, target)
+    carried = _warp(np.nan_to_num(output), map_x, map_y)
+    rotation_s, translation_s = source["person_pose"]
+    rotation_t, translation_t = target["person_pose"]
+    relative = rotation_t @ rotation_s.T
+    on = target["mask"]
+    if task == "normal":
+        carried[on] = carried[on] @ relative.T
+    elif task == "pointmap":
+        carried[on] = (carried[on] - translation_s) @ relative.T + translation_t
+    mask_carried = _warp(source["mask"].astype(np.float32), map_x, map_y)[..., 0]
+    # bilinear samples that mix the person with the background are neither
+    valid &= np.where(on, mask_carried >= 0.999, mask_carried <= 0.001)
+    return carried, valid
+
+
+def window_bound(task: str, clip: list[dict], outputs: list[np.ndarray], radius: int) -> list[np.ndarray]:
+    """Each frame's output averaged with the outputs of up to `radius` frames before and after, carried along the
+    exact motion (`carry`; normals renormalised): a non-causal reference with perfect motion (see `--bound`)."""
+    averaged = []
+    for t, target in enumerate(clip):
+        total = np.nan_to_num(outputs[t]).reshape(*target["mask"].shape, -1).astype(np.float64)
+        count = np.ones(total.shape[:2])
+        for s in range(max(0, t - radius), min(len(clip), t + radius + 1)):
+            if s != t:
+                carried, valid = carry(task, outputs[s], clip[s], target)
+                total[valid] += carried[valid]
+                count[valid] += 1
+        mean = (total / count[..., None]).astype(np.float32)
+        if task == "normal":
+            mean /= np.maximum(np.linalg.norm(mean, axis=-1, keepdims=True), 1e-12)
+        averaged.append(mean.reshape(np.shape(outputs[t])))
+    return averaged
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=40)
@@ -328,6 +372,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=MODEL["steps"], help="fine-tuning steps per task")
     parser.add_argument("--model-dir", default=None,
                         help="keep the fine-tuned models here (one folder per task) and reuse them on a rerun")
+    parser.add_argument("--bound", type=int, default=8, metavar="R",
+                        help="also report the non-causal reference: raw outputs averaged over R frames on each side "
+                             "along the exact motion (0: skip)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -362,6 +409,9 @@ def main(argv=None) -> dict:
             seconds.append(time.perf_counter() - begin)
         before = evaluate(task, clip, [r[_key(task)] for r in raw])
         after = evaluate(task, clip, [r[_key(task)] for r in filtered])
+        bound = None
+        if args.bound and task != "seg":  # labels: no average
+            bound = evaluate(task, clip, window_bound(task, clip, [r[_key(task)] for r in raw], args.bound))
         rows.append({"task": task, "error_before": before["error"], "error_after": after["error"],
                      "jitter_before": before["jitter"], "jitter_after": after["jitter"],
                      "jitter_ratio": after["jitter"] / before["jitter"],
@@ -370,7 +420,10 @@ def main(argv=None) -> dict:
                                           if before["jitter_2nd"] else None),
                      "error_change": after["error"] / before["error"] - 1.0,
                      "filter_ms_per_frame": 1e3 * float(np.median(seconds[1:])),
-                     "min_cutoff": smoother.min_cutoff, "beta": smoother.beta})
+                     "bound_jitter_ratio": bound["jitter"] / before["jitter"] if bound else None,
+                     "bound_error_change": bound["error"] / before["error"] - 1.0 if bound else None,
+                     "min_cutoff": smoother.min_cutoff, "beta": smoother.beta,
+                     "coherent_scale": smoother.coherent_scale})
 
     units = {"normal": "deg", "pointmap": "m", "albedo": "[0,1]", "matting": "[0,1]", "seg": "frac"}
     print(f"flow-guided temporal filter on a synthetic clip ({args.frames} frames {args.size[0]}x{args.size[1]}, "
@@ -378,12 +431,13 @@ def main(argv=None) -> dict:
           + ("tiny models fine-tuned on synthetic humans)" if args.predictions == "model" else
              "SIMULATED per-frame model noise on the ground truth)"))
     print(f"{'task':>9} {'unit':>6} {'error raw':>10} {'error filt':>10} {'change':>7} {'jitter raw':>10} "
-          f"{'jitter filt':>11} {'ratio':>6} {'2nd ratio':>9} {'ms/frame':>8}")
+          f"{'jitter filt':>11} {'ratio':>6} {'2nd ratio':>9} {'bound':>6} {'ms/frame':>8}")
     for row in rows:
         second = "" if row["jitter_2nd_ratio"] is None else f"{row['jitter_2nd_ratio']:.2f}"
+        bound = "" if row["bound_jitter_ratio"] is None else f"{row['bound_jitter_ratio']:.2f}"
         print(f"{row['task']:>9} {units[row['task']]:>6} {row['error_before']:>10.4f} {row['error_after']:>10.4f} "
               f"{100 * row['error_change']:>+6.1f}% {row['jitter_before']:>10.4f} {row['jitter_after']:>11.4f} "
-              f"{row['jitter_ratio']:>6.2f} {second:>9} {row['filter_ms_per_frame']:>8.1f}")
+              f"{row['jitter_ratio']:>6.2f} {second:>9} {bound:>6} {row['filter_ms_per_frame']:>8.1f}")
     for task, trained in training.items():
         if trained["eval_untrained_trained"]:
             shown = {k: v for k, v in trained["eval_untrained_trained"].items()
@@ -396,7 +450,7 @@ def main(argv=None) -> dict:
                               "frames": args.frames, "size": args.size, "fps": args.fps, "speed_px": args.speed_px,
                               "turn_deg": args.turn_deg, "seed": args.seed,
                               **({"noise": NOISE} if args.predictions == "simulated" else {}),
-                              "predictions": args.predictions, "render_s": render_s,
+                              "predictions": args.predictions, "render_s": render_s, "bound_radius": args.bound,
                               **({"model": MODEL, "steps": args.steps, "threads": args.threads}
                                  if args.predictions == "model" else {})},
               "training": training, "results": rows}

@@ -139,8 +139,8 @@ def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) ->
                        help="video: remove frame-to-frame flicker with a flow-guided One-Euro filter (the previous "
                             "output follows the optical flow; occlusions and fast changes pass unfiltered)")
     group.add_argument("--temporal-min-cutoff", type=positive_float, default=None, metavar="HZ",
-                       help="temporal filter cutoff at rest, Hz (default: the task's, 0.5 for normal and seg, 1.0 "
-                            "else; lower = smoother)")
+                       help="temporal filter cutoff at rest, Hz (default: the task's, 0.5 for normal, pointmap and "
+                            "seg, 1.0 else; lower = smoother)")
     group.add_argument("--temporal-beta", type=non_negative_float, default=None,
                        help="temporal filter speed coefficient, per map unit (default: the task's; higher = changes "
                             "not explained by motion pass sooner)")

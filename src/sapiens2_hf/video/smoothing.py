@@ -129,7 +129,7 @@ DEFAULT_CONSISTENCY = 3.0
 DEFAULT_MISREGISTRATION_PX = 1.0
 
 #: Per task: the key of each map the filter smooths, and its `(min_cutoff Hz, beta per map unit,
-#: misregistration_px)`. beta is per unit of the map's own values (normals: unit vectors; pointmap: metres; albedo
+#: misregistration_px, coherent_scale)`. beta is per unit of the map's own values (normals: unit vectors; pointmap: metres; albedo
 #: and alpha: [0, 1]; seg: one-hot class scores). Seg uses beta 0: a label that flips between two classes is
 #: flicker, never motion (the flow already moves labels with the person), so it is low-passed (at 0.5 Hz: a fine-tuned
 #: model's label flicker fell to 0.72x at 2 Hz, 0.47x at 0.5 Hz, its error by 4-5 % either way) and gated by the
@@ -138,16 +138,22 @@ DEFAULT_MISREGISTRATION_PX = 1.0
 #: the 0.5 px gate kept more of the flicker (jitter 0.72x against 0.68x; beta 0 lagged the turn of the simulated
 #: clip, +17 % error). Alpha and labels allow a 1 px flow error at their edges (the flow is least accurate at the
 #: silhouette, where alpha steps; at 0.5 px the filter dragged the background into the person's rim, +23 % alpha
-#: error), pointmap and albedo 0.5 px (the DIS flow's end-point error on the person is about 0.2 px). Chosen with
+#: error), pointmap and albedo 0.5 px (the DIS flow's end-point error on the person is about 0.2 px). The pointmap's
+#: values move with the person (a step sideways shifts X, a turn changes Z across the body): its coherent change
+#: (Gaussian of 1/6 of the map's shorter side) passes at once, so the rest can be low-passed at 0.5 Hz, beta 0.25
+#: (a fine-tuned model's pointmap jitter 0.51x -> 0.38x; without the coherent term the same cutoff lagged the
+#: simulated walk, +108 % error, and at a 4 deg/frame turn beta 0 lagged even with it). Normals and albedo keep
+#: none: their model jitter did not fall with it (0.70x, 0.86x), and on the simulated clip it let noise through that
+#: beta then had to catch (normals +4 %, albedo +47 % error at beta 0). Chosen with
 #: benchmarks/bench_temporal_filter.py: tiny models fine-tuned on synthetic humans, and simulated noise on the truth,
 #: on a clip of a walking, turning person.
 DENSE_TASK_MAPS: dict[str, tuple[str, ...]] = {
     "normal": ("normals",), "pointmap": ("pointmap",), "albedo": ("albedo",), "matting": ("alpha", "foreground"),
     "seg": ("segmentation",),
 }
-DENSE_TASK_DEFAULTS: dict[str, tuple[float, float, float]] = {
-    "normal": (0.5, 0.25, 0.25), "pointmap": (1.0, 0.5, 0.5), "albedo": (1.0, 0.5, 0.5), "matting": (1.0, 0.5, 1.0),
-    "seg": (0.5, 0.0, 1.0),
+DENSE_TASK_DEFAULTS: dict[str, tuple[float, float, float, float]] = {
+    "normal": (0.5, 0.25, 0.25, 0.0), "pointmap": (0.5, 0.25, 0.5, 1 / 6), "albedo": (1.0, 0.5, 0.5, 0.0),
+    "matting": (1.0, 0.5, 1.0, 0.0), "seg": (0.5, 0.0, 1.0, 0.0),
 }
 
 
@@ -162,6 +168,20 @@ def _steepness(planes: np.ndarray) -> np.ndarray:
     return np.sqrt(np.sum(along_x ** 2 + along_y ** 2, axis=-1))
 
 
+def _coherent_change(change: np.ndarray, trusted: np.ndarray, sigma: float) -> np.ndarray:
+    """`(H, W, C)`: the Gaussian-weighted mean of `change` `(H, W, C)` over the `trusted` `(H, W)` pixels around
+    each pixel (a normalised convolution of width `sigma` pixels): the part of a frame's change that a whole
+    neighbourhood shares. 0 where no trusted pixel is near."""
+    import cv2
+
+    weight = trusted.astype(np.float32)
+    total = cv2.GaussianBlur(weight, (0, 0), sigma)
+    summed = cv2.GaussianBlur(np.where(trusted[..., None], change, 0.0).astype(np.float32), (0, 0), sigma)
+    summed = summed.reshape(change.shape)
+    near = total > 1e-3
+    return np.where(near[..., None], summed / np.where(near, total, 1.0)[..., None], 0.0).astype(np.float32)
+
+
 class FlowGuidedFilter:
     """Temporal filter for dense per-frame maps: the previous output is carried to the current frame along the
     optical flow of the video frames, then blended with the current map by the One-Euro rule per pixel.
@@ -169,9 +189,10 @@ class FlowGuidedFilter:
     Per frame, with `flow` the DIS optical flow (OpenCV) from the current frame to the previous one:
 
         warped     = previous output at (x + flow(x))            (bilinear; the previous speed estimate likewise)
-        residual   = |map - warped| / dt                          per pixel, over the map's channels
+        predicted  = warped + coherent change                     (with `coherent_scale`; else predicted = warped)
+        residual   = |map - predicted| / dt                       per pixel, over the map's channels
         speed_hat  = warped speed + alpha(d_cutoff) (residual - warped speed)
-        out        = warped + alpha(min_cutoff + beta speed_hat) (map - warped)
+        out        = predicted + alpha(min_cutoff + beta speed_hat) (map - predicted)
 
     and `out = map` (the pixel starts afresh) where the past cannot be trusted: the previous frame warped by the flow
     differs from the current one by more than `occlusion_threshold` grey levels (occlusion, flow failure); the
@@ -181,7 +202,11 @@ class FlowGuidedFilter:
     sample mixes in masked-out pixels (NaN, or all-zero with `zero_is_masked`); or a value is not finite. Because the
     past moves with the content, a moving person is smoothed as much as a still one without trailing behind (a plain
     per-pixel filter must either smooth motion away or leave moving parts unfiltered), and the One-Euro speed term
-    lets changes that the flow does not explain (a turning surface) through sooner.
+    lets changes that the flow does not explain (a turning surface) through sooner. With `coherent_scale`, the
+    change that a whole neighbourhood shares (the Gaussian-weighted mean of `map - warped` over the trusted pixels
+    within `coherent_scale` times the map's shorter side) passes at once: values that move with the person (the
+    pointmap's X as it walks, its Z as it turns) are not lagged, and only the rest, the pixel-to-pixel flicker, is
+    low-passed.
 
     Args:
         min_cutoff (`float`, defaults to 1.0): cutoff at rest, Hz (> 0); lower smooths more.
@@ -194,6 +219,8 @@ class FlowGuidedFilter:
         flow_preset (`str`, defaults to "medium"): OpenCV DIS preset, "ultrafast", "fast" or "medium" (on the
             synthetic benchmark "fast" dragged the background along with a small person).
         zero_is_masked (`bool`, defaults to False): all-zero pixels are masked out (normals, albedo), not values.
+        coherent_scale (`float`, defaults to 0.0): width of the neighbourhood whose shared change passes unfiltered,
+            as a fraction of the map's shorter side (>= 0; 0 turns it off).
 
     Attributes:
         fresh (`np.ndarray` of shape `(H, W)`, bool): after a `filter` call past the first, the pixels taken as
@@ -207,22 +234,23 @@ class FlowGuidedFilter:
     def __init__(self, min_cutoff: float = 1.0, beta: float = 0.0, d_cutoff: float = DEFAULT_D_CUTOFF,
                  occlusion_threshold: float = DEFAULT_OCCLUSION_THRESHOLD, consistency: float = DEFAULT_CONSISTENCY,
                  flow_preset: str = "medium", zero_is_masked: bool = False,
-                 misregistration_px: float = DEFAULT_MISREGISTRATION_PX):
+                 misregistration_px: float = DEFAULT_MISREGISTRATION_PX, coherent_scale: float = 0.0):
         if not (min_cutoff > 0 and d_cutoff > 0 and beta >= 0 and occlusion_threshold >= 0 and consistency > 0
-                and misregistration_px >= 0
+                and misregistration_px >= 0 and coherent_scale >= 0
                 and math.isfinite(min_cutoff + beta + d_cutoff + occlusion_threshold + consistency
-                                  + misregistration_px)):
+                                  + misregistration_px + coherent_scale)):
             raise ValueError(f"the flow-guided filter needs min_cutoff > 0, d_cutoff > 0, beta >= 0, "
-                             f"occlusion_threshold >= 0, consistency > 0 and misregistration_px >= 0 (finite), got "
-                             f"min_cutoff={min_cutoff}, beta={beta}, d_cutoff={d_cutoff}, "
-                             f"occlusion_threshold={occlusion_threshold}, consistency={consistency}, "
-                             f"misregistration_px={misregistration_px}.")
+                             f"occlusion_threshold >= 0, consistency > 0, misregistration_px >= 0 and "
+                             f"coherent_scale >= 0 (finite), got min_cutoff={min_cutoff}, beta={beta}, "
+                             f"d_cutoff={d_cutoff}, occlusion_threshold={occlusion_threshold}, "
+                             f"consistency={consistency}, misregistration_px={misregistration_px}, "
+                             f"coherent_scale={coherent_scale}.")
         self.min_cutoff, self.beta, self.d_cutoff = float(min_cutoff), float(beta), float(d_cutoff)
         self.occlusion_threshold, self.consistency = float(occlusion_threshold), float(consistency)
         if flow_preset not in ("ultrafast", "fast", "medium"):
             raise ValueError(f"flow_preset must be 'ultrafast', 'fast' or 'medium' (OpenCV DIS), got {flow_preset!r}.")
         self.flow_preset, self.zero_is_masked = flow_preset, bool(zero_is_masked)
-        self.misregistration_px = float(misregistration_px)
+        self.misregistration_px, self.coherent_scale = float(misregistration_px), float(coherent_scale)
         self._flow = None
         self.reset()
 
@@ -296,7 +324,15 @@ class FlowGuidedFilter:
         frame_before = cv2.GaussianBlur(frame_before.astype(np.float32), (0, 0), 1.0)
         photometric = np.abs(frame_now - warp(frame_before))
         finite = np.isfinite(planes).all(axis=-1) & np.isfinite(previous).all(axis=-1)
-        residual = np.where(finite, np.linalg.norm(np.nan_to_num(planes - previous), axis=-1) / dt, 0.0)
+        occluded = photometric > self.occlusion_threshold
+        predicted = previous
+        if self.coherent_scale > 0:
+            # the change the neighbourhood shares, measured where the past is trusted (not occluded, not mixed
+            # with masked-out pixels): motion of the values themselves, passed without lag
+            sigma = self.coherent_scale * min(height, width)
+            predicted = previous + _coherent_change(np.nan_to_num(planes - previous), finite & whole & ~occluded,
+                                                    sigma)
+        residual = np.where(finite, np.linalg.norm(np.nan_to_num(planes - predicted), axis=-1) / dt, 0.0)
         speed = previous_speed + _alpha(self.d_cutoff, dt) * (residual - previous_speed)
         alpha = _alpha(self.min_cutoff + self.beta * speed, dt).astype(np.float32)
         # misregistration gate: a change far beyond the typical frame-to-frame change of the unfiltered maps (their
@@ -310,8 +346,8 @@ class FlowGuidedFilter:
         typical = float(np.median(changed)) if changed.size else 0.0
         slope = _steepness(np.nan_to_num(previous))  # map units per pixel
         misregistered = (residual > self.consistency * typical) & (slope * self.misregistration_px >= residual * dt)
-        fresh = ~finite | ~whole | (photometric > self.occlusion_threshold) | misregistered
-        smoothed = previous + alpha[..., None] * (planes - previous)
+        fresh = ~finite | ~whole | occluded | misregistered
+        smoothed = predicted + alpha[..., None] * (planes - predicted)
         out = np.where(fresh[..., None], planes, smoothed).astype(np.float32)
         self._value, self._speed = out, np.where(fresh, 0.0, speed).astype(np.float32)
         self._raw = planes.copy()
@@ -328,26 +364,28 @@ class DenseResultFilter:
 
     Args:
         task (`str`): "normal", "pointmap", "albedo", "matting" or "seg".
-        min_cutoff, beta (`float`, *optional*): override `DENSE_TASK_DEFAULTS[task]`.
+        min_cutoff, beta, coherent_scale (`float`, *optional*): override `DENSE_TASK_DEFAULTS[task]`.
         occlusion_threshold (`float`, defaults to `DEFAULT_OCCLUSION_THRESHOLD`).
 
     `filter(result, image, t)` returns a new dict; keys not in `DENSE_TASK_MAPS[task]` are passed through.
     """
 
     def __init__(self, task: str, min_cutoff: float | None = None, beta: float | None = None,
-                 occlusion_threshold: float = DEFAULT_OCCLUSION_THRESHOLD):
+                 occlusion_threshold: float = DEFAULT_OCCLUSION_THRESHOLD, coherent_scale: float | None = None):
         if task not in DENSE_TASK_MAPS:
             raise ValueError(f"temporal filtering of dense maps is for {sorted(DENSE_TASK_MAPS)}, not {task!r} "
                              "(pose keypoints have the One-Euro filter).")
-        default_cutoff, default_beta, misregistration_px = DENSE_TASK_DEFAULTS[task]
+        default_cutoff, default_beta, misregistration_px, default_coherent = DENSE_TASK_DEFAULTS[task]
         self.task = task
         self.min_cutoff = default_cutoff if min_cutoff is None else float(min_cutoff)
         self.beta = default_beta if beta is None else float(beta)
+        self.coherent_scale = default_coherent if coherent_scale is None else float(coherent_scale)
         self.occlusion_threshold = float(occlusion_threshold)
         # normals, pointmap and albedo outside the person are 0 (NaN for the pointmap) once masked (cli/predict.py)
         masked = task in ("normal", "pointmap", "albedo")
         self._filters = {key: FlowGuidedFilter(self.min_cutoff, self.beta, occlusion_threshold=occlusion_threshold,
-                                               misregistration_px=misregistration_px, zero_is_masked=masked)
+                                               misregistration_px=misregistration_px, zero_is_masked=masked,
+                                               coherent_scale=self.coherent_scale)
                          for key in DENSE_TASK_MAPS[task]}
         self._num_classes = 0
 
