@@ -121,8 +121,11 @@ MODEL = {"input_size": (128, 96), "patch_size": 8, "hidden_size": 64, "num_hidde
 
 def fine_tune(task: str, folder: Path, size: tuple[int, int], steps: int, seed: int):
     """A tiny model of `task` fine-tuned on synthetic humans (records of dataset seed `seed + 100`, not the clip's
-    scene), with its image processor; saved in `folder/<task>` and loaded from there when that exists (a rerun, or
-    `--model-dir` of an earlier run). Returns `(model, processor, eval metrics or None)`."""
+    scene), with its image processor; saved in `folder/<task>` with its held-out metrics (`training.json`) and loaded
+    from there when that exists (a rerun, or `--model-dir` of an earlier run). Returns `(model, processor, record)`:
+    the record of the fine-tuning (steps, seed, seconds, held-out metrics before and after; `loaded` when it comes
+    from an earlier run), or None for a loaded folder without one."""
+    import json
     import tempfile
 
     import torch
@@ -138,11 +141,14 @@ def fine_tune(task: str, folder: Path, size: tuple[int, int], steps: int, seed: 
     target = folder / task
     model_class = sapiens2_hf.model_class_for_task(task)
     if (target / "config.json").is_file():
-        return model_class.from_pretrained(target), Sapiens2HFImageProcessor.from_pretrained(target), None
+        saved = target / "training.json"
+        record = {**json.loads(saved.read_text()), "loaded": True} if saved.is_file() else None
+        return model_class.from_pretrained(target), Sapiens2HFImageProcessor.from_pretrained(target), record
     input_size, hidden = MODEL["input_size"], MODEL["hidden_size"]
     config = sapiens2_hf.tiny_config(task, image_size=list(input_size), patch_size=MODEL["patch_size"],
                                      hidden_size=hidden, intermediate_size=4 * hidden,
                                      num_hidden_layers=MODEL["num_hidden_layers"])
+    begin = time.perf_counter()
     torch.manual_seed(seed)
     model = model_class(config)
     transform = TRANSFORMS[task]
@@ -173,7 +179,9 @@ def fine_tune(task: str, folder: Path, size: tuple[int, int], steps: int, seed: 
     metrics = {key[len("eval_"):]: (untrained[key], trained[key]) for key in trained
                if key.startswith("eval_") and key not in ("eval_runtime", "eval_samples_per_second",
                                                            "eval_steps_per_second", "eval_model_preparation_time")}
-    return model, processor, metrics
+    record = {"steps": steps, "seed": seed, "seconds": time.perf_counter() - begin, "eval_untrained_trained": metrics}
+    write_record(target / "training.json", record)
+    return model, processor, record
 
 
 def model_predictions(task: str, clip: list[dict], model, processor) -> list[dict]:
@@ -394,9 +402,7 @@ def main(argv=None) -> dict:
     model_dir = Path(args.model_dir) if args.model_dir else Path(scratch.name)
     for task in args.tasks:
         if args.predictions == "model":
-            begin = time.perf_counter()
-            model, processor, metrics = fine_tune(task, model_dir, tuple(args.size), args.steps, args.seed)
-            training[task] = {"seconds": time.perf_counter() - begin, "eval_untrained_trained": metrics}
+            model, processor, training[task] = fine_tune(task, model_dir, tuple(args.size), args.steps, args.seed)
             raw = model_predictions(task, clip, model, processor)
         else:
             rng = np.random.default_rng(args.seed)
@@ -439,12 +445,13 @@ def main(argv=None) -> dict:
               f"{100 * row['error_change']:>+6.1f}% {row['jitter_before']:>10.4f} {row['jitter_after']:>11.4f} "
               f"{row['jitter_ratio']:>6.2f} {second:>9} {bound:>6} {row['filter_ms_per_frame']:>8.1f}")
     for task, trained in training.items():
-        if trained["eval_untrained_trained"]:
+        if trained and trained["eval_untrained_trained"]:
             shown = {k: v for k, v in trained["eval_untrained_trained"].items()
                      if k in ("mean_angular_error_deg", "mean_l2_error", "psnr", "miou", "sad", "mse")}
             print(f"  {task} model, held-out synthetic (untrained -> fine-tuned): "
                   + ", ".join(f"{k} {a:.4g} -> {b:.4g}" for k, (a, b) in shown.items())
-                  + f" ({trained['seconds']:.0f} s)")
+                  + (f" ({trained['seconds']:.0f} s)" if "seconds" in trained else "")
+                  + (" (an earlier run's model, from --model-dir)" if trained.get("loaded") else ""))
     record = {"benchmark": "temporal_filter",
               "environment": {"python": platform.python_version(), "numpy": np.__version__,
                               "frames": args.frames, "size": args.size, "fps": args.fps, "speed_px": args.speed_px,
