@@ -128,25 +128,24 @@ DEFAULT_CONSISTENCY = 3.0
 #: The flow error (pixels) that the misregistration gate allows for by default (per task: `DENSE_TASK_DEFAULTS`).
 DEFAULT_MISREGISTRATION_PX = 1.0
 
-#: Per task: the key of each map the filter smooths, and its `(min_cutoff Hz, beta per map unit,
-#: misregistration_px, coherent_scale)`. beta is per unit of the map's own values (normals: unit vectors; pointmap: metres; albedo
-#: and alpha: [0, 1]; seg: one-hot class scores). Seg uses beta 0: a label that flips between two classes is
-#: flicker, never motion (the flow already moves labels with the person), so it is low-passed (at 0.5 Hz: a fine-tuned
-#: model's label flicker fell to 0.72x at 2 Hz, 0.47x at 0.5 Hz, its error by 4-5 % either way) and gated by the
-#: photometric and misregistration checks only. Normals: 0.5 Hz, beta 0.25 and a 0.25 px gate: a fine-tuned model's
-#: normals flicker on steep parts of the map and drift as the body turns; beta 0.5 opened the cutoff on that drift and
-#: the 0.5 px gate kept more of the flicker (jitter 0.72x against 0.68x; beta 0 lagged the turn of the simulated
-#: clip, +17 % error). Alpha and labels allow a 1 px flow error at their edges (the flow is least accurate at the
-#: silhouette, where alpha steps; at 0.5 px the filter dragged the background into the person's rim, +23 % alpha
-#: error), pointmap and albedo 0.5 px (the DIS flow's end-point error on the person is about 0.2 px). The pointmap's
-#: values move with the person (a step sideways shifts X, a turn changes Z across the body): its coherent change
-#: (Gaussian of 1/6 of the map's shorter side) passes at once, so the rest can be low-passed at 0.5 Hz, beta 0.25
-#: (a fine-tuned model's pointmap jitter 0.51x -> 0.38x; without the coherent term the same cutoff lagged the
-#: simulated walk, +108 % error, and at a 4 deg/frame turn beta 0 lagged even with it). Normals and albedo keep
-#: none: their model jitter did not fall with it (0.70x, 0.86x), and on the simulated clip it let noise through that
-#: beta then had to catch (normals +4 %, albedo +47 % error at beta 0). Chosen with
-#: benchmarks/bench_temporal_filter.py: tiny models fine-tuned on synthetic humans, and simulated noise on the truth,
-#: on a clip of a walking, turning person.
+#: Per task: the key of each map the filter smooths, and its `(min_cutoff Hz, beta per map unit, misregistration_px,
+#: coherent_scale)`. beta is per unit of the map's own values (normals: unit vectors; pointmap: metres; albedo and
+#: alpha: [0, 1]; seg: one-hot class scores). Seg uses beta 0: a label that flips between two classes is flicker, never
+#: motion (the flow already moves labels with the person), so it is low-passed (at 0.5 Hz: a fine-tuned model's label
+#: flicker fell to 0.72x at 2 Hz, 0.47x at 0.5 Hz, its error by 4-5 % either way) and gated by the photometric and
+#: misregistration checks only. Normals: 0.5 Hz, beta 0.25 and a 0.25 px gate: a fine-tuned model's normals flicker on
+#: steep parts of the map and drift as the body turns; beta 0.5 opened the cutoff on that drift and the 0.5 px gate kept
+#: more of the flicker (jitter 0.72x against 0.68x; beta 0 lagged the turn of the simulated clip, +17 % error). Alpha
+#: and labels allow a 1 px flow error at their edges (the flow is least accurate at the silhouette, where alpha steps;
+#: at 0.5 px the filter dragged the background into the person's rim, +23 % alpha error), pointmap and albedo 0.5 px
+#: (the DIS flow's end-point error on the person is about 0.2 px). The pointmap's values move with the person (a step
+#: sideways shifts X, a turn changes Z across the body): its coherent change (Gaussian of 1/6 of the map's shorter side)
+#: passes at once, so the rest can be low-passed at 0.5 Hz, beta 0.25 (a fine-tuned model's pointmap jitter 0.51x ->
+#: 0.38x; without the coherent term the same cutoff lagged the simulated walk, +108 % error, and at a 4 deg/frame turn
+#: beta 0 lagged even with it). Normals and albedo keep none: their model jitter did not fall with it (0.70x, 0.86x),
+#: and on the simulated clip it let noise through that beta then had to catch (normals +4 %, albedo +47 % error at beta
+#: 0). Chosen with benchmarks/bench_temporal_filter.py: tiny models fine-tuned on synthetic humans, and simulated noise
+#: on the truth, on a clip of a walking, turning person.
 DENSE_TASK_MAPS: dict[str, tuple[str, ...]] = {
     "normal": ("normals",), "pointmap": ("pointmap",), "albedo": ("albedo",), "matting": ("alpha", "foreground"),
     "seg": ("segmentation",),
@@ -174,7 +173,8 @@ def _coherent_change(change: np.ndarray, trusted: np.ndarray, sigma: float) -> n
     neighbourhood shares. 0 where no trusted pixel is near.
 
     The mean is a smooth field, so it is computed on a grid coarse enough for `sigma` to span about 4 cells and
-    resized back: a direct blur costs a kernel of 6 `sigma` per pixel (about 0.7 s per frame at 1024 x 768)."""
+    resized back: a direct blur costs a kernel of 6 `sigma` per pixel (1.2 s per frame at 1024 x 768 on 2 CPU
+    cores, against 0.03 s so)."""
     import cv2
 
     height, width, channels = change.shape
