@@ -31,7 +31,7 @@ from sapiens2_hf.app import AppRunner, launch  # noqa: E402
 from sapiens2_hf.cli.main import main  # noqa: E402
 from sapiens2_hf.visualization import read_ply_header  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
 
 PHOTO = Path(str(resources.files("sapiens2_hf").joinpath("assets", "demo", "astronaut.png")))
 BOX = "25 10 380 508"  # the photo's person (sapiens2_hf.demo.PHOTO_BOX_XYXY, rounded)

@@ -42,7 +42,8 @@ import contextlib, io, sys
 import sapiens2_hf.cli.main as m
 m.build_parser()
 for argv, expected in [(["--help"], 0), (["pose", "--help"], 0), (["convert", "--help"], 0), (["demo", "--help"], 0),
-                       (["merge", "--help"], 0), (["seg", "a.png", "--model", "m", "--out", "o", "--threads", "0"], 2),
+                       (["merge", "--help"], 0), (["env", "--help"], 0),
+                       (["seg", "a.png", "--model", "m", "--out", "o", "--threads", "0"], 2),
                        (["pose", "a.png"], 2), (["unknown-command"], 2)]:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:

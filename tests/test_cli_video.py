@@ -22,6 +22,8 @@ from sapiens2_hf.video import (
     write_video,
 )
 
+pytestmark = pytest.mark.compat
+
 av = pytest.importorskip("av")
 
 FPS = 30.0

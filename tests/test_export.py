@@ -38,7 +38,7 @@ from sapiens2_hf.export.onnx_bf16 import Bfloat16EmulationError, count_rounding_
 from sapiens2_hf.processing import Sapiens2HFImageProcessor  # noqa: E402
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
 
 @pytest.fixture(scope="module")
 def pose_export(tmp_path_factory):

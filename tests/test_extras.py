@@ -24,7 +24,7 @@ import sapiens2_hf
 from sapiens2_hf.utils.extras import EXTRAS, MissingExtraError, require
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "sapiens2_hf"

@@ -20,6 +20,8 @@ import sapiens2_hf
 from sapiens2_hf.modeling import resolve_checkpoint
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
+pytestmark = pytest.mark.compat
+
 
 LAYOUTS = {"both": ("hf", "official"), "hf_only": ("hf",), "official_only": ("official",)}
 PIPELINE_TASKS = {"pose": "sapiens2-pose", "seg": "sapiens2-segmentation", "normal": "sapiens2-normal",

@@ -16,6 +16,8 @@ import sapiens2_hf
 from sapiens2_hf.hub import push_to_hub
 from sapiens2_hf.processing import image_processor_for_task
 
+pytestmark = pytest.mark.compat
+
 TASKS = [None, "pose", "seg", "normal", "pointmap", "albedo"]
 FIELDS = {None: "last_hidden_state", "pose": "heatmaps", "seg": "logits", "normal": "normals", "pointmap": "pointmaps", "albedo": "albedos"}
 # transformers' own classes, named explicitly: our repos have our model type, which vanilla Auto classes resolve only

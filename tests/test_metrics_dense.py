@@ -20,6 +20,8 @@ from sapiens2_hf.metrics import (
 )
 from sapiens2_hf.metrics.albedo import masked_ssim_sum
 
+pytestmark = pytest.mark.compat
+
 
 # -------------------------------------------------------------------------------------------------- segmentation
 def test_segmentation_metric_pools_counts_and_includes_background():

@@ -27,6 +27,8 @@ from sapiens2_hf.hub import save_for_hub
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, image_processor_for_task
 from sapiens2_hf.modeling.sapiens2_processing_ops import udp_gaussian_heatmaps
 
+pytestmark = pytest.mark.compat
+
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sapiens2_hf"
 PORT_MODULE = "transformers.models.sapiens2"
 TRANSFORMERS_CLASSES = {

@@ -11,6 +11,8 @@ from safetensors.torch import load_file, save_file
 import sapiens2_hf
 from official_cases import MODEL_CASES, compare, load_case
 
+pytestmark = pytest.mark.compat
+
 
 TASK_CASES = {"pose": "pose", "seg": "seg", "normal": "normal", "pointmap": "pointmap", "albedo": "albedo", None: "pretrain"}
 VANILLA_CLASSES = {

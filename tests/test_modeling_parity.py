@@ -11,6 +11,8 @@ import torch
 import sapiens2_hf
 from official_cases import MODEL_CASES, ROPE_SUFFIX, compare, load_case, within
 
+pytestmark = pytest.mark.compat
+
 
 def _run(model, pixel_values):
     with torch.no_grad():

@@ -16,6 +16,8 @@ import sapiens2_hf
 from sapiens2_hf.pipelines import PIPELINE_CLASSES
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
+pytestmark = pytest.mark.compat
+
 
 MODEL_CLASSES = {
     "pose": sapiens2_hf.Sapiens2ForPoseEstimation,

@@ -24,7 +24,7 @@ from sapiens2_hf.processing import Sapiens2HFImageProcessor
 from sapiens2_hf.serialization import image_from_json, to_json_compatible
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
 
 PIPELINE_TASK = {spec.name: spec.pipeline_name for spec in TASK_SPECS.values()}
 DENSE_TASKS = [spec.name for spec in TASK_SPECS.values() if spec.resize != "crop"]  # all but top-down pose

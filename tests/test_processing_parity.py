@@ -29,6 +29,8 @@ from safetensors.torch import load_file
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, load_image_rgb
 from sapiens2_hf.modeling import sapiens2_processing_ops as ops
 
+pytestmark = pytest.mark.compat
+
 
 BACKENDS = ["cv2", "torch"]
 

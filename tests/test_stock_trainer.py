@@ -16,7 +16,7 @@ from transformers import Trainer, TrainingArguments
 import sapiens2_hf
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
 
 TASKS = list(TARGET_KEYS)
 NUM_SAMPLES = 4

@@ -47,7 +47,7 @@ METRIC = {"pose": "oks_ap", "seg": "miou", "normal": "mean_angular_error_deg", "
 INPUT_SIZE = (64, 48)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
 
 
 def _script_main():

@@ -13,7 +13,7 @@ from sapiens2_hf.training import Sapiens2Trainer, apply_lora, load_task_adapters
 from sapiens2_hf.training.lora import set_lora_adapter
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
 
 
 def _task_model(task, seed=0, backbone_state=None, **overrides):

@@ -23,6 +23,8 @@ import pytest
 from transformers_suite import compare, parse_junit
 from transformers_suite_expected import MIXIN_EXPECTED_FAILURES, accepted_skip
 
+pytestmark = pytest.mark.compat
+
 HELPER = Path(__file__).resolve().parent / "transformers_suite.py"
 CASES = "transformers_mixin_cases.py::"
 # Fewer passes than this means the mixins did not really run (transformers 5.24.0: 346 on our classes).

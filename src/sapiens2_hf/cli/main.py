@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .merge import add_merge_subparser; add_merge_subparser(subparsers)  # noqa: E702 (one line: shared file)
     from .export import add_export_subparser; add_export_subparser(subparsers)  # noqa: E702
     from .app import add_app_subparser; add_app_subparser(subparsers)  # noqa: E702 (app, space)
+    from .env import add_env_subparser; add_env_subparser(subparsers)  # noqa: E702
     return parser
 
 
