@@ -29,7 +29,8 @@ from PIL import Image
 
 import sapiens2_hf
 from sapiens2_hf.cli import predict as predict_cli
-from sapiens2_hf.cli.main import is_expected_error, main
+from sapiens2_hf.cli.errors import is_expected_error
+from sapiens2_hf.cli.main import main
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 from sapiens2_hf.utils import atomic_io
 

@@ -101,3 +101,100 @@ def test_the_model_folder_is_the_only_copy_of_its_files():
 
     assert Sapiens2HFImageProcessor is processing_module.Sapiens2HFImageProcessor
     assert Sapiens2PosePipeline is pipeline_module.Sapiens2PosePipeline
+
+
+# ------------------------------------------------------------------------------------------------ import cycles
+
+
+def _module_names(root: Path) -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (file, is a package `__init__`) for every module under `root` (the package folder)."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return modules
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, from every import statement anywhere in the file (inside functions
+    and `if TYPE_CHECKING:` too: an import that only runs later still ties the two modules together). `from .pkg
+    import name` points at `pkg.name` when that is a module, else at the package face `pkg/__init__.py`."""
+    modules = _module_names(root)
+    graph = {name: set() for name in modules}
+    for name, (path, is_package) in modules.items():
+        here = name.split(".") if is_package else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here[: len(here) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                           for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                while target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in modules and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, cycles = {}, {}, set(), [], []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_import_cycles():
+    graph = import_graph(PACKAGE)
+    assert len(graph) > 100 and "sapiens2_hf.cli.outputs" in graph["sapiens2_hf.cli.video"]  # the graph is read
+    assert import_cycles(graph) == []
+
+
+def test_import_cycle_check_sees_cycles_through_function_level_imports_and_package_faces(tmp_path):
+    package = tmp_path / "toy"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from .b import g\n    return g\n")  # a cycle hidden in a function
+    (package / "b.py").write_text("from . import a\n\ndef g():\n    return a\n")
+    (package / "sub" / "__init__.py").write_text("from .c import C\n")
+    (package / "sub" / "c.py").write_text("from ..sub import D\nC = 1\n")  # through the package face
+    (package / "sub" / "d.py").write_text("import toy.a\n")
+    assert import_cycles(import_graph(package)) == [["toy.a", "toy.b"], ["toy.sub", "toy.sub.c"]]

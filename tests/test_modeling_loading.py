@@ -158,6 +158,33 @@ def test_missing_tensor_in_hf_folder_is_an_error_not_random_weights(tmp_path):
         sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(tmp_path)
 
 
+def test_an_empty_state_dict_initialises_every_weight_as_a_fresh_model(monkeypatch):
+    """`from_pretrained(None, config=, state_dict={})` loads nothing, so `_init_weights` initialises every tensor, as
+    it does in the constructor (what transformers' `test_can_init_all_missing_weights` checks on every class, with the
+    seed set where both paths call `_initialize_weights`); strictness is unchanged for a state dict that lacks some
+    tensors."""
+    seed = {"value": 0}
+    initialize_weights = transformers.PreTrainedModel._initialize_weights
+
+    def seeded(*args, **kwargs):
+        torch.manual_seed(seed["value"])
+        return initialize_weights(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "_initialize_weights", seeded)
+    config = sapiens2_hf.tiny_config("pointmap")
+    fresh = sapiens2_hf.Sapiens2ForPointmapEstimation(config).state_dict()
+    loaded = sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(None, config=config, state_dict={}).state_dict()
+    assert sorted(loaded) == sorted(fresh)
+    assert [name for name in fresh if not torch.equal(loaded[name], fresh[name])] == []
+    # controls: another seed gives other weights; a partial state dict is still refused, naming what it lacks
+    seed["value"] = 1
+    other = sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(None, config=config, state_dict={}).state_dict()
+    assert not torch.equal(other["decode_head.predictor.weight"], fresh["decode_head.predictor.weight"])
+    partial = {name: tensor for name, tensor in fresh.items() if name != "decode_head.predictor.weight"}
+    with pytest.raises(ValueError, match="decode_head.predictor.weight"):
+        sapiens2_hf.Sapiens2ForPointmapEstimation.from_pretrained(None, config=config, state_dict=partial)
+
+
 def test_shape_mismatch_is_named(tmp_path):
     _, _, weights = load_case("normal")
     sapiens2_hf.Sapiens2ForNormalEstimation.from_pretrained(weights).save_pretrained(tmp_path)

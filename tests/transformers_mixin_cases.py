@@ -171,9 +171,6 @@ class Sapiens2ModelCases(ModelTesterMixin):
     these classes, and the mixin settings that fit a vision model without token embeddings."""
 
     test_resize_embeddings = False
-    # The mixin runs this check only for models it knows to be recent (a copyright line of 2023 or later in the
-    # config's file, which ours has not): opt in, the initialisation must cover every weight.
-    test_can_init_all_missing_weights_before_2023 = True
     tester_kwargs = {}
 
     def setUp(self):

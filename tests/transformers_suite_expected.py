@@ -24,10 +24,6 @@ _STRICT_MISSING = (
     "strict from_pretrained: tensors missing from the checkpoint raise ValueError ('missing tensors (would stay "
     "randomly initialised)') instead of being reported in loading_info['missing_keys'] as transformers does"
 )
-_STRICT_EMPTY_STATE_DICT = (
-    "strict from_pretrained: the test loads `state_dict={}` to check that _init_weights covers every weight; ours "
-    "refuses the missing tensors (ValueError 'missing tensors') before initialising them"
-)
 _INTEGER_TENSORS = (
     "checkpoint validation: the test replaces model.safetensors by a placeholder int64 tensor and expects every "
     "parameter in missing_keys; ours refuses integer tensors first (OfficialCheckpointError 'not floating point')"
@@ -71,12 +67,7 @@ EXPECTED_FAILURES = {
 }
 
 # test id -> reason: skipped on our classes, passes on transformers' own.
-EXPECTED_SKIPS = {
-    _MODELING + "test_can_init_all_missing_weights": (
-        "coverage: the test runs only for model types on transformers' priority list ('Not a prioritized model for "
-        "now'); ours is `sapiens2_hf`"
-    ),
-}
+EXPECTED_SKIPS = {}
 
 
 # --- our cases on the shared mixins (tests/transformers_mixin_cases.py) -------------------------------------------
@@ -88,7 +79,6 @@ _MODEL_CASES = ("Sapiens2ModelTest", "Sapiens2AlbedoModelTest")
 MIXIN_EXPECTED_FAILURES = {
     _CASES + "Sapiens2ConfigTest::test_common_with_the_transformers_tester_kwargs": _CONFIG_HEAD_DIM,
     **{_CASES + f"{case}::test_correct_missing_keys": _STRICT_MISSING for case in _MODEL_CASES},
-    **{_CASES + f"{case}::test_can_init_all_missing_weights": _STRICT_EMPTY_STATE_DICT for case in _MODEL_CASES},
     **{_CASES + f"{case}::test_model_weights_reload_no_missing_tied_weights": _INTEGER_TENSORS
        for case in _MODEL_CASES},
     **{_CASES + f"{case}::test_reverse_loading_mapping": _SAVE_OUR_NAMES for case in _MODEL_CASES},

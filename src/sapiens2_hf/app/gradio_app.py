@@ -43,7 +43,7 @@ def import_gradio():
 def _error_message(error: BaseException) -> str:
     """What the page shows for a failed run: the message of an error about the input (as the command line prints it),
     else the error's type and message (a bug: the type helps the report)."""
-    from ..cli.main import error_message, is_expected_error
+    from ..cli.errors import error_message, is_expected_error
 
     return error_message(error) if is_expected_error(error) else f"{type(error).__name__}: {error_message(error)}"
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 DEMO_MODEL = "demo"
-# The file `cli/predict.py` `write_outputs` writes as each task's picture (the overlay; albedo's own image).
+# The file `cli/outputs.py` `write_outputs` writes as each task's picture (the overlay; albedo's own image).
 OVERLAY_SUFFIXES = {"pose": "_pose.png", "seg": "_seg.png", "normal": "_normal.png", "pointmap": "_depth.png",
                     "albedo": "_albedo.png", "matting": "_matting.png"}
 DEMO_SEED = 0
@@ -125,13 +125,13 @@ class AppRunner:
     def _args(self, task: str, model: str, out: Path, **options):
         """The command line's options for `sapiens2-hf <task>` (its parser's defaults, so the app writes what the
         command writes), for one input written into `out`."""
-        from ..cli.main import build_parser
+        from ..cli.predict import predict_parser
 
         argv = [task, "input", "--model", model, "--out", str(out), "--quiet", "--device", self.device,
                 "--dtype", self.dtype]
         if task == "pointmap":
             argv.append("--ply")
-        args = build_parser().parse_args(argv)
+        args = predict_parser().parse_args(argv)
         for name, value in options.items():
             setattr(args, name, value)
         return args
@@ -179,7 +179,7 @@ class AppRunner:
         """
         import numpy as np
 
-        from ..cli.predict import pose_annotations, predict_images, write_outputs
+        from ..cli.outputs import pose_annotations, predict_images, write_outputs
 
         source = None
         if isinstance(image, (str, Path)):

@@ -41,7 +41,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .predict import (OutputWriteError, _boxes_for, _reason, pose_annotations, predict_images, write_outputs,
+from .outputs import (OutputWriteError, _boxes_for, _reason, pose_annotations, predict_images, write_outputs,
                       writing_outputs)
 
 

@@ -21,19 +21,13 @@ from .exporter import (
     export_model,
     format_report,
     load_model_for_export,
-    read_export_info,
     verify_export,
 )
+from .info import read_export_info
 from .aoti import AotiPackageError, AotiSapiens2Model
 from .quantization import QUANTIZATION_MODES, quantize_onnx
-from .runtime import (
-    RUNTIME_BACKENDS,
-    ExportedSapiens2Model,
-    OnnxRuntimeSapiens2Model,
-    TorchExportSapiens2Model,
-    load_backend,
-    load_exported,
-)
+from .runtime import ExportedSapiens2Model, OnnxRuntimeSapiens2Model, TorchExportSapiens2Model
+from .backends import RUNTIME_BACKENDS, load_backend, load_exported
 
 
 __all__ = [

@@ -32,7 +32,6 @@ optimised by onnxscript: constant folding turns the RoPE tables into initializer
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from contextlib import contextmanager
@@ -48,13 +47,14 @@ from ..modeling import Sapiens2Config, model_class_for_task
 from ..modeling.loading_sapiens2_hf import resolve_checkpoint
 from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
 from ..utils.extras import require
+from .backends import load_exported
+from .info import INFO_FILE
 
 
 EXPORT_FORMATS = ("onnx", "torch-export", "aoti")
 ONNX_FILE = "model.onnx"
 ONNX_INT8_FILE = "model_int8.onnx"
 TORCH_EXPORT_FILE = "model.pt2"
-INFO_FILE = "export_info.json"
 INPUT_NAME = "pixel_values"
 # Files an export writes; an `overwrite=True` export removes older copies of them that it did not rewrite.
 _STALE_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.pt2", INFO_FILE)
@@ -389,8 +389,6 @@ def verify_export(folder, model: nn.Module, pixel_values: torch.Tensor | None = 
     Raises:
         ExportCheckError: an output is missing, misshapen, not finite or out of tolerance (with `raise_on_failure`).
     """
-    from .runtime import load_exported
-
     runtime = load_exported(folder, precision=precision, num_threads=num_threads)
     if pixel_values is None:
         height, width = runtime.input_size
@@ -572,8 +570,6 @@ def export_model(
 
 def _int8_deviation(folder: Path, num_threads: int | None = None) -> dict:
     """Deviation of the int8 graph from the float32 graph on 2 seeded images (informational)."""
-    from .runtime import load_exported
-
     fp32 = load_exported(folder, precision="fp32", num_threads=num_threads)
     int8 = load_exported(folder, precision="int8", num_threads=num_threads)
     height, width = fp32.input_size
@@ -601,12 +597,3 @@ def _versions() -> dict[str, str]:
         except ImportError:
             pass
     return versions
-
-
-def read_export_info(folder) -> dict:
-    """The `export_info.json` of an exported folder, or a clear error when `folder` is not one."""
-    path = Path(folder) / INFO_FILE
-    if not path.is_file():
-        raise OSError(f"{folder} is not an exported Sapiens2 folder (no {INFO_FILE}); make one with "
-                      "`sapiens2-hf export MODEL --out DIR` or sapiens2_hf.export.export_model.")
-    return json.loads(path.read_text())

@@ -12,9 +12,7 @@ works unchanged. transformers' `Pipeline` does not require a `PreTrainedModel`: 
 `model.eval()` and `model(pixel_values=...)`. These classes provide exactly that (float32 only; `to()` refuses what
 the runtime cannot do, with the reason), and nothing else of a `PreTrainedModel`.
 
-`RUNTIME_BACKENDS` is the one table of the backends that run an exported folder (the `backend=` of
-`sapiens2_hf.pipeline` and the `--backend` of the predict commands): backend name -> (export format, precision);
-`load_backend(folder, backend)` loads one.
+Which class runs which format, and the backends' names, are in `backends.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import torch
 
 from ..modeling import Sapiens2Config
 from ..utils.extras import require
-from .exporter import INFO_FILE, read_export_info
+from .info import INFO_FILE, read_export_info
 
 
 def _output_class(name: str):
@@ -259,60 +257,3 @@ class TorchExportSapiens2Model(ExportedSapiens2Model):
         with torch.no_grad():
             values = self.module(pixel_values)
         return dict(zip(self.output_names, values))
-
-
-def _runtime_class(format: str):
-    if format == "onnx":
-        return OnnxRuntimeSapiens2Model
-    if format == "torch-export":
-        return TorchExportSapiens2Model
-    if format == "aoti":
-        from .aoti import AotiSapiens2Model  # imports this module
-
-        return AotiSapiens2Model
-    return None
-
-
-def load_exported(folder, precision: str = "fp32", num_threads: int | None = None) -> ExportedSapiens2Model:
-    """An exported folder's runtime (`OnnxRuntimeSapiens2Model`, `TorchExportSapiens2Model` or `AotiSapiens2Model`),
-    by its format."""
-    info = read_export_info(folder)
-    runtime_class = _runtime_class(info.get("format"))
-    if runtime_class is None:
-        raise ValueError(f"{folder}: unknown export format {info.get('format')!r}.")
-    return runtime_class.from_pretrained(folder, precision=precision, num_threads=num_threads)
-
-
-#: The backends that run an exported folder: name -> (export format it needs, precision). "torch" (the eager model)
-#: is the default everywhere and is not in the table.
-RUNTIME_BACKENDS = {
-    "onnxruntime": ("onnx", "fp32"),
-    "onnxruntime-int8": ("onnx", "int8"),
-    "aoti": ("aoti", "fp32"),
-}
-
-
-def load_backend(folder, backend: str, task: str | None = None,
-                 num_threads: int | None = None) -> ExportedSapiens2Model:
-    """The runtime of `backend` (a `RUNTIME_BACKENDS` name) for the exported `folder`.
-
-    Args:
-        folder: an exported folder of the format `backend` needs.
-        task (`str`, *optional*): when given, the folder must hold this task (`None`: any).
-
-    Raises:
-        ValueError: unknown backend, not a folder, another format or task (the message says which export to make).
-    """
-    if backend not in RUNTIME_BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose 'torch' or one of {sorted(RUNTIME_BACKENDS)}.")
-    format, precision = RUNTIME_BACKENDS[backend]
-    if not Path(folder).is_dir():
-        raise ValueError(f"backend {backend!r} needs a folder written by `sapiens2-hf export --format {format}`, "
-                         f"not {os.fspath(folder)!r}.")
-    info = read_export_info(folder)
-    if info.get("format") != format:
-        raise ValueError(f"{folder} holds a {info.get('format')!r} export; backend {backend!r} needs "
-                         f"`sapiens2-hf export --format {format}`.")
-    if task is not None and info.get("task") != task:
-        raise ValueError(f"{folder} is an exported {info.get('task') or 'backbone'} model, not {task}.")
-    return _runtime_class(format).from_pretrained(folder, precision=precision, num_threads=num_threads)

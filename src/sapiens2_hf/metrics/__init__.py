@@ -10,7 +10,7 @@ from .evaluate_modules import EVALUATE_MODULES, evaluate_module_path
 from .matting import MattingMetric
 from .normal import NormalMetric
 from .pointmap import PointmapMetric, sobel5_normals
-from .pose import KeypointOksAP, KeypointPCK, PoseHeatmapAccuracy, heatmap_argmax
+from .pose import KeypointOksAP, KeypointPCK, PoseHeatmapAccuracy
 from .segmentation import SegmentationMetric
 
 
@@ -25,6 +25,5 @@ __all__ = [
     "PoseHeatmapAccuracy",
     "SegmentationMetric",
     "evaluate_module_path",
-    "heatmap_argmax",
     "sobel5_normals",
 ]

@@ -16,30 +16,13 @@ import numpy as np
 import torch
 
 from ..data.label_tables import KEYPOINT_OKS_SIGMAS
+from ..modeling.sapiens2_processing_ops import heatmap_argmax
 
 
 def _to_numpy(value) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         return value.detach().to(torch.float64).cpu().numpy()
     return np.asarray(value, dtype=np.float64)
-
-
-def heatmap_argmax(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Integer arg-max location and value of each heatmap channel; location `(-1, -1)` where the maximum is <= 0.
-
-    Args:
-        heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height, width)`): Heatmaps.
-
-    Returns:
-        `tuple`: locations (`(batch_size, num_keypoints, 2)`, float32, `(x, y)` in heatmap pixels) and maxima
-        (`(batch_size, num_keypoints)`).
-    """
-    batch_size, num_keypoints, _, width = heatmaps.shape
-    flat = heatmaps.detach().reshape(batch_size, num_keypoints, -1)
-    values, index = flat.max(dim=-1)
-    locations = torch.stack([index % width, torch.div(index, width, rounding_mode="floor")], dim=-1).float()
-    locations = torch.where((values > 0).unsqueeze(-1), locations, torch.full_like(locations, -1.0))
-    return locations, values
 
 
 class KeypointPCK:

@@ -1,3 +1,4 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Sapiens2 configurations and models (Hub-shippable: see the module docstrings)."""
 
 from .configuration_sapiens2_hf import HEAD_PRESETS, TASKS, VARIANTS, Sapiens2Config, Sapiens2HeadConfig, tiny_config

@@ -1,3 +1,4 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """LoRA adapter folders as `from_pretrained` sources.
 
 A fine-tuning run with LoRA (sapiens2_hf.training) writes a peft adapter folder: adapter_config.json naming the base
@@ -17,6 +18,8 @@ import os
 import torch
 from transformers.utils import logging
 from transformers.utils.peft_utils import find_adapter_config_file
+
+from .configuration_sapiens2_hf import Sapiens2Config
 
 
 logger = logging.get_logger(__name__)
@@ -72,13 +75,14 @@ def _covered_heads(weight_names, heads) -> list:
     return [head for head in heads if any(f".{head}." in f".{name}" for name in weight_names)]
 
 
-def load_adapter_model(cls, name_or_path, kwargs: dict):
+def load_adapter_model(cls, name_or_path, kwargs: dict, class_for_task):
     """`cls.from_pretrained(name_or_path, **kwargs)` for a LoRA adapter folder or repo, or `None` for anything else.
 
     The base named in adapter_config.json is loaded (a relative local path is read relative to the adapter folder),
     the task model is built from the config.json beside the adapter, the adapter is applied, and, unless
     `merge_adapter=False` is passed (then the `peft.PeftModel` is returned, e.g. to continue training), merged into a
     plain model of the task class. `Sapiens2Model` (the backbone class) returns the merged model's backbone.
+    `class_for_task` gives the model class of a task (`None`: the backbone class), `model_class_for_task`.
     """
     folder = find_adapter_folder(name_or_path, kwargs)
     if folder is None:
@@ -91,9 +95,6 @@ def load_adapter_model(cls, name_or_path, kwargs: dict):
         load_peft_weights = importlib.import_module("peft.utils").load_peft_weights
     except ImportError as error:
         raise ImportError(f"{source} is a LoRA adapter; loading it needs peft (`pip install peft`).") from error
-    from .configuration_sapiens2_hf import Sapiens2Config
-    from .modeling_sapiens2_hf import Sapiens2Model, model_class_for_task
-
     with open(os.path.join(folder, ADAPTER_CONFIG_NAME), encoding="utf-8") as handle:
         adapter_config = json.load(handle)
     base = adapter_config.get("base_model_name_or_path")
@@ -113,7 +114,7 @@ def load_adapter_model(cls, name_or_path, kwargs: dict):
     config = Sapiens2Config.from_pretrained(folder)
     if config.task is None:
         raise ValueError(f"{source}: the adapter's config.json names no task; it must be a task model's config.")
-    task_class = model_class_for_task(config.task)
+    task_class = class_for_task(config.task)
     if cls.task is not None and cls.task != config.task:
         raise ValueError(f"{source} is a `{config.task}` adapter, not a `{cls.task}` one: load it with "
                          f"{task_class.__name__}.")
@@ -122,7 +123,7 @@ def load_adapter_model(cls, name_or_path, kwargs: dict):
     base_kwargs = {key: kwargs[key] for key in _BASE_HUB_KWARGS if kwargs.get(key) is not None}
 
     weight_names = list(load_peft_weights(folder))
-    backbone = Sapiens2Model.from_pretrained(base, **base_kwargs)
+    backbone = class_for_task(None).from_pretrained(base, **base_kwargs)
     model = task_class.from_backbone(backbone, config=config)
     heads = [head for head in _HEAD_MODULES if isinstance(getattr(model, head, None), torch.nn.Module)]
     missing_heads = sorted(set(heads) - set(_covered_heads(weight_names, heads)))

@@ -1,3 +1,4 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Configuration of the sapiens2_hf models.
 
 `Sapiens2Config` and `Sapiens2HeadConfig` declare the same fields, defaults and derived values as transformers' own

@@ -1,3 +1,4 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Finding, reading and strictly loading Sapiens2 checkpoints in every layout found in the wild.
 
 A `from_pretrained` argument can be:
@@ -37,11 +38,13 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
+from .adapter_loading import load_adapter_model
 from .configuration_sapiens2_hf import Sapiens2Config
 from .official_format_sapiens2_hf import (
     OFFICIAL_FILENAME_PATTERN,
     ORIGINAL_NAME_PATTERN,
     OfficialCheckpointError,
+    compute_rope_periods,
     detect_official_kind,
     infer_config_kwargs,
     original_key_mapping,
@@ -427,9 +430,6 @@ def check_official_rope_periods(stored: torch.Tensor, config: Sapiens2Config, so
     head dim), whose outputs would be silently wrong. Runs on every path that reads the original format, whatever
     the model's own `rope_dtype`: files, folders with the original names and state dicts in memory.
     """
-    # Imported here: modeling_sapiens2_hf imports this module when it loads.
-    from .modeling_sapiens2_hf import compute_rope_periods
-
     head_dim = config.hidden_size // config.num_attention_heads
     stored = stored.detach().cpu()
     candidates = [compute_rope_periods(head_dim, config.rope_theta, dtype).to(stored.dtype)
@@ -508,17 +508,17 @@ def _float32_note(dtypes: dict[str, str], source: str) -> None:
 
 
 def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tuple, kwargs: dict,
-                    transformers_from_pretrained):
+                    transformers_from_pretrained, class_for_task):
     """`from_pretrained` of the model classes (see `Sapiens2PreTrainedModel.from_pretrained` for the arguments).
 
     Args:
         transformers_from_pretrained: transformers' own `from_pretrained` bound to `model_class`; every layout is
             handed to it (an official file as a folder holding it, the original names renamed by the declared
             conversions), with every argument it takes.
+        class_for_task: the model classes' `model_class_for_task` (`None` -> the backbone class); passed in, as the
+            model module imports this one.
     """
-    from .adapter_loading import load_adapter_model  # LoRA adapter folders: base + adapter, merged
-
-    adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs)
+    adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs, class_for_task)
     if adapted is not None:
         # its base was checked when loaded; the adapter's own weights are merged in (or wrap it) here
         check_finite_tensors(adapted, str(pretrained_model_name_or_path), kwargs.get("strict", True))
@@ -537,6 +537,9 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
     hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if kwargs.get(key) is not None}
     image_size = kwargs.get("image_size")
     location, dtypes, original_names = pretrained_model_name_or_path, {}, False
+    # `None` with `state_dict={}`: no checkpoint at all, every weight initialised by `_init_weights` (what
+    # transformers' `test_can_init_all_missing_weights` does); nothing was given, so nothing can be missing.
+    initialise_only = pretrained_model_name_or_path is None and isinstance(state_dict, dict) and not state_dict
     if pretrained_model_name_or_path is None:
         source = filename or "the state dict"
         if state_dict is None:
@@ -592,7 +595,7 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
     model, loading_info = transformers_from_pretrained(
         location, *model_args, config=config, output_loading_info=True, **kwargs
     )
-    if strict:
+    if strict and not initialise_only:
         raise_on_loading_problems(model_class, loading_info, source)
     check_finite_tensors(model, source, strict)
     return (model, loading_info) if want_loading_info else model

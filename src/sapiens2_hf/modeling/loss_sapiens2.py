@@ -1,3 +1,4 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """The official Sapiens2 fine-tuning losses, one per task, self-contained (torch only).
 
 `PoseHeatmapLoss`, `SegmentationLoss`, `NormalLoss`, `PointmapLoss`, `AlbedoLoss` and `MattingLoss` each return

@@ -1,3 +1,4 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Sapiens2 models for sapiens2_hf, self-contained.
 
 Every building block is written here, on torch and transformers' public API only (`PreTrainedModel`, `BackboneMixin`,
@@ -64,7 +65,7 @@ from .loss_sapiens2 import (
     SEG_CE_CLASS_WEIGHTS,
     SegmentationLoss,
 )
-from .official_format_sapiens2_hf import register_original_format_conversions
+from .official_format_sapiens2_hf import compute_rope_periods, register_original_format_conversions
 from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS
 
 
@@ -334,19 +335,6 @@ class Sapiens2Embeddings(nn.Module):
         cls_token = self.cls_token.expand(batch_size, -1, -1)
         register_tokens = self.register_tokens.expand(batch_size, -1, -1)
         return torch.cat([cls_token, register_tokens, patches], dim=1)
-
-
-def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torch.Tensor:
-    """RoPE periods `base ** (4 j / head_dim)` for `j < head_dim / 4`, computed in `dtype` itself.
-
-    The official model builds its periods buffer in its RoPE dtype, so in bfloat16 the rounding happens inside the
-    power, not after it (for head dim 12 this gives 21.625 where a float32 computation rounds to 21.5).
-
-    Returns:
-        `torch.Tensor` of shape `(head_dim // 4,)` and dtype `dtype`.
-    """
-    num_periods = head_dim // 4
-    return base ** (2 * torch.arange(num_periods, dtype=dtype) / (head_dim // 2))
 
 
 def augment_patch_coordinates(
@@ -1067,7 +1055,8 @@ class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
                   library, by transformers' Sapiens2 classes, or Meta's official repos (whose weights use the
                   original tensor names; the original file beside them is then not needed);
                 - a LoRA adapter folder written by `sapiens2_hf.training` (base + adapter, merged);
-                - `None`, with `state_dict=` (original names or ours) and, for our names, `config=`.
+                - `None`, with `state_dict=` (original names or ours) and, for our names, `config=`; `state_dict={}`
+                  loads nothing and initialises every weight (`_init_weights`, as a fresh model from `config`).
             strict (`bool`, *optional*, defaults to `True`): a missing, unexpected or mis-shaped tensor, or one
                 holding NaN or infinite values, raises a `ValueError` that names them. `False` is transformers'
                 behaviour (reported, left as initialised; non-finite values are loaded with a warning).
@@ -1082,7 +1071,8 @@ class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
         overridden) is checked before anything is allocated: sizes in range (at most `MAX_NUM_PARAMETERS`,
         `image_size` sides in `[1, MAX_IMAGE_SIDE]` divisible by the feature stride), float fields finite.
         """
-        return load_pretrained(cls, pretrained_model_name_or_path, model_args, kwargs, super().from_pretrained)
+        return load_pretrained(cls, pretrained_model_name_or_path, model_args, kwargs, super().from_pretrained,
+                               model_class_for_task)
 
     @classmethod
     def from_official_state_dict(cls, state_dict: dict[str, torch.Tensor], filename: str | None = None, **kwargs):

@@ -1,3 +1,4 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """The official Sapiens2 checkpoint format (facebookresearch/sapiens2 state-dict layout), read at run time.
 
 Two layouts exist: pretrain files hold the bare backbone state dict with no prefix; task files hold the estimator state
@@ -82,6 +83,20 @@ def _backbone_conversions() -> list:
 # Official heads number their `nn.Sequential` children (conv, norm, activation): layer i is child 3 * i. Heads are
 # far shallower than this bound; a deeper one would leave tensors unconverted, which strict loading names.
 _MAX_HEAD_LAYERS = 16
+
+
+def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torch.Tensor:
+    """RoPE periods `base ** (4 j / head_dim)` for `j < head_dim / 4`, computed in `dtype` itself.
+
+    The official model builds its periods buffer in its RoPE dtype, so in bfloat16 the rounding happens inside the
+    power, not after it (for head dim 12 this gives 21.625 where a float32 computation rounds to 21.5).
+
+    Returns:
+        `torch.Tensor` of shape `(head_dim // 4,)` and dtype `dtype`.
+    """
+    num_periods = head_dim // 4
+    return base ** (2 * torch.arange(num_periods, dtype=dtype) / (head_dim // 2))
+
 
 
 def pixel_shuffle_head_key_mapping(task: str) -> dict[str, str]:

@@ -1,3 +1,4 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """The Sapiens2 task registry: one entry per task, the single source of every per-task fact of layer 0 (models,
 processors, pipelines, Hub files).
 

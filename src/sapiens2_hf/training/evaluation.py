@@ -12,7 +12,7 @@ import torch
 
 from ..data.label_tables import KEYPOINT_FLIP_INDICES
 from ..modeling.sapiens2_tasks import task_spec
-from ..modeling.sapiens2_processing_ops import crop_to_image, decode_udp_heatmaps, flip_back_heatmaps
+from ..modeling.sapiens2_processing_ops import crop_to_image, decode_udp_heatmaps, flip_test_average
 from .tasks import check_task, training_task
 
 
@@ -46,9 +46,9 @@ def metric_unit(name: str) -> str | None:
 
 def flip_test_heatmaps(model, pixel_values: torch.Tensor, heatmaps: torch.Tensor, flip_indices=KEYPOINT_FLIP_INDICES):
     """Official pose flip test: average the heatmaps with those of the horizontally flipped crop, flipped back and
-    re-ordered with `flip_indices` (no pixel shift, UDP)."""
-    flipped = model(pixel_values=pixel_values.flip(-1)).heatmaps
-    return 0.5 * (heatmaps + flip_back_heatmaps(flipped, flip_indices))
+    re-ordered with `flip_indices` (no pixel shift, UDP); the processor's own `flip_test_average` does the averaging,
+    so evaluation and inference decode the same heatmaps."""
+    return flip_test_average(heatmaps, model(pixel_values=pixel_values.flip(-1)).heatmaps, flip_indices)
 
 
 class TaskEvaluator:
