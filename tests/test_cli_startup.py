@@ -56,7 +56,10 @@ for argv, expected in [(["--help"], 0), (["pose", "--help"], 0), (["convert", "-
     assert _heavy_imported(code) == []
     assert _heavy_imported("import sapiens2_hf") == []
     # controls: the same check sees the model code's imports, and a plain import (it registers)
-    assert _heavy_imported("import sapiens2_hf.cli.main as m; m.build_parser(); import sapiens2_hf.modeling") == list(HEAVY)
+    # the model package's face and its task registry are torch-free (lazy, PEP 562); its model code is not
+    assert _heavy_imported("import sapiens2_hf.modeling, sapiens2_hf.modeling.sapiens2_tasks") == []
+    assert _heavy_imported("import sapiens2_hf.cli.main as m; m.build_parser(); "
+                           "import sapiens2_hf.modeling.modeling_sapiens2_hf") == list(HEAVY)
     assert _heavy_imported("import sapiens2_hf", env=ENV) == list(HEAVY)
 
 

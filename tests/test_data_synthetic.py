@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from sapiens2_hf.data.label_tables import KEYPOINT_FLIP_INDICES, NUM_KEYPOINTS, SEG_FLIP_SWAP_PAIRS
+from sapiens2_hf.data.label_tables import KEYPOINT_FLIP_INDICES, SEG_FLIP_SWAP_PAIRS
+from sapiens2_hf.modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from sapiens2_hf.data.synthetic import (
     KEYPOINT_MODELED,
     Camera,
@@ -359,7 +360,7 @@ def test_make_dataset_schema_and_determinism(tmp_path):
     ref = render_sample((4, 1), 64, 48)
     assert row["image"].shape == (64, 48, 3) and row["image"].dtype == np.uint8
     assert np.array_equal(row["image"], ref["image"])
-    assert np.array_equal(row["keypoints"], ref["keypoints"]) and row["keypoints"].shape[1:] == (NUM_KEYPOINTS, 2)
+    assert np.array_equal(row["keypoints"], ref["keypoints"]) and row["keypoints"].shape[1:] == (NUM_POSE_KEYPOINTS, 2)
     assert np.array_equal(row["keypoint_visibility"], ref["keypoint_visibility"])
     assert np.array_equal(row["boxes"], ref["boxes"]) and int(row["num_people"]) == ref["num_people"]
     stream = make_dataset("normal", 2, 64, 48, seed=4, streaming=True, samples_per_shard=1)
@@ -389,7 +390,7 @@ def test_write_dataset_round_trip(tmp_path):
         assert np.all(back["keypoints"][~vis] == 0)
         assert np.allclose(back["camera_intrinsics"], ref["camera_intrinsics"])
     coco = COCO(str(root / "person_keypoints.json"))
-    assert len(coco.getImgIds()) == 2 and len(coco.loadCats(1)[0]["keypoints"]) == NUM_KEYPOINTS
+    assert len(coco.getImgIds()) == 2 and len(coco.loadCats(1)[0]["keypoints"]) == NUM_POSE_KEYPOINTS
     meta = json.loads((root / "meta.json").read_text())
     assert meta["seed"] == 9 and meta["num_samples"] == 2
     assert not list(root.rglob(".*tmp*"))  # atomic writes leave no temporary files

@@ -55,10 +55,6 @@ def test_modeling_and_processing_tables_match_the_spec():
     assert label_data.NUM_POSE_KEYPOINTS == KEYPOINTS["num_keypoints"] == 308
     assert label_data.SEGMENTATION_CLASS_NAMES == tuple(SEG["names"])
     assert label_data.NUM_SEGMENTATION_CLASSES == SEG["num_classes"] == 29
-    # processing's historical names are aliases of the same (copied) tables
-    assert processing.KEYPOINT_NAMES_308 == tuple(KEYPOINTS["names"])
-    assert processing.FLIP_PAIRS_308 == tuple(tuple(pair) for pair in KEYPOINTS["flip_pairs"])
-    assert processing.NUM_KEYPOINTS_308 == 308
     assert processing.Sapiens2HFImageProcessor.keypoint_names(308) == KEYPOINTS["names"]
     assert processing.Sapiens2HFImageProcessor().get_flip_indices(308) == KEYPOINTS["flip_indices"]
 
@@ -71,9 +67,6 @@ def test_config_label_metadata_matches_the_spec():
 
 
 def test_training_tables_match_the_spec():
-    assert label_tables.NUM_KEYPOINTS == KEYPOINTS["num_keypoints"]
-    assert label_tables.KEYPOINT_NAMES == tuple(KEYPOINTS["names"])
-    assert label_tables.KEYPOINT_FLIP_PAIRS == tuple(tuple(pair) for pair in KEYPOINTS["flip_pairs"])
     assert label_tables.KEYPOINT_FLIP_INDICES == tuple(KEYPOINTS["flip_indices"])
     assert label_tables.KEYPOINT_OKS_SIGMAS == tuple(KEYPOINTS["oks_sigmas"])
     assert label_tables.KEYPOINT_JOINT_WEIGHTS == tuple(KEYPOINTS["joint_weights"])
@@ -82,8 +75,6 @@ def test_training_tables_match_the_spec():
     assert label_tables.KEYPOINT_GROUPS == {name: tuple(ids) for name, ids in KEYPOINTS["groups"].items()}
     assert label_tables.COCO_WHOLEBODY_TO_308 == {int(k): v for k, v in KEYPOINTS["coco_wholebody_to_308"].items()}
     assert label_tables.MIN_VISIBLE_KEYPOINTS == KEYPOINTS["min_visible_keypoints"]
-    assert label_tables.NUM_SEG_CLASSES == SEG["num_classes"]
-    assert label_tables.SEG_CLASS_NAMES == tuple(SEG["names"])
     assert label_tables.SEG_BACKGROUND_INDEX == SEG["background_index"]
     assert label_tables.SEG_IGNORE_INDEX == SEG["ignore_index"]
     assert label_tables.SEG_FLIP_SWAP_PAIRS == tuple(tuple(pair) for pair in SEG["horizontal_flip_swap_pairs"])

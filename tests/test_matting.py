@@ -23,7 +23,7 @@ import sapiens2_hf
 from official_cases import compare, load_case, within
 from sapiens2_hf.data.dense import MattingTransform, read_dense_folder
 from sapiens2_hf.losses import MattingLoss
-from sapiens2_hf.losses.matting_loss import laplacian_pyramid
+from sapiens2_hf.modeling.loss_sapiens2 import laplacian_pyramid
 from sapiens2_hf.metrics import MattingMetric, evaluate_module_path
 from sapiens2_hf.metrics.matting import connectivity_levels, gradient_magnitude, matting_errors
 from sapiens2_hf.modeling import Sapiens2Config, tiny_config

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from sapiens2_hf.processing import FLIP_PAIRS_308, Sapiens2HFImageProcessor
+from sapiens2_hf.modeling.sapiens2_label_data import POSE_FLIP_PAIRS
+from sapiens2_hf.processing import Sapiens2HFImageProcessor
 from sapiens2_hf.modeling import sapiens2_processing_ops as ops
 
 
@@ -42,7 +43,7 @@ def test_encode_decode_round_trip_within_one_heatmap_pixel():
 
 def test_flip_back_twice_is_identity_and_flip_pairs_are_an_involution():
     generator = torch.Generator().manual_seed(0)
-    indices = ops.flip_pairs_to_indices(FLIP_PAIRS_308, 308)
+    indices = ops.flip_pairs_to_indices(POSE_FLIP_PAIRS, 308)
     assert sorted(indices) == list(range(308))
     assert [indices[i] for i in indices] == list(range(308))
     heatmaps = torch.randn(2, 308, 8, 6, generator=generator)

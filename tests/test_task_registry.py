@@ -220,26 +220,13 @@ def test_public_names_are_derived_from_the_registry():
         f"{sorted(set(sapiens2_hf._LAZY_NAMES) - imported)} / {sorted(imported - set(sapiens2_hf._LAZY_NAMES))}")
 
 
-def test_the_torch_free_registry_copy_equals_the_registry():
-    """`_registration.task_registry()` reads `modeling/sapiens2_tasks.py` by path before torch is imported; here
-    (torch imported) it is the real module, so load the by-path copy as a fresh interpreter would."""
-    import importlib.util
+def test_the_torch_free_registry_is_the_registry_module():
+    """`_registration.task_registry()` (what the package's public names and the CLI's tables read before torch is
+    imported) is the one registry module itself, not a copy: the same `TaskSpec` objects."""
+    import sapiens2_hf.modeling.sapiens2_tasks as registry
 
-    spec = importlib.util.spec_from_file_location("_registry_copy_under_test", Path(configuration.__file__).with_name(
-        "sapiens2_tasks.py"))
-    copy = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.modules[spec.name] = copy
-    try:
-        spec.loader.exec_module(copy)
-    finally:
-        del sys.modules[spec.name]
-    assert copy.TASK_SPECS is not TASK_SPECS and copy.TASK_NAMES == TASK_NAMES
-    # compared as text: the pointmap's `foreground_fill` is NaN, which never equals itself
-    assert {n: repr(dataclasses.astuple(s)) for n, s in copy.TASK_SPECS.items()} == {
-        n: repr(dataclasses.astuple(s)) for n, s in TASK_SPECS.items()}
-    assert _registration.task_registry().TASK_NAMES == TASK_NAMES
+    assert _registration.task_registry() is registry
+    assert _registration.task_registry().TASK_SPECS is TASK_SPECS
 
 
 def test_cli_tables_are_derived_from_the_registry():

@@ -2,40 +2,19 @@
 torch-free view of the task registry that the package's public names and the CLI's task table are derived from
 (`task_registry`, `task_public_names`)."""
 
-import importlib.util
-import os
-import sys
+import importlib
 
 _registered = False
 _registering = False
 
 _REGISTRY_MODULE = "sapiens2_hf.modeling.sapiens2_tasks"
-_REGISTRY_COPY = "sapiens2_hf._task_registry"  # the name of the by-path copy (see `task_registry`)
 
 
 def task_registry():
-    """The layer-0 task registry module (`modeling/sapiens2_tasks.py`: `TASK_SPECS`, `TASK_NAMES`, ...).
-
-    Importing it as `sapiens2_hf.modeling.sapiens2_tasks` runs `sapiens2_hf/modeling/__init__.py`, which imports torch
-    and transformers; `import sapiens2_hf` and `sapiens2-hf --help` must not (tests/test_cli_startup.py). The file is
-    stdlib-only, so unless the real module is imported already, it is executed from its path as a separate module
-    (`sapiens2_hf._task_registry`). Its `TaskSpec` objects are then of a class of their own: read their fields (the
-    tables derived from them hold strings), never compare them with the real module's."""
-    module = sys.modules.get(_REGISTRY_MODULE) or sys.modules.get(_REGISTRY_COPY)
-    if module is not None:
-        return module
-    path = os.path.join(os.path.dirname(__file__), "modeling", "sapiens2_tasks.py")
-    if not os.path.isfile(path):  # not installed as plain files (e.g. a zip): the real import is the only way
-        return importlib.import_module(_REGISTRY_MODULE)
-    spec = importlib.util.spec_from_file_location(_REGISTRY_COPY, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_REGISTRY_COPY] = module  # before running it: dataclasses resolves TaskSpec's annotations through it
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[_REGISTRY_COPY]
-        raise
-    return module
+    """The layer-0 task registry module (`modeling/sapiens2_tasks.py`: `TASK_SPECS`, `TASK_NAMES`, ...). It is
+    stdlib-only and `sapiens2_hf.modeling`'s face is lazy, so importing it imports neither torch nor transformers
+    (`import sapiens2_hf` and `sapiens2-hf --help` must not: tests/test_cli_startup.py)."""
+    return importlib.import_module(_REGISTRY_MODULE)
 
 
 def own_auto_class_name(spec) -> str | None:

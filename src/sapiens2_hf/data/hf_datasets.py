@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .label_tables import NUM_KEYPOINTS
+from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from ..utils.extras import require
 from .pose import TEETH_INDICES_344, coco_wholebody_to_308
 from .tasks import DATA_TASKS, RECORD_ROLES, data_task, is_top_down
@@ -71,7 +71,7 @@ DEFAULT_COLUMNS = {
 # The further record roles of `DataTaskSpec.roles`: what the missing-column error calls each, and its flag.
 _ROLE_FLAGS = {"mask": ("mask", "mask_column_name"), "intrinsics": ("camera intrinsics", "intrinsics_column_name"),
                "foreground": ("foreground", "")}
-_KEYPOINT_LAYOUTS = {NUM_KEYPOINTS: "sapiens308", 344: "sapiens344", 133: "coco_wholebody"}
+_KEYPOINT_LAYOUTS = {NUM_POSE_KEYPOINTS: "sapiens308", 344: "sapiens344", 133: "coco_wholebody"}
 BBOX_FORMATS = ("xywh", "xyxy")
 SYNTHETIC = "synthetic"
 

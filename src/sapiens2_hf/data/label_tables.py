@@ -1,8 +1,8 @@
 """Training and evaluation label tables of the official Sapiens2 tasks.
 
-Keypoint names, flip pairs and class names have one source, `sapiens2_hf.modeling.sapiens2_label_data` (generated from
-the project spec files by scripts/generate_label_data.py); the counts and `KEYPOINT_FLIP_INDICES` are derived from it
-here. The seg loss's ignore label and class weights (`SEG_IGNORE_INDEX`, `SEG_CE_CLASS_WEIGHTS`) come from the losses
+Keypoint names, flip pairs, class names and their counts have one source and one import path,
+`sapiens2_hf.modeling.sapiens2_label_data` (generated from the project spec files by scripts/generate_label_data.py);
+`KEYPOINT_FLIP_INDICES` is derived from it here. The seg loss's ignore label and class weights (`SEG_IGNORE_INDEX`, `SEG_CE_CLASS_WEIGHTS`) come from the losses
 in the modeling folder (`sapiens2_hf.modeling.loss_sapiens2`), which the task models use. The other tables below are
 needed only by training and evaluation, so they stay out of the Hub-shipped modeling files. All values come from the
 same spec files ``keypoints308.json`` and ``seg29.json`` (extracted from facebookresearch/sapiens2 commit 3098c14:
@@ -10,20 +10,10 @@ same spec files ``keypoints308.json`` and ``seg29.json`` (extracted from faceboo
 checks every table against copies of those files.
 """
 
-from ..modeling.sapiens2_label_data import (
-    NUM_POSE_KEYPOINTS,
-    NUM_SEGMENTATION_CLASSES,
-    POSE_FLIP_PAIRS,
-    POSE_KEYPOINT_NAMES,
-    SEGMENTATION_CLASS_NAMES,
-)
+from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_FLIP_PAIRS
 from ..modeling.loss_sapiens2 import SEG_CE_CLASS_WEIGHTS, SEG_IGNORE_INDEX  # noqa: F401  (re-exported)
 from ..modeling.sapiens2_processing_ops import flip_pairs_to_indices
 
-
-NUM_KEYPOINTS = NUM_POSE_KEYPOINTS
-KEYPOINT_NAMES = POSE_KEYPOINT_NAMES
-KEYPOINT_FLIP_PAIRS = POSE_FLIP_PAIRS
 
 # flip_indices[k] is the channel keypoint k becomes under a horizontal flip (identity on the centre line).
 KEYPOINT_FLIP_INDICES = tuple(flip_pairs_to_indices(POSE_FLIP_PAIRS, NUM_POSE_KEYPOINTS))
@@ -140,9 +130,6 @@ COCO_WHOLEBODY_TO_308 = {0: 0,
  130: 39,
  131: 38,
  132: 37}
-
-NUM_SEG_CLASSES = NUM_SEGMENTATION_CLASSES
-SEG_CLASS_NAMES = SEGMENTATION_CLASS_NAMES
 
 SEG_BACKGROUND_INDEX = 0
 

@@ -17,12 +17,12 @@ import numpy as np
 import torch
 
 from . import augment
+from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from .images import load_image, normalize_image
 from .label_tables import (
     COCO_WHOLEBODY_TO_308,
     KEYPOINT_FLIP_INDICES,
     LOWER_BODY_KEYPOINT_IDS,
-    NUM_KEYPOINTS,
     UPPER_BODY_KEYPOINT_IDS,
 )
 
@@ -48,7 +48,7 @@ def coco_wholebody_to_308(keypoints: np.ndarray) -> np.ndarray:
     keypoints = np.asarray(keypoints, dtype=np.float32)
     if keypoints.shape[-2:] != (133, 3):
         raise ValueError(f"COCO-WholeBody keypoints must be (..., 133, 3), got {keypoints.shape}.")
-    out = np.zeros(keypoints.shape[:-2] + (NUM_KEYPOINTS, 3), dtype=np.float32)
+    out = np.zeros(keypoints.shape[:-2] + (NUM_POSE_KEYPOINTS, 3), dtype=np.float32)
     source = np.array(list(COCO_WHOLEBODY_TO_308.keys()))
     target = np.array(list(COCO_WHOLEBODY_TO_308.values()))
     out[..., target, :] = keypoints[..., source, :]
@@ -62,7 +62,7 @@ def _annotation_keypoints(annotation: dict, layout: str) -> np.ndarray:
     keypoints = np.asarray(annotation["keypoints"], dtype=np.float32).reshape(-1, 3)
     if layout == "sapiens344":
         keypoints = np.delete(keypoints, TEETH_INDICES_344, axis=0)
-    if keypoints.shape[0] != NUM_KEYPOINTS:
+    if keypoints.shape[0] != NUM_POSE_KEYPOINTS:
         raise ValueError(
             f"Annotation {annotation.get('id')} has {keypoints.shape[0]} keypoints after the {layout!r} layout; "
             "expected 308. Pass keypoint_layout='sapiens344' for raw 344-keypoint files or 'coco_wholebody'."
@@ -74,7 +74,7 @@ def _detect_layout(annotation: dict) -> str:
     if "lefthand_kpts" in annotation or "righthand_kpts" in annotation:
         return "coco_wholebody"
     count = len(annotation["keypoints"]) // 3
-    return {NUM_KEYPOINTS: "sapiens308", 344: "sapiens344"}.get(count, f"unknown({count} keypoints)")
+    return {NUM_POSE_KEYPOINTS: "sapiens308", 344: "sapiens344"}.get(count, f"unknown({count} keypoints)")
 
 
 def coco_image_candidates(file_name: str, image_dir: str | Path, annotation_file: str | Path) -> list[Path]:

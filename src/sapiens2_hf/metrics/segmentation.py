@@ -8,7 +8,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.label_tables import NUM_SEG_CLASSES, SEG_IGNORE_INDEX
+from ..data.label_tables import SEG_IGNORE_INDEX
+from ..modeling.sapiens2_label_data import NUM_SEGMENTATION_CLASSES
 
 
 class SegmentationMetric:
@@ -28,7 +29,7 @@ class SegmentationMetric:
 
     def __init__(
         self,
-        num_classes: int = NUM_SEG_CLASSES,
+        num_classes: int = NUM_SEGMENTATION_CLASSES,
         ignore_index: int = SEG_IGNORE_INDEX,
         class_names: Sequence[str] | None = None,
     ):

@@ -40,9 +40,7 @@ except ImportError:  # transformers < 5.24 has no such class
         that name from 5.24 on)."""
 
 from .configuration_sapiens2_hf import check_image_size
-from .sapiens2_label_data import NUM_POSE_KEYPOINTS as NUM_KEYPOINTS_308
-from .sapiens2_label_data import POSE_FLIP_PAIRS as FLIP_PAIRS_308
-from .sapiens2_label_data import POSE_KEYPOINT_NAMES as KEYPOINT_NAMES_308
+from .sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES
 from .sapiens2_keypoint_formats import (
     KEYPOINT_FORMATS,
     convert_keypoints,
@@ -785,8 +783,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 raise ValueError(f"processor flip_indices has {len(self.flip_indices)} entries for {num_keypoints} "
                                  "keypoints; set flip_indices or pass the model's flip_pairs.")
             return list(self.flip_indices)
-        if num_keypoints == NUM_KEYPOINTS_308:
-            return flip_pairs_to_indices(FLIP_PAIRS_308, num_keypoints)
+        if num_keypoints == NUM_POSE_KEYPOINTS:
+            return flip_pairs_to_indices(POSE_FLIP_PAIRS, num_keypoints)
         raise ValueError(f"no flip pairs known for {num_keypoints} keypoints; pass flip_pairs= (the model config's "
                          "`flip_pairs`) or set the processor's flip_indices.")
 
@@ -795,8 +793,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         """Official names for 308 keypoints, else `keypoint_<i>`; with `keypoint_format`, that format's names."""
         if keypoint_format is not None:
             return list(format_keypoint_names(keypoint_format))
-        if num_keypoints == NUM_KEYPOINTS_308:
-            return list(KEYPOINT_NAMES_308)
+        if num_keypoints == NUM_POSE_KEYPOINTS:
+            return list(POSE_KEYPOINT_NAMES)
         return [f"keypoint_{i}" for i in range(num_keypoints)]
 
     # ------------------------------------------------------------------------------------------------------------
@@ -1173,8 +1171,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         channels = None
         if keypoint_format is not None:
             channels = list(source_keypoint_indices(keypoint_format))  # validates a list of names too
-        if keypoint_format is not None and heatmaps.shape[1] != NUM_KEYPOINTS_308:
-            raise ValueError(f"keypoint_format converts the {NUM_KEYPOINTS_308} Sapiens2 keypoints, but the heatmaps "
+        if keypoint_format is not None and heatmaps.shape[1] != NUM_POSE_KEYPOINTS:
+            raise ValueError(f"keypoint_format converts the {NUM_POSE_KEYPOINTS} Sapiens2 keypoints, but the heatmaps "
                              f"hold {heatmaps.shape[1]}; use keypoint_format=None for this model.")
         device = heatmaps.device
         if outputs_flipped is not None and outputs_on_flipped_input is not None:

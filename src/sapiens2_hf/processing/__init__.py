@@ -13,13 +13,8 @@ from ..modeling.image_processing_sapiens2_hf import (
     load_image_rgb,
     validate_pose_boxes,
 )
-# The official 308-keypoint fallbacks under their historical names.
-from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS as NUM_KEYPOINTS_308
-from ..modeling.sapiens2_label_data import POSE_FLIP_PAIRS as FLIP_PAIRS_308
-from ..modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES as KEYPOINT_NAMES_308
 
 
 __all__ = [
     "Sapiens2HFImageProcessor", "image_processor_for_task", "load_image_rgb", "validate_pose_boxes", "TASKS",
-    "FLIP_PAIRS_308", "KEYPOINT_NAMES_308", "NUM_KEYPOINTS_308",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..label_tables import KEYPOINT_FLIP_INDICES
-from ...modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
+from ...modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -33,7 +33,6 @@ from ...modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES, SEGMENTATION_CL
 SEG = {name: index for index, name in enumerate(SEGMENTATION_CLASS_NAMES)}
 KP = {name: index for index, name in enumerate(POSE_KEYPOINT_NAMES)}
 FLIP = np.asarray(KEYPOINT_FLIP_INDICES, dtype=np.int64)
-NUM_KEYPOINTS = len(POSE_KEYPOINT_NAMES)
 
 # Material slots of a person (rows of its material table).
 SKIN, HAIR, TOP, BOTTOM, SHOE, SOCK, LIP, EYE, BROW, HAT, GLASSES, BAG, SCARF = range(13)
@@ -961,7 +960,7 @@ def build_person(person: PersonParams) -> PersonGeometry:
     ell_axes_body = np.matmul(G[fe], np.stack(ell_axes + opt_ell_axes))
     krow = np.array(kp_rows)  # (num_modelled, 6)
     kk, kj, kf = (krow[:, i].astype(np.int64) for i in range(3))
-    keypoints = np.zeros((NUM_KEYPOINTS, 3))
+    keypoints = np.zeros((NUM_POSE_KEYPOINTS, 3))
     keypoints[kk] = o[kj] + np.einsum("nij,nj->ni", G[kf], krow[:, 3:6])
     return PersonGeometry(
         cone_a=cone_a, cone_b=cone_b, cone_ra=crow[:, 10].copy(), cone_rb=crow[:, 11].copy(),
@@ -1013,9 +1012,9 @@ def _static_tables():
     n_required_ells = 7 + 2 * 4
     code = {name: i for i, name in enumerate(reference.cone_names[:n_required_cones])}
     code.update({name: ELLIPSOID_CODE + i for i, name in enumerate(reference.ellipsoid_names[:n_required_ells])})
-    owners = np.full((NUM_KEYPOINTS, 4), -1, dtype=np.int64)
-    tol = np.full(NUM_KEYPOINTS, _INF)
-    modeled = np.zeros(NUM_KEYPOINTS, dtype=bool)
+    owners = np.full((NUM_POSE_KEYPOINTS, 4), -1, dtype=np.int64)
+    tol = np.full(NUM_POSE_KEYPOINTS, _INF)
+    modeled = np.zeros(NUM_POSE_KEYPOINTS, dtype=bool)
     for name, owner_names, tolerance in _keypoint_spec():
         for side, tag in ((1, "l"), (-1, "r")):
             k = _side_index(name, side)

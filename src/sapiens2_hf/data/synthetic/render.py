@@ -170,7 +170,7 @@ def assemble(scene):
         empty = np.zeros((0, 3))
         return prims, {"classes": np.zeros((0, 3), np.int64), "materials": np.zeros((0, 3), np.int64),
                        "splits": np.zeros((0, 2)), "split_dir": empty, "person": np.zeros(0, np.int64),
-                       "owners": np.zeros((0, hm.NUM_KEYPOINTS, 4), np.int64)}
+                       "owners": np.zeros((0, hm.NUM_POSE_KEYPOINTS, 4), np.int64)}
     prims = Primitives(np.concatenate(cone_a), np.concatenate(cone_b), np.concatenate(cone_ra),
                        np.concatenate(cone_rb), np.concatenate(centers), np.concatenate(axes), np.concatenate(radii))
     ca, ea = np.concatenate(cone_attrs), np.concatenate(ell_attrs)
@@ -279,7 +279,7 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
 
     # ---- keypoints ---------------------------------------------------------------------------------------------------
     modeled = hm.KEYPOINT_MODELED
-    kp_cam = np.zeros((num_visible, hm.NUM_KEYPOINTS, 3))
+    kp_cam = np.zeros((num_visible, hm.NUM_POSE_KEYPOINTS, 3))
     for out, index in enumerate(visible_people):
         p = scene.people[index]
         kp_cam[out] = geoms[index].keypoints @ p.rotation.T + p.translation
@@ -343,7 +343,7 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
             "shading": shading.reshape(height, width, 3),
             "noise": noise if noise is not None else np.zeros((height, width, 3), np.float32),
             "primitive_index": prim_map,
-            "keypoint_owner_classes": owner_classes.reshape(num_visible, hm.NUM_KEYPOINTS, 12),
+            "keypoint_owner_classes": owner_classes.reshape(num_visible, hm.NUM_POSE_KEYPOINTS, 12),
             "person_index": visible_people,
         })
     return sample

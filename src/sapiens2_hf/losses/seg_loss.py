@@ -1,6 +1,0 @@
-"""Body-part segmentation loss of the official Sapiens2 recipe.
-
-Kept import path: implemented in `sapiens2_hf.modeling.loss_sapiens2`.
-"""
-
-from ..modeling.loss_sapiens2 import SegmentationLoss, dice_loss, weighted_cross_entropy_loss  # noqa: F401
