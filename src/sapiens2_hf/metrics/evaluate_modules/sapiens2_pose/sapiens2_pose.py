@@ -2,14 +2,12 @@
 box score x mean keypoint score above 0.2, OKS-NMS 0.9 per image, as the official evaluator) and PCK normalised by
 the larger side of the ground-truth box."""
 
-import datasets
-import evaluate
 import numpy as np
 
 from sapiens2_hf.metrics import KeypointOksAP, KeypointPCK
+from sapiens2_hf.metrics.evaluate_factory import evaluate_metric, feature
 
 
-_DESCRIPTION = __doc__
 _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `(num_keypoints, 3)` arrays): Predicted `(x, y, score)` per keypoint, image pixels.
@@ -25,37 +23,23 @@ Returns:
 """
 
 
-def _rows(columns):
-    return datasets.Sequence(datasets.Sequence(datasets.Value("float64"), length=columns))
+def _compute(predictions, references, areas, boxes, image_ids, box_scores, sigmas=None, nms_threshold=0.9,
+             pck_thresholds=(0.05, 0.1, 0.2)):
+    predictions, references = np.asarray(predictions, float), np.asarray(references, float)
+    boxes = np.asarray(boxes, float)
+    oks = KeypointOksAP(sigmas=sigmas, nms_threshold=nms_threshold)
+    oks.update(predictions[..., :2], predictions[..., 2], references, areas, boxes, image_ids,
+               instance_ids=list(range(len(predictions))), box_scores=box_scores)
+    pck = KeypointPCK(pck_thresholds)
+    side = boxes[:, 2:].max(axis=1, keepdims=True).repeat(2, axis=1)
+    pck.update(predictions[..., :2], references[..., :2], references[..., 2] > 0, side)
+    return {**oks.compute(), **pck.compute()}
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Sapiens2Pose(evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": _rows(3),
-                    "references": _rows(3),
-                    "areas": datasets.Value("float64"),
-                    "boxes": datasets.Sequence(datasets.Value("float64"), length=4),
-                    "image_ids": datasets.Value("int64"),
-                    "box_scores": datasets.Value("float64"),
-                }
-            ),
-        )
-
-    def _compute(self, predictions, references, areas, boxes, image_ids, box_scores, sigmas=None,
-                 nms_threshold=0.9, pck_thresholds=(0.05, 0.1, 0.2)):
-        predictions, references = np.asarray(predictions, float), np.asarray(references, float)
-        boxes = np.asarray(boxes, float)
-        oks = KeypointOksAP(sigmas=sigmas, nms_threshold=nms_threshold)
-        oks.update(predictions[..., :2], predictions[..., 2], references, areas, boxes, image_ids,
-                   instance_ids=list(range(len(predictions))), box_scores=box_scores)
-        pck = KeypointPCK(pck_thresholds)
-        side = boxes[:, 2:].max(axis=1, keepdims=True).repeat(2, axis=1)
-        pck.update(predictions[..., :2], references[..., :2], references[..., 2] > 0, side)
-        return {**oks.compute(), **pck.compute()}
+Sapiens2Pose = evaluate_metric(
+    "Sapiens2Pose", __doc__, _KWARGS_DESCRIPTION,
+    {"predictions": feature("float64", None, 3), "references": feature("float64", None, 3),
+     "areas": feature("float64"), "boxes": feature("float64", 4), "image_ids": feature("int64"),
+     "box_scores": feature("float64")},
+    _compute,
+)

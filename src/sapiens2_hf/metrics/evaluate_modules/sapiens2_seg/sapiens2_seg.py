@@ -1,14 +1,12 @@
 """Sapiens2 body-part segmentation metric for `evaluate`: dataset-level mIoU / aAcc / mAcc (percent) over all
 classes including Background, NaN IoUs counted as 0, label 255 ignored (official ``SegEvaluator``)."""
 
-import datasets
-import evaluate
 import torch
 
 from sapiens2_hf.metrics import SegmentationMetric
+from sapiens2_hf.metrics.evaluate_factory import evaluate_metric, feature
 
 
-_DESCRIPTION = __doc__
 _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `(height, width)` int arrays): Predicted class maps at ground-truth resolution.
@@ -19,23 +17,14 @@ Returns:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Sapiens2Seg(evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Sequence(datasets.Value("int64"))),
-                    "references": datasets.Sequence(datasets.Sequence(datasets.Value("int64"))),
-                }
-            ),
-        )
+def _compute(predictions, references, num_classes=29, ignore_index=255, per_class=False):
+    metric = SegmentationMetric(num_classes=num_classes, ignore_index=ignore_index)
+    for prediction, reference in zip(predictions, references):
+        metric.update(torch.as_tensor(prediction)[None], torch.as_tensor(reference)[None])
+    return metric.compute(per_class=per_class)
 
-    def _compute(self, predictions, references, num_classes=29, ignore_index=255, per_class=False):
-        metric = SegmentationMetric(num_classes=num_classes, ignore_index=ignore_index)
-        for prediction, reference in zip(predictions, references):
-            metric.update(torch.as_tensor(prediction)[None], torch.as_tensor(reference)[None])
-        return metric.compute(per_class=per_class)
+
+Sapiens2Seg = evaluate_metric(
+    "Sapiens2Seg", __doc__, _KWARGS_DESCRIPTION,
+    {"predictions": feature("int64", None, None), "references": feature("int64", None, None)}, _compute,
+)
