@@ -380,6 +380,32 @@ def test_torch_export_segmentation_pipeline_reproduces_the_official_demo(tmp_pat
     assert (torch.from_numpy(seg) != ref["class_map"]).float().mean().item() <= tolerance
 
 
+def test_a_new_export_format_is_one_row_of_the_table(tmp_path, monkeypatch):
+    """`export_model` and `load_exported` read the format table: a row naming a writer, a runtime and an artefact is
+    all a format needs (here torch.export's own functions under another name and file); an unknown format is
+    refused naming the table's formats."""
+    from sapiens2_hf.export.formats import EXPORT_FORMAT_TABLE, ExportFormat
+
+    row = ExportFormat("pt2-copy", "torch.export copy", "copy.pt2", writer=".exporter:write_torch_export",
+                       runtime=".runtime:TorchExportSapiens2Model", exporter="the same program, another name")
+    monkeypatch.setitem(EXPORT_FORMAT_TABLE, row.name, row)
+    torch.manual_seed(0)
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation(sapiens2_hf.tiny_config("seg")).eval()
+    result = export_model(model, tmp_path / "copy", format="pt2-copy")
+    assert result.artefact.name == "copy.pt2" and sorted(p.name for p in result.folder.glob("*.pt2")) == ["copy.pt2"]
+    info = json.loads((result.folder / "export_info.json").read_text())
+    assert info["format"] == "pt2-copy" and info["files"] == {"fp32": "copy.pt2"}
+    assert info["exporter"] == "the same program, another name"
+    runtime = load_exported(result.folder)
+    assert isinstance(runtime, TorchExportSapiens2Model)
+    pixel_values = torch.randn(1, 3, 64, 48, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(runtime(pixel_values=pixel_values).logits, model(pixel_values).logits)
+    # control: a format outside the table
+    with pytest.raises(ValueError, match=r"unknown export format 'pt3'.*onnx"):
+        export_model(model, tmp_path / "other", format="pt3")
+
+
 def _export_parser():
     from sapiens2_hf.cli.export import add_export_subparser
 

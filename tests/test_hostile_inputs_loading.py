@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from transformers.image_utils import load_image
 
 import sapiens2_hf
+from sapiens2_hf.modeling import image_loading_sapiens2_hf as image_loading
 from sapiens2_hf.modeling import image_processing_sapiens2_hf as processing_module
 from sapiens2_hf.modeling import pipeline_sapiens2_hf as pipeline_module
 from sapiens2_hf.modeling.configuration_sapiens2_hf import MAX_IMAGE_SIDE, Sapiens2Config, tiny_config
@@ -586,7 +587,7 @@ def stalled_server():
 
 
 def test_a_url_to_a_stalled_server_fails_within_the_timeout(stalled_server, monkeypatch):
-    monkeypatch.setattr(processing_module, "URL_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(image_loading, "URL_TIMEOUT_S", 1.0)
     started = time.monotonic()
     with pytest.raises(Exception) as error:
         load_image_rgb(stalled_server)
@@ -606,7 +607,7 @@ def test_the_url_timeout_is_what_reaches_transformers_load_image(stalled_server,
     import transformers.image_utils
 
     monkeypatch.setattr(transformers.image_utils, "load_image", spy)
-    monkeypatch.setattr(processing_module, "URL_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(image_loading, "URL_TIMEOUT_S", 1.5)
     with pytest.raises(Exception):
         load_image_rgb(stalled_server)
     assert seen["timeout"] == 1.5

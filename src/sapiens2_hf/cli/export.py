@@ -11,15 +11,16 @@ import argparse
 import sys
 
 from .._registration import task_registry
+from ..export.formats import EXPORT_FORMATS, RUNTIME_BACKENDS
 from .options import check_local_source, positive_int
 
 
 # every task of the registry (run by path: `--help` stays torch-free), the checkpoint's own, or the bare backbone
 TASK_CHOICES = ["auto", "pretrain", *task_registry().TASK_NAMES]
-#: `--backend` of the predict commands: the torch model, an exported ONNX folder run by onnxruntime (float32 or its
-#: int8 file), or an AOTInductor package. "torch" + `sapiens2_hf.export.RUNTIME_BACKENDS` (spelled out: the parser
-#: stays torch-free; tests/test_export_aoti.py checks they agree).
-BACKENDS = ("torch", "onnxruntime", "onnxruntime-int8", "aoti")
+#: `--backend` of the predict commands: the torch model, or a backend of the export table (an exported ONNX folder
+#: run by onnxruntime, float32 or its int8 file; an AOTInductor package). The table is stdlib-only: `--help` stays
+#: torch-free.
+BACKENDS = ("torch", *RUNTIME_BACKENDS)
 
 
 def add_export_subparser(subparsers) -> None:
@@ -35,7 +36,7 @@ def add_export_subparser(subparsers) -> None:
     )
     parser.add_argument("model", help="converted folder, Hub id, or official sapiens2_<size>_<task>.safetensors file")
     parser.add_argument("--out", required=True, help="output folder (written atomically)")
-    parser.add_argument("--format", default="onnx", choices=["onnx", "torch-export", "aoti"],
+    parser.add_argument("--format", default="onnx", choices=EXPORT_FORMATS,
                         help="onnx (default), torch-export, or aoti: an AOTInductor package compiled for --device")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="--format aoti: the device the package is compiled for and verified on (default cpu)")

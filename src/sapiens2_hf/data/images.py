@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..modeling.image_processing_sapiens2_hf import load_image_rgb
+from ..modeling.image_loading_sapiens2_hf import load_image_rgb
 from ..modeling.sapiens2_processing_ops import normalize_uint8
 
 

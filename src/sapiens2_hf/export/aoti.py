@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
+from .formats import ExportContext
 from .runtime import ExportedSapiens2Model
 
 
-AOTI_FILE = "model_aoti.pt2"
 #: Inductor options of every package: eager's bf16/fp16 rounding points (the official bf16 RoPE arithmetic).
 AOTI_INDUCTOR_CONFIGS = {"emulate_precision_casts": True}
 _HASH_CHUNK = 1 << 24
@@ -57,6 +57,11 @@ def write_aoti_package(program, path: Path, device: str = "cpu") -> dict:
                                                  inductor_configs=dict(AOTI_INDUCTOR_CONFIGS))
     return {"device": torch.device(device).type, "inductor_configs": dict(AOTI_INDUCTOR_CONFIGS),
             "sha256": file_sha256(path), "bytes": path.stat().st_size}
+
+
+def write_aoti(program, path: Path, context: ExportContext) -> dict:
+    """The aoti format's writer (`formats.py`): the package, and its details under `aoti` in export_info.json."""
+    return {"aoti": write_aoti_package(program, path, device=context.device)}
 
 
 class AotiSapiens2Model(ExportedSapiens2Model):
@@ -93,7 +98,7 @@ class AotiSapiens2Model(ExportedSapiens2Model):
         """
         if precision != "fp32":
             raise ValueError("aoti folders hold a float32 package only; quantize an ONNX export instead.")
-        info, config = cls._read(folder, "aoti")
+        info, config = cls._read(folder)
         path = Path(folder) / info["files"]["fp32"]
         if not path.is_file():
             raise AotiPackageError(f"{folder} has no {path.name}; export it again with "

@@ -1,8 +1,6 @@
-"""The backends that run an exported folder (layer 2): which runtime class runs each export format, and the names
-the `backend=` of `sapiens2_hf.pipeline` and the `--backend` of the predict commands take.
-
-`RUNTIME_BACKENDS` is the one table of those names: backend name -> (export format, precision); `load_backend(folder,
-backend)` loads one, `load_exported(folder)` loads a folder by its own format.
+"""Loading an exported folder (layer 2): `load_exported(folder)` by the folder's own format, `load_backend(folder,
+backend)` by a backend name of `RUNTIME_BACKENDS` (the `backend=` of `sapiens2_hf.pipeline`, the `--backend` of the
+predict commands). Which runtime class runs which format, and the backend names, are rows of `formats.py`.
 """
 
 from __future__ import annotations
@@ -10,36 +8,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .aoti import AotiSapiens2Model
+from .formats import EXPORT_FORMAT_TABLE, RUNTIME_BACKENDS
 from .info import read_export_info
-from .runtime import ExportedSapiens2Model, OnnxRuntimeSapiens2Model, TorchExportSapiens2Model
-
-
-#: Export format (`export_info.json` "format") -> the class that runs it.
-RUNTIME_CLASSES = {
-    "onnx": OnnxRuntimeSapiens2Model,
-    "torch-export": TorchExportSapiens2Model,
-    "aoti": AotiSapiens2Model,
-}
+from .runtime import ExportedSapiens2Model
 
 
 def load_exported(folder, precision: str = "fp32", num_threads: int | None = None) -> ExportedSapiens2Model:
     """An exported folder's runtime (`OnnxRuntimeSapiens2Model`, `TorchExportSapiens2Model` or `AotiSapiens2Model`),
     by its format."""
     info = read_export_info(folder)
-    runtime_class = RUNTIME_CLASSES.get(info.get("format"))
-    if runtime_class is None:
+    spec = EXPORT_FORMAT_TABLE.get(info.get("format"))
+    if spec is None:
         raise ValueError(f"{folder}: unknown export format {info.get('format')!r}.")
-    return runtime_class.from_pretrained(folder, precision=precision, num_threads=num_threads)
-
-
-#: The backends that run an exported folder: name -> (export format it needs, precision). "torch" (the eager model)
-#: is the default everywhere and is not in the table.
-RUNTIME_BACKENDS = {
-    "onnxruntime": ("onnx", "fp32"),
-    "onnxruntime-int8": ("onnx", "int8"),
-    "aoti": ("aoti", "fp32"),
-}
+    return spec.load("runtime").from_pretrained(folder, precision=precision, num_threads=num_threads)
 
 
 def load_backend(folder, backend: str, task: str | None = None,
@@ -65,4 +46,5 @@ def load_backend(folder, backend: str, task: str | None = None,
                          f"`sapiens2-hf export --format {format}`.")
     if task is not None and info.get("task") != task:
         raise ValueError(f"{folder} is an exported {info.get('task') or 'backbone'} model, not {task}.")
-    return RUNTIME_CLASSES[format].from_pretrained(folder, precision=precision, num_threads=num_threads)
+    runtime_class = EXPORT_FORMAT_TABLE[format].load("runtime")
+    return runtime_class.from_pretrained(folder, precision=precision, num_threads=num_threads)

@@ -48,13 +48,11 @@ from ..modeling.loading_sapiens2_hf import resolve_checkpoint
 from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
 from ..utils.extras import require
 from .backends import load_exported
+from .formats import EXPORT_FORMAT_TABLE, EXPORT_FORMATS, ExportContext
 from .info import INFO_FILE
 
 
-EXPORT_FORMATS = ("onnx", "torch-export", "aoti")
-ONNX_FILE = "model.onnx"
 ONNX_INT8_FILE = "model_int8.onnx"
-TORCH_EXPORT_FILE = "model.pt2"
 INPUT_NAME = "pixel_values"
 # Files an export writes; an `overwrite=True` export removes older copies of them that it did not rewrite.
 _STALE_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.pt2", INFO_FILE)
@@ -280,19 +278,20 @@ def _torch_export(wrapper: nn.Module, example: torch.Tensor):
         return torch.export.export(wrapper, (example,), dynamic_shapes=_dynamic_batch(example), strict=False)
 
 
-def _write_onnx(program, path: Path, output_names, opset: int | None, rope_bf16: bool) -> dict:
-    """Translates the `torch.export` program to ONNX, emulates bf16 arithmetic (see module docstring), saves."""
+def write_onnx(program, path: Path, context: ExportContext) -> dict:
+    """Translates the `torch.export` program to ONNX, emulates bf16 arithmetic (see module docstring), saves; returns
+    the `export_info.json` entries of the format (opset, external data, how RoPE is computed)."""
     import onnx
 
     from .onnx_bf16 import emulate_bfloat16
 
     onnx_program = torch.onnx.export(
-        program, dynamo=True, input_names=[INPUT_NAME], output_names=list(output_names), opset_version=opset,
-        optimize=True, verbose=False, report=False,
+        program, dynamo=True, input_names=[INPUT_NAME], output_names=list(context.output_names),
+        opset_version=context.opset, optimize=True, verbose=False, report=False,
     )
     proto = onnx_program.model_proto
     emulation = emulate_bfloat16(proto)
-    if rope_bf16 and not emulation["rounding_casts"]:
+    if context.rope_bf16 and not emulation["rounding_casts"]:
         raise ExportCheckError(
             "the model runs RoPE in bfloat16 but the exported ONNX graph holds no bf16 rounding; the exporter folded "
             "it away. Export with rope_dtype='float32' and see the documented deviation."
@@ -304,9 +303,19 @@ def _write_onnx(program, path: Path, output_names, opset: int | None, rope_bf16:
     return {
         "opset": max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None),
         "external_data": external,
-        "num_nodes": len(proto.graph.node),
-        "bf16_emulation": emulation,
+        "rope": {
+            "onnx": (f"bf16 arithmetic in float32 storage with {emulation['rounding_casts']} Cast(bfloat16)->"
+                     f"Cast(float) rounding pairs ({emulation['emulated_ops']})" if emulation["rounding_casts"]
+                     else "float32"),
+            "rounding_casts": emulation["rounding_casts"],
+        },
     }
+
+
+def write_torch_export(program, path: Path, context: ExportContext) -> dict:
+    """Saves the `torch.export` program as it is (`torch.export.save`); no entries of its own."""
+    torch.export.save(program, str(path))
+    return {}
 
 
 # ------------------------------------------------------------------------------------------------ verification
@@ -469,20 +478,23 @@ def export_model(
         ExportCheckError: verification failed (nothing is written).
         FileExistsError: `out_dir` is not empty and `overwrite` is False.
     """
-    if format not in EXPORT_FORMATS:
+    spec = EXPORT_FORMAT_TABLE.get(format)
+    if spec is None:
         raise ValueError(f"unknown export format {format!r}; choose one of {EXPORT_FORMATS}.")
     if quantize is not None and format != "onnx":
         raise ValueError("quantize= needs format='onnx' (onnxruntime quantization).")
     device = torch.device(device)
-    if device.type != "cpu" and format != "aoti":
-        raise ValueError(f"device={str(device)!r} needs format='aoti'; the {format} export is built on the CPU.")
+    if device.type not in spec.devices:
+        able = [name for name, other in EXPORT_FORMAT_TABLE.items() if device.type in other.devices]
+        raise ValueError(f"device={str(device)!r} needs format={' or '.join(map(repr, able))}; the {format} export is "
+                         "built on the CPU.")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' needs a GPU and a CUDA build of torch; export device='cpu' here.")
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
-    if format == "onnx":
-        require("onnx", "onnxscript", "onnxruntime", feature="ONNX export")
+    if spec.packages:
+        require(*spec.packages, feature=f"{spec.title} export")
     model = load_model_for_export(model_or_path, task=task, rope_dtype=rope_dtype,
                                   image_size=input_size if input_size is not None else None)
     config = model.config
@@ -516,31 +528,13 @@ def export_model(
             "versions": _versions(),
             "rope": {"dtype": config.rope_dtype},
         }
-        if format == "onnx":
-            artefact = staging / ONNX_FILE
-            details = _write_onnx(program, artefact, output_names, opset, rope_bf16)
-            info["exporter"] = "torch.onnx.export (dynamo: torch.export program -> ONNX, onnxscript optimizer)"
-            info["files"] = {"fp32": ONNX_FILE}
-            info["opset"] = details["opset"]
-            info["external_data"] = details["external_data"]
-            emulation = details["bf16_emulation"]
-            info["rope"]["onnx"] = (
-                f"bf16 arithmetic in float32 storage with {emulation['rounding_casts']} Cast(bfloat16)->Cast(float) "
-                f"rounding pairs ({emulation['emulated_ops']})" if emulation["rounding_casts"] else "float32"
-            )
-            info["rope"]["rounding_casts"] = emulation["rounding_casts"]
-        elif format == "aoti":
-            from .aoti import AOTI_FILE, write_aoti_package
-
-            artefact = staging / AOTI_FILE
-            info["aoti"] = write_aoti_package(program, artefact, device=str(device))
-            info["exporter"] = "torch.export.export (non-strict) + torch._inductor.aoti_compile_and_package"
-            info["files"] = {"fp32": AOTI_FILE}
-        else:
-            artefact = staging / TORCH_EXPORT_FILE
-            torch.export.save(program, str(artefact))
-            info["exporter"] = "torch.export.export (non-strict) + torch.export.save"
-            info["files"] = {"fp32": TORCH_EXPORT_FILE}
+        artefact = staging / spec.artefact
+        written = spec.load("writer")(program, artefact, ExportContext(tuple(output_names), opset, rope_bf16,
+                                                                       device.type))
+        info["exporter"] = spec.exporter
+        info["files"] = {"fp32": spec.artefact}
+        for key, value in written.items():  # nested entries (`rope`) extend the common ones
+            info[key] = {**info[key], **value} if isinstance(value, dict) and isinstance(info.get(key), dict) else value
         info["export_seconds"] = round(time.perf_counter() - started, 2)
         export_config = copy.deepcopy(config)
         export_config.image_size = [height, width]
@@ -557,7 +551,7 @@ def export_model(
         if quantize is not None:
             from .quantization import quantize_onnx
 
-            quantization = quantize_onnx(staging / ONNX_FILE, staging / ONNX_INT8_FILE, mode=quantize,
+            quantization = quantize_onnx(staging / spec.artefact, staging / ONNX_INT8_FILE, mode=quantize,
                                          calibration_inputs=calibration_inputs, input_size=(height, width))
             info["files"]["int8"] = ONNX_INT8_FILE
             atomic_write_json(staging / INFO_FILE, info, indent=1)

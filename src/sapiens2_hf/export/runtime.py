@@ -25,6 +25,7 @@ import torch
 
 from ..modeling import Sapiens2Config
 from ..utils.extras import require
+from .formats import EXPORT_FORMAT_TABLE
 from .info import INFO_FILE, read_export_info
 
 
@@ -148,12 +149,16 @@ class ExportedSapiens2Model:
         return (f"{type(self).__name__}(folder={str(self.folder)!r}, task={self.config.task!r}, "
                 f"input_size={self.input_size}, outputs={self.output_names})")
 
-    @staticmethod
-    def _read(folder, expected_format: str) -> tuple[dict, Sapiens2Config]:
+    @classmethod
+    def _read(cls, folder) -> tuple[dict, Sapiens2Config]:
+        """The folder's export_info.json and config, refused unless its format is one this class runs (a row of the
+        format table naming it)."""
         info = read_export_info(folder)
-        if info.get("format") != expected_format:
-            raise ValueError(f"{folder} holds a {info.get('format')!r} export, not {expected_format!r}; load it with "
-                             "sapiens2_hf.export.load_exported(folder).")
+        formats = [row.name for row in EXPORT_FORMAT_TABLE.values()
+                   if row.runtime.rpartition(":")[2] == cls.__name__ and row.load("runtime") is cls]
+        if info.get("format") not in formats:
+            raise ValueError(f"{folder} holds a {info.get('format')!r} export, not {' or '.join(map(repr, formats))}; "
+                             "load it with sapiens2_hf.export.load_exported(folder).")
         return info, Sapiens2Config.from_pretrained(folder)
 
 
@@ -190,7 +195,7 @@ class OnnxRuntimeSapiens2Model(ExportedSapiens2Model):
                 sum of its calls' peaks (benchmarks/bench_onnxruntime_memory.py); ignored with `session_options`.
         """
         ort = require("onnxruntime", feature="the onnxruntime backend")
-        info, config = cls._read(folder, "onnx")
+        info, config = cls._read(folder)
         files = info.get("files", {})
         if precision not in files:
             raise ValueError(f"{folder} has no {precision!r} model (it has {sorted(files)}); export it with "
@@ -243,7 +248,7 @@ class TorchExportSapiens2Model(ExportedSapiens2Model):
     def from_pretrained(cls, folder, num_threads: int | None = None, precision: str = "fp32") -> "TorchExportSapiens2Model":
         if precision != "fp32":
             raise ValueError("torch-export folders hold a float32 program only; quantize an ONNX export instead.")
-        info, config = cls._read(folder, "torch-export")
+        info, config = cls._read(folder)
         import warnings
 
         with warnings.catch_warnings():
