@@ -243,6 +243,21 @@ def test_cli_tables_are_derived_from_the_registry():
         assert set(TASK_NAMES) <= set(task_choices), command
 
 
+def test_video_and_picture_tables_are_derived_from_the_registry():
+    """What video filtering smooths and which picture the CLI and the app show come from the registry's
+    `result_maps` and `overlay_file_suffix`; the app's tabs from `tab_title`."""
+    from sapiens2_hf.cli.options import TEMPORAL_FILTER_TASKS
+    from sapiens2_hf.video.smoothing import DENSE_TASK_MAPS
+
+    dense = {name: spec.result_maps for name, spec in TASK_SPECS.items() if spec.result_maps}
+    assert DENSE_TASK_MAPS == dense and set(TEMPORAL_FILTER_TASKS) == set(dense)
+    assert "pose" not in dense and dense["matting"] == ("alpha", "foreground")  # control: pose has no maps
+    assert TASK_SPECS["pointmap"].overlay_file_suffix == "_depth.png"
+    assert TASK_SPECS["seg"].overlay_file_suffix == "_seg.png" and TASK_SPECS["pose"].tab_title == "Pose (308 keypoints)"
+    custom = dataclasses.replace(TASK_SPECS["normal"], name="depth", title="Depth", short_title=None, overlay_suffix=None)
+    assert custom.tab_title == "Depth" and custom.overlay_file_suffix == "_depth.png"
+
+
 def test_data_tables_are_derived_from_the_registry():
     dense = [name for name in TASK_NAMES if not TASK_SPECS[name].top_down]
     assert hf_datasets.DEFAULT_COLUMNS["label"] == {name: DATA_TASKS[name].target_columns for name in dense}

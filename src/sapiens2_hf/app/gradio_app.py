@@ -16,14 +16,11 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from .._registration import task_registry
 from ..utils.extras import require
 from .inference import DEMO_MODEL, AppRunner, task_names
 
 TITLE = "Sapiens2: human-centric vision"
-_TASK_TITLES = {
-    "pose": "Pose (308 keypoints)", "seg": "Body-part segmentation", "normal": "Surface normals",
-    "pointmap": "Pointmap / depth", "albedo": "Albedo", "matting": "Matting",
-}
 _MODEL_HELP = ("demo (tiny random weights, offline), a converted folder, a Hub id, or an official "
                "sapiens2_<size>_<task>.safetensors file")
 _BOX_HELP = ("Person boxes, one per line: x_min y_min x_max y_max in image pixels. Blank: the whole image is one "
@@ -98,7 +95,7 @@ def build_app(models: Mapping[str, str] | None = None, runner: AppRunner | None 
         gr.Markdown(f"# {TITLE}\nUpload an image or a video, pick a model, run. `demo` models have random "
                     "weights: real output formats, random values.")
         for task in tasks:
-            with gr.Tab(_TASK_TITLES.get(task, task), id=task, elem_id=f"{task}-tab"):
+            with gr.Tab(task_registry().TASK_SPECS[task].tab_title, id=task, elem_id=f"{task}-tab"):
                 model = gr.Textbox(models.get(task, DEMO_MODEL), label="Model", info=_MODEL_HELP,
                                    elem_id=f"{task}-model")
                 with gr.Tab("Image", elem_id=f"{task}-image-tab"):

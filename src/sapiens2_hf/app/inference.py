@@ -17,20 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._registration import task_registry
+
 if TYPE_CHECKING:
     import numpy as np
 
 DEMO_MODEL = "demo"
-# The file `cli/outputs.py` `write_outputs` writes as each task's picture (the overlay; albedo's own image).
-OVERLAY_SUFFIXES = {"pose": "_pose.png", "seg": "_seg.png", "normal": "_normal.png", "pointmap": "_depth.png",
-                    "albedo": "_albedo.png", "matting": "_matting.png"}
 DEMO_SEED = 0
 
 
 def task_names() -> tuple[str, ...]:
     """The six tasks, in the registry's order (read without importing torch)."""
-    from .._registration import task_registry
-
     return tuple(task_registry().TASK_SPECS)
 
 
@@ -144,8 +141,8 @@ class AppRunner:
 
         _registration.register()  # idempotent; the model classes and pipelines as the command line has them
 
-        if task not in OVERLAY_SUFFIXES:
-            raise ValueError(f"unknown task {task!r}; one of {', '.join(OVERLAY_SUFFIXES)}.")
+        if task not in task_names():
+            raise ValueError(f"unknown task {task!r}; one of {', '.join(task_names())}.")
         with self._lock:
             source = self._source(task, model)
             kept = self._pipelines.get(task)
@@ -201,7 +198,9 @@ class AppRunner:
         if task == "pose":  # the JSON's `file_name`: the upload's file name (the command writes the path given)
             pose_json = pose_annotations(source or name, image.shape, result, keypoint_threshold)
         written, _ = write_outputs(args, out / name, image, result, pose_json=pose_json)
-        overlay = next(path for path in written if path.name == f"{name}{OVERLAY_SUFFIXES[task]}")
+        # the task's picture, as `write_outputs` names it (the overlay; albedo's own image)
+        suffix = task_registry().TASK_SPECS[task].overlay_file_suffix
+        overlay = next(path for path in written if path.name == f"{name}{suffix}")
         files = [path for path in written if path.suffix in (".json", ".npy", ".ply")]
         return Result(overlay, files, _summary(task, image, result))
 

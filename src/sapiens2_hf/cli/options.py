@@ -19,6 +19,8 @@ import os
 import stat
 from pathlib import Path
 
+from .._registration import task_registry
+
 # Suffixes of the files a model argument may name (weights, exports, configs): a Hub repo id does not end in one.
 LOCAL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pt2", ".ckpt", ".onnx", ".json")
 # JSON files of a model, adapter or export folder that the loaders read.
@@ -125,9 +127,9 @@ def check_local_source(option: str, value: str | os.PathLike | None) -> None:
                 _check_json_object(option, path / name)
 
 
-# Tasks whose video outputs `--temporal-filter` smooths (sapiens2_hf.video.smoothing.DENSE_TASK_MAPS; not imported
-# here: --help stays light).
-TEMPORAL_FILTER_TASKS = ("seg", "normal", "pointmap", "albedo", "matting")
+# Tasks whose video outputs `--temporal-filter` smooths: those whose result holds per-pixel maps (the registry's
+# `result_maps`, as sapiens2_hf.video.smoothing.DENSE_TASK_MAPS; the registry is torch-free, --help stays light).
+TEMPORAL_FILTER_TASKS = tuple(name for name, spec in task_registry().TASK_SPECS.items() if spec.result_maps)
 
 
 def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) -> None:

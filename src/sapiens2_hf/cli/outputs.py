@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from .._registration import task_registry
+
 if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
     import numpy as np
 
@@ -174,8 +176,7 @@ def write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: bo
         function(value, path)
         written.append(path)
 
-    overlay_name = {"pose": "_pose.png", "seg": "_seg.png", "normal": "_normal.png", "pointmap": "_depth.png",
-                    "albedo": "_albedo.png", "matting": "_matting.png"}[args.task]
+    overlay_name = task_registry().TASK_SPECS[args.task].overlay_file_suffix
     if args.task == "pose":
         if pose_json is None:
             pose_json = pose_annotations(str(base), image.shape, result, args.kpt_threshold,

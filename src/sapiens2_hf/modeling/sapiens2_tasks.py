@@ -54,6 +54,11 @@ class TaskSpec:
             by a foreground (`apply_foreground_mask`, the pipelines' `foreground_mask=` / `segmenter=`): a zero
             normal and black albedo are visibly "no surface", a NaN point or depth is "no measurement" (point-cloud
             writers and metrics skip it). `None`: the task's output is not masked (keypoints, class maps, mattes).
+        short_title (`str`, *optional*): a short name for tabs and legends (the web app); default `title`.
+        result_maps (`tuple[str, ...]`): the keys of the pipeline result that hold per-pixel maps (what video
+            filtering smooths frame to frame); empty for a task whose result is not a map (pose).
+        overlay_suffix (`str`, *optional*): the file name suffix of the picture the command line writes for a result
+            (`<input name><suffix>`, also the web app's result); default `_<name>.png`.
     """
 
     name: str
@@ -73,6 +78,17 @@ class TaskSpec:
     description: str
     extra_output_fields: tuple[str, ...] = ()
     foreground_fill: float | None = None
+    short_title: str | None = None
+    result_maps: tuple[str, ...] = ()
+    overlay_suffix: str | None = None
+
+    @property
+    def tab_title(self) -> str:
+        return self.short_title or self.title
+
+    @property
+    def overlay_file_suffix(self) -> str:
+        return self.overlay_suffix or f"_{self.name}.png"
 
     @property
     def top_down(self) -> bool:
@@ -91,6 +107,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             pipeline_name="sapiens2-pose", pipeline_tag="keypoint-detection",
             post_process="post_process_pose_estimation", resize="crop", head_upsampling="deconv",
             head_norm="instance_norm", description="`heatmaps`: 308 heatmaps at 1/4 of the crop resolution",
+            short_title="Pose (308 keypoints)",
         ),
         TaskSpec(
             name="seg", title="29-class body-part segmentation", model_class="Sapiens2ForSemanticSegmentation",
@@ -99,6 +116,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             pipeline_name="sapiens2-segmentation", pipeline_tag="image-segmentation",
             post_process="post_process_semantic_segmentation", resize="stretch", head_upsampling="deconv",
             head_norm="instance_norm", description="`logits`: 29 class logits per pixel",
+            short_title="Body-part segmentation", result_maps=("segmentation",),
         ),
         TaskSpec(
             name="normal", title="Surface normal estimation", model_class="Sapiens2ForNormalEstimation",
@@ -108,7 +126,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             post_process="post_process_normal_estimation", resize="letterbox", head_upsampling="pixel_shuffle",
             head_norm="instance_norm",
             description="`normals`: camera-frame normal vectors per pixel (not unit length; post-processing normalises)",
-            foreground_fill=0.0,
+            foreground_fill=0.0, short_title="Surface normals", result_maps=("normals",),
         ),
         TaskSpec(
             name="pointmap", title="Pointmap (per-pixel XYZ) estimation", model_class="Sapiens2ForPointmapEstimation",
@@ -118,7 +136,8 @@ TASK_SPECS: dict[str, TaskSpec] = {
             post_process="post_process_pointmap_estimation", resize="letterbox", head_upsampling="pixel_shuffle",
             head_norm="instance_norm",
             description="`pointmaps`: canonical-camera XYZ per pixel and `scales`: canonical / actual focal length",
-            foreground_fill=float("nan"),
+            foreground_fill=float("nan"), short_title="Pointmap / depth", result_maps=("pointmap",),
+            overlay_suffix="_depth.png",  # the picture is the depth (Z) in colour; the pointmap is an array
         ),
         TaskSpec(
             name="albedo", title="Albedo estimation", model_class="Sapiens2ForAlbedoEstimation",
@@ -127,7 +146,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             pipeline_name="sapiens2-albedo", pipeline_tag="image-to-image",
             post_process="post_process_albedo_estimation", resize="letterbox", head_upsampling="pixel_shuffle",
             head_norm="rms_norm", description="`albedos`: RGB albedo per pixel (clamp to [0, 1])",
-            foreground_fill=0.0,
+            foreground_fill=0.0, short_title="Albedo", result_maps=("albedo",),
         ),
         # Matting: released after the other tasks (facebook/sapiens2-matting-1b, transformers' Sapiens2ForImageMatting).
         # Its head is the normal head with 4 sigmoid outputs; the official test pipeline stretches the whole image to
@@ -141,7 +160,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             head_upsampling="pixel_shuffle", head_norm="instance_norm",
             description="`alphas`: alpha matte in [0, 1] per pixel and `foregrounds`: pre-multiplied RGB foreground "
             "in [0, 1] (the head's 4 sigmoid channels)",
-            extra_output_fields=("foregrounds",),
+            extra_output_fields=("foregrounds",), short_title="Matting", result_maps=("alpha", "foreground"),
         ),
     )
 }

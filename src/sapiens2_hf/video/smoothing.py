@@ -29,6 +29,8 @@ import math
 
 import numpy as np
 
+from ..modeling.sapiens2_tasks import TASK_SPECS
+
 DEFAULT_MIN_CUTOFF = 1.0
 DEFAULT_BETA = 0.02
 DEFAULT_D_CUTOFF = 1.0
@@ -146,10 +148,9 @@ DEFAULT_MISREGISTRATION_PX = 1.0
 #: and on the simulated clip it let noise through that beta then had to catch (normals +4 %, albedo +47 % error at beta
 #: 0). Chosen with benchmarks/bench_temporal_filter.py: tiny models fine-tuned on synthetic humans, and simulated noise
 #: on the truth, on a clip of a walking, turning person.
-DENSE_TASK_MAPS: dict[str, tuple[str, ...]] = {
-    "normal": ("normals",), "pointmap": ("pointmap",), "albedo": ("albedo",), "matting": ("alpha", "foreground"),
-    "seg": ("segmentation",),
-}
+#: Task -> the per-pixel maps of its pipeline result (the registry's `result_maps`), for every task that has some.
+DENSE_TASK_MAPS: dict[str, tuple[str, ...]] = {name: spec.result_maps for name, spec in TASK_SPECS.items()
+                                               if spec.result_maps}
 DENSE_TASK_DEFAULTS: dict[str, tuple[float, float, float, float]] = {
     "normal": (0.5, 0.25, 0.25, 0.0), "pointmap": (0.5, 0.25, 0.5, 1 / 6), "albedo": (1.0, 0.5, 0.5, 0.0),
     "matting": (1.0, 0.5, 1.0, 0.0), "seg": (0.5, 0.0, 1.0, 0.0),
