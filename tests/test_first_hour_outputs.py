@@ -62,10 +62,10 @@ def test_boxes_help_names_xyxy():
 
 
 def test_docs_cli_lists_every_output_file_and_both_box_formats():
-    from sapiens2_hf.cli.outputs import IMAGE_OUTPUT_SUFFIXES
+    from sapiens2_hf.cli.outputs import image_output_suffixes
 
     text = (ROOT / "docs" / "cli.md").read_text()
-    missing = [suffix for suffix in IMAGE_OUTPUT_SUFFIXES if f"<name>{suffix}`" not in text]
+    missing = [suffix for suffix in image_output_suffixes() if f"<name>{suffix}`" not in text]
     assert not missing, missing
     for command in ("convert", "merge", "export", "demo"):
         assert f"## `sapiens2-hf {command}" in text

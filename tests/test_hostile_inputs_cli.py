@@ -147,7 +147,7 @@ def test_output_names_are_injective_and_keep_unique_stems(tmp_path):
     assert image_names[3] == "A.bmp"  # `A_seg.png` and `a_seg.png` are one file on case-insensitive systems
     assert image_names[4] == "summary.png"  # pose's `summary.json` would be the run's summary
     assert image_names[5] == "x.png" and video_names == ["x_seg.png.mp4", ".sapiens2-hf.avi"]
-    entries = [name + suffix for name in image_names for suffix in predict_cli.IMAGE_OUTPUT_SUFFIXES]
+    entries = [name + suffix for name in image_names for suffix in predict_cli.image_output_suffixes()]
     entries += [name + suffix for name in video_names for suffix in predict_cli.VIDEO_OUTPUT_SUFFIXES]
     assert len({entry.casefold() for entry in entries}) == len(entries)
     assert not {entry.casefold() for entry in entries} & {"summary.json", ".sapiens2-hf"}

@@ -247,7 +247,11 @@ def test_video_and_picture_tables_are_derived_from_the_registry():
     """What video filtering smooths and which picture the CLI and the app show come from the registry's
     `result_maps` and `overlay_file_suffix`; the app's tabs from `tab_title`."""
     from sapiens2_hf.cli.options import TEMPORAL_FILTER_TASKS
+    from sapiens2_hf.cli.outputs import TASK_OUTPUTS, image_output_suffixes
     from sapiens2_hf.video.smoothing import DENSE_TASK_MAPS
+
+    assert list(TASK_OUTPUTS) == list(TASK_NAMES)  # every task's command-line files, registered once
+    assert {spec.overlay_file_suffix for spec in TASK_SPECS.values()} <= set(image_output_suffixes())
 
     dense = {name: spec.result_maps for name, spec in TASK_SPECS.items() if spec.result_maps}
     assert DENSE_TASK_MAPS == dense and set(TEMPORAL_FILTER_TASKS) == set(dense)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .._registration import task_registry
 
@@ -17,11 +18,6 @@ if TYPE_CHECKING:  # numpy is imported where it is used, so that building the pa
     import numpy as np
 
 
-# Every file an image input named `n` may write directly into --out, as `n + suffix` (any task, any option), and the
-# entries of a video named `v` (its frame folder and its annotated video): `output_names` keeps them apart.
-IMAGE_OUTPUT_SUFFIXES = (".json", "_pose.png", "_seg.npy", "_seg.png", "_normal.npy", "_normal.png", "_pointmap.npy",
-                         "_depth.npy", "_depth.png", ".ply", "_albedo.png", "_albedo.npy", "_alpha.png", "_alpha.npy",
-                         "_foreground.png", "_matting.png", "_mask.png")
 
 class OutputWriteError(OSError):
     """Writing into --out failed (a full disk, a read-only or removed folder). The run stops there: every later input
@@ -108,34 +104,120 @@ def pose_annotations(source: str, image_shape: tuple[int, ...], people: list[dic
     }
 
 
-def _overlay(args, image: np.ndarray, result: Any, video: bool = False):
-    """The visualisation of one result as a PIL image (the frame of the annotated video for videos: the seg
-    legend, which changes the width with the classes present, is left out there)."""
+# ------------------------------------------------------------------------------------------------ per-task outputs
+
+
+@dataclass
+class OutputFiles:
+    """The files of one input (`<folder>/<name><suffix>`) as a task's writer saves them; `written` lists them."""
+
+    base: Path
+    written: list[Path] = field(default_factory=list)
+
+    def path(self, suffix: str) -> Path:
+        if suffix not in image_output_suffixes():  # output_names must know every file an input writes
+            raise AssertionError(f"{suffix!r} is not one of the task's declared files (TaskOutputs.files)")
+        return self.base.parent / f"{self.base.name}{suffix}"
+
+    def save(self, function: Callable[[Any, Path], Any], value: Any, suffix: str) -> None:
+        """`function(value, path)` for the file of `suffix`, recorded once it is written."""
+        path = self.path(suffix)
+        function(value, path)
+        self.written.append(path)
+
+
+@dataclass(frozen=True)
+class TaskOutputs:
+    """What the predict commands (images, video frames) and the web app write for one task's pipeline result,
+    besides its picture file (the registry's `overlay_file_suffix`) and the person mask.
+
+    Attributes:
+        files (`tuple[str, ...]`): the suffix of every file `write` may save (`OutputFiles.save`).
+        write: `write(args, files, image, result, video, pose_json)`: saves the task's arrays and files.
+        picture: `picture(args, image, result, video) -> PIL.Image`: the overlay (also each frame of the annotated
+            video).
+        picture_is_output (`bool`): the picture is the task's own output (albedo's image): `write` saves it, also
+            with --no-overlay, and it is not written again as an overlay.
+    """
+
+    files: tuple[str, ...]
+    write: Callable[..., None]
+    picture: Callable[..., Any]
+    picture_is_output: bool = False
+
+
+def _write_pose(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+    if pose_json is None:
+        pose_json = pose_annotations(str(files.base), image.shape, result, args.kpt_threshold,
+                                     getattr(args, "keypoint_format", None))
+    files.save(_save_json, pose_json, ".json")
+
+
+def _picture_pose(args, image, result, video: bool):
+    from .. import visualization as vis
+
+    return vis.draw_keypoints(image, result, score_threshold=args.kpt_threshold)
+
+
+def _write_seg(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
     import numpy as np
 
     from .. import visualization as vis
 
-    if args.task == "pose":
-        return vis.draw_keypoints(image, result, score_threshold=args.kpt_threshold)
-    if args.task == "seg":
-        return vis.overlay_segmentation(image, result["segmentation"], legend=not video)
-    if args.task == "normal":
-        return vis.normals_to_rgb(result["normals"])
-    if args.task == "pointmap":
-        return vis.depth_to_image(result["depth"], mask=result.get("mask"), units="m")
-    if args.task == "albedo":
-        return vis.albedo_to_image(result["albedo"])
-    if args.task == "matting":
-        from PIL import Image
+    seg = result["segmentation"]
+    if not args.no_arrays:
+        files.save(vis.save_npy, seg.astype(np.uint8) if seg.max(initial=0) < 256 else seg, "_seg.npy")
 
-        alpha = np.clip(np.asarray(_matting_alpha(result), np.float32), 0.0, 1.0)[..., None]
-        green = np.array([0.0, 177.0, 64.0], np.float32)
-        # the model's pre-multiplied foreground over green when it gives one (the composite the model means),
-        # else the input image cut out by alpha
-        foreground = result.get("foreground")
-        person = np.asarray(foreground, np.float32) * 255.0 if foreground is not None else image * alpha
-        return Image.fromarray(np.clip(np.round(person + green * (1 - alpha)), 0, 255).astype(np.uint8))
-    raise ValueError(f"no outputs defined for task {args.task!r}.")
+
+def _picture_seg(args, image, result, video: bool):
+    from .. import visualization as vis
+
+    # the legend changes the width with the classes present: left out of the frames of a video
+    return vis.overlay_segmentation(image, result["segmentation"], legend=not video)
+
+
+def _write_normal(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+    from .. import visualization as vis
+
+    if not args.no_arrays:
+        files.save(vis.save_npy, result["normals"], "_normal.npy")
+
+
+def _picture_normal(args, image, result, video: bool):
+    from .. import visualization as vis
+
+    return vis.normals_to_rgb(result["normals"])
+
+
+def _write_pointmap(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+    from .. import visualization as vis
+
+    if not args.no_arrays:
+        files.save(vis.save_npy, result["pointmap"], "_pointmap.npy")
+        files.save(vis.save_npy, result["depth"], "_depth.npy")
+    if getattr(args, "ply", False):
+        files.save(lambda points, path: vis.save_ply(path, points, colors=image), result["pointmap"], ".ply")
+
+
+def _picture_pointmap(args, image, result, video: bool):
+    from .. import visualization as vis
+
+    return vis.depth_to_image(result["depth"], mask=result.get("mask"), units="m")
+
+
+def _write_albedo(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+    from .. import visualization as vis
+
+    if not video:  # the albedo image is the task's output, written even with --no-overlay
+        files.save(vis.save_image, vis.albedo_to_image(result["albedo"]), "_albedo.png")
+    if not args.no_arrays:
+        files.save(vis.save_npy, result["albedo"], "_albedo.npy")
+
+
+def _picture_albedo(args, image, result, video: bool):
+    from .. import visualization as vis
+
+    return vis.albedo_to_image(result["albedo"])
 
 
 def _cutout(foreground, alpha):
@@ -149,76 +231,89 @@ def _cutout(foreground, alpha):
     return np.round(rgba * 255.0).astype(np.uint8)
 
 
-def _matting_alpha(result: Any):
-    return result["alpha"]  # the matting pipeline's `(height, width)` float32 alpha in [0, 1]
+def _write_matting(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+    import numpy as np
+
+    from .. import visualization as vis
+
+    alpha = np.asarray(result["alpha"], np.float32)  # the matting pipeline's `(height, width)` alpha in [0, 1]
+    if not video:
+        files.save(vis.save_image, np.round(np.clip(alpha, 0, 1) * 255).astype(np.uint8), "_alpha.png")
+        if result.get("foreground") is not None:
+            files.save(vis.save_image, _cutout(result["foreground"], alpha), "_foreground.png")
+    if not args.no_arrays:
+        files.save(vis.save_npy, alpha, "_alpha.npy")
+
+
+def _picture_matting(args, image, result, video: bool):
+    import numpy as np
+    from PIL import Image
+
+    alpha = np.clip(np.asarray(result["alpha"], np.float32), 0.0, 1.0)[..., None]
+    green = np.array([0.0, 177.0, 64.0], np.float32)
+    # the model's pre-multiplied foreground over green when it gives one (the composite the model means), else the
+    # input image cut out by alpha
+    foreground = result.get("foreground")
+    person = np.asarray(foreground, np.float32) * 255.0 if foreground is not None else image * alpha
+    return Image.fromarray(np.clip(np.round(person + green * (1 - alpha)), 0, 255).astype(np.uint8))
+
+
+#: Task -> its outputs on the command line and in the app: the one place a task's files are defined. A task added
+#: from outside the package registers its own with `register_task_outputs`.
+TASK_OUTPUTS: dict[str, TaskOutputs] = {
+    "pose": TaskOutputs((".json",), _write_pose, _picture_pose),
+    "seg": TaskOutputs(("_seg.npy",), _write_seg, _picture_seg),
+    "normal": TaskOutputs(("_normal.npy",), _write_normal, _picture_normal),
+    "pointmap": TaskOutputs(("_pointmap.npy", "_depth.npy", ".ply"), _write_pointmap, _picture_pointmap),
+    "albedo": TaskOutputs(("_albedo.png", "_albedo.npy"), _write_albedo, _picture_albedo, picture_is_output=True),
+    "matting": TaskOutputs(("_alpha.png", "_foreground.png", "_alpha.npy"), _write_matting, _picture_matting),
+}
+#: The person mask any masked dense result writes (`--foreground-model` / `--foreground-mask`).
+MASK_SUFFIX = "_mask.png"
+
+
+def image_output_suffixes() -> tuple[str, ...]:
+    """Every file an image input named `n` may write directly into --out, as `n + suffix` (any task, any option):
+    each registered task's files and picture, and the person mask. (A video's entries are its frame folder and its
+    annotated video; `output_names` keeps the two apart.)"""
+    specs = task_registry().TASK_SPECS
+    suffixes = [suffix for task, outputs in TASK_OUTPUTS.items()
+                for suffix in (*outputs.files, specs[task].overlay_file_suffix if task in specs else f"_{task}.png")]
+    return tuple(dict.fromkeys([*suffixes, MASK_SUFFIX]))
+
+
+def register_task_outputs(task: str, outputs: TaskOutputs) -> None:
+    """Registers the command-line outputs of a task added to the registry from outside the package (its picture is
+    `_<task>.png` unless its spec names another suffix)."""
+    TASK_OUTPUTS[task] = outputs
 
 
 def write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: bool = False,
-                   pose_json: dict | None = None) -> tuple[list[Path], Any]:
-    """Write one image's (or video frame's) outputs next to `base` (`<folder>/<name>`).
+                  pose_json: dict | None = None) -> tuple[list[Path], Any]:
+    """Write one image's (or video frame's) outputs next to `base` (`<folder>/<name>`): the task's files
+    (`TASK_OUTPUTS`), the person mask of a masked result, and the picture.
 
     Returns:
         `(paths written, overlay)`: for a video frame the overlay (PIL) goes to the annotated video and is returned
         instead of written (None with --no-overlay).
     """
-    import numpy as np
-
     from .. import visualization as vis
 
-    written: list[Path] = []
-
-    def out(suffix: str) -> Path:
-        if suffix not in IMAGE_OUTPUT_SUFFIXES:  # output_names must know every file an input writes
-            raise AssertionError(f"{suffix!r} is not in IMAGE_OUTPUT_SUFFIXES")
-        return base.parent / f"{base.name}{suffix}"
-
-    def save(function, value, path: Path) -> None:
-        function(value, path)
-        written.append(path)
-
-    overlay_name = task_registry().TASK_SPECS[args.task].overlay_file_suffix
-    if args.task == "pose":
-        if pose_json is None:
-            pose_json = pose_annotations(str(base), image.shape, result, args.kpt_threshold,
-                                   getattr(args, "keypoint_format", None))
-        _save_json(pose_json, out(".json"))
-        written.append(out(".json"))
-    elif args.task == "seg":
-        seg = result["segmentation"]
-        if not args.no_arrays:
-            save(vis.save_npy, seg.astype(np.uint8) if seg.max(initial=0) < 256 else seg, out("_seg.npy"))
-    elif args.task == "normal":
-        if not args.no_arrays:
-            save(vis.save_npy, result["normals"], out("_normal.npy"))
-    elif args.task == "pointmap":
-        if not args.no_arrays:
-            save(vis.save_npy, result["pointmap"], out("_pointmap.npy"))
-            save(vis.save_npy, result["depth"], out("_depth.npy"))
-        if getattr(args, "ply", False):
-            vis.save_ply(out(".ply"), result["pointmap"], colors=image)
-            written.append(out(".ply"))
-    elif args.task == "albedo":
-        if not video:  # the albedo image is the task's output, written even with --no-overlay
-            save(vis.save_image, vis.albedo_to_image(result["albedo"]), out("_albedo.png"))
-        if not args.no_arrays:
-            save(vis.save_npy, result["albedo"], out("_albedo.npy"))
-    elif args.task == "matting":
-        alpha = np.asarray(_matting_alpha(result), np.float32)
-        if not video:
-            save(vis.save_image, np.round(np.clip(alpha, 0, 1) * 255).astype(np.uint8), out("_alpha.png"))
-            if result.get("foreground") is not None:
-                save(vis.save_image, _cutout(result["foreground"], alpha), out("_foreground.png"))
-        if not args.no_arrays:
-            save(vis.save_npy, alpha, out("_alpha.npy"))
+    outputs = TASK_OUTPUTS.get(args.task)
+    if outputs is None:
+        raise ValueError(f"no outputs defined for task {args.task!r}; register them with register_task_outputs.")
+    files = OutputFiles(base)
+    outputs.write(args, files, image, result, video, pose_json)
     if isinstance(result, dict) and result.get("mask") is not None and not video:  # --foreground-model / -mask
-        save(vis.save_image, result["mask"].astype(np.uint8) * 255, out("_mask.png"))
+        files.save(vis.save_image, result["mask"].astype("uint8") * 255, MASK_SUFFIX)
     overlay = None
-    if not args.no_overlay and not (args.task == "albedo" and not video):
-        overlay = _overlay(args, image, result, video=video)
+    if not args.no_overlay and not (outputs.picture_is_output and not video):
+        overlay = outputs.picture(args, image, result, video)
         if not video:
-            save(vis.save_image, overlay, out(overlay_name))
+            files.save(vis.save_image, overlay, task_registry().TASK_SPECS[args.task].overlay_file_suffix)
             overlay = None
-    return written, overlay
+    return files.written, overlay
+
 
 def _save_json(data: Any, path: Path, indent: int | None = None) -> None:
     """Write JSON atomically; NaN / infinity are an error (`allow_nan=False`), never written as invalid JSON."""

@@ -84,7 +84,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .._registration import task_registry
 from .options import (check_local_source, check_regular_file, finite_float, non_negative_float, positive_float,
                       positive_int)
-from .outputs import (IMAGE_OUTPUT_SUFFIXES, OutputWriteError, _boxes_for, _reason, _save_json, pose_annotations,
+from .outputs import (OutputWriteError, _boxes_for, _reason, _save_json, image_output_suffixes, pose_annotations,
                       predict_images, write_outputs, writing_outputs)
 from .sharding import STATE_FOLDER
 
@@ -99,7 +99,7 @@ TASK_TO_PIPELINE = {name: spec.pipeline_name for name, spec in _TASK_SPECS.items
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 # The entries of a video named `v` in --out (its frame folder and its annotated video); an image's files are
-# `IMAGE_OUTPUT_SUFFIXES` (cli/outputs.py). `output_names` keeps them apart.
+# `image_output_suffixes()` (cli/outputs.py). `output_names` keeps them apart.
 VIDEO_OUTPUT_SUFFIXES = ("", ".mp4")
 RESERVED_ENTRIES = ("summary.json", STATE_FOLDER)
 KEYPOINT_FORMAT_CHOICES = ("coco17", "coco_wholebody133", "body25")  # sapiens2_keypoint_formats.KEYPOINT_FORMATS
@@ -314,11 +314,11 @@ def output_names(images: list[Path], videos: list[Path]) -> tuple[list[str], lis
     An input is named by the first of these under which no entry it writes into --out clashes with another input's:
     its stem (`a.png` -> `a`, as before), its file name (`a.png` while `a.jpg` is an input too), its file name and a
     hash of its resolved path (`a.png-1c9e05d2f3`, for an `a.png` in two folders). The entries are
-    `name + IMAGE_OUTPUT_SUFFIXES` for an image and `name + VIDEO_OUTPUT_SUFFIXES` for a video, compared without
+    `name + image_output_suffixes()` for an image and `name + VIDEO_OUTPUT_SUFFIXES` for a video, compared without
     letter case (case-insensitive file systems); `RESERVED_ENTRIES` (the run's summary and state folder) clash with
     every input. All inputs of a clash move on together, so a name does not depend on the order of the inputs, only
     on which inputs clash; a run computes every name before sharding."""
-    units = [(path, IMAGE_OUTPUT_SUFFIXES) for path in images] + [(path, VIDEO_OUTPUT_SUFFIXES) for path in videos]
+    units = [(path, image_output_suffixes()) for path in images] + [(path, VIDEO_OUTPUT_SUFFIXES) for path in videos]
     reserved = {entry.casefold() for entry in RESERVED_ENTRIES}
     levels = [0] * len(units)
     while True:
