@@ -167,3 +167,25 @@ if __name__ == "__main__":  # a process of the launch in `sharded_runs`: one CLI
     for argv in json.loads(sys.argv[1]):
         if main(argv) != 0:
             sys.exit(1)
+
+
+def test_the_resume_fingerprint_is_derived_from_the_typed_output_options():
+    """Every option a resume marker records is a field of `OutputOptions` (none hand-listed); the later options are
+    recorded only when set, so markers written without them stay valid; device, batch size and threads are not
+    output options."""
+    import argparse
+    import dataclasses
+
+    from sapiens2_hf.cli.options import OutputOptions
+
+    args = argparse.Namespace(task="seg", model="m", dtype="float32", no_overlay=False, device="cpu", batch_size=4,
+                              threads=2, foreground_model=None, temporal_filter=False)
+    options = OutputOptions.from_args(args)
+    recorded = options.fingerprint()
+    assert recorded["dtype"] == "float32" and recorded["no_overlay"] is False and recorded["kpt_threshold"] is None
+    assert not {"device", "batch_size", "threads"} & set(recorded)
+    assert "foreground_model" not in recorded and "temporal_filter" not in recorded  # set-only, unset
+    changed = OutputOptions.from_args(argparse.Namespace(**{**vars(args), "foreground_model": "seg-model"}))
+    assert changed.fingerprint()["foreground_model"] == "seg-model" and changed.fingerprint() != recorded
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.dtype = "bfloat16"

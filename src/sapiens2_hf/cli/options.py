@@ -17,7 +17,9 @@ import json
 import math
 import os
 import stat
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from .._registration import task_registry
 
@@ -150,3 +152,54 @@ def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) ->
 
 __all__ = ["TEMPORAL_FILTER_TASKS", "add_temporal_filter_arguments", "check_local_source", "check_regular_file",
            "finite_float", "looks_local", "non_negative_float", "positive_float", "positive_int"]
+
+
+# ------------------------------------------------------------------------------------------------ typed options
+
+
+def _set_only(default: Any = None):
+    """A field added after the first resume markers were written: fingerprinted only when set, so that the markers
+    of runs without it stay valid."""
+    return field(default=default, metadata={"fingerprint": "when_set"})
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """The options of a task command that change what it writes (device, batch size and threads change outputs only
+    within float tolerance and are not here): what a resumed run compares an input's marker against
+    (cli/sharding.py `fingerprint`). Built from the parsed command line by `from_args`; an option a command does
+    not have is `None`."""
+
+    dtype: str | None = None
+    input_size: Any = None
+    no_overlay: bool | None = None
+    no_arrays: bool | None = None
+    video_stride: int | None = None
+    max_frames: int | None = None
+    ply: bool | None = None
+    no_flip_test: bool | None = None
+    kpt_threshold: float | None = None
+    detector: str | None = None
+    detector_threshold: float | None = None
+    keypoint_format: str | None = None
+    detect_every: int | None = None
+    track_iou: float | None = None
+    no_smooth: bool | None = None
+    smooth_min_cutoff: float | None = None
+    smooth_beta: float | None = None
+    foreground_model: str | None = _set_only()
+    foreground_mask: str | None = _set_only()
+    focal_length: float | None = _set_only()
+    intrinsics: Any = _set_only()
+    temporal_filter: bool | None = _set_only()
+    temporal_min_cutoff: float | None = _set_only()
+    temporal_beta: float | None = _set_only()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "OutputOptions":
+        return cls(**{option.name: getattr(args, option.name, None) for option in fields(cls)})
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The options as a resume marker records them: every field, except the set-only ones while unset."""
+        return {option.name: getattr(self, option.name) for option in fields(self)
+                if option.metadata.get("fingerprint") != "when_set" or getattr(self, option.name) not in (None, False)}

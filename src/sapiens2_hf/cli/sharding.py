@@ -11,7 +11,7 @@ CPU). Each process writes its own part of the summary; after all are done the ma
 Resuming: each input's outputs are written atomically (a file is absent or complete), and when all of them are
 written a marker `<out>/.sapiens2-hf/done/{images,videos}/<name>.json` records the files and a fingerprint of what
 they depend on (the input file's path, size and modification time, the model argument, the options that change
-outputs, the input's entry in --boxes). A later run skips an input whose marker matches and whose files all exist,
+outputs: the fields of cli/options.py `OutputOptions`, the input's entry in --boxes). A later run skips an input whose marker matches and whose files all exist,
 and computes it again when any of them is missing or the options differ; `--overwrite` recomputes everything.
 Markers are written per input, so an interrupted run resumes where it stopped, whatever process held the input.
 """
@@ -24,18 +24,9 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from .options import OutputOptions
+
 STATE_FOLDER = ".sapiens2-hf"
-# options that change what a task command writes (device, batch size and threads change it only within float
-# tolerance, so a resumed run does not recompute for them)
-OUTPUT_OPTIONS = (
-    "dtype", "input_size", "no_overlay", "no_arrays", "video_stride", "max_frames", "ply", "no_flip_test",
-    "kpt_threshold", "detector", "detector_threshold", "keypoint_format", "detect_every", "track_iou", "no_smooth",
-    "smooth_min_cutoff", "smooth_beta",
-)
-# options added after the first markers were written: in the fingerprint only when set, so that the markers of runs
-# without them stay valid
-OPTIONAL_OUTPUT_OPTIONS = ("foreground_model", "foreground_mask", "focal_length", "intrinsics", "temporal_filter",
-                           "temporal_min_cutoff", "temporal_beta")
 
 
 def world_size() -> int:
@@ -105,9 +96,7 @@ def marker_path(out: Path, kind: str, name: str) -> Path:
 def fingerprint(args, path: Path, boxes: Any) -> dict[str, Any]:
     """What an input's outputs depend on (see the module docstring)."""
     stat = path.stat()
-    options = {key: getattr(args, key, None) for key in OUTPUT_OPTIONS}
-    options.update({key: getattr(args, key) for key in OPTIONAL_OUTPUT_OPTIONS
-                    if getattr(args, key, None) not in (None, False)})
+    options = OutputOptions.from_args(args).fingerprint()
     return {
         "input": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "task": args.task,
         "model": str(args.model), "options": options, "boxes": boxes,
