@@ -161,6 +161,10 @@ save_file({k: v.contiguous() for k, v in model.state_dict().items()}, os.path.jo
 with open(os.path.join(sys.argv[1], f"rank{rank}.world"), "w") as handle:
     handle.write(str(trainer.args.world_size))
 print("WORLD", trainer.args.world_size, "LOG", trainer.state.log_history[-1], flush=True)
+# Both ranks finish before either tears gloo down: a rank exiting while its peer's gloo thread still reads the socket
+# aborts the peer ("terminate called without an active exception", once in a full run), as in the pretraining test.
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
 '''
 
 
