@@ -12,7 +12,7 @@ works unchanged. transformers' `Pipeline` does not require a `PreTrainedModel`: 
 `model.eval()` and `model(pixel_values=...)`. These classes provide exactly that (float32 only; `to()` refuses what
 the runtime cannot do, with the reason), and nothing else of a `PreTrainedModel`.
 
-Which class runs which format, and the backends' names, are in `backends.py`.
+Which class runs which format, and the backends' names, are rows of `formats.py`; `backends.py` loads them.
 """
 
 from __future__ import annotations
