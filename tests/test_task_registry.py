@@ -262,6 +262,25 @@ def test_video_and_picture_tables_are_derived_from_the_registry():
     assert custom.tab_title == "Depth" and custom.overlay_file_suffix == "_depth.png"
 
 
+def test_video_filtering_follows_a_task_registered_after_import(monkeypatch):
+    """A dense task added to the registry at run time (a 2-channel UV map) is filtered frame to frame with the untuned
+    defaults, its maps read from its registry entry; a task without maps is refused, naming the dense ones."""
+    from sapiens2_hf.video.smoothing import UNTUNED_DENSE_DEFAULTS, DenseResultFilter
+
+    uv = dataclasses.replace(TASK_SPECS["normal"], name="uv", result_maps=("uv",), foreground_fill=None)
+    monkeypatch.setitem(TASK_SPECS, "uv", uv)
+    smoother = DenseResultFilter("uv")
+    assert (smoother.min_cutoff, smoother.beta) == UNTUNED_DENSE_DEFAULTS[:2]
+    image = np.zeros((32, 24, 3), np.uint8)  # DIS optical flow needs a side of 12 pixels or more
+    first = np.full((32, 24, 2), 0.2, np.float32)
+    smoother.filter({"uv": first}, image, 0.0)
+    second = smoother.filter({"uv": first + 0.01, "other": 1}, image, 1 / 30)
+    assert second["other"] == 1 and second["uv"].shape == (32, 24, 2)
+    assert 0.2 <= float(second["uv"].mean()) < 0.21  # low-passed towards the previous frame, not passed through
+    with pytest.raises(ValueError, match=r"dense maps is for \[.*'uv'.*\], not 'pose'"):
+        DenseResultFilter("pose")
+
+
 def test_data_tables_are_derived_from_the_registry():
     dense = [name for name in TASK_NAMES if not TASK_SPECS[name].top_down]
     assert hf_datasets.DEFAULT_COLUMNS["label"] == {name: DATA_TASKS[name].target_columns for name in dense}

@@ -151,6 +151,9 @@ DEFAULT_MISREGISTRATION_PX = 1.0
 #: Task -> the per-pixel maps of its pipeline result (the registry's `result_maps`), for every task that has some.
 DENSE_TASK_MAPS: dict[str, tuple[str, ...]] = {name: spec.result_maps for name, spec in TASK_SPECS.items()
                                                if spec.result_maps}
+#: A dense task without measured defaults (one registered from outside the package) starts from albedo's and the
+#: pointmap's first measured setting: 1 Hz, beta 0.5, 0.5 px, no coherent term.
+UNTUNED_DENSE_DEFAULTS = (1.0, 0.5, 0.5, 0.0)
 DENSE_TASK_DEFAULTS: dict[str, tuple[float, float, float, float]] = {
     "normal": (0.5, 0.25, 0.25, 0.0), "pointmap": (0.5, 0.25, 0.5, 1 / 6), "albedo": (1.0, 0.5, 0.5, 0.0),
     "matting": (1.0, 0.5, 1.0, 0.0), "seg": (0.5, 0.0, 1.0, 0.0),
@@ -387,21 +390,24 @@ class DenseResultFilter:
 
     def __init__(self, task: str, min_cutoff: float | None = None, beta: float | None = None,
                  occlusion_threshold: float = DEFAULT_OCCLUSION_THRESHOLD, coherent_scale: float | None = None):
-        if task not in DENSE_TASK_MAPS:
-            raise ValueError(f"temporal filtering of dense maps is for {sorted(DENSE_TASK_MAPS)}, not {task!r} "
+        spec = TASK_SPECS.get(task)  # read now: a task registered after import filters too
+        if spec is None or not spec.result_maps:
+            dense = sorted(name for name, other in TASK_SPECS.items() if other.result_maps)
+            raise ValueError(f"temporal filtering of dense maps is for {dense}, not {task!r} "
                              "(pose keypoints have the One-Euro filter).")
-        default_cutoff, default_beta, misregistration_px, default_coherent = DENSE_TASK_DEFAULTS[task]
+        default_cutoff, default_beta, misregistration_px, default_coherent = DENSE_TASK_DEFAULTS.get(
+            task, UNTUNED_DENSE_DEFAULTS)
         self.task = task
         self.min_cutoff = default_cutoff if min_cutoff is None else float(min_cutoff)
         self.beta = default_beta if beta is None else float(beta)
         self.coherent_scale = default_coherent if coherent_scale is None else float(coherent_scale)
         self.occlusion_threshold = float(occlusion_threshold)
         # normals, pointmap and albedo outside the person are 0 (NaN for the pointmap) once masked (cli/predict.py)
-        masked = task in ("normal", "pointmap", "albedo")
+        masked = spec.foreground_fill is not None  # maps the foreground mask fills outside the person
         self._filters = {key: FlowGuidedFilter(self.min_cutoff, self.beta, occlusion_threshold=occlusion_threshold,
                                                misregistration_px=misregistration_px, zero_is_masked=masked,
                                                coherent_scale=self.coherent_scale)
-                         for key in DENSE_TASK_MAPS[task]}
+                         for key in spec.result_maps}
         self._num_classes = 0
 
     def reset(self) -> None:
@@ -415,7 +421,7 @@ class DenseResultFilter:
             if value is None:
                 continue
             value = np.asarray(value)
-            if self.task == "seg":
+            if key == "segmentation":  # class ids: filtered as one-hot scores, then argmax
                 labels = value.astype(np.int64)
                 self._num_classes = max(self._num_classes, int(labels.max(initial=0)) + 1)
                 one_hot = (labels[..., None] == np.arange(self._num_classes)).astype(np.float32)
