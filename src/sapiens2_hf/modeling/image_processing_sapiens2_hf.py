@@ -906,6 +906,46 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             raise ValueError(f"keypoint_format converts the {NUM_POSE_KEYPOINTS} Sapiens2 keypoints, but the heatmaps "
                              f"hold {heatmaps.shape[1]}; use keypoint_format=None for this model.")
         device = heatmaps.device
+        other, raw, indices = self._flip_test_inputs(outputs_flipped, outputs_on_flipped_input, flip_indices,
+                                                     flip_pairs, heatmaps.shape[1])
+        bbox_center, bbox_scale, boxes_xyxy, image_index, num_images = self._pose_crop_geometry(
+            boxes, box_format, source_sizes, input_size, bbox_center, bbox_scale, image_index, boxes_xyxy)
+        if len(bbox_center) != heatmaps.shape[0]:
+            raise ValueError(f"{heatmaps.shape[0]} heatmaps for {len(bbox_center)} boxes; the outputs must hold one "
+                             "row per box, in the order given to preprocess.")
+        results: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(num_images)]
+        if heatmaps.shape[0] == 0:
+            return results
+        keypoints_input, scores = _decode_pose_heatmaps(heatmaps, other, raw, indices, channels, input_size,
+                                                        kernel_size or self.blur_kernel_size)
+        keypoints = crop_to_image(keypoints_input, bbox_center, bbox_scale, input_size)
+        boxes_xyxy = boxes_xyxy.to(keypoints.device)
+        source_sizes = _sizes_list(source_sizes, num_images, "source_sizes")
+        target_sizes = _sizes_list(target_sizes, num_images, "target_sizes")
+        if target_sizes is not None:
+            if source_sizes is None:
+                raise ValueError("source_sizes must be given with target_sizes.")
+            factors = torch.tensor([[t[1] / s[1], t[0] / s[0]] for s, t in zip(source_sizes, target_sizes)],
+                                   dtype=torch.float64, device=keypoints.device)[image_index.to(keypoints.device)]
+            keypoints = keypoints * factors[:, None, :]
+            boxes_xyxy = (boxes_xyxy.double() * factors[:, [0, 1, 0, 1]]).float()
+        if keypoint_format is not None:
+            # before the threshold: a mean needs both of its sources
+            keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format, source_indices=channels)
+        labels = torch.arange(keypoints.shape[1], device=device)
+        for row, image in enumerate(image_index.tolist()):
+            person = {"keypoints": keypoints[row], "scores": scores[row], "labels": labels, "bbox": boxes_xyxy[row]}
+            if threshold is not None:
+                keep = person["scores"] > threshold
+                person.update(keypoints=person["keypoints"][keep.to(keypoints.device)], scores=person["scores"][keep],
+                              labels=labels[keep])
+            results[image].append(person)
+        return results
+
+    def _flip_test_inputs(self, outputs_flipped, outputs_on_flipped_input, flip_indices, flip_pairs,
+                          num_keypoints: int):
+        """`(flipped back, raw flipped, flip indices)` heatmaps of `post_process_pose_estimation`'s two flip-test
+        conventions (None where not given)."""
         if outputs_flipped is not None and outputs_on_flipped_input is not None:
             raise ValueError("pass either outputs_flipped (already flipped back) or outputs_on_flipped_input "
                              "(raw), not both.")
@@ -915,8 +955,13 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         if outputs_on_flipped_input is not None:
             raw = outputs_on_flipped_input.heatmaps if hasattr(outputs_on_flipped_input, "heatmaps") \
                 else outputs_on_flipped_input
-            indices = flip_indices if flip_indices is not None else self.get_flip_indices(heatmaps.shape[1], flip_pairs)
+            indices = flip_indices if flip_indices is not None else self.get_flip_indices(num_keypoints, flip_pairs)
+        return other, raw, indices
 
+    def _pose_crop_geometry(self, boxes, box_format, source_sizes, input_size, bbox_center, bbox_scale, image_index,
+                            boxes_xyxy):
+        """`(bbox_center, bbox_scale, boxes_xyxy, image_index, num_images)` of the crops, from `boxes` in
+        `box_format` or from `preprocess`'s geometry outputs (both given: they must agree)."""
         from_boxes = None
         if boxes is not None:
             if box_format is None:
@@ -944,76 +989,15 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             if from_boxes is None:
                 raise ValueError("pass the boxes given to preprocess (boxes= with box_format=) or its bbox_center, "
                                  "bbox_scale and image_index outputs.")
-            bbox_center, bbox_scale, boxes_xyxy, image_index, num_images = from_boxes
-        else:
-            if image_index is None:
-                image_index = torch.zeros(len(bbox_center), dtype=torch.long)
-            num_images = int(image_index.max()) + 1 if len(image_index) else 0
-            if source_sizes is not None:
-                num_images = max(num_images, len(source_sizes))
-            if boxes_xyxy is None:
-                boxes_xyxy = torch.cat([bbox_center - bbox_scale / 2, bbox_center + bbox_scale / 2], dim=1)
-            boxes_xyxy = boxes_xyxy.float()
-        if len(bbox_center) != heatmaps.shape[0]:
-            raise ValueError(f"{heatmaps.shape[0]} heatmaps for {len(bbox_center)} boxes; the outputs must hold one "
-                             "row per box, in the order given to preprocess.")
-        results: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(num_images)]
-        if heatmaps.shape[0] == 0:
-            return results
-        num_channels = heatmaps.shape[1]
-        kernel_size = kernel_size or self.blur_kernel_size
-
-        def decode(rows: slice, maps: list[int] | None, previous_map: list[int] | None) -> dict[str, torch.Tensor]:
-            """Decode the channels `maps` (all when None) of the crops `rows`."""
-            select = (lambda t: t) if maps is None else (
-                lambda t: t.index_select(1, torch.tensor(maps, dtype=torch.long, device=t.device)))
-            chunk = select(heatmaps[rows]).float()
-            if other is not None:
-                chunk = (chunk + select(other[rows]).float()) * 0.5
-            if raw is not None:
-                chunk = flip_test_average(chunk, raw[rows].float(), indices, channels=maps)
-            return decode_udp_heatmaps(chunk, input_size, kernel_size, previous_map=previous_map)
-
-        keypoints_input, scores = [], []
-        for start in range(0, heatmaps.shape[0], POSE_DECODE_CHUNK_SIZE):
-            rows = slice(start, start + POSE_DECODE_CHUNK_SIZE)
-            if channels is None:
-                decoded = decode(rows, None, None)
-            else:
-                # decode only the channels the format reads; a maximum <= 0 makes the official refinement read the
-                # previous channel too (refine_keypoints_dark_udp), so then that one is decoded as well
-                maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=False)
-                decoded = decode(rows, maps, previous_map)
-                if not bool((decoded["scores"] > 0).all()):
-                    maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=True)
-                    decoded = decode(rows, maps, previous_map)
-                decoded = {key: value[:, positions] for key, value in decoded.items()}
-            keypoints_input.append(decoded["keypoints_input"])
-            scores.append(decoded["scores"])
-        keypoints = crop_to_image(torch.cat(keypoints_input), bbox_center, bbox_scale, input_size)
-        scores = torch.cat(scores)
-        boxes_xyxy = boxes_xyxy.to(keypoints.device)
-        source_sizes = _sizes_list(source_sizes, num_images, "source_sizes")
-        target_sizes = _sizes_list(target_sizes, num_images, "target_sizes")
-        if target_sizes is not None:
-            if source_sizes is None:
-                raise ValueError("source_sizes must be given with target_sizes.")
-            factors = torch.tensor([[t[1] / s[1], t[0] / s[0]] for s, t in zip(source_sizes, target_sizes)],
-                                   dtype=torch.float64, device=keypoints.device)[image_index.to(keypoints.device)]
-            keypoints = keypoints * factors[:, None, :]
-            boxes_xyxy = (boxes_xyxy.double() * factors[:, [0, 1, 0, 1]]).float()
-        if keypoint_format is not None:
-            # before the threshold: a mean needs both of its sources
-            keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format, source_indices=channels)
-        labels = torch.arange(keypoints.shape[1], device=device)
-        for row, image in enumerate(image_index.tolist()):
-            person = {"keypoints": keypoints[row], "scores": scores[row], "labels": labels, "bbox": boxes_xyxy[row]}
-            if threshold is not None:
-                keep = person["scores"] > threshold
-                person.update(keypoints=person["keypoints"][keep.to(keypoints.device)], scores=person["scores"][keep],
-                              labels=labels[keep])
-            results[image].append(person)
-        return results
+            return from_boxes
+        if image_index is None:
+            image_index = torch.zeros(len(bbox_center), dtype=torch.long)
+        num_images = int(image_index.max()) + 1 if len(image_index) else 0
+        if source_sizes is not None:
+            num_images = max(num_images, len(source_sizes))
+        if boxes_xyxy is None:
+            boxes_xyxy = torch.cat([bbox_center - bbox_scale / 2, bbox_center + bbox_scale / 2], dim=1)
+        return bbox_center, bbox_scale, boxes_xyxy.float(), image_index, num_images
 
     # ------------------------------------------------------------------------------------------------------------
     # post-processing: dense tasks
@@ -1387,6 +1371,42 @@ def _reproject_pointmap(pointmap: torch.Tensor, camera: tuple[float, float, floa
     slope_y = ((v - cy) / fy).to(pointmap.device, pointmap.dtype)
     z = pointmap[2]
     return torch.stack([slope_x[None, :] * z, slope_y[:, None] * z, z])
+
+
+def _decode_pose_heatmaps(heatmaps, flipped_back, flipped_raw, flip_indices, channels, input_size, kernel_size):
+    """`(keypoints in crop pixels, scores)` of every crop, decoded `POSE_DECODE_CHUNK_SIZE` crops at a time (memory
+    bounded by the chunk; results independent of it), with the flip test of either convention, and only the
+    `channels` a keypoint format reads when given."""
+    num_channels = heatmaps.shape[1]
+
+    def decode(rows: slice, maps: list[int] | None, previous_map: list[int] | None) -> dict[str, torch.Tensor]:
+        """Decode the channels `maps` (all when None) of the crops `rows`."""
+        select = (lambda t: t) if maps is None else (
+            lambda t: t.index_select(1, torch.tensor(maps, dtype=torch.long, device=t.device)))
+        chunk = select(heatmaps[rows]).float()
+        if flipped_back is not None:
+            chunk = (chunk + select(flipped_back[rows]).float()) * 0.5
+        if flipped_raw is not None:
+            chunk = flip_test_average(chunk, flipped_raw[rows].float(), flip_indices, channels=maps)
+        return decode_udp_heatmaps(chunk, input_size, kernel_size, previous_map=previous_map)
+
+    keypoints_input, scores = [], []
+    for start in range(0, heatmaps.shape[0], POSE_DECODE_CHUNK_SIZE):
+        rows = slice(start, start + POSE_DECODE_CHUNK_SIZE)
+        if channels is None:
+            decoded = decode(rows, None, None)
+        else:
+            # decode only the channels the format reads; a maximum <= 0 makes the official refinement read the
+            # previous channel too (refine_keypoints_dark_udp), so then that one is decoded as well
+            maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=False)
+            decoded = decode(rows, maps, previous_map)
+            if not bool((decoded["scores"] > 0).all()):
+                maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=True)
+                decoded = decode(rows, maps, previous_map)
+            decoded = {key: value[:, positions] for key, value in decoded.items()}
+        keypoints_input.append(decoded["keypoints_input"])
+        scores.append(decoded["scores"])
+    return torch.cat(keypoints_input), torch.cat(scores)
 
 
 def image_processor_for_task(task: str | None, **kwargs) -> Sapiens2HFImageProcessor:
