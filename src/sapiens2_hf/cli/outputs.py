@@ -40,6 +40,7 @@ def writing_outputs() -> Iterator[None]:
             raise
         raise OutputWriteError(error.errno, error.strerror or str(error), error.filename) from error
 
+
 def _format_skeleton(keypoint_format: str) -> list[list[int]]:
     """The 308 skeleton's links between keypoints that `keypoint_format` copies (1-based, COCO style): each link
     joins the same two landmarks in both layouts; a 308 point copied twice (COCO-WholeBody's wrist and hand root)
@@ -277,8 +278,8 @@ def image_output_suffixes() -> tuple[str, ...]:
     each registered task's files and picture, and the person mask. (A video's entries are its frame folder and its
     annotated video; `output_names` keeps the two apart.)"""
     specs = task_registry().TASK_SPECS
-    suffixes = [suffix for task, outputs in TASK_OUTPUTS.items()
-                for suffix in (*outputs.files, specs[task].overlay_file_suffix if task in specs else f"_{task}.png")]
+    suffixes = [suffix for task, outputs in TASK_OUTPUTS.items() if task in specs
+                for suffix in (*outputs.files, specs[task].overlay_file_suffix)]
     return tuple(dict.fromkeys([*suffixes, MASK_SUFFIX]))
 
 
@@ -321,6 +322,7 @@ def _save_json(data: Any, path: Path, indent: int | None = None) -> None:
 
     text = json.dumps(data, indent=indent, allow_nan=False)
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
 
 def _reason(error: BaseException) -> str:
     return str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"
