@@ -18,7 +18,6 @@ import platform
 import sys
 from dataclasses import asdict, dataclass, field
 
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
@@ -120,26 +119,25 @@ class EnvironmentReport:
 def declared_requirements(distribution: str = DISTRIBUTION) -> list[tuple[Requirement, str | None]]:
     """`(requirement, extra or None)` for every dependency `distribution` declares, in declaration order; an extra
     that only gathers other extras (`all`, `test`'s `sapiens2_hf[all]`) contributes its own packages only."""
+    extras = importlib.metadata.metadata(distribution).get_all("Provides-Extra") or []
     declared = []
     seen = set()
     for line in importlib.metadata.requires(distribution) or ():
         requirement = Requirement(line)
-        extra = _extra_of(requirement.marker)
         if requirement.name.replace("-", "_").lower() == distribution.lower() or requirement.name.lower() in seen:
             continue
         seen.add(requirement.name.lower())
-        declared.append((requirement, extra))
+        declared.append((requirement, _extra_of(requirement, extras)))
     return declared
 
 
-def _extra_of(marker: Marker | None) -> str | None:
-    """The extra named by a Requires-Dist marker (`extra == "train"`), or None for the core."""
-    if marker is None:
+def _extra_of(requirement: Requirement, extras: list[str]) -> str | None:
+    """The extra whose `extra == "..."` marker selects `requirement`, or None for the core (no marker, or one that
+    holds without any extra)."""
+    marker = requirement.marker
+    if marker is None or marker.evaluate({"extra": ""}):
         return None
-    for item in marker._markers:  # (Variable, Op, Value) tuples; nested lists for and/or, which setup.cfg never writes
-        if isinstance(item, tuple) and str(item[0]) == "extra":
-            return str(item[2])
-    return None
+    return next((extra for extra in extras if marker.evaluate({"extra": extra})), None)
 
 
 def _installed_version(name: str) -> str | None:
