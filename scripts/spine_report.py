@@ -3,8 +3,8 @@ the 15 longest functions, the comparisons against task names outside modeling/, 
 
     python scripts/spine_report.py [SRC]        # SRC defaults to this checkout's src/sapiens2_hf
 
-A task-name comparison is an `==`/`!=`/`in` comparison, a `match` case or a dict key whose operand is one of the six task
-names as a string literal (`task == "seg"`, `{"pose": ...}`, `args.task in ("normal", "pointmap")`).
+A task-name comparison is an `==`/`!=`/`in` comparison, a `match` case or a dict key whose operand is one of the six
+task names as a string literal (`task == "seg"`, `{"pose": ...}`, `args.task in ("normal", "pointmap")`).
 """
 
 from __future__ import annotations

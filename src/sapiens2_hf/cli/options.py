@@ -157,10 +157,10 @@ __all__ = ["TEMPORAL_FILTER_TASKS", "add_temporal_filter_arguments", "check_loca
 # ------------------------------------------------------------------------------------------------ typed options
 
 
-def _set_only(default: Any = None):
+def _set_only():
     """A field added after the first resume markers were written: fingerprinted only when set, so that the markers
     of runs without it stay valid."""
-    return field(default=default, metadata={"fingerprint": "when_set"})
+    return field(default=None, metadata={"fingerprint": "when_set"})
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,13 @@ CPU). Each process writes its own part of the summary; after all are done the ma
 `summary.json`. On a machine without GPUs, `accelerate launch --multi_gpu --num_processes 2 ...` starts the processes
 (they then use gloo on the CPU); plain `--num_processes 2` there starts only one.
 
-Resuming: each input's outputs are written atomically (a file is absent or complete), and when all of them are
-written a marker `<out>/.sapiens2-hf/done/{images,videos}/<name>.json` records the files and a fingerprint of what
-they depend on (the input file's path, size and modification time, the model argument, the options that change
-outputs: the fields of cli/options.py `OutputOptions`, the input's entry in --boxes). A later run skips an input whose marker matches and whose files all exist,
-and computes it again when any of them is missing or the options differ; `--overwrite` recomputes everything.
-Markers are written per input, so an interrupted run resumes where it stopped, whatever process held the input.
+Resuming: each input's outputs are written atomically (a file is absent or complete), and when all of them are written a
+marker `<out>/.sapiens2-hf/done/{images,videos}/<name>.json` records the files and a fingerprint of what they depend on
+(the input file's path, size and modification time, the model argument, the options that change outputs: the fields of
+cli/options.py `OutputOptions`, the input's entry in --boxes). A later run skips an input whose marker matches and whose
+files all exist, and computes it again when any of them is missing or the options differ; `--overwrite` recomputes
+everything. Markers are written per input, so an interrupted run resumes where it stopped, whatever process held the
+input.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 Keypoint names, flip pairs, class names and their counts have one source and one import path,
 `sapiens2_hf.modeling.sapiens2_label_data` (generated from the project spec files by scripts/generate_label_data.py);
-`KEYPOINT_FLIP_INDICES` is derived from it here. The seg loss's ignore label and class weights (`SEG_IGNORE_INDEX`, `SEG_CE_CLASS_WEIGHTS`) come from the losses
-in the modeling folder (`sapiens2_hf.modeling.loss_sapiens2`), which the task models use. The other tables below are
-needed only by training and evaluation, so they stay out of the Hub-shipped modeling files. All values come from the
-same spec files ``keypoints308.json`` and ``seg29.json`` (extracted from facebookresearch/sapiens2 commit 3098c14:
-``sapiens/pose/configs/_base_/keypoints308.py`` and the seg configs' ``CLASS_WEIGHT``). ``tests/test_label_tables.py``
-checks every table against copies of those files.
+`KEYPOINT_FLIP_INDICES` is derived from it here. The seg loss's ignore label and class weights (`SEG_IGNORE_INDEX`,
+`SEG_CE_CLASS_WEIGHTS`) come from the losses in the modeling folder (`sapiens2_hf.modeling.loss_sapiens2`), which the
+task models use. The other tables below are needed only by training and evaluation, so they stay out of the Hub-shipped
+modeling files. All values come from the same spec files ``keypoints308.json`` and ``seg29.json`` (extracted from
+facebookresearch/sapiens2 commit 3098c14: ``sapiens/pose/configs/_base_/keypoints308.py`` and the seg configs'
+``CLASS_WEIGHT``). ``tests/test_label_tables.py`` checks every table against copies of those files.
 """
 
 from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_FLIP_PAIRS
