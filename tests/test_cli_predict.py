@@ -143,11 +143,11 @@ def test_wrong_processor_task_is_a_clear_error(tmp_path, capsys):
 def test_cli_tasks_are_the_registry_tasks():
     """The CLI's task table is derived from the registry (read torch-free, `_registration.task_registry`): it names
     exactly the registry's tasks and pipelines."""
-    from sapiens2_hf.cli.predict import _HELP, TASK_TO_PIPELINE
+    from sapiens2_hf.cli.predict import predict_parser
     from sapiens2_hf.modeling.sapiens2_tasks import TASK_SPECS
 
-    assert TASK_TO_PIPELINE == {name: spec.pipeline_name for name, spec in TASK_SPECS.items()}
-    assert list(_HELP) == list(TASK_TO_PIPELINE)
+    commands = next(a for a in predict_parser()._actions if a.dest == "command").choices
+    assert list(commands) == list(TASK_SPECS)
 
 
 @pytest.mark.parametrize("keypoint_format", ["coco17", "body25", "coco_wholebody133"])

@@ -32,8 +32,7 @@ from sapiens2_hf.pipelines import PIPELINE_CLASSES, PIPELINE_TASKS
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, image_processor_for_task
 from sapiens2_hf.modeling import image_processing_sapiens2_hf as image_processing
 from sapiens2_hf.training import TRAINING_TASKS, TaskEvaluator, TrainingTaskSpec, lora_config, task_loss
-from sapiens2_hf.training.finetune import TRANSFORMS
-from sapiens2_hf.training.tasks import HEAD_MODULES
+from sapiens2_hf.training.tasks import head_modules
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -42,7 +41,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_the_training_registry_has_exactly_the_layer0_tasks():
     assert tuple(TRAINING_TASKS) == TASK_NAMES
     assert tuple(DATA_TASKS) == TASK_NAMES
-    assert tuple(TRANSFORMS) == TASK_NAMES
     assert tuple(EVALUATE_MODULES) == TASK_NAMES
     assert WRITER_TASKS == TASK_NAMES
     assert set(HEAD_PRESETS) == set(TASK_NAMES)
@@ -54,8 +52,8 @@ def test_config_tables_are_the_registry():
     assert configuration.TASKS == TASK_NAMES
     compatible = (None, *(name for name in TASK_NAMES if TASK_SPECS[name].in_transformers))
     assert configuration.TRANSFORMERS_COMPATIBLE_TASKS == compatible
-    assert configuration.TASK_NUM_LABELS == {name: spec.num_labels for name, spec in TASK_SPECS.items()}
-    assert configuration.ARCHITECTURE_TASKS == {spec.model_class: name for name, spec in TASK_SPECS.items()}
+    for name, spec in TASK_SPECS.items():
+        assert configuration.tiny_config(name).num_labels == spec.num_labels
     # A config.json written by vanilla transformers records the task only in `architectures`.
     for name, spec in TASK_SPECS.items():
         config = configuration.Sapiens2Config.from_dict({"architectures": [spec.model_class]})
@@ -83,7 +81,7 @@ def test_each_task_model_is_the_registry_entry(task):
     if spec.output_class.startswith("Sapiens2"):  # ours: public, as the registry derives it
         assert getattr(sapiens2_hf, spec.output_class) is type(outputs)
     # the training registry's heads are exactly the model's head sub-modules
-    present = tuple(name for name in HEAD_MODULES if isinstance(getattr(model, name, None), torch.nn.Module))
+    present = tuple(name for name in head_modules() if isinstance(getattr(model, name, None), torch.nn.Module))
     assert present == TRAINING_TASKS[task].head_modules
     assert lora_config(task).modules_to_save == list(present)
     # The predictor's channels: all in `output_field`, or split with the `extra_output_fields` (matting).
@@ -102,11 +100,11 @@ def test_auto_classes_processors_and_pipelines_follow_the_registry(task):
     else:
         auto_class = getattr(transformers, spec.auto_class)
     assert auto_class._model_mapping[sapiens2_hf.Sapiens2Config] is model_class
-    assert sharing._AUTO_CLASS[task] == spec.auto_class
-    assert model_card._PIPELINE_TASKS[task] == spec.pipeline_name
-    assert (task in model_card._TRANSFORMERS_AUTO) == spec.in_transformers
+    assert sharing._auto_class_name(task) == spec.auto_class
+    assert model_card._task_facts(task) == (spec.pipeline_tag, spec.title, spec.model_class, spec.description)
+    assert (model_card._transformers_auto(task) is not None) == spec.in_transformers
     # processor: resize policy and post-processing method
-    assert task in image_processing.TASKS and PRETRAIN_TASK in image_processing.TASKS
+    assert task in image_processing.processor_tasks() and PRETRAIN_TASK in image_processing.processor_tasks()
     assert image_processor_for_task(task).do_pad == (spec.resize == "letterbox")
     assert callable(getattr(Sapiens2HFImageProcessor, spec.post_process))
     # pipeline
@@ -114,7 +112,7 @@ def test_auto_classes_processors_and_pipelines_follow_the_registry(task):
     assert PIPELINE_CLASSES[spec.pipeline_name].task_name == task
     # foreground masking: the processor's background value and the pipeline's mask options follow `foreground_fill`
     maskable = spec.foreground_fill is not None
-    assert (task in image_processing.FOREGROUND_FILL_VALUES) == maskable
+    assert (image_processing.foreground_fill_value(task) is not None) == maskable
     assert ("segmenter" in inspect.signature(PIPELINE_CLASSES[spec.pipeline_name].__init__).parameters) == maskable
     assert transformers.pipelines.PIPELINE_REGISTRY.supported_tasks[spec.pipeline_name]["pt"] == (model_class,)
     # metric script
@@ -232,12 +230,13 @@ def test_the_torch_free_registry_is_the_registry_module():
 def test_cli_tables_are_derived_from_the_registry():
     from sapiens2_hf.cli import main, predict
 
-    assert predict.TASK_TO_PIPELINE == {name: spec.pipeline_name for name, spec in TASK_SPECS.items()}
-    assert predict._HELP == {name: spec.title[0].lower() + spec.title[1:] for name, spec in TASK_SPECS.items()}
-    assert set(predict.FOREGROUND_TASKS) == {n for n, spec in TASK_SPECS.items() if spec.foreground_fill is not None}
     parser = main.build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     assert set(TASK_NAMES) <= set(commands)
+    for name, spec in TASK_SPECS.items():
+        options = {option for action in commands[name]._actions for option in action.option_strings}
+        assert ("--foreground-model" in options) == (spec.foreground_fill is not None), name
+        assert predict.task_help(name) == spec.title[0].lower() + spec.title[1:]
     for command in ("convert", "export"):  # every task converts and exports
         task_choices = next(a for a in commands[command]._actions if a.dest == "task").choices
         assert set(TASK_NAMES) <= set(task_choices), command
@@ -246,15 +245,15 @@ def test_cli_tables_are_derived_from_the_registry():
 def test_video_and_picture_tables_are_derived_from_the_registry():
     """What video filtering smooths and which picture the CLI and the app show come from the registry's
     `result_maps` and `overlay_file_suffix`; the app's tabs from `tab_title`."""
-    from sapiens2_hf.cli.options import TEMPORAL_FILTER_TASKS
+    from sapiens2_hf.cli.options import temporal_filter_tasks
     from sapiens2_hf.cli.outputs import TASK_OUTPUTS, image_output_suffixes
-    from sapiens2_hf.video.smoothing import DENSE_TASK_MAPS
+    from sapiens2_hf.video.smoothing import dense_task_maps
 
     assert list(TASK_OUTPUTS) == list(TASK_NAMES)  # every task's command-line files, registered once
     assert {spec.overlay_file_suffix for spec in TASK_SPECS.values()} <= set(image_output_suffixes())
 
     dense = {name: spec.result_maps for name, spec in TASK_SPECS.items() if spec.result_maps}
-    assert DENSE_TASK_MAPS == dense and set(TEMPORAL_FILTER_TASKS) == set(dense)
+    assert dense_task_maps() == dense and set(temporal_filter_tasks()) == set(dense)
     assert "pose" not in dense and dense["matting"] == ("alpha", "foreground")  # control: pose has no maps
     assert TASK_SPECS["pointmap"].overlay_file_suffix == "_depth.png"
     assert TASK_SPECS["seg"].overlay_file_suffix == "_seg.png" and TASK_SPECS["pose"].tab_title == "Pose (308 keypoints)"
@@ -283,9 +282,11 @@ def test_video_filtering_follows_a_task_registered_after_import(monkeypatch):
 
 def test_data_tables_are_derived_from_the_registry():
     dense = [name for name in TASK_NAMES if not TASK_SPECS[name].top_down]
-    assert hf_datasets.DEFAULT_COLUMNS["label"] == {name: DATA_TASKS[name].target_columns for name in dense}
-    assert set(validation._FILE_FIELDS) == {DATA_TASKS[name].file_key for name in dense} | {"mask"}
-    assert validation._FILE_FIELDS[-1] == "mask"
+    for name in dense:  # a dataset's target column is found among the task's candidates
+        column = DATA_TASKS[name].target_columns[-1]
+        assert hf_datasets.resolve_columns(name, ["image", column, "mask", "K"]).label == column
+    assert set(validation.file_fields()) == {DATA_TASKS[name].file_key for name in dense} | {"mask"}
+    assert validation.file_fields()[-1] == "mask"
     for name in TASK_NAMES:
         assert task_features(name, 8, 6).keys() == {"sample_index", "image", *DATA_TASKS[name].synthetic_columns}
 
@@ -305,7 +306,7 @@ def test_each_dense_task_reads_its_own_synthetic_rows_through_every_adapter(task
     assert set(reference) <= set(record), (task, set(reference) - set(record))
     for key, value in reference.items():
         assert np.array_equal(np.asarray(record[key]).reshape(np.shape(value)), value), (task, key)
-    assert spec.file_key in validation._FILE_FIELDS and spec.file_suffixes
+    assert spec.file_key in validation.file_fields() and spec.file_suffixes
 
 
 def test_a_seventh_dense_task_needs_only_registry_entries_below_the_model(monkeypatch, tmp_path):
@@ -323,7 +324,7 @@ def test_a_seventh_dense_task_needs_only_registry_entries_below_the_model(monkey
         target_columns=("depth_map", "label"), array_key="depth_map", roles={"mask": False}, file_key="depth_map",
         file_suffixes=(".npy",)))
     monkeypatch.setitem(TRAINING_TASKS, "depth", TrainingTaskSpec(
-        loss=AlbedoLoss, transform=TRANSFORMS["albedo"], metrics={"depth": AlbedoMetric},
+        loss=AlbedoLoss, transform=TRAINING_TASKS["albedo"].transform, metrics={"depth": AlbedoMetric},
         loss_batch_keys=("labels", "mask")))
     # data: `datasets` columns, rows, on-disk folders, synthetic records
     columns = hf_datasets.resolve_columns("depth", ["image", "label", "mask"])
@@ -348,7 +349,7 @@ def test_a_seventh_dense_task_needs_only_registry_entries_below_the_model(monkey
     assert lora_config("depth").modules_to_save == ["decode_head"]
     # control: a task with no data entry is refused with the fix named
     monkeypatch.delitem(DATA_TASKS, "depth")
-    with pytest.raises(ValueError, match="Unknown task 'depth'"):
+    with pytest.raises(ValueError, match="Task 'depth' has no data entry: pass `data=DataTaskSpec"):
         hf_datasets.resolve_columns("depth", ["image", "label"])
 
 

@@ -32,7 +32,8 @@ from sapiens2_hf.data.hf_datasets import (
 )
 from sapiens2_hf.modeling.sapiens2_tasks import TASK_SPECS
 from sapiens2_hf.training.arguments import DataArguments, ModelArguments
-from sapiens2_hf.training.finetune import TRANSFORMS, Stages, build_records, build_task_datasets, run_finetune
+from sapiens2_hf.training.finetune import Stages, build_records, build_task_datasets, run_finetune
+from sapiens2_hf.training.tasks import TRAINING_TASKS, training_task
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +124,7 @@ def _on_disk(task, split, root):
 
 
 def _samples(records, task, train, seed, count):
-    dataset = Sapiens2TaskDataset(records, TRANSFORMS[task](INPUT_SIZE, train=train), seed=seed)
+    dataset = Sapiens2TaskDataset(records, training_task(task).transform(INPUT_SIZE, train=train), seed=seed)
     return [dataset[index] for index in range(count)]
 
 
@@ -256,7 +257,7 @@ def test_imagefolder_sources_read_the_same_rows(how, tmp_path):
 _SYNTHETIC_KEYS = {"pose": ("bbox", "keypoints"), "normal": ("normal", "mask"), "matting": ("alpha", "foreground")}
 
 
-@pytest.mark.parametrize("task", [task for task in _SYNTHETIC_KEYS if task in TRANSFORMS])
+@pytest.mark.parametrize("task", [task for task in _SYNTHETIC_KEYS if task in TRAINING_TASKS])
 def test_synthetic_humans_go_through_the_datasets_path(task, tmp_path):
     """`--dataset synthetic` renders with `make_dataset` (its typed schema and seed rule) and reads the rows with the
     same adapters; the records hold the renders `SyntheticRecords` (the earlier path) gives."""

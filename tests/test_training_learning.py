@@ -13,7 +13,7 @@ from transformers import TrainingArguments
 import sapiens2_hf
 from sapiens2_hf.data.datasets import Sapiens2TaskDataset
 from sapiens2_hf.training import Sapiens2Trainer, apply_lora, trainable_parameter_count
-from sapiens2_hf.training.finetune import TRANSFORMS
+from sapiens2_hf.training.tasks import training_task
 from toy_records import TOY_RECORDS
 from worker_pool import WorkerPool
 
@@ -33,7 +33,7 @@ SETUPS = {
 
 
 def _transforms(task, size):
-    transform = TRANSFORMS[task]
+    transform = training_task(task).transform
     off = {key: 0.0 for key in transform.DEFAULT_PROBABILITIES}
     if task == "pose":  # coarse 16x12 heatmaps: sigma 1 instead of the 0.375 the official scaling gives
         return transform(size, sigma=1.0, augment_probabilities=off), transform(size, train=False, sigma=1.0)

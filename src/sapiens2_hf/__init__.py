@@ -31,12 +31,21 @@ _GENERIC_NAMES = {
     "Sapiens2HeadConfig": "modeling",
     "Sapiens2Model": "modeling",
     "Sapiens2PreTrainedModel": "modeling",
+    "Sapiens2TaskModel": "modeling",
     "model_class_for_task": "modeling",
     "tiny_config": "modeling",
     "pipeline": "pipeline_factory",
     "prepare_for_inference": "inference_recipe",
     "to_json_compatible": "serialization",
     "image_from_json": "serialization",
+    "TaskSpec": "tasks",
+    "register_task": "tasks",
+    "task_names": "tasks",
+    "task_spec": "tasks",
+    "unregister_task": "tasks",
+    "DataTaskSpec": "data.tasks",
+    "TrainingTaskSpec": "training.tasks",
+    "LetterboxMapTransform": "data.dense",
 }
 _LAZY_NAMES = {**_GENERIC_NAMES, **_registration.task_public_names()}
 
@@ -47,6 +56,8 @@ __all__ = [*_LAZY_NAMES, "__version__"]
 # are exactly `_LAZY_NAMES`, and names the ones a new task must add.
 if TYPE_CHECKING:
     from .auto import AutoModelForAlbedoEstimation
+    from .data.dense import LetterboxMapTransform
+    from .data.tasks import DataTaskSpec
     from .inference_recipe import prepare_for_inference
     from .modeling import (
         HEAD_PRESETS,
@@ -63,6 +74,7 @@ if TYPE_CHECKING:
         Sapiens2HeadConfig,
         Sapiens2Model,
         Sapiens2PreTrainedModel,
+        Sapiens2TaskModel,
         model_class_for_task,
         tiny_config,
     )
@@ -75,14 +87,18 @@ if TYPE_CHECKING:
     )
     from .pipeline_factory import pipeline
     from .serialization import image_from_json, to_json_compatible
+    from .tasks import TaskSpec, register_task, task_names, task_spec, unregister_task
+    from .training.tasks import TrainingTaskSpec
 
 
 def __getattr__(name: str):
     """Imports a public name (or a sub-package, as `sapiens2_hf.processing`) on first access and caches it."""
     if name.startswith("_"):  # dunder probes (copy, pickle, pytest, inspect) must not import anything
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name in _LAZY_NAMES:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY_NAMES[name]}"), name)
+    # a task registered after import (`register_task`) adds its Auto class: the registry is read again
+    module = _LAZY_NAMES.get(name) or _registration.task_public_names().get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     else:
         try:
             value = importlib.import_module(f"{__name__}.{name}")
@@ -91,7 +107,8 @@ def __getattr__(name: str):
                 raise
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     _registration.register()  # a no-op unless the CLI deferred it
-    globals()[name] = value
+    if name in _LAZY_NAMES or module is None:  # not a registered task's name, which unregister_task takes back
+        globals()[name] = value
     return value
 
 

@@ -25,23 +25,26 @@ def own_auto_class_name(spec) -> str | None:
 
 
 def task_public_names() -> dict[str, str]:
-    """The package's per-task public names, each with the sub-module defining it: every task's model class, its
-    output class when it is ours (`Sapiens2*`; seg returns transformers' `SemanticSegmenterOutput`) and our Auto class
-    where transformers has none (`own_auto_class_name`). Torch-free (`task_registry`)."""
+    """The package's per-task public names, each with the sub-module defining it: every official task's model class,
+    its output class when it is ours (`Sapiens2*`; seg returns transformers' `SemanticSegmenterOutput`), and our Auto
+    class of every registered task transformers has none for (`own_auto_class_name`). Torch-free (`task_registry`).
+    A registered task's model and output classes live in the user's own code."""
+    registry = task_registry()
     names = {}
-    for spec in task_registry().TASK_SPECS.values():
-        names[spec.model_class] = "modeling"
-        if spec.output_class.startswith("Sapiens2"):
-            names[spec.output_class] = "modeling.modeling_sapiens2_hf"
+    for spec in registry.TASK_SPECS.values():
+        if spec.name in registry.OFFICIAL_TASK_NAMES:
+            names[spec.model_class] = "modeling"
+            if spec.output_class.startswith("Sapiens2"):
+                names[spec.output_class] = "modeling.modeling_sapiens2_hf"
         auto_name = own_auto_class_name(spec)
         if auto_name is not None:
             names[auto_name] = "auto"
     return names
 
 
-def _task_auto_class(spec):
+def task_auto_class(spec):
     """The Auto class a task model registers with: transformers' (the registry's `auto_class`), or ours
-    (`own_auto_class_name`) for a task transformers has none for."""
+    (`own_auto_class_name`, in `sapiens2_hf/auto.py`; made there on first use for a registered task)."""
     import transformers
 
     from . import auto
@@ -50,7 +53,7 @@ def _task_auto_class(spec):
     if name is None:
         return getattr(transformers, spec.auto_class)
     if not hasattr(auto, name):
-        raise ImportError(f"Task {spec.name!r} has no transformers Auto class; define `{name}` in sapiens2_hf/auto.py.")
+        setattr(auto, name, auto.new_auto_class(name, spec.title))
     return getattr(auto, name)
 
 
@@ -82,33 +85,57 @@ def register() -> None:
 
 def _register() -> None:
     global _registered
-    import transformers
     from transformers import AutoBackbone, AutoConfig, AutoImageProcessor, AutoModel, AutoModelForPreTraining
 
-    from .modeling import TASK_MODEL_CLASSES, Sapiens2Backbone, Sapiens2Config, Sapiens2Model
+    from .modeling import Sapiens2Backbone, Sapiens2Config, Sapiens2Model
     from .modeling.sapiens2_tasks import TASK_SPECS
 
     AutoConfig.register(Sapiens2Config.model_type, Sapiens2Config, exist_ok=True)
     AutoModel.register(Sapiens2Config, Sapiens2Model, exist_ok=True)
     AutoBackbone.register(Sapiens2Config, Sapiens2Backbone, exist_ok=True)
-    for spec in TASK_SPECS.values():
-        _task_auto_class(spec).register(Sapiens2Config, TASK_MODEL_CLASSES[spec.name], exist_ok=True)
-        # transformers' stock pipeline of the task's Hub tag (image-segmentation, depth-estimation) builds its model
-        # with its own Auto class: our checkpoints then run there too.
-        stock_auto_class = _STANDARD_PIPELINE_AUTO_CLASSES.get(spec.pipeline_tag)
-        if stock_auto_class is not None:
-            getattr(transformers, stock_auto_class).register(Sapiens2Config, TASK_MODEL_CLASSES[spec.name], exist_ok=True)
-
-    from .pipelines import register_pipelines
     from .processing import Sapiens2HFImageProcessor
 
     AutoImageProcessor.register(
         Sapiens2Config, image_processor_classes={"torchvision": Sapiens2HFImageProcessor}, exist_ok=True
     )
-    register_pipelines({task: TASK_MODEL_CLASSES[task] for task in TASK_SPECS})
+    for spec in TASK_SPECS.values():
+        register_task_model(spec)
 
     from .pretraining import Sapiens2ForPreTraining, Sapiens2PreTrainingConfig
 
     AutoConfig.register(Sapiens2PreTrainingConfig.model_type, Sapiens2PreTrainingConfig, exist_ok=True)
     AutoModelForPreTraining.register(Sapiens2PreTrainingConfig, Sapiens2ForPreTraining, exist_ok=True)
     _registered = True
+
+
+def register_task_model(spec) -> None:
+    """Registers one task's model class (`TASK_MODEL_CLASSES`) with its Auto class and its pipeline
+    (`PIPELINE_CLASSES`) with transformers' pipeline registry. Idempotent."""
+    import transformers
+
+    from .modeling import TASK_MODEL_CLASSES, Sapiens2Config
+    from .pipelines import register_pipeline
+
+    model_class = TASK_MODEL_CLASSES[spec.name]
+    task_auto_class(spec).register(Sapiens2Config, model_class, exist_ok=True)
+    # transformers' stock pipeline of an official task's Hub tag (image-segmentation, depth-estimation) builds its
+    # model with its own Auto class: our checkpoints then run there too.
+    stock_auto_class = _STANDARD_PIPELINE_AUTO_CLASSES.get(spec.pipeline_tag)
+    if stock_auto_class is not None and spec.name in task_registry().OFFICIAL_TASK_NAMES:
+        getattr(transformers, stock_auto_class).register(Sapiens2Config, model_class, exist_ok=True)
+    register_pipeline(spec.name, model_class)
+
+
+def unregister_task_model(spec) -> None:
+    """Undoes `register_task_model` for a task registered from outside the package."""
+    from . import auto
+    from .modeling import Sapiens2Config
+    from .pipelines import unregister_pipeline
+
+    unregister_pipeline(spec.name)
+    name = own_auto_class_name(spec)
+    if name is not None:
+        if hasattr(auto, name):
+            delattr(auto, name)
+    else:  # transformers' Auto class: its mapping's registered extras are the only way back (no public API)
+        task_auto_class(spec)._model_mapping._extra_content.pop(Sapiens2Config, None)

@@ -1,9 +1,10 @@
-"""Auto class for the albedo task, which transformers has no Auto class for.
+"""Auto classes for the tasks transformers has no Auto class for: albedo, and any task registered with
+`sapiens2_hf.register_task` whose registry entry says `auto_class="AutoModel"`.
 
 transformers offers no public way to define a new Auto class: `AutoModel.register` only adds a config/model pair to an
 existing one, and every `AutoModelFor*` is built on the private `_BaseAutoModelClass` / `_LazyAutoMapping` (the same two
 names since transformers 4.x). So this module, and only it, uses them. It is not Hub-shippable and never shipped:
-repositories reach the albedo class through `AutoModel` and their `auto_map` (see `sapiens2_hf.hub`), so a change in
+repositories reach these classes through `AutoModel` and their `auto_map` (see `sapiens2_hf.hub`), so a change in
 these internals can break `sapiens2_hf.AutoModelForAlbedoEstimation` for installed users, never a published repository.
 """
 
@@ -12,7 +13,14 @@ from collections import OrderedDict
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 
 
-class AutoModelForAlbedoEstimation(_BaseAutoModelClass):
-    """`AutoModelForAlbedoEstimation.from_pretrained(folder)` builds the albedo model a config.json describes."""
+def new_auto_class(name: str, what: str) -> type:
+    """A new, empty Auto class `name` (defined in this module), whose `from_pretrained(folder)` builds the `what`
+    model a config.json describes once a model class is registered with it (`.register(config_class, model_class)`)."""
+    return type(name, (_BaseAutoModelClass,), {
+        "__doc__": f"`{name}.from_pretrained(folder)` builds the {what} model a config.json describes.",
+        "__module__": __name__,
+        "_model_mapping": _LazyAutoMapping(OrderedDict(), OrderedDict()),
+    })
 
-    _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
+
+AutoModelForAlbedoEstimation = new_auto_class("AutoModelForAlbedoEstimation", "albedo")

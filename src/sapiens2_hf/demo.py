@@ -72,13 +72,13 @@ def _finetune_pose(backbone: Path, output: Path, steps: int, seed: int, num_trai
     from .data.synthetic_source import SyntheticRecords
     from .modeling import Sapiens2ForPoseEstimation
     from .training import Sapiens2Trainer, apply_lora, trainable_parameter_count
-    from .training.finetune import TRANSFORMS
+    from .training.tasks import training_task
 
     torch.manual_seed(seed)
     model = Sapiens2ForPoseEstimation.from_backbone(backbone, head_config="tiny")
     model = apply_lora(model, "pose", rank=8)
     trainable, total = trainable_parameter_count(model)
-    transform = TRANSFORMS["pose"]
+    transform = training_task("pose").transform
     no_augmentation = {key: 0.0 for key in transform.DEFAULT_PROBABILITIES}
     # A wider target Gaussian than the official sigma scaled to this tiny 16x12 heatmap, which does not learn in
     # seconds (measured in tests/test_training_learning.py).

@@ -129,14 +129,15 @@ def check_local_source(option: str, value: str | os.PathLike | None) -> None:
                 _check_json_object(option, path / name)
 
 
-# Tasks whose video outputs `--temporal-filter` smooths: those whose result holds per-pixel maps (the registry's
-# `result_maps`, as sapiens2_hf.video.smoothing.DENSE_TASK_MAPS; the registry is torch-free, --help stays light).
-TEMPORAL_FILTER_TASKS = tuple(name for name, spec in task_registry().TASK_SPECS.items() if spec.result_maps)
+def temporal_filter_tasks() -> tuple[str, ...]:
+    """Tasks whose video outputs `--temporal-filter` smooths: those whose result holds per-pixel maps (the registry's
+    `result_maps`, as sapiens2_hf.video.smoothing's maps; the registry is torch-free, --help stays light)."""
+    return tuple(name for name, spec in task_registry().TASK_SPECS.items() if spec.result_maps)
 
 
 def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) -> None:
     """`--temporal-filter` and its two knobs, for the dense tasks' video inputs (docs/video.md)."""
-    if task not in TEMPORAL_FILTER_TASKS:
+    if task not in temporal_filter_tasks():
         return
     group = parser.add_argument_group("video (dense tasks)")
     group.add_argument("--temporal-filter", action="store_true",
@@ -150,7 +151,7 @@ def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) ->
                             "not explained by motion pass sooner)")
 
 
-__all__ = ["TEMPORAL_FILTER_TASKS", "add_temporal_filter_arguments", "check_local_source", "check_regular_file",
+__all__ = ["temporal_filter_tasks", "add_temporal_filter_arguments", "check_local_source", "check_regular_file",
            "finite_float", "looks_local", "non_negative_float", "positive_float", "positive_int"]
 
 

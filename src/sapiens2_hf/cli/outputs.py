@@ -285,8 +285,30 @@ def image_output_suffixes() -> tuple[str, ...]:
 
 def register_task_outputs(task: str, outputs: TaskOutputs) -> None:
     """Registers the command-line outputs of a task added to the registry from outside the package (its picture is
-    `_<task>.png` unless its spec names another suffix)."""
+    `_<task>.png` unless its spec names another suffix). `sapiens2_hf.register_task` calls it."""
     TASK_OUTPUTS[task] = outputs
+
+
+def dense_map_outputs(task: str) -> TaskOutputs:
+    """The outputs of a registered dense task with no writer of its own: each map of its result (the registry entry's
+    `result_maps`, else the task name) as `<name>_<key>.npy` (not with --no-arrays), and as the picture, the first
+    map in colour (`visualization.map_to_rgb`)."""
+    spec = task_registry().TASK_SPECS[task]
+    keys = spec.result_maps or (spec.name,)
+
+    def write(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+        from .. import visualization as vis
+
+        if not args.no_arrays:
+            for key in keys:
+                files.save(vis.save_npy, result[key], f"_{key}.npy")
+
+    def picture(args, image, result, video: bool):
+        from .. import visualization as vis
+
+        return vis.map_to_rgb(result[keys[0]])
+
+    return TaskOutputs(tuple(f"_{key}.npy" for key in keys), write, picture)
 
 
 def write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: bool = False,

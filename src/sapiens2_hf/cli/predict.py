@@ -92,10 +92,9 @@ if TYPE_CHECKING:  # numpy is imported where it is used, so that building the pa
     import numpy as np
 
 
-# From the task registry, read without importing torch (`--help` must not: tests/test_cli_startup.py): the
-# sub-command of each task, its pipeline and its help (the registry's title).
+# The task registry, read without importing torch (`--help` must not: tests/test_cli_startup.py) and at each use, so
+# that a task registered after import has its sub-command, pipeline and help (the registry's title).
 _TASK_SPECS = task_registry().TASK_SPECS
-TASK_TO_PIPELINE = {name: spec.pipeline_name for name, spec in _TASK_SPECS.items()}
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 # The entries of a video named `v` in --out (its frame folder and its annotated video); an image's files are
@@ -103,9 +102,12 @@ VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 VIDEO_OUTPUT_SUFFIXES = ("", ".mp4")
 RESERVED_ENTRIES = ("summary.json", STATE_FOLDER)
 KEYPOINT_FORMAT_CHOICES = ("coco17", "coco_wholebody133", "body25")  # sapiens2_keypoint_formats.KEYPOINT_FORMATS
-# the tasks whose maps are masked by a person foreground (their pipelines take foreground_mask= / segmenter=)
-FOREGROUND_TASKS = tuple(name for name, spec in _TASK_SPECS.items() if spec.foreground_fill is not None)
-_HELP = {name: spec.title[0].lower() + spec.title[1:] for name, spec in _TASK_SPECS.items()}
+
+
+def task_help(task: str) -> str:
+    """A task's sub-command help: its registry title, lower-cased at the start."""
+    title = _TASK_SPECS[task].title
+    return title[0].lower() + title[1:]
 
 
 def predict_parser() -> argparse.ArgumentParser:
@@ -120,8 +122,8 @@ def add_predict_subparsers(subparsers) -> None:
     """Register one sub-command per task (`pose`, `seg`, `normal`, `pointmap`, `albedo`, `matting`)."""
     from .threads import add_threads_argument
 
-    for task, help_text in _HELP.items():
-        parser = subparsers.add_parser(task, help=f"run {help_text} on images, folders and videos",
+    for task in _TASK_SPECS:
+        parser = subparsers.add_parser(task, help=f"run {task_help(task)} on images, folders and videos",
                                        description=__doc__.split("\n\n")[0])
         parser.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders (not recursive), videos")
         parser.add_argument("--model", required=True,
@@ -191,7 +193,7 @@ def add_predict_subparsers(subparsers) -> None:
                                 metavar=("FX", "FY", "CX", "CY"),
                                 help="the camera in pixels of the input images: Z metric from FX, X and Y "
                                      "re-projected through it")
-        if task in FOREGROUND_TASKS:
+        if _TASK_SPECS[task].foreground_fill is not None:  # its maps are masked by a person foreground
             foreground = parser.add_mutually_exclusive_group()
             foreground.add_argument("--foreground-model", default=None, metavar="SEG_MODEL",
                                     help="keep only the person: a Sapiens2 segmentation model (folder, Hub id or "
@@ -375,7 +377,7 @@ def build_pipeline(args: argparse.Namespace, device: str | None = None):
                                                                   **({"size": size} if size else {}))
     except ValueError as error:
         raise ValueError(f"{args.model}: {error}") from None
-    pipeline_class = PIPELINE_CLASSES[TASK_TO_PIPELINE[args.task]]
+    pipeline_class = PIPELINE_CLASSES[_TASK_SPECS[args.task].pipeline_name]
     kwargs: dict[str, Any] = {}
     if args.task == "pose" and args.detector:
         kwargs["detector"] = args.detector
@@ -390,7 +392,7 @@ def build_pipeline(args: argparse.Namespace, device: str | None = None):
             kind = OSError if isinstance(error, OSError) else ValueError
             raise kind(f"--foreground-model {args.foreground_model}: {error}") from error
     pipe = pipeline_class(model=model, image_processor=processor, device=device, dtype=dtype,
-                          task=TASK_TO_PIPELINE[args.task], **kwargs)
+                          task=_TASK_SPECS[args.task].pipeline_name, **kwargs)
     if getattr(args, "backend", "torch") == "torch" and args.compile:
         from ..inference_recipe import prepare_for_inference
 

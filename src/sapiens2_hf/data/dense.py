@@ -382,6 +382,56 @@ class AlbedoTransform(_LetterboxTaskTransform):
                 "mask": torch.from_numpy(mask > 0)[None]}
 
 
+class LetterboxMapTransform(_LetterboxTaskTransform):
+    """The transform of a dense task registered with `sapiens2_hf.register_task` whose target is a map of any channel
+    count, read from `record[key]` (an array or a .npy / image file; `(H, W)` or `(H, W, C)`) with an
+    optional `record["mask"]` of valid pixels (default: the pixels where the target is finite). `for_key(key)` makes
+    the class for another record key; the default one reads `"map"`.
+
+    Train: random scale 0.5-2.0 p 0.3 -> random crop p 0.3 -> aspect resize + centred padding to the input size
+    (targets nearest) -> Gaussian noise p 0.2. No flip: what mirroring does to a map's values is task-specific
+    (normals negate x, UV swaps charts), so a task that wants it writes its own transform. Samples with < 16 valid
+    pixels return `None`. Eval: the letterbox alone.
+
+    Returns `pixel_values` `(3, H, W)`, `labels` `(C, H, W)` float32 (0 off the mask) and `mask` `(1, H, W)` bool.
+    """
+
+    key = "map"
+    DEFAULT_PROBABILITIES = {"scale": 0.3, "crop": 0.3, "noise": 0.2}
+
+    @classmethod
+    def for_key(cls, key: str) -> type["LetterboxMapTransform"]:
+        """This transform reading its target from `record[key]`."""
+        return type(f"{cls.__name__}[{key}]", (cls,), {"key": key, "__module__": cls.__module__})
+
+    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
+        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        image = load_image(record["image"])
+        target = np.asarray(_load_array(record[self.key]), dtype=np.float32)
+        target = target[..., None] if target.ndim == 2 else target
+        mask = _load_array(record.get("mask"))
+        mask = np.isfinite(target).all(-1) if mask is None else np.asarray(mask) > 0
+        mask = (mask[..., 0] if mask.ndim == 3 else mask).astype(np.uint8)
+        target = np.nan_to_num(target)
+        if self.train:
+            if augment.coin(generator, self.p["scale"]):
+                image, (target, mask), _ = _random_rescale(image, [target, mask], generator, (0.5, 2.0))
+            if augment.coin(generator, self.p["crop"]):
+                box = augment.random_crop_box(generator, image.shape[:2])
+                if box is not None:
+                    image, target, mask = _crop([image, target, mask], box)
+        image, (target, mask) = _letterbox_all(image, [target, mask], self.input_size)
+        target = target[..., None] if target.ndim == 2 else target  # cv2 drops a single channel
+        if self.train:
+            image = _pixel_noise_blur(image, generator, 0.0, self.p["noise"])
+            if (mask > 0).sum() < 16:
+                return None
+        target = np.where(mask[..., None] > 0, target, 0.0).astype(np.float32)
+        return {"pixel_values": normalize_image(image),
+                "labels": torch.from_numpy(np.ascontiguousarray(target.transpose(2, 0, 1))),
+                "mask": torch.from_numpy(mask > 0)[None]}
+
+
 class PointmapTransform(_LetterboxTaskTransform):
     """Official pointmap pipeline.
 

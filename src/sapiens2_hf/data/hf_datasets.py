@@ -49,15 +49,14 @@ import numpy as np
 from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from ..utils.extras import require
 from .pose import TEETH_INDICES_344, coco_wholebody_to_308
-from .tasks import DATA_TASKS, RECORD_ROLES, data_task, is_top_down
+from .tasks import RECORD_ROLES, data_task, is_top_down
 from .validation import SkippedSample, validate_records
 
 
 #: Column-name candidates per role, tried in order when no name is given (a task's target: `DataTaskSpec.target_columns`
-#: of the data-layer registry).
+#: of the data-layer registry, read at each use).
 DEFAULT_COLUMNS = {
     "image": ("image", "pixel_values", "img"),
-    "label": {name: spec.target_columns for name, spec in DATA_TASKS.items() if spec.target_columns},
     "mask": ("mask",),
     "foreground": ("foreground",),
     "intrinsics": ("intrinsics", "camera_intrinsics", "K"),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..modeling.sapiens2_tasks import TASK_NAMES, TASK_SPECS
+from ..modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
 
 #: The record fields a task may read beside `image` and its target, with the `datasets` column that fills each
 #: (candidates in `hf_datasets.DEFAULT_COLUMNS[role]`): valid pixels, pixel intrinsics, the matting foreground.
@@ -107,15 +107,19 @@ DATA_TASKS: dict[str, DataTaskSpec] = {
     ),
 }
 
-_missing = [name for name in TASK_NAMES if name not in DATA_TASKS]
+_missing = [name for name in OFFICIAL_TASK_NAMES if name not in DATA_TASKS]
 if _missing:  # fail at import, naming the fix, rather than deep inside a training run
     raise ImportError(f"The data-layer registry has no entry for task(s) {_missing}: add them to "
                       "sapiens2_hf.data.tasks.DATA_TASKS.")
 
 
 def data_task(task: str) -> DataTaskSpec:
-    """The data registry entry of `task`, or a ValueError naming the known tasks."""
+    """The data registry entry of `task`, or a ValueError naming the known tasks (or, for a task registered without
+    one, the fix)."""
     if task not in DATA_TASKS:
+        if task in TASK_SPECS:
+            raise ValueError(f"Task {task!r} has no data entry: pass `data=DataTaskSpec(...)` to "
+                             "sapiens2_hf.register_task to train it from files or `datasets`.")
         raise ValueError(f"Unknown task {task!r}; choose one of {tuple(DATA_TASKS)}.")
     return DATA_TASKS[task]
 

@@ -138,9 +138,10 @@ def _pose_problem(record: dict) -> str | None:
     return None
 
 
-# Record fields that hold file paths, in the order their problems are reported: every task's target file
-# (`DataTaskSpec.file_key` of the data-layer registry), then the mask.
-_FILE_FIELDS = (*dict.fromkeys(spec.file_key for spec in DATA_TASKS.values() if spec.file_key), "mask")
+def file_fields() -> tuple[str, ...]:
+    """Record fields that hold file paths, in the order their problems are reported: every task's target file
+    (`DataTaskSpec.file_key` of the data-layer registry, read at each call), then the mask."""
+    return (*dict.fromkeys(spec.file_key for spec in DATA_TASKS.values() if spec.file_key), "mask")
 
 
 def record_problem(record: dict, task: str) -> tuple[str | None, str] | None:
@@ -160,7 +161,7 @@ def record_problem(record: dict, task: str) -> tuple[str | None, str] | None:
         problem = _pose_problem(record)
         if problem is not None:
             return image_file, problem
-    for field in _FILE_FIELDS:
+    for field in file_fields():
         value = record.get(field)
         if isinstance(value, (str, os.PathLike)):
             problem = _target_file_problem(Path(value))

@@ -29,12 +29,19 @@ from .formats import EXPORT_FORMAT_TABLE
 from .info import INFO_FILE, read_export_info
 
 
-def _output_class(name: str):
-    """The output dataclass named `name` (ours, then transformers')."""
-    from ..modeling import modeling_sapiens2_hf
+def _output_class(name: str, task: str | None = None):
+    """The output dataclass named `name`: ours, transformers', or one beside the model class of a task registered
+    with `sapiens2_hf.register_task` (the user's module)."""
+    import sys
+
     from transformers import modeling_outputs
 
-    for module in (modeling_sapiens2_hf, modeling_outputs):
+    from ..modeling import TASK_MODEL_CLASSES, modeling_sapiens2_hf
+
+    modules = [modeling_sapiens2_hf, modeling_outputs]
+    if task in TASK_MODEL_CLASSES:
+        modules.append(sys.modules.get(TASK_MODEL_CLASSES[task].__module__))
+    for module in modules:
         if hasattr(module, name):
             return getattr(module, name)
     raise ValueError(f"unknown output class {name!r} in {INFO_FILE}; was the folder exported by a newer sapiens2_hf?")
@@ -59,7 +66,7 @@ class ExportedSapiens2Model:
         self.config = config
         self.input_size = tuple(info["input_size"])
         self.output_names = tuple(info["output_names"])
-        self._output_class = _output_class(info["output_class"])
+        self._output_class = _output_class(info["output_class"], config.task)
         self._device = torch.device("cpu")
         self.training = False
 

@@ -17,18 +17,21 @@ from ..modeling.sapiens2_tasks import (
 )
 
 
-# Per task (None: the backbone), from the task registry: (Hub pipeline tag, title, model class, output description).
-_TASK_FACTS = {
-    None: (BACKBONE_PIPELINE_TAG, BACKBONE_TITLE, BACKBONE_MODEL_CLASS, BACKBONE_DESCRIPTION),
-    **{spec.name: (spec.pipeline_tag, spec.title, spec.model_class, spec.description) for spec in TASK_SPECS.values()},
-}
-# Our `pipeline(...)` task name of each task (the backbone has none).
-_PIPELINE_TASKS = {None: None, **{spec.name: spec.pipeline_name for spec in TASK_SPECS.values()}}
-# transformers' Auto class for the checkpoints vanilla transformers loads (tasks its own port has, and the backbone).
-_TRANSFORMERS_AUTO = {
-    None: "AutoModel",
-    **{spec.name: spec.auto_class for spec in TASK_SPECS.values() if spec.in_transformers},
-}
+def _task_facts(task: str | None) -> tuple[str, str, str, str]:
+    """(Hub pipeline tag, title, model class, output description) of a task (None: the backbone), from the registry."""
+    if task is None:
+        return BACKBONE_PIPELINE_TAG, BACKBONE_TITLE, BACKBONE_MODEL_CLASS, BACKBONE_DESCRIPTION
+    spec = TASK_SPECS[task]
+    return spec.pipeline_tag, spec.title, spec.model_class, spec.description
+
+
+def _transformers_auto(task: str | None) -> str | None:
+    """transformers' Auto class for the checkpoints vanilla transformers loads (the tasks its own port has, and the
+    backbone); None for the others."""
+    if task is None:
+        return "AutoModel"
+    spec = TASK_SPECS[task]
+    return spec.auto_class if spec.in_transformers else None
 
 
 def _is_hub_id(name: str) -> bool:
@@ -69,7 +72,7 @@ def render_model_card(
     With `adapter_base` the card describes a LoRA adapter of that base (a Hub id or a local path): loading, the
     pipeline and `sapiens2-hf merge`. A Hub id also becomes the YAML `base_model` (a local path cannot).
     """
-    pipeline_tag, task_description, class_name, output_description = _TASK_FACTS[config.task]
+    pipeline_tag, task_description, class_name, output_description = _task_facts(config.task)
     tags = ["sapiens2", "sapiens2_hf", "human-centric", "vision"] + ([config.task] if config.task else [])
     if adapter_base is not None:
         tags += ["lora", "peft"]
@@ -86,7 +89,7 @@ def render_model_card(
         ]
         eval_kwargs["model_name"] = repo_id.split("/")[-1]
     card_data = ModelCardData(
-        library_name="transformers" if config.task in _TRANSFORMERS_AUTO and adapter_base is None else "sapiens2_hf",
+        library_name="transformers" if _transformers_auto(config.task) and adapter_base is None else "sapiens2_hf",
         pipeline_tag=pipeline_tag,
         tags=tags,
         license="other",
@@ -98,17 +101,17 @@ def render_model_card(
     )
     height, width = config.image_size_hw
     kv = sorted(set(config.num_key_value_heads_per_layer))
-    pipeline_task = _PIPELINE_TASKS[config.task]
+    pipeline_task = None if config.task is None else TASK_SPECS[config.task].pipeline_name
     usage = [
         "import sapiens2_hf",
         f"model = sapiens2_hf.{class_name}.from_pretrained({repo_id!r})",
     ]
     if pipeline_task:
         usage += ["from transformers import pipeline", f"predictor = pipeline({pipeline_task!r}, model={repo_id!r})"]
-    if config.task in _TRANSFORMERS_AUTO:
+    if _transformers_auto(config.task):
         transformers_usage = (
-            "```python\nfrom transformers import " + _TRANSFORMERS_AUTO[config.task] + "\n"
-            f"model = {_TRANSFORMERS_AUTO[config.task]}.from_pretrained({repo_id!r})\n```\n\n"
+            "```python\nfrom transformers import " + _transformers_auto(config.task) + "\n"
+            f"model = {_transformers_auto(config.task)}.from_pretrained({repo_id!r})\n```\n\n"
             "transformers' own Sapiens2 classes compute RoPE in float32 where the official model uses bfloat16, which moves "
             "outputs by about 0.2-0.5 % (rel. L2); sapiens2_hf reproduces the official numbers."
         )

@@ -26,9 +26,10 @@ from .model_card import render_model_card
 
 logger = logging.getLogger(__name__)
 
-# The transformers Auto class a model of each task registers under for remote code (the registry's `auto_class`;
-# "AutoModel" for the backbone and for a task transformers has no Auto class for, such as albedo).
-_AUTO_CLASS = {None: "AutoModel", **{spec.name: spec.auto_class for spec in TASK_SPECS.values()}}
+def _auto_class_name(task: str | None) -> str:
+    """The transformers Auto class a model of `task` registers under for remote code (the registry's `auto_class`;
+    "AutoModel" for the backbone and for a task transformers has no Auto class for, such as albedo)."""
+    return "AutoModel" if task is None else TASK_SPECS[task].auto_class
 
 
 def _as_sapiens2_hf_processor(image_processor, task):
@@ -49,10 +50,10 @@ def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> 
     from the files in the repository; nothing of sapiens2_hf needs to be installed.
     """
     model.config.register_for_auto_class("AutoConfig")
-    model.register_for_auto_class(_AUTO_CLASS[model.config.task])
+    model.register_for_auto_class(_auto_class_name(model.config.task))
     auto_map = dict(getattr(model.config, "auto_map", None) or {})
     module = type(model).__module__.split(".")[-1]
-    if model.config.task is not None and _AUTO_CLASS[model.config.task] != "AutoModel":
+    if model.config.task is not None and _auto_class_name(model.config.task) != "AutoModel":
         # Also reachable through AutoModel, the class users reach for first.
         auto_map["AutoModel"] = f"{module}.{type(model).__name__}"
     # Every checkpoint's backbone serves as a feature-map backbone inside other models (UperNet, DPT, ...).

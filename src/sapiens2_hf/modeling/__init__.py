@@ -18,7 +18,8 @@ _PUBLIC_NAMES = {
     **dict.fromkeys(("TASK_MODEL_CLASSES", "Sapiens2AlbedoEstimatorOutput", "Sapiens2Backbone",
                      "Sapiens2ForAlbedoEstimation", "Sapiens2ForImageMatting", "Sapiens2ForNormalEstimation",
                      "Sapiens2ForPointmapEstimation", "Sapiens2ForPoseEstimation", "Sapiens2ForSemanticSegmentation",
-                     "Sapiens2ImageMattingOutput", "Sapiens2Model", "Sapiens2PreTrainedModel", "model_class_for_task"),
+                     "Sapiens2ImageMattingOutput", "Sapiens2Model", "Sapiens2PreTrainedModel", "Sapiens2TaskModel",
+                     "model_class_for_task"),
                     "modeling_sapiens2_hf"),
     **dict.fromkeys(("ResolvedCheckpoint", "resolve_checkpoint"), "loading_sapiens2_hf"),
 }
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
         Sapiens2ImageMattingOutput,
         Sapiens2Model,
         Sapiens2PreTrainedModel,
+        Sapiens2TaskModel,
         model_class_for_task,
     )
 

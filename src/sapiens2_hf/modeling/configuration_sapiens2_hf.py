@@ -109,9 +109,6 @@ HEAD_PRESETS = {
     "matting": {"1b": _NORMAL_HEAD},
 }
 
-# `architectures` entry of a config.json -> task (the registry's model class names).
-ARCHITECTURE_TASKS = {spec.model_class: spec.name for spec in TASK_SPECS.values()}
-
 # Heads for the 4K backbone (ours: the official release has no 4K task heads). Its features have stride 64, so the
 # dense heads get one more x2 block than the official 1K heads and decode to half the input resolution (the paper
 # decodes 4K inputs to 2K outputs); the pose head reaches the usual 1/4-resolution heatmaps with 4 deconvolutions.
@@ -128,9 +125,6 @@ HEAD_PRESETS_4K = {
 }
 for _task, _head in HEAD_PRESETS_4K.items():
     HEAD_PRESETS[_task]["1b-4k"] = _head
-
-# Number of output channels of each task's predictor.
-TASK_NUM_LABELS = {spec.name: spec.num_labels for spec in TASK_SPECS.values()}
 
 # The head's fixed choices per upsampling kind: transposed 4x4 convolutions then 1x1 convs, or pixel shuffle with 3x3
 # convolutions throughout.
@@ -158,8 +152,8 @@ def task_label_kwargs(task: str | None) -> dict:
         }
     if task == "seg":
         return {"id2label": dict(enumerate(SEGMENTATION_CLASS_NAMES))}
-    if task in TASK_NUM_LABELS:
-        return {"num_labels": TASK_NUM_LABELS[task]}
+    if task in TASK_SPECS:
+        return {"num_labels": TASK_SPECS[task].num_labels}
     return {}
 
 
@@ -700,17 +694,17 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
             kwargs: overrides of any config field.
         """
         if variant == TINY_PRESET:
-            if task is not None and task not in HEAD_PRESETS:
-                raise ValueError(f"Unknown task {task!r}; choose one of {TASKS} or None for the backbone.")
+            if task is not None:
+                task_spec(task)  # an unknown task is refused with the known ones named
             return tiny_config(task, **kwargs)
         if variant not in VARIANTS:
             raise ValueError(f"Unknown Sapiens2 variant {variant!r}; choose one of {preset_names()}.")
-        if task is not None and task not in HEAD_PRESETS:
-            raise ValueError(f"Unknown task {task!r}; choose one of {TASKS} or None for the backbone.")
-        if task is not None and variant not in HEAD_PRESETS[task]:
+        if task is not None:
+            task_spec(task)  # an unknown task is refused with the known ones named
+        if task is not None and variant not in HEAD_PRESETS.get(task, {}):
             raise ValueError(
                 f"There is no official {task} head for Sapiens2-{variant}; sizes with one: "
-                f"{sorted(HEAD_PRESETS[task])}."
+                f"{sorted(HEAD_PRESETS.get(task, {}))}."
             )
         arch = VARIANTS[variant]
         config_kwargs = {
@@ -731,18 +725,21 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         return cls(**config_kwargs)
 
 
+# The tiny model's head per task; a registered task without one gets the layout of its upsampling kind.
+_TINY_DECONV_HEAD = {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8]}
+_TINY_PIXEL_SHUFFLE_HEAD = {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]}
+_TINY_HEAD_BY_UPSAMPLING = {"deconv": _TINY_DECONV_HEAD, "pixel_shuffle": _TINY_PIXEL_SHUFFLE_HEAD}
+TINY_HEAD_LAYOUTS = {
+    "pose": {"upsample_out_channels": [16, 16], "conv_out_channels": [16, 16, 16]},
+    "seg": _TINY_DECONV_HEAD,
+    **dict.fromkeys(("normal", "pointmap", "albedo", "matting"), _TINY_PIXEL_SHUFFLE_HEAD),
+}
+
+
 def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
     """A tiny configuration for tests and examples: hidden 32, 2 layers, 4 heads of dim 8, 8 registers, patch 16,
     input 64x48 (256x192 with a 4K tokenizer), heads with 2 upsampling blocks (the outputs are then at 1/4 of the
     input for dense tasks, like the pose head's heatmaps). Real models use `Sapiens2Config.from_preset`."""
-    head_layouts = {
-        "pose": {"upsample_out_channels": [16, 16], "conv_out_channels": [16, 16, 16]},
-        "seg": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8]},
-        "normal": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
-        "pointmap": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
-        "albedo": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
-        "matting": {"upsample_out_channels": [16, 16, 8, 8], "conv_out_channels": [8, 8, 4]},
-    }
     kwargs = {
         "hidden_size": 32,
         "intermediate_size": 128,
@@ -754,7 +751,8 @@ def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
         "variant": None,
     }
     if task is not None:
-        head = head_kwargs_for_task(task, head_layouts[task])
+        layout = TINY_HEAD_LAYOUTS.get(task) or _TINY_HEAD_BY_UPSAMPLING[task_spec(task).head_upsampling]
+        head = head_kwargs_for_task(task, layout)
         if task == "pointmap":
             # One stride-2 conv keeps a 2x2 map at 64x48 (InstanceNorm needs more than one pixel).
             head.update(scale_conv_out_channels=[8], scale_conv_kernel_sizes=[1])

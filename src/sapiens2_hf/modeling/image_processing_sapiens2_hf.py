@@ -68,13 +68,35 @@ from .sapiens2_processing_ops import (
     udp_warp_matrices,
     warp_crops,
 )
-from .sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES, TASK_SPECS
+from .sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES, TASK_SPECS, task_spec
 
 
 # The registry's tasks plus the processor-only pretraining / feature-extraction policy; the letterbox tasks keep the
 # aspect ratio and pad (the others crop or stretch).
-TASKS = (*TASK_NAMES, PRETRAIN_TASK)
-LETTERBOX_TASKS = tuple(spec.name for spec in TASK_SPECS.values() if spec.resize == "letterbox")
+
+
+def processor_tasks() -> tuple[str, ...]:
+    """The tasks a processor takes: every registered task (read at call time), then pretraining."""
+    return (*TASK_NAMES, PRETRAIN_TASK)
+
+
+def _check_processor_task(task: str) -> None:
+    if task not in processor_tasks():
+        raise ValueError(f"task={task!r} is not a Sapiens2 task; use one of {processor_tasks()}.")
+
+
+def _letterboxed(task: str) -> bool:
+    """Whether `task` keeps the aspect ratio and pads (the registry's `resize == "letterbox"`)."""
+    spec = TASK_SPECS.get(task)
+    return spec is not None and spec.resize == "letterbox"
+
+
+def foreground_fill_value(task: str) -> float | None:
+    """The background value of `task`'s maps once masked by a person foreground (the registry's `foreground_fill`:
+    normals 0, albedo 0, pointmap and depth NaN); `None` for a task whose output is not masked."""
+    spec = TASK_SPECS.get(task)
+    return None if spec is None else spec.foreground_fill
+
 BOX_FORMATS = ("xyxy", "xywh")
 #: Crops whose heatmaps `post_process_pose_estimation` flip-averages and decodes at once: the DARK refinement works
 #: on whole heatmaps (a few copies of 308x256x192 float32, about 60 MB each, per crop at 1024x768), so its memory is
@@ -233,11 +255,6 @@ def _sizes_list(sizes: Any, count: int, name: str) -> list[tuple[int, int]] | No
 CANONICAL_FOCAL_LENGTH = 768.0
 
 
-# Background value of each dense task's maps once masked by a person foreground (`apply_foreground_mask`), from the
-# task registry's `foreground_fill`: normals 0, albedo 0, pointmap and depth NaN.
-FOREGROUND_FILL_VALUES = {
-    name: spec.foreground_fill for name, spec in TASK_SPECS.items() if spec.foreground_fill is not None
-}
 
 
 def _mask_image_to_bool(pil: Image.Image) -> np.ndarray:
@@ -428,9 +445,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         # transformers' class letterboxes when do_pad is set: the saved field follows the task, for that class
-        self.do_pad = self.task in LETTERBOX_TASKS
-        if self.task not in TASKS:
-            raise ValueError(f"task={self.task!r} is not a Sapiens2 task; use one of {TASKS}.")
+        self.do_pad = _letterboxed(self.task)
+        _check_processor_task(self.task)
         if self.box_format not in BOX_FORMATS:
             raise ValueError(f"box_format={self.box_format!r}; use one of {BOX_FORMATS}.")
         resolve_backend(self.geometry_backend)
@@ -573,7 +589,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 torch tensor.
             mask: `(height, width)` person foreground (anything `foreground_mask_array` takes; a bool tensor stays
                 on its device).
-            fill_value: the background value; default: this processor's task's (`FOREGROUND_FILL_VALUES`: normal
+            fill_value: the background value; default: this processor's task's (`foreground_fill_value`: normal
                 and albedo 0, pointmap / depth NaN).
             channels_last: where the channels of 3-D `values` are; default: read from the shapes (an error when
                 both readings fit, e.g. a 3x3x3 map with a 3x3 mask).
@@ -582,9 +598,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             The masked copy: the same type, dtype, shape and device as `values`.
         """
         if fill_value is None:
-            if self.task not in FOREGROUND_FILL_VALUES:
+            fill_value = foreground_fill_value(self.task)
+            if fill_value is None:
                 raise ValueError(f"no default background value for task {self.task!r}; pass fill_value=.")
-            fill_value = FOREGROUND_FILL_VALUES[self.task]
         is_tensor = isinstance(values, torch.Tensor)
         if not is_tensor:
             values = np.asarray(values)
@@ -712,8 +728,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                              "geometry is the task's); set other fields on the processor (e.g. "
                              "from_pretrained(..., resample=...)).")
         task = task or self.task
-        if task not in TASKS:
-            raise ValueError(f"task={task!r} is not a Sapiens2 task; use one of {TASKS}.")
+        _check_processor_task(task)
         input_size = _model_input_size(size) if size is not None else self.input_size
         backend = resolve_backend(geometry_backend or self.geometry_backend)
         if not isinstance(images, (list, tuple)):
@@ -754,7 +769,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                     interpolation = "area" if input_size[1] < array.shape[1] else "linear"
                     crops.append(resize_uint8(array, input_size, interpolation, backend))
                     paddings.append((0, 0, 0, 0))
-                elif task not in LETTERBOX_TASKS:  # the registry's other "stretch" task (seg) and pretraining
+                elif not _letterboxed(task):  # the registry's other "stretch" task (seg) and pretraining
                     crops.append(stretch_resize(array, input_size, backend))
                     paddings.append((0, 0, 0, 0))
                 else:
@@ -812,7 +827,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             if label.ndim == 3:
                 label = label[..., 0] if label.shape[-1] in (1, 3) else label[0]
             height, width = label.shape
-            if task not in LETTERBOX_TASKS:
+            if not _letterboxed(task):
                 target = input_size
             else:
                 (new_h, new_w), _ = letterbox_geometry((height, width), input_size)
@@ -821,7 +836,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             rows = torch.clamp((torch.arange(target[0]) * (height / target[0])).floor().long(), max=height - 1)
             cols = torch.clamp((torch.arange(target[1]) * (width / target[1])).floor().long(), max=width - 1)
             resized = label[rows][:, cols]
-            if task in LETTERBOX_TASKS:
+            if _letterboxed(task):
                 left, _, top, _ = padding
                 canvas = torch.full(input_size, 255, dtype=torch.long)
                 canvas[top : top + target[0], left : left + target[1]] = resized
@@ -1266,6 +1281,34 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         return [{"albedo": a} for a in self._finish_maps(albedos, pads, final_sizes, resize_maps_bilinear)]
 
 
+    def post_process_dense_maps(
+        self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
+        paddings: Any = None,
+    ) -> list[dict[str, torch.Tensor]]:
+        r"""
+        Raw maps of this processor's task -> the same maps at the original size: unpad (letterboxed tasks), bilinear;
+        no value mapping. The post-processing of a dense task registered with `sapiens2_hf.register_task` whose
+        `post_process` names this method.
+
+        Args:
+            outputs: the model output (its task's `output_field`, `(batch_size, channels, height, width)`) or that
+                tensor.
+            source_sizes, target_sizes, paddings: as in `post_process_normal_estimation`.
+
+        Returns:
+            Per image `{key: (channels, height, width) float32}`, `key` the task's first `result_maps` entry (else
+            its name).
+        """
+        spec = task_spec(self.task)
+        maps = outputs if isinstance(outputs, torch.Tensor) else getattr(outputs, spec.output_field)
+        maps = maps.float()
+        key = spec.result_maps[0] if spec.result_maps else spec.name
+        if do_remove_padding is None and not _letterboxed(self.task):
+            do_remove_padding = False
+        source_sizes, final_sizes, remove = self._dense_sizes(maps, source_sizes, target_sizes, do_remove_padding)
+        pads = self._paddings(maps, source_sizes, paddings, remove)
+        return [{key: m} for m in self._finish_maps(maps, pads, final_sizes, resize_maps_bilinear)]
+
     def post_process_image_matting(
         self, outputs, target_sizes: Any = None, backgrounds: Any = None, source_sizes: Any = None,
         paddings: Any = None, do_remove_padding: bool | None = None,
@@ -1319,7 +1362,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         target_list = _sizes_list(target_sizes, count, "target_sizes")
         final_sizes = target_list if target_list is not None else source_list
         if do_remove_padding is None:
-            do_remove_padding = paddings is not None or (self.task in LETTERBOX_TASKS and source_list is not None)
+            do_remove_padding = paddings is not None or (_letterboxed(self.task) and source_list is not None)
         pads = self._paddings(maps, source_list, paddings, do_remove_padding)
         results = self._finish_maps(maps, pads, final_sizes, resize_maps_bilinear)
         background_list = None
@@ -1419,5 +1462,5 @@ def _split_boxes(boxes_xyxy: torch.Tensor, image_index: torch.Tensor, num_images
 
 
 __all__ = [
-    "Sapiens2HFImageProcessor", "image_processor_for_task", "validate_pose_boxes", "TASKS",
+    "Sapiens2HFImageProcessor", "image_processor_for_task", "validate_pose_boxes", "processor_tasks",
 ]

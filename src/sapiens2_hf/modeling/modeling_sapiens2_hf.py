@@ -49,7 +49,6 @@ from transformers.utils import TransformersKwargs, can_return_tuple, logging
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_sapiens2_hf import (
-    ARCHITECTURE_TASKS,
     TASKS,
     Sapiens2Config,
     Sapiens2HeadConfig,
@@ -66,7 +65,7 @@ from .loss_sapiens2 import (
     SegmentationLoss,
 )
 from .official_format_sapiens2_hf import compute_rope_periods, register_original_format_conversions
-from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS
+from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS, task_spec
 
 
 logger = logging.get_logger(__name__)
@@ -943,10 +942,8 @@ def tokens_to_feature_map(hidden_states: torch.Tensor, num_prefix_tokens: int, g
     return patch_tokens.transpose(1, 2).reshape(batch_size, hidden_size, *grid_hw)
 
 
-_TASK_CLASS_NAMES = {task: name for name, task in ARCHITECTURE_TASKS.items()}
 # The task heads' tensors, which the backbone classes ignore when they load a task checkpoint.
 HEAD_KEY_PATTERNS = (r"^decode_head\.", r"^scale_head\.")
-_TASK_CLASS_NAMES[None] = "Sapiens2Model"
 
 
 class ModuleLayoutSaveMixin:
@@ -1028,10 +1025,10 @@ class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
         if cls.task is None or config.task == cls.task:
             return
         if config.task is None and config.head_config is not None:
-            return  # a head layout without a task (transformers' test configs): the class names it (`_build`)
+            return  # a head layout without a task (transformers' test configs): the class names it (`build_task_layers`)
         what = "a backbone-only" if config.task is None else f"a `{config.task}`"
         hint = (
-            f"load it with {_TASK_CLASS_NAMES[config.task]}"
+            f"load it with {task_spec(config.task).model_class}"
             if config.task is not None
             else f"start a new {cls.task} model from it with {cls.__name__}.from_backbone(...)"
         )
@@ -1363,9 +1360,14 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
         )
 
 
-class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
-    """Backbone + decode head. Subclasses set `task` and `loss_class`, and return their output dataclass, with the
-    task loss when `labels` is given."""
+class Sapiens2TaskModel(Sapiens2PreTrainedModel):
+    """Backbone + decode head: the base of every task model, official or registered (`sapiens2_hf.register_task`).
+
+    A subclass sets `task` (its registry name) and `loss_class`, calls `self.build_task_layers(config)` then
+    `self.post_init()` in `__init__`, and returns `self.decode(pixel_values, OutputClass, "field", labels,
+    loss_targets=(...))` from `forward`: the head's layout comes from `config.head_config` (the registry entry's
+    `head_upsampling` and `head_norm`), and the loss is computed when `labels` is given.
+    """
 
     # The official loss of the task (loss_sapiens2.py, official term weights), computed by `forward` from `labels`.
     loss_class: type[nn.Module]
@@ -1376,7 +1378,7 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         # heads) must not make a task model ignore unexpected head tensors.
         self._keys_to_ignore_on_load_unexpected -= set(HEAD_KEY_PATTERNS)
 
-    def _build(self, config: Sapiens2Config) -> None:
+    def build_task_layers(self, config: Sapiens2Config) -> None:
         if config.head_config is None:
             raise ValueError(
                 f"{type(self).__name__} needs `config.head_config` (the decode-head layout); build the config with "
@@ -1403,17 +1405,24 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         outputs = self.model(pixel_values, return_dict=True, **kwargs)
         return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid), outputs
 
-    def _decode(self, pixel_values: torch.Tensor, output_class, field: str, labels=None, loss_targets=(), **kwargs):
+    def decode(self, pixel_values: torch.Tensor, output_class, field: str, labels=None, loss_targets=(), **kwargs):
         """Backbone -> feature map -> decode head, wrapped in `output_class` with the prediction under `field`, and
-        with the task loss of the prediction against `labels`, then `loss_targets`, when `labels` is given."""
+        with the task loss of the prediction against `labels`, then `loss_targets`, when `labels` is given.
+
+        `return_dict=False` in `kwargs` (or `config.return_dict` False) gives the output's tuple, as transformers'
+        `can_return_tuple` does for the official classes' `forward`: a registered task's `forward` needs no
+        decorator."""
+        return_dict = kwargs.pop("return_dict", None)
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         prediction = self.decode_head(feature_map)
-        return output_class(
+        output = output_class(
             loss=self._task_loss(prediction, labels, *loss_targets) if labels is not None else None,
             **{field: prediction},
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+        return_dict = return_dict if return_dict is not None else getattr(self.config, "return_dict", True)
+        return output if return_dict else output.to_tuple()
 
     def _loss_function(self) -> nn.Module:
         """The task loss with its official settings (a subclass adapts them to its config)."""
@@ -1489,7 +1498,7 @@ class _Sapiens2TaskModel(Sapiens2PreTrainedModel):
         return Sapiens2Config(**fields)
 
 
-class Sapiens2ForPoseEstimation(_Sapiens2TaskModel):
+class Sapiens2ForPoseEstimation(Sapiens2TaskModel):
     """Sapiens2 with the official top-down heatmap head (308 keypoints at 1/4 of the input resolution)."""
 
     task = "pose"
@@ -1497,7 +1506,7 @@ class Sapiens2ForPoseEstimation(_Sapiens2TaskModel):
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
-        self._build(config)
+        self.build_task_layers(config)
         self.post_init()
 
     @can_return_tuple
@@ -1523,12 +1532,12 @@ class Sapiens2ForPoseEstimation(_Sapiens2TaskModel):
         """
         if labels is not None:
             label_weights = self._required_target(label_weights, "label_weights", "per-keypoint weights")
-        return self._decode(
+        return self.decode(
             pixel_values, Sapiens2PoseEstimatorOutput, "heatmaps", labels, loss_targets=(label_weights,), **kwargs
         )
 
 
-class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel):
+class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
     """Sapiens2 with the official body-part segmentation head (29 classes at full input resolution)."""
 
     task = "seg"
@@ -1536,7 +1545,7 @@ class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel):
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
-        self._build(config)
+        self.build_task_layers(config)
         self.post_init()
 
     def _loss_function(self) -> nn.Module:
@@ -1558,10 +1567,10 @@ class Sapiens2ForSemanticSegmentation(_Sapiens2TaskModel):
         Returns:
             `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
         """
-        return self._decode(pixel_values, SemanticSegmenterOutput, "logits", labels, **kwargs)
+        return self.decode(pixel_values, SemanticSegmenterOutput, "logits", labels, **kwargs)
 
 
-class Sapiens2ForNormalEstimation(_Sapiens2TaskModel):
+class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
     """Sapiens2 with the official pixel-shuffle surface-normal head."""
 
     task = "normal"
@@ -1569,7 +1578,7 @@ class Sapiens2ForNormalEstimation(_Sapiens2TaskModel):
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
-        self._build(config)
+        self.build_task_layers(config)
         self.post_init()
 
     @can_return_tuple
@@ -1592,12 +1601,12 @@ class Sapiens2ForNormalEstimation(_Sapiens2TaskModel):
             `Sapiens2NormalEstimatorOutput` with `normals` of shape `(batch_size, 3, height, width)`: camera-frame
             normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
         """
-        return self._decode(
+        return self.decode(
             pixel_values, Sapiens2NormalEstimatorOutput, "normals", labels, loss_targets=(mask,), **kwargs
         )
 
 
-class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel):
+class Sapiens2ForPointmapEstimation(Sapiens2TaskModel):
     """Sapiens2 with the official pointmap head and its focal-scale branch."""
 
     task = "pointmap"
@@ -1605,7 +1614,7 @@ class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel):
 
     def __init__(self, config: Sapiens2Config):
         super().__init__(config)
-        self._build(config)
+        self.build_task_layers(config)
         has_scale = config.head_config.scale_conv_out_channels is not None
         self.scale_head = Sapiens2PointmapScaleHead(config) if has_scale else nn.Identity()
         self.post_init()
@@ -1674,7 +1683,7 @@ class Sapiens2ForPointmapEstimation(_Sapiens2TaskModel):
         )
 
 
-class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
+class Sapiens2ForAlbedoEstimation(Sapiens2TaskModel):
     """Sapiens2 with the official albedo head (the normal head's layout with channel RMSNorms). Not in transformers."""
 
     task = "albedo"
@@ -1684,7 +1693,7 @@ class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
         super().__init__(config)
         if config.head_config is not None and config.head_config.norm_type != "rms_norm":
             raise ValueError("The albedo head uses channel RMSNorms: set `head_config.norm_type='rms_norm'`.")
-        self._build(config)
+        self.build_task_layers(config)
         self.post_init()
 
     @can_return_tuple
@@ -1707,12 +1716,12 @@ class Sapiens2ForAlbedoEstimation(_Sapiens2TaskModel):
             `Sapiens2AlbedoEstimatorOutput` with `albedos` of shape `(batch_size, 3, height, width)`: raw RGB albedo
             (target range `[0, 1]`, not clamped).
         """
-        return self._decode(
+        return self.decode(
             pixel_values, Sapiens2AlbedoEstimatorOutput, "albedos", labels, loss_targets=(mask,), **kwargs
         )
 
 
-class Sapiens2ForImageMatting(_Sapiens2TaskModel):
+class Sapiens2ForImageMatting(Sapiens2TaskModel):
     """Sapiens2 with the official matting head: the pixel-shuffle layout of the normal head with 4 outputs and a
     sigmoid, channels 0-2 the pre-multiplied RGB foreground and channel 3 the alpha matte."""
 
@@ -1726,7 +1735,7 @@ class Sapiens2ForImageMatting(_Sapiens2TaskModel):
                 f"The matting head predicts 4 channels (pre-multiplied RGB foreground + alpha), but the config has "
                 f"num_labels={config.num_labels}; build it with Sapiens2Config.from_preset(size, task='matting')."
             )
-        self._build(config)
+        self.build_task_layers(config)
         self.post_init()
 
     @can_return_tuple

@@ -24,16 +24,16 @@ from .configuration_sapiens2_hf import (
     pointmap_scale_features,
     task_label_kwargs,
 )
-from .sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES, task_spec
+from .sapiens2_tasks import OFFICIAL_TASK_NAMES, PRETRAIN_TASK, task_spec
 
 
 # Name of the last 1x1 conv of each official head (`decode_head.conv_<task>`), which tells the task of a checkpoint.
-PREDICTOR_TASKS = {f"conv_{task}": task for task in TASK_NAMES}
+PREDICTOR_TASKS = {f"conv_{task}": task for task in OFFICIAL_TASK_NAMES}
 # `sapiens2_<size>_<task>.safetensors`. The size token is free-form (`1b`, `1b_4k`, `custom_4k`, `tinyp`): files of
 # sizes the table does not know are found and loaded like the others; known sizes are cross-checked with the tensors.
 OFFICIAL_FILENAME_PATTERN = re.compile(
     r"^sapiens2_(?P<variant>[A-Za-z0-9.]+(?:[_-][A-Za-z0-9.]+)*?)_(?P<task>"
-    + "|".join((PRETRAIN_TASK, *TASK_NAMES)) + r")\.safetensors$"
+    + "|".join((PRETRAIN_TASK, *OFFICIAL_TASK_NAMES)) + r")\.safetensors$"
 )
 # Tensor names of the original layout: a bare backbone, or the `backbone.` / `decode_head.conv_<task>.` task layout.
 ORIGINAL_NAME_PATTERN = re.compile(

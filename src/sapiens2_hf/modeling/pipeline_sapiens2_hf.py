@@ -32,6 +32,7 @@ This module imports no other part of sapiens2_hf (Hub rule); the default image p
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,23 @@ POSE_CROP_CHUNK_SIZE = 16
 DEFAULT_DETECTOR = "PekingU/rtdetr_r50vd"
 
 #: `pipeline(...)` task name -> Sapiens2 task, from the task registry (sapiens2_tasks.py).
-PIPELINE_TASKS = {spec.pipeline_name: spec.name for spec in TASK_SPECS.values()}
+class _PipelineTasks(Mapping):
+    """Pipeline name -> task, read from the task registry at each use (a task registered after import included)."""
+
+    def _table(self) -> dict[str, str]:
+        return {spec.pipeline_name: spec.name for spec in TASK_SPECS.values()}
+
+    def __getitem__(self, pipeline_name: str) -> str:
+        return self._table()[pipeline_name]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(TASK_SPECS)
+
+
+PIPELINE_TASKS: Mapping[str, str] = _PipelineTasks()
 
 
 def _is_sapiens2_hf_processor(processor) -> bool:
@@ -326,7 +343,7 @@ class _Sapiens2MaskableDensePipeline(_Sapiens2DensePipeline):
     `"intrinsics"`) carries the image's own options; they win over the call's.
 
     A masked result gains `"mask"` (`(height, width)` bool, True = person) and has its background set to
-    `FOREGROUND_FILL_VALUES` of the image processor: normals 0 (the zero vector), albedo 0, pointmap and depth NaN.
+    the task's `foreground_fill` (the registry): normals 0 (the zero vector), albedo 0, pointmap and depth NaN.
     A mask of another size than its image is a `ValueError` naming both sizes.
     """
 
@@ -552,6 +569,46 @@ class Sapiens2AlbedoPipeline(_Sapiens2MaskableDensePipeline):
             self._namespace(model_outputs, albedos=key), source_sizes=model_outputs["original_sizes"].tolist(),
             paddings=model_outputs["padding"])
         return self._mask({"albedo": result["albedo"].permute(1, 2, 0).cpu().numpy()}, model_outputs, segmenter)
+
+
+class Sapiens2DenseMapPipeline(_Sapiens2MaskableDensePipeline):
+    """The pipeline of a dense task registered with `sapiens2_hf.register_task` (`dense_map_pipeline_class` makes
+    one per task): the task's prediction, post-processed by the processor method its registry entry names
+    (`post_process_dense_maps` by default: unpad, resize), at the original image size.
+
+    Result per image: `{key: np.ndarray (height, width, channels) float32}` (`(height, width)` for a one-channel
+    map), `key` as the post-processor names it (the task's first `result_maps` entry). With `foreground_mask=` or
+    `segmenter=` (see `_Sapiens2MaskableDensePipeline`) also `"mask"`, the background set to the task's
+    `foreground_fill`.
+    """
+
+    def postprocess(self, model_outputs, segmenter=None, **params):
+        spec = TASK_SPECS[self.task_name]
+        post_process = getattr(self.image_processor, spec.post_process)
+        fields = {name: name for name in self.output_fields}
+        (result,) = post_process(self._namespace(model_outputs, **fields),
+                                 source_sizes=model_outputs["original_sizes"].tolist(), paddings=model_outputs["padding"])
+        output = {}
+        for key, value in result.items():
+            if isinstance(value, torch.Tensor):
+                value = value.permute(1, 2, 0) if value.ndim == 3 else value
+                value = value[..., 0] if value.ndim == 3 and value.shape[-1] == 1 else value
+                value = value.cpu().numpy()
+            output[key] = value
+        return self._mask(output, model_outputs, segmenter)
+
+
+def dense_map_pipeline_class(task: str) -> type[Sapiens2DenseMapPipeline]:
+    """A `Sapiens2DenseMapPipeline` subclass for a registered dense task: its prediction fields are the registry
+    entry's `output_field` and `extra_output_fields`, and a foreground mask applies to its result maps."""
+    spec = TASK_SPECS[task]
+    name = spec.model_class.removeprefix("Sapiens2For").removesuffix("Estimation") or spec.name
+    return type(f"Sapiens2{name}Pipeline", (Sapiens2DenseMapPipeline,), {
+        "task_name": spec.name,
+        "output_fields": (spec.output_field, *spec.extra_output_fields),
+        "masked_fields": (spec.result_maps or (spec.name,))[:1] if spec.foreground_fill is not None else (),
+        "__module__": __name__,
+    })
 
 
 class Sapiens2MattingPipeline(_Sapiens2DensePipeline):
@@ -995,36 +1052,45 @@ PIPELINE_CLASSES = {
 
 
 def register_pipelines(model_classes: dict[str, Any] | None = None) -> None:
-    """Register the six pipelines with transformers' pipeline registry (idempotent).
+    """Register the pipeline of every task in the registry with transformers' pipeline registry (idempotent).
 
     Args:
         model_classes: model class (or tuple of classes) used to load a model from a folder / Hub id, keyed by short
-            task (`"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`) or pipeline task. Defaults
-            to transformers' Auto classes for pose, segmentation, normal, pointmap and matting (our config must be
-            registered with them); albedo has no transformers Auto class, so pass it (e.g.
-            `{"albedo": AutoModelForAlbedoEstimation}`).
+            task (`"pose"`, `"seg"`, ...) or pipeline task. Defaults to transformers' Auto class of the task (our
+            config must be registered with it); a task transformers has none for (albedo, a registered task) has no
+            default, so pass it (e.g. `{"albedo": AutoModelForAlbedoEstimation}`).
     """
     import transformers
+
+    model_classes = dict(model_classes or {})
+    for spec in TASK_SPECS.values():
+        default = None if spec.auto_class == "AutoModel" else getattr(transformers, spec.auto_class, None)
+        register_pipeline(spec.name, model_classes.get(spec.name, model_classes.get(spec.pipeline_name, default)))
+
+
+def register_pipeline(task: str, model_class: Any = None) -> None:
+    """Register `task`'s pipeline (`PIPELINE_CLASSES`) under its pipeline name with transformers (idempotent);
+    `model_class` (a class or tuple of classes) loads a model given by name."""
     from transformers.pipelines import PIPELINE_REGISTRY
 
-    # transformers' Auto class of each task; none for a task it has no Auto class for (registry `auto_class`
-    # "AutoModel"), or when this transformers lacks it.
-    defaults = {
-        spec.name: None if spec.auto_class == "AutoModel" else getattr(transformers, spec.auto_class, None)
-        for spec in TASK_SPECS.values()
-    }
-    model_classes = dict(model_classes or {})
-    for pipeline_task, short in PIPELINE_TASKS.items():
-        model_class = model_classes.get(short, model_classes.get(pipeline_task, defaults[short]))
-        current = PIPELINE_REGISTRY.supported_tasks.get(pipeline_task)
-        wanted_models = () if model_class is None else (model_class if isinstance(model_class, tuple) else (model_class,))
-        if current is not None and current.get("impl") is PIPELINE_CLASSES[pipeline_task] \
-                and tuple(current.get("pt", ())) == wanted_models:
-            continue
-        PIPELINE_REGISTRY.register_pipeline(
-            pipeline_task, pipeline_class=PIPELINE_CLASSES[pipeline_task], pt_model=wanted_models or None,
-            type="image",
-        )
+    pipeline_task = TASK_SPECS[task].pipeline_name
+    current = PIPELINE_REGISTRY.supported_tasks.get(pipeline_task)
+    wanted_models = () if model_class is None else (model_class if isinstance(model_class, tuple) else (model_class,))
+    if current is not None and current.get("impl") is PIPELINE_CLASSES[pipeline_task] \
+            and tuple(current.get("pt", ())) == wanted_models:
+        return
+    PIPELINE_REGISTRY.register_pipeline(
+        pipeline_task, pipeline_class=PIPELINE_CLASSES[pipeline_task], pt_model=wanted_models or None, type="image",
+    )
+
+
+def unregister_pipeline(task: str) -> None:
+    """Remove `task`'s pipeline from transformers' pipeline registry and `PIPELINE_CLASSES`."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    pipeline_task = TASK_SPECS[task].pipeline_name
+    PIPELINE_REGISTRY.supported_tasks.pop(pipeline_task, None)
+    PIPELINE_CLASSES.pop(pipeline_task, None)
 
 
 __all__ = [
@@ -1032,10 +1098,14 @@ __all__ = [
     "PIPELINE_CLASSES",
     "PIPELINE_TASKS",
     "Sapiens2AlbedoPipeline",
+    "Sapiens2DenseMapPipeline",
+    "dense_map_pipeline_class",
     "Sapiens2MattingPipeline",
     "Sapiens2NormalPipeline",
     "Sapiens2PointmapPipeline",
     "Sapiens2PosePipeline",
     "Sapiens2SegmentationPipeline",
+    "register_pipeline",
     "register_pipelines",
+    "unregister_pipeline",
 ]

@@ -15,6 +15,7 @@ pipelines live in this one folder, which ships to the Hub as it is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -165,8 +166,44 @@ TASK_SPECS: dict[str, TaskSpec] = {
     )
 }
 
-#: Task names in registry order.
-TASK_NAMES: tuple[str, ...] = tuple(TASK_SPECS)
+class _TaskNames(Sequence):
+    """The registered task names in registry order, read from `TASK_SPECS` at each use, so a task registered after
+    import (`sapiens2_hf.register_task`) is in every list, choice and error message built from this. Compares equal
+    to the tuple of the same names."""
+
+    def __getitem__(self, index):
+        return tuple(TASK_SPECS)[index]
+
+    def __len__(self) -> int:
+        return len(TASK_SPECS)
+
+    def __contains__(self, name) -> bool:
+        return name in TASK_SPECS
+
+    def __iter__(self):
+        return iter(tuple(TASK_SPECS))
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _TaskNames)) else other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other):
+        return tuple(self) + tuple(other)
+
+    def __radd__(self, other):
+        return tuple(other) + tuple(self)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+#: Task names in registry order (a live view of `TASK_SPECS`).
+TASK_NAMES: Sequence[str] = _TaskNames()
+
+#: The tasks of the official release, which a registration can neither replace nor remove.
+OFFICIAL_TASK_NAMES: tuple[str, ...] = tuple(TASK_SPECS)
 
 #: The backbone (no task head): class name and model-card facts.
 BACKBONE_MODEL_CLASS = "Sapiens2Model"
@@ -191,3 +228,38 @@ def task_of_architecture(architecture: str) -> str | None:
         if spec.model_class == architecture:
             return spec.name
     return None
+
+
+_CHOICES = {"resize": ("crop", "stretch", "letterbox"), "head_upsampling": ("deconv", "pixel_shuffle"),
+            "head_norm": ("instance_norm", "rms_norm")}
+
+
+def add_task_spec(spec: TaskSpec) -> None:
+    """Adds `spec` to `TASK_SPECS` after checking it: a new name and pipeline name, known policies, a positive label
+    count. The public entry point is `sapiens2_hf.register_task`, which also registers the task's model and the
+    tables of the other layers."""
+    if not isinstance(spec, TaskSpec):
+        raise TypeError(f"register a TaskSpec, got {type(spec).__name__}.")
+    if spec.name in TASK_SPECS:
+        raise ValueError(f"Task {spec.name!r} is already registered; pick another name.")
+    if not spec.name.isidentifier() or spec.name == PRETRAIN_TASK:
+        raise ValueError(f"A task name must be an identifier other than {PRETRAIN_TASK!r}, got {spec.name!r}.")
+    taken = {other.pipeline_name: other.name for other in TASK_SPECS.values()}
+    if spec.pipeline_name in taken:
+        raise ValueError(f"The pipeline name {spec.pipeline_name!r} is task {taken[spec.pipeline_name]!r}'s; pick "
+                         "another.")
+    if spec.model_class in {other.model_class for other in TASK_SPECS.values()} | {BACKBONE_MODEL_CLASS}:
+        raise ValueError(f"The model class name {spec.model_class!r} is taken; pick another.")
+    for name, choices in _CHOICES.items():
+        if getattr(spec, name) not in choices:
+            raise ValueError(f"TaskSpec.{name} must be one of {choices}, got {getattr(spec, name)!r}.")
+    if not isinstance(spec.num_labels, int) or spec.num_labels < 1:
+        raise ValueError(f"TaskSpec.num_labels must be a positive int, got {spec.num_labels!r}.")
+    TASK_SPECS[spec.name] = spec
+
+
+def remove_task_spec(name: str) -> TaskSpec:
+    """Removes a task added by `add_task_spec`; the official tasks stay."""
+    if name in OFFICIAL_TASK_NAMES:
+        raise ValueError(f"{name!r} is an official task; only tasks registered from outside the package are removed.")
+    return TASK_SPECS.pop(task_spec(name).name)

@@ -8,13 +8,13 @@ is; this package is their public import path.
 
 from ..modeling.image_loading_sapiens2_hf import load_image_rgb
 from ..modeling.image_processing_sapiens2_hf import (
-    TASKS,
     Sapiens2HFImageProcessor,
     image_processor_for_task,
+    processor_tasks,
     validate_pose_boxes,
 )
 
 
 __all__ = [
-    "Sapiens2HFImageProcessor", "image_processor_for_task", "load_image_rgb", "validate_pose_boxes", "TASKS",
+    "Sapiens2HFImageProcessor", "image_processor_for_task", "load_image_rgb", "validate_pose_boxes", "processor_tasks",
 ]

@@ -41,15 +41,11 @@ from .arguments import DataArguments, ModelArguments
 from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
 from .run_setup import prepare_output_dir, seed_run, with_skipped_list
-from .tasks import TRAINING_TASKS, check_task, training_task
+from .tasks import check_task, training_task
 from .trainer import Sapiens2Trainer
 
 
 logger = logging.getLogger(__name__)
-
-# Task -> data transform class, from the training registry.
-TRANSFORMS = {task: spec.transform for task, spec in TRAINING_TASKS.items()}
-
 
 # Models of no official size whose config holds only the native 1024x768 (an official-format file of a custom size
 # carries no size entry, so its loader assumes the native one) train at 256x192 instead: the classic top-down crop,
@@ -86,7 +82,7 @@ def default_head_preset(task: str, backbone_config: Sapiens2Config) -> tuple[str
     An official size with an official head for `task` gets that head. Anything else gets `"tiny"` when it is smaller
     than every official size (a tiny pretraining run), else the official head of the nearest hidden size.
     """
-    presets = HEAD_PRESETS[task]
+    presets = HEAD_PRESETS.get(task, {})
     if backbone_config.variant in presets:
         return backbone_config.variant, None
     hidden = backbone_config.hidden_size
@@ -110,7 +106,7 @@ def _head_config_from_flag(task: str, value: str):
             return json.loads(value)
         except json.JSONDecodeError as error:
             raise ValueError(f"--head_preset {value!r} is not valid JSON: {error}.") from error
-    valid = ["tiny", *sorted(HEAD_PRESETS[task])]
+    valid = ["tiny", *sorted(HEAD_PRESETS.get(task, {}))]
     if value not in valid:
         raise ValueError(f"--head_preset {value!r} is not a {task} head layout; choose one of {valid} (or pass a JSON "
                          "head-config object).")
@@ -296,7 +292,7 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
     splits, available = load_hf_splits(data_args, source, task, seed, wanted) if hf else ({}, [])
     limits = {"train": data_args.max_train_samples, "eval": data_args.max_eval_samples,
               "test": data_args.max_predict_samples}
-    transform = TRANSFORMS[task]
+    transform = training_task(task).transform
     built, skipped = {}, []
     for split in wanted:
         if hf:

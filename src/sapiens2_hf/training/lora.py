@@ -16,7 +16,7 @@ from torch import nn
 
 from ..modeling import Sapiens2Config, Sapiens2Model, model_class_for_task
 from ..utils.extras import require
-from .tasks import HEAD_MODULES, training_task
+from .tasks import head_modules, training_task
 
 
 if TYPE_CHECKING:
@@ -222,9 +222,9 @@ class MultiTaskLoraModel(nn.Module):
         if missing:
             raise ValueError(f"Adapter {adapter_dir} has weights the backbone cannot take, e.g. {missing[:3]}.")
         self.backbone.load_state_dict(lora_weights, strict=False)
-        heads = {k: v for k, v in head_weights.items() if k.split(".")[0] in HEAD_MODULES}
+        heads = {k: v for k, v in head_weights.items() if k.split(".")[0] in head_modules()}
         incompatible = task_model.load_state_dict(heads, strict=False)
-        head_missing = [k for k in incompatible.missing_keys if k.split(".")[0] in HEAD_MODULES]
+        head_missing = [k for k in incompatible.missing_keys if k.split(".")[0] in head_modules()]
         if head_missing:
             raise ValueError(f"Adapter {adapter_dir} lacks head weights {head_missing[:3]}; save it with "
                              "`save_lora_adapter` from a model wrapped by `apply_lora`.")

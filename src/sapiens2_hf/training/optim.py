@@ -9,7 +9,7 @@ import re
 import torch
 from torch import nn
 
-from .tasks import HEAD_MODULES
+from .tasks import head_modules
 
 
 OFFICIAL_LAYER_DECAY = {"0.4b": 0.8, "0.8b": 0.85, "1b": 0.9, "5b": 0.94}
@@ -88,7 +88,7 @@ def freeze_backbone(model: nn.Module, num_frozen_layers: int | None = None, free
     """
     frozen = 0
     for name, parameter in model.named_parameters():
-        if any(name.startswith(f"{head}.") or f".{head}." in name for head in HEAD_MODULES):
+        if any(name.startswith(f"{head}.") or f".{head}." in name for head in head_modules()):
             continue
         if num_frozen_layers is None:
             hit = True

@@ -44,7 +44,7 @@ from ..metrics import (
     PoseHeatmapAccuracy,
     SegmentationMetric,
 )
-from ..modeling.sapiens2_tasks import TASK_NAMES, task_spec
+from ..modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_NAMES, task_spec
 
 
 #: The kinds of `TrainingTaskSpec.prediction`.
@@ -120,20 +120,25 @@ TRAINING_TASKS: dict[str, TrainingTaskSpec] = {
     ),
 }
 
-_missing = [name for name in TASK_NAMES if name not in TRAINING_TASKS]
+_missing = [name for name in OFFICIAL_TASK_NAMES if name not in TRAINING_TASKS]
 if _missing:  # fail at import, naming the fix, rather than deep inside a training run
     raise ImportError(f"The training registry has no entry for task(s) {_missing}: add them to "
                       "sapiens2_hf.training.tasks.TRAINING_TASKS.")
 
-#: Task names, in the layer-0 registry order (kept under this name for its importers).
+#: Task names, in the layer-0 registry order (a live view; kept under this name for its importers).
 TASKS = TASK_NAMES
 
-#: Every head sub-module name of the task models (`head_modules`, in registry order).
-HEAD_MODULES = tuple(dict.fromkeys(name for spec in TRAINING_TASKS.values() for name in spec.head_modules))
+
+def head_modules() -> tuple[str, ...]:
+    """Every head sub-module name of the task models (`head_modules`, in registry order)."""
+    return tuple(dict.fromkeys(name for spec in TRAINING_TASKS.values() for name in spec.head_modules))
 
 
 def check_task(task: str) -> str:
     if task not in TRAINING_TASKS:
+        if task in TASK_NAMES:
+            raise ValueError(f"Task {task!r} has no training entry: pass `training=TrainingTaskSpec(...)` to "
+                             "sapiens2_hf.register_task to fine-tune it.")
         raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
     return task
 

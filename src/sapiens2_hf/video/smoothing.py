@@ -148,9 +148,14 @@ DEFAULT_MISREGISTRATION_PX = 1.0
 #: and on the simulated clip it let noise through that beta then had to catch (normals +4 %, albedo +47 % error at beta
 #: 0). Chosen with benchmarks/bench_temporal_filter.py: tiny models fine-tuned on synthetic humans, and simulated noise
 #: on the truth, on a clip of a walking, turning person.
-#: Task -> the per-pixel maps of its pipeline result (the registry's `result_maps`), for every task that has some.
-DENSE_TASK_MAPS: dict[str, tuple[str, ...]] = {name: spec.result_maps for name, spec in TASK_SPECS.items()
-                                               if spec.result_maps}
+
+
+def dense_task_maps() -> dict[str, tuple[str, ...]]:
+    """Task -> the per-pixel maps of its pipeline result (the registry's `result_maps`, read at each call), for every
+    task that has some."""
+    return {name: spec.result_maps for name, spec in TASK_SPECS.items() if spec.result_maps}
+
+
 #: A dense task without measured defaults (one registered from outside the package) starts from albedo's and the
 #: pointmap's first measured setting: 1 Hz, beta 0.5, 0.5 px, no coherent term.
 UNTUNED_DENSE_DEFAULTS = (1.0, 0.5, 0.5, 0.0)
@@ -375,7 +380,7 @@ class FlowGuidedFilter:
 
 
 class DenseResultFilter:
-    """Flow-guided filtering of one dense task's per-frame pipeline results (`DENSE_TASK_MAPS`), with the task's
+    """Flow-guided filtering of one dense task's per-frame pipeline results (`dense_task_maps()`), with the task's
     constraints restored afterwards: normals renormalised to unit length (zero stays zero), albedo and alpha clipped
     to [0, 1], the pointmap's `depth` recomputed from the filtered Z, segmentation labels as the argmax of the
     filtered one-hot class scores (the filter then votes over time along the flow).
@@ -385,7 +390,7 @@ class DenseResultFilter:
         min_cutoff, beta, coherent_scale (`float`, *optional*): override `DENSE_TASK_DEFAULTS[task]`.
         occlusion_threshold (`float`, defaults to `DEFAULT_OCCLUSION_THRESHOLD`).
 
-    `filter(result, image, t)` returns a new dict; keys not in `DENSE_TASK_MAPS[task]` are passed through.
+    `filter(result, image, t)` returns a new dict; keys not among the task's `result_maps` are passed through.
     """
 
     def __init__(self, task: str, min_cutoff: float | None = None, beta: float | None = None,
@@ -445,6 +450,6 @@ class DenseResultFilter:
 __all__ = [
     "DEFAULT_BETA", "DEFAULT_CONSISTENCY", "DEFAULT_D_CUTOFF", "DEFAULT_MIN_CUTOFF", "DEFAULT_MISREGISTRATION_PX",
     "DEFAULT_OCCLUSION_THRESHOLD",
-    "DENSE_TASK_DEFAULTS", "DENSE_TASK_MAPS", "DenseResultFilter", "FlowGuidedFilter", "OneEuroFilter",
+    "DENSE_TASK_DEFAULTS", "DenseResultFilter", "FlowGuidedFilter", "OneEuroFilter",
     "trajectory_errors",
 ]

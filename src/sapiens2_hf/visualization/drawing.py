@@ -236,6 +236,33 @@ def normals_to_rgb(normals: Any) -> Image.Image:
     return Image.fromarray(np.clip((n + 1.0) / 2.0 * 255.0, 0, 255).astype(np.uint8))
 
 
+def map_to_rgb(values: Any) -> Image.Image:
+    """Any dense map `(height, width)` or `(height, width, channels)` -> an RGB picture, for tasks without a drawing
+    of their own (a task registered with `sapiens2_hf.register_task`): one channel in Turbo colours, two or three as
+    R, G (and B) channels, each stretched over its own finite range (a constant channel is black; NaN is black); more
+    than three channels: the first three."""
+    v = _numpy(values).astype(np.float32)
+    if v.ndim == 3 and v.shape[-1] == 1:
+        v = v[..., 0]
+    if v.ndim not in (2, 3) or v.size == 0:
+        raise ValueError(f"a map must be (height, width) or (height, width, channels), got {v.shape}.")
+    planes = [v] if v.ndim == 2 else [v[..., c] for c in range(min(3, v.shape[-1]))]
+    stretched = np.zeros((*v.shape[:2], len(planes)), np.float32)
+    for c, plane in enumerate(planes):
+        finite = np.isfinite(plane)
+        if finite.any():
+            low, high = float(plane[finite].min()), float(plane[finite].max())
+            if high > low:
+                stretched[..., c] = np.where(finite, (plane - low) / (high - low), 0.0)
+    if v.ndim == 2:  # Turbo: low blue, high red; NaN black
+        colours = turbo_colours(stretched[..., 0])
+        colours[~np.isfinite(v)] = 0
+        return Image.fromarray(colours)
+    rgb = np.zeros((*v.shape[:2], 3), np.float32)
+    rgb[..., : len(planes)] = stretched
+    return Image.fromarray(np.clip(np.round(rgb * 255.0), 0, 255).astype(np.uint8))
+
+
 def turbo_colours(x: np.ndarray) -> np.ndarray:
     """Google's Turbo colour map through OpenCV's lookup table (`cv2.COLORMAP_TURBO`, the published 256 entries):
     `x` in [0, 1] (clipped; NaN -> 0) -> uint8 RGB of shape `x.shape + (3,)`. 0 is dark blue, 1 dark red."""

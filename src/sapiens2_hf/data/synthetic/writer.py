@@ -31,13 +31,13 @@ import numpy as np
 from PIL import Image
 
 from ...modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
-from ...modeling.sapiens2_tasks import TASK_NAMES
+from ...modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES
 from ...utils.atomic_io import atomic_write_bytes
 from .dataset import GENERATOR_VERSION, sample_seed
 from .generator import SyntheticHumans
 
-# Every registry task: each has its folder layout in `write_dataset` (a new task needs one there too).
-WRITER_TASKS = TASK_NAMES
+# Every official task: each has its folder layout in `write_dataset` (a new task needs one there too).
+WRITER_TASKS = OFFICIAL_TASK_NAMES
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...modeling.sapiens2_tasks import TASK_NAMES
+from ...modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES
 
 
-#: Task -> folder (beside this file) of its metric script: `sapiens2_<task>` for every registry task.
-EVALUATE_MODULES = {task: f"sapiens2_{task}" for task in TASK_NAMES}
+#: Task -> folder (beside this file) of its metric script: `sapiens2_<task>` for every official task (a registered
+#: task's metric runs in evaluation through its `TrainingTaskSpec.metrics`).
+EVALUATE_MODULES = {task: f"sapiens2_{task}" for task in OFFICIAL_TASK_NAMES}
 
 
 def evaluate_module_path(task: str) -> str:
