@@ -170,22 +170,25 @@ if __name__ == "__main__":  # a process of the launch in `sharded_runs`: one CLI
 
 
 def test_the_resume_fingerprint_is_derived_from_the_typed_output_options():
-    """Every option a resume marker records is a field of `OutputOptions` (none hand-listed); the later options are
-    recorded only when set, so markers written without them stay valid; device, batch size and threads are not
-    output options."""
-    import argparse
+    """Every option a resume marker records is a field of the typed option groups (none hand-listed); the later
+    options are recorded only when set, so markers written without them stay valid; device, batch size and threads
+    are not output options."""
     import dataclasses
 
-    from sapiens2_hf.cli.options import OutputOptions
+    from sapiens2_hf.cli.predict import predict_options
 
-    args = argparse.Namespace(task="seg", model="m", dtype="float32", no_overlay=False, device="cpu", batch_size=4,
-                              threads=2, foreground_model=None, temporal_filter=False)
-    options = OutputOptions.from_args(args)
+    options = predict_options("normal", "m", "out", device="cpu", batch_size=4, threads=2)
     recorded = options.fingerprint()
     assert recorded["dtype"] == "float32" and recorded["no_overlay"] is False and recorded["kpt_threshold"] is None
-    assert not {"device", "batch_size", "threads"} & set(recorded)
+    assert not {"device", "batch_size", "threads", "model", "backend"} & set(recorded)
     assert "foreground_model" not in recorded and "temporal_filter" not in recorded  # set-only, unset
-    changed = OutputOptions.from_args(argparse.Namespace(**{**vars(args), "foreground_model": "seg-model"}))
+    changed = predict_options("normal", "m", "out", foreground_model="seg-model")
     assert changed.fingerprint()["foreground_model"] == "seg-model" and changed.fingerprint() != recorded
+    # the keys markers written before the option groups recorded for this command: the same set
+    assert set(recorded) == {"dtype", "input_size", "no_overlay", "no_arrays", "video_stride", "max_frames", "ply",
+                             "no_flip_test", "kpt_threshold", "detector", "detector_threshold", "keypoint_format",
+                             "detect_every", "track_iou", "no_smooth", "smooth_min_cutoff", "smooth_beta"}
     with pytest.raises(dataclasses.FrozenInstanceError):
-        options.dtype = "bfloat16"
+        options.runtime.dtype = "bfloat16"
+    with pytest.raises(ValueError, match="has no option"):  # a pose option on a seg command
+        predict_options("seg", "m", "out", kpt_threshold=0.5)

@@ -119,19 +119,14 @@ class AppRunner:
         model = (model or "").strip() or DEMO_MODEL
         return str(self.demo_model(task)) if model == DEMO_MODEL else model
 
-    def _args(self, task: str, model: str, out: Path, **options):
-        """The command line's options for `sapiens2-hf <task>` (its parser's defaults, so the app writes what the
-        command writes), for one input written into `out`."""
-        from ..cli.predict import predict_parser
+    def _options(self, task: str, model: str, out: Path, **changes):
+        """The options of `sapiens2-hf <task>` at its defaults (so the app writes what the command writes), for one
+        input written into `out`; the pointmap tab also writes the point cloud."""
+        from ..cli.predict import predict_options
 
-        argv = [task, "input", "--model", model, "--out", str(out), "--quiet", "--device", self.device,
-                "--dtype", self.dtype]
         if task == "pointmap":
-            argv.append("--ply")
-        args = predict_parser().parse_args(argv)
-        for name, value in options.items():
-            setattr(args, name, value)
-        return args
+            changes.setdefault("ply", True)
+        return predict_options(task, model, out, quiet=True, device=self.device, dtype=self.dtype, **changes)
 
     def pipeline(self, task: str, model: str | None):
         """The pipeline for `task` with `model` (`demo`, a folder, Hub id or official file), built on first use."""
@@ -149,7 +144,7 @@ class AppRunner:
             if kept is None or kept[0] != source:
                 check_local_source("model", source)
                 self._pipelines.pop(task, None)  # one model per task in memory: the new one replaces it
-                self._pipelines[task] = (source, build_pipeline(self._args(task, source, self.work_dir)))
+                self._pipelines[task] = (source, build_pipeline(self._options(task, source, self.work_dir)))
             return self._pipelines[task][1]
 
     def _run_folder(self) -> Path:
@@ -188,16 +183,17 @@ class AppRunner:
         image = np.ascontiguousarray(_rgb_uint8(image))
         pipe = self.pipeline(task, model)
         out = self._run_folder()
-        args = self._args(task, "app", out, kpt_threshold=keypoint_threshold)
+        pose = {"kpt_threshold": keypoint_threshold} if task == "pose" else {}
+        options = self._options(task, "app", out, **pose)
         people_boxes = None
         if task == "pose":
             height, width = image.shape[:2]
             people_boxes = [parse_boxes(boxes) or [[0.0, 0.0, float(width), float(height)]]]
-        (result,) = predict_images(args, pipe, [image], people_boxes)
+        (result,) = predict_images(options, pipe, [image], people_boxes)
         pose_json = None
         if task == "pose":  # the JSON's `file_name`: the upload's file name (the command writes the path given)
             pose_json = pose_annotations(source or name, image.shape, result, keypoint_threshold)
-        written, _ = write_outputs(args, out / name, image, result, pose_json=pose_json)
+        written, _ = write_outputs(options, out / name, image, result, pose_json=pose_json)
         # the task's picture, as `write_outputs` names it (the overlay; albedo's own image)
         suffix = task_registry().TASK_SPECS[task].overlay_file_suffix
         overlay = next(path for path in written if path.name == f"{name}{suffix}")
@@ -222,14 +218,14 @@ class AppRunner:
         pipe = self.pipeline(task, model)
         out = self._run_folder()
         name = path.stem or "video"
-        args = self._args(task, "app", out, kpt_threshold=keypoint_threshold, max_frames=max_frames,
-                          video_stride=stride)
+        pose = {"kpt_threshold": keypoint_threshold} if task == "pose" else {}
+        options = self._options(task, "app", out, max_frames=max_frames, video_stride=stride, **pose)
         listed: dict[str, list] = {}
         if task == "pose":
             first = parse_boxes(boxes) or _whole_first_frame(path)
             listed = {f"{path}#0": first}
         report = RunReport()
-        process_video(args, pipe, path, name, out, listed, report, _Progress(), None)
+        process_video(options, pipe, path, name, out, listed, report, _Progress(), None)
         if report.skipped:
             reasons = "; ".join(f"{entry['input']}: {entry['reason']}" for entry in report.skipped[:3])
             raise ValueError(f"{len(report.skipped)} frame(s) failed: {reasons}")

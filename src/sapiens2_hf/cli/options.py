@@ -17,6 +17,7 @@ import json
 import math
 import os
 import stat
+import dataclasses
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -151,8 +152,9 @@ def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) ->
                             "not explained by motion pass sooner)")
 
 
-__all__ = ["temporal_filter_tasks", "add_temporal_filter_arguments", "check_local_source", "check_regular_file",
-           "finite_float", "looks_local", "non_negative_float", "positive_float", "positive_int"]
+__all__ = ["ForegroundOptions", "OutputOptions", "PredictOptions", "RuntimeOptions", "VideoOptions",
+           "add_temporal_filter_arguments", "check_local_source", "check_regular_file", "finite_float", "looks_local",
+           "non_negative_float", "positive_float", "positive_int", "temporal_filter_tasks"]
 
 
 # ------------------------------------------------------------------------------------------------ typed options
@@ -164,43 +166,127 @@ def _set_only():
     return field(default=None, metadata={"fingerprint": "when_set"})
 
 
-@dataclass(frozen=True)
-class OutputOptions:
-    """The options of a task command that change what it writes (device, batch size and threads change outputs only
-    within float tolerance and are not here): what a resumed run compares an input's marker against
-    (cli/sharding.py `fingerprint`). Built from the parsed command line by `from_args`; an option a command does
-    not have is `None`."""
+def _not_fingerprinted(default=None):
+    """A field that changes results only within float tolerance (where and how fast the model runs)."""
+    return field(default=default, metadata={"fingerprint": "never"})
 
-    dtype: str | None = None
+
+class _OptionGroup:
+    """A frozen group of a predict command's options: built from the parsed command line (`from_args`; an option the
+    command does not have is the field's default) or directly, without argv (the web app)."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace):
+        return cls(**{option.name: getattr(args, option.name, option.default) for option in fields(cls)})
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The options that change what is written, as a resume marker records them (set-only ones while set)."""
+        recorded = {}
+        for option in fields(self):
+            rule, value = option.metadata.get("fingerprint"), getattr(self, option.name)
+            if rule == "never" or (rule == "when_set" and value in (None, False)):
+                continue
+            recorded[option.name] = value
+        return recorded
+
+
+@dataclass(frozen=True)
+class RuntimeOptions(_OptionGroup):
+    """Which model runs, where and how (`--model`, `--device`, `--dtype`, `--backend`, `--compile*`, `--batch-size`,
+    `--input-size`, `--threads`). Of these only the dtype and the input size change what is written beyond float
+    tolerance, so only they are fingerprinted."""
+
+    model: str | None = _not_fingerprinted()
+    dtype: str = "float32"
     input_size: Any = None
-    no_overlay: bool | None = None
-    no_arrays: bool | None = None
-    video_stride: int | None = None
-    max_frames: int | None = None
+    device: str = _not_fingerprinted("auto")
+    backend: str = _not_fingerprinted("torch")
+    compile: bool = _not_fingerprinted(False)
+    compile_mode: str | None = _not_fingerprinted()
+    compile_cache: str | None = _not_fingerprinted()
+    batch_size: int = _not_fingerprinted(1)
+    threads: int | None = _not_fingerprinted()
+
+
+@dataclass(frozen=True)
+class OutputOptions(_OptionGroup):
+    """What is computed and written per image: files, the pose decoding and detection, the camera of a pointmap."""
+
+    no_overlay: bool = False
+    no_arrays: bool = False
     ply: bool | None = None
     no_flip_test: bool | None = None
     kpt_threshold: float | None = None
     detector: str | None = None
     detector_threshold: float | None = None
     keypoint_format: str | None = None
+    focal_length: float | None = _set_only()
+    intrinsics: Any = _set_only()
+
+
+@dataclass(frozen=True)
+class VideoOptions(_OptionGroup):
+    """How videos are read, tracked and smoothed (`--video-stride`, `--max-frames`, the pose tracker and One-Euro
+    filter, the dense tasks' `--temporal-filter`)."""
+
+    video_stride: int = 1
+    max_frames: int | None = None
     detect_every: int | None = None
     track_iou: float | None = None
     no_smooth: bool | None = None
     smooth_min_cutoff: float | None = None
     smooth_beta: float | None = None
-    foreground_model: str | None = _set_only()
-    foreground_mask: str | None = _set_only()
-    focal_length: float | None = _set_only()
-    intrinsics: Any = _set_only()
     temporal_filter: bool | None = _set_only()
     temporal_min_cutoff: float | None = _set_only()
     temporal_beta: float | None = _set_only()
 
+
+@dataclass(frozen=True)
+class ForegroundOptions(_OptionGroup):
+    """Keeping only the person in a dense task's maps: a segmentation model, or given mask images."""
+
+    foreground_model: str | None = _set_only()
+    foreground_mask: str | None = _set_only()
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """A predict command (`sapiens2-hf <task> ...`) as typed, frozen groups: what the image and video loops, the
+    writers and the web app read. `from_args` builds it from the parsed command line; the app builds it directly.
+
+    Attributes:
+        task (`str`): the registry task.
+        inputs (`tuple[str, ...]`), out (`str`): the inputs and the output folder.
+        runtime, output, video, foreground: the option groups.
+        boxes (`str`, *optional*): the `--boxes` file (pose).
+        overwrite, quiet (`bool`): recompute finished inputs; no progress bar.
+    """
+
+    task: str
+    runtime: RuntimeOptions
+    output: OutputOptions = field(default_factory=OutputOptions)
+    video: VideoOptions = field(default_factory=VideoOptions)
+    foreground: ForegroundOptions = field(default_factory=ForegroundOptions)
+    inputs: tuple[str, ...] = ()
+    out: str = ""
+    boxes: str | None = None
+    overwrite: bool = False
+    quiet: bool = False
+
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "OutputOptions":
-        return cls(**{option.name: getattr(args, option.name, None) for option in fields(cls)})
+    def from_args(cls, args: argparse.Namespace) -> "PredictOptions":
+        return cls(task=args.task, runtime=RuntimeOptions.from_args(args), output=OutputOptions.from_args(args),
+                   video=VideoOptions.from_args(args), foreground=ForegroundOptions.from_args(args),
+                   inputs=tuple(getattr(args, "inputs", ()) or ()), out=str(getattr(args, "out", "") or ""),
+                   boxes=getattr(args, "boxes", None), overwrite=bool(getattr(args, "overwrite", False)),
+                   quiet=bool(getattr(args, "quiet", False)))
 
     def fingerprint(self) -> dict[str, Any]:
-        """The options as a resume marker records them: every field, except the set-only ones while unset."""
-        return {option.name: getattr(self, option.name) for option in fields(self)
-                if option.metadata.get("fingerprint") != "when_set" or getattr(self, option.name) not in (None, False)}
+        """Every option that changes what an input's outputs are (the resume marker's `options`): the dtype and
+        input size, then the output, video and foreground groups; device, batch size and threads are not."""
+        return {**self.runtime.fingerprint(), **self.output.fingerprint(), **self.video.fingerprint(),
+                **self.foreground.fingerprint()}
+
+    def replace(self, **changes) -> "PredictOptions":
+        """A copy with top-level fields or whole groups replaced (`dataclasses.replace`)."""
+        return dataclasses.replace(self, **changes)

@@ -17,6 +17,8 @@ from .._registration import task_registry
 if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
     import numpy as np
 
+    from .options import PredictOptions
+
 
 
 class OutputWriteError(OSError):
@@ -134,8 +136,9 @@ class TaskOutputs:
 
     Attributes:
         files (`tuple[str, ...]`): the suffix of every file `write` may save (`OutputFiles.save`).
-        write: `write(args, files, image, result, video, pose_json)`: saves the task's arrays and files.
-        picture: `picture(args, image, result, video) -> PIL.Image`: the overlay (also each frame of the annotated
+        write: `write(options, files, image, result, video, pose_json)`: saves the task's arrays and files
+            (`options`: the command's `PredictOptions`).
+        picture: `picture(options, image, result, video) -> PIL.Image`: the overlay (also each frame of the annotated
             video).
         picture_is_output (`bool`): the picture is the task's own output (albedo's image): `write` saves it, also
             with --no-overlay, and it is not written again as an overlay.
@@ -147,75 +150,75 @@ class TaskOutputs:
     picture_is_output: bool = False
 
 
-def _write_pose(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+def _write_pose(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
     if pose_json is None:
-        pose_json = pose_annotations(str(files.base), image.shape, result, args.kpt_threshold,
-                                     getattr(args, "keypoint_format", None))
+        pose_json = pose_annotations(str(files.base), image.shape, result, options.output.kpt_threshold,
+                                     options.output.keypoint_format)
     files.save(_save_json, pose_json, ".json")
 
 
-def _picture_pose(args, image, result, video: bool):
+def _picture_pose(options, image, result, video: bool):
     from .. import visualization as vis
 
-    return vis.draw_keypoints(image, result, score_threshold=args.kpt_threshold)
+    return vis.draw_keypoints(image, result, score_threshold=options.output.kpt_threshold)
 
 
-def _write_seg(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+def _write_seg(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
     import numpy as np
 
     from .. import visualization as vis
 
     seg = result["segmentation"]
-    if not args.no_arrays:
+    if not options.output.no_arrays:
         files.save(vis.save_npy, seg.astype(np.uint8) if seg.max(initial=0) < 256 else seg, "_seg.npy")
 
 
-def _picture_seg(args, image, result, video: bool):
+def _picture_seg(options, image, result, video: bool):
     from .. import visualization as vis
 
     # the legend changes the width with the classes present: left out of the frames of a video
     return vis.overlay_segmentation(image, result["segmentation"], legend=not video)
 
 
-def _write_normal(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+def _write_normal(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
     from .. import visualization as vis
 
-    if not args.no_arrays:
+    if not options.output.no_arrays:
         files.save(vis.save_npy, result["normals"], "_normal.npy")
 
 
-def _picture_normal(args, image, result, video: bool):
+def _picture_normal(options, image, result, video: bool):
     from .. import visualization as vis
 
     return vis.normals_to_rgb(result["normals"])
 
 
-def _write_pointmap(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+def _write_pointmap(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
     from .. import visualization as vis
 
-    if not args.no_arrays:
+    if not options.output.no_arrays:
         files.save(vis.save_npy, result["pointmap"], "_pointmap.npy")
         files.save(vis.save_npy, result["depth"], "_depth.npy")
-    if getattr(args, "ply", False):
+    if options.output.ply:
         files.save(lambda points, path: vis.save_ply(path, points, colors=image), result["pointmap"], ".ply")
 
 
-def _picture_pointmap(args, image, result, video: bool):
+def _picture_pointmap(options, image, result, video: bool):
     from .. import visualization as vis
 
     return vis.depth_to_image(result["depth"], mask=result.get("mask"), units="m")
 
 
-def _write_albedo(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+def _write_albedo(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
     from .. import visualization as vis
 
     if not video:  # the albedo image is the task's output, written even with --no-overlay
         files.save(vis.save_image, vis.albedo_to_image(result["albedo"]), "_albedo.png")
-    if not args.no_arrays:
+    if not options.output.no_arrays:
         files.save(vis.save_npy, result["albedo"], "_albedo.npy")
 
 
-def _picture_albedo(args, image, result, video: bool):
+def _picture_albedo(options, image, result, video: bool):
     from .. import visualization as vis
 
     return vis.albedo_to_image(result["albedo"])
@@ -232,7 +235,7 @@ def _cutout(foreground, alpha):
     return np.round(rgba * 255.0).astype(np.uint8)
 
 
-def _write_matting(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+def _write_matting(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
     import numpy as np
 
     from .. import visualization as vis
@@ -242,11 +245,11 @@ def _write_matting(args, files: OutputFiles, image, result, video: bool, pose_js
         files.save(vis.save_image, np.round(np.clip(alpha, 0, 1) * 255).astype(np.uint8), "_alpha.png")
         if result.get("foreground") is not None:
             files.save(vis.save_image, _cutout(result["foreground"], alpha), "_foreground.png")
-    if not args.no_arrays:
+    if not options.output.no_arrays:
         files.save(vis.save_npy, alpha, "_alpha.npy")
 
 
-def _picture_matting(args, image, result, video: bool):
+def _picture_matting(options, image, result, video: bool):
     import numpy as np
     from PIL import Image
 
@@ -296,14 +299,14 @@ def dense_map_outputs(task: str) -> TaskOutputs:
     spec = task_registry().TASK_SPECS[task]
     keys = spec.result_maps or (spec.name,)
 
-    def write(args, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
+    def write(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
         from .. import visualization as vis
 
-        if not args.no_arrays:
+        if not options.output.no_arrays:
             for key in keys:
                 files.save(vis.save_npy, result[key], f"_{key}.npy")
 
-    def picture(args, image, result, video: bool):
+    def picture(options, image, result, video: bool):
         from .. import visualization as vis
 
         return vis.map_to_rgb(result[keys[0]])
@@ -311,7 +314,7 @@ def dense_map_outputs(task: str) -> TaskOutputs:
     return TaskOutputs(tuple(f"_{key}.npy" for key in keys), write, picture)
 
 
-def write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: bool = False,
+def write_outputs(options: PredictOptions, base: Path, image: np.ndarray, result: Any, *, video: bool = False,
                   pose_json: dict | None = None) -> tuple[list[Path], Any]:
     """Write one image's (or video frame's) outputs next to `base` (`<folder>/<name>`): the task's files
     (`TASK_OUTPUTS`), the person mask of a masked result, and the picture.
@@ -322,18 +325,18 @@ def write_outputs(args, base: Path, image: np.ndarray, result: Any, *, video: bo
     """
     from .. import visualization as vis
 
-    outputs = TASK_OUTPUTS.get(args.task)
+    outputs = TASK_OUTPUTS.get(options.task)
     if outputs is None:
-        raise ValueError(f"no outputs defined for task {args.task!r}; register them with register_task_outputs.")
+        raise ValueError(f"no outputs defined for task {options.task!r}; register them with register_task_outputs.")
     files = OutputFiles(base)
-    outputs.write(args, files, image, result, video, pose_json)
+    outputs.write(options, files, image, result, video, pose_json)
     if isinstance(result, dict) and result.get("mask") is not None and not video:  # --foreground-model / -mask
         files.save(vis.save_image, result["mask"].astype("uint8") * 255, MASK_SUFFIX)
     overlay = None
-    if not args.no_overlay and not (outputs.picture_is_output and not video):
-        overlay = outputs.picture(args, image, result, video)
+    if not options.output.no_overlay and not (outputs.picture_is_output and not video):
+        overlay = outputs.picture(options, image, result, video)
         if not video:
-            files.save(vis.save_image, overlay, task_registry().TASK_SPECS[args.task].overlay_file_suffix)
+            files.save(vis.save_image, overlay, task_registry().TASK_SPECS[options.task].overlay_file_suffix)
             overlay = None
     return files.written, overlay
 
@@ -354,20 +357,20 @@ def _boxes_for(source: str, boxes: dict) -> Any:
     return boxes.get(Path(source).name, boxes.get(source))
 
 
-def predict_images(args, pipe, images: list, boxes: list | None = None, **extra) -> list:
+def predict_images(options: PredictOptions, pipe, images: list, boxes: list | None = None, **extra) -> list:
     """Run the pipeline on a batch of images (pose: with one list of boxes per image, else the detector)."""
     kwargs: dict[str, Any] = {}
-    if args.task == "pose":
-        kwargs["flip_test"] = not args.no_flip_test
-        kwargs["detector_threshold"] = args.detector_threshold
+    if options.task == "pose":
+        kwargs["flip_test"] = not options.output.no_flip_test
+        kwargs["detector_threshold"] = options.output.detector_threshold
         if boxes is not None:
             kwargs["boxes"] = boxes
-    mask = getattr(args, "foreground_mask", None)
+    mask = options.foreground.foreground_mask
     if mask is not None and Path(mask).is_file():  # one mask for every input (a folder: per input, in `extra`)
         kwargs["foreground_mask"] = [mask] * len(images)
-    if getattr(args, "focal_length", None) is not None:
-        kwargs["focal_length"] = args.focal_length
-    if getattr(args, "intrinsics", None) is not None:
-        kwargs["intrinsics"] = tuple(args.intrinsics)
+    if options.output.focal_length is not None:
+        kwargs["focal_length"] = options.output.focal_length
+    if options.output.intrinsics is not None:
+        kwargs["intrinsics"] = tuple(options.output.intrinsics)
     kwargs.update(extra)
     return pipe(images, batch_size=len(images), **kwargs)

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -82,8 +83,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .._registration import task_registry
-from .options import (check_local_source, check_regular_file, finite_float, non_negative_float, positive_float,
-                      positive_int)
+from .options import (ForegroundOptions, PredictOptions, check_local_source, check_regular_file, finite_float,
+                      non_negative_float, positive_float, positive_int)
 from .outputs import (OutputWriteError, _boxes_for, _reason, _save_json, image_output_suffixes, pose_annotations,
                       predict_images, write_outputs, writing_outputs)
 from .sharding import STATE_FOLDER
@@ -116,6 +117,21 @@ def predict_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sapiens2-hf")
     add_predict_subparsers(parser.add_subparsers(dest="command", required=True))
     return parser
+
+
+def predict_options(task: str, model: str, out: str | os.PathLike = "", **changes: Any) -> PredictOptions:
+    """The options of `sapiens2-hf <task> --model MODEL --out OUT` with every other option at the command's default
+    (read from its parser, the one place they are defined), and `changes` by option name (`kpt_threshold=0.5`,
+    `ply=True`): how the web app builds a command's options without a command line."""
+    commands = next(action for action in predict_parser()._actions if action.dest == "command").choices
+    if task not in commands:
+        raise ValueError(f"unknown task {task!r}; one of {', '.join(commands)}.")
+    defaults = {action.dest: action.default for action in commands[task]._actions if action.dest != "help"}
+    unknown = sorted(set(changes) - set(defaults))
+    if unknown:
+        raise ValueError(f"`sapiens2-hf {task}` has no option(s) {unknown}.")
+    values = {**defaults, "inputs": [], "model": model, "out": str(out), "task": task, **changes}
+    return PredictOptions.from_args(argparse.Namespace(**values))
 
 
 def add_predict_subparsers(subparsers) -> None:
@@ -342,63 +358,69 @@ def output_names(images: list[Path], videos: list[Path]) -> tuple[list[str], lis
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def build_pipeline(args: argparse.Namespace, device: str | None = None):
+def build_pipeline(options: PredictOptions, device: str | None = None):
+    """The command's pipeline, made by the library's own factory (`sapiens2_hf.pipeline`) from the model it loads
+    (an official file, a folder, a Hub id, or an exported folder for `--backend`) and the image processor it finds
+    (the model's saved one, else the task's official one, at `--input-size` when given). `--foreground-model` is a
+    segmentation pipeline of its own, built the same way; `--compile` is the factory's `fast=True` recipe."""
     import torch
 
     from ..modeling import model_class_for_task
-    from ..pipelines import PIPELINE_CLASSES
-    from ..processing import Sapiens2HFImageProcessor
+    from ..pipeline_factory import pipeline
 
+    runtime = options.runtime
     if device is None or device == "auto":
-        device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = getattr(torch, args.dtype)
-    if getattr(args, "backend", "torch") != "torch":
+        device = runtime.device if runtime.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if runtime.backend != "torch":
         from .export import load_backend_model
 
-        model, device = load_backend_model(args, args.device)
+        model, device = load_backend_model(argparse.Namespace(task=options.task, **dataclasses.asdict(runtime)),
+                                           runtime.device)
     else:
-        model = model_class_for_task(args.task).from_pretrained(args.model)
-    size = None
-    if args.input_size is not None:
-        size = {"height": args.input_size[0], "width": args.input_size[1]}
-    saved = Path(args.model) / "preprocessor_config.json"
-    config_dict = None
-    if saved.is_file() or not Path(args.model).exists():  # a local folder with a processor, or a Hub repo
+        model = model_class_for_task(options.task).from_pretrained(runtime.model)
+    kwargs: dict[str, Any] = {}
+    if options.task == "pose" and options.output.detector:
+        kwargs["detector"] = options.output.detector
+    if options.foreground.foreground_model:
+        # the segmentation model as a pipeline of its own, loaded like --model (its processor, or the official one)
+        segmenter = options.replace(task="seg", foreground=ForegroundOptions(), runtime=dataclasses.replace(
+            runtime, model=options.foreground.foreground_model, input_size=None, backend="torch", compile=False))
         try:
-            config_dict, _ = Sapiens2HFImageProcessor.get_image_processor_dict(args.model)
+            kwargs["segmenter"] = build_pipeline(segmenter, device)
+        except (OSError, ValueError) as error:
+            kind = OSError if isinstance(error, OSError) else ValueError
+            raise kind(f"--foreground-model {options.foreground.foreground_model}: {error}") from error
+    if runtime.backend == "torch" and runtime.compile:
+        kwargs.update(fast=True, compile={"mode": runtime.compile_mode}, compile_cache_dir=runtime.compile_cache)
+    return pipeline(_TASK_SPECS[options.task].pipeline_name, model=model, image_processor=_image_processor(
+        options, model), device=device, dtype=getattr(torch, runtime.dtype), **kwargs)
+
+
+def _image_processor(options: PredictOptions, model):
+    """The model's saved image processor (ours or transformers' stock one: size and normalisation kept), else the
+    task's official one at the model's input size; `--input-size` overrides the size."""
+    from ..processing import Sapiens2HFImageProcessor
+
+    source = options.runtime.model
+    size = None
+    if options.runtime.input_size is not None:
+        size = {"height": options.runtime.input_size[0], "width": options.runtime.input_size[1]}
+    saved = Path(source) / "preprocessor_config.json"
+    config_dict = None
+    if saved.is_file() or not Path(source).exists():  # a local folder with a processor, or a Hub repo
+        try:
+            config_dict, _ = Sapiens2HFImageProcessor.get_image_processor_dict(source)
         except OSError:
             if saved.is_file():
                 raise
     if config_dict is None and size is None:
         height, width = model.config.image_size_hw
         size = {"height": height, "width": width}
-    try:  # ours or transformers' stock config (size and normalisation kept), or none: ours for the task
-        processor = Sapiens2HFImageProcessor.from_image_processor(config_dict, args.task,
-                                                                  **({"size": size} if size else {}))
+    try:
+        return Sapiens2HFImageProcessor.from_image_processor(config_dict, options.task,
+                                                             **({"size": size} if size else {}))
     except ValueError as error:
-        raise ValueError(f"{args.model}: {error}") from None
-    pipeline_class = PIPELINE_CLASSES[_TASK_SPECS[args.task].pipeline_name]
-    kwargs: dict[str, Any] = {}
-    if args.task == "pose" and args.detector:
-        kwargs["detector"] = args.detector
-    if getattr(args, "foreground_model", None):
-        # the segmentation model as a pipeline of its own, loaded like --model (its processor, or the official one)
-        seg_args = argparse.Namespace(**{**vars(args), "task": "seg", "model": args.foreground_model,
-                                         "input_size": None, "backend": "torch", "compile": False,
-                                         "foreground_model": None})
-        try:
-            kwargs["segmenter"] = build_pipeline(seg_args, device)
-        except (OSError, ValueError) as error:
-            kind = OSError if isinstance(error, OSError) else ValueError
-            raise kind(f"--foreground-model {args.foreground_model}: {error}") from error
-    pipe = pipeline_class(model=model, image_processor=processor, device=device, dtype=dtype,
-                          task=_TASK_SPECS[args.task].pipeline_name, **kwargs)
-    if getattr(args, "backend", "torch") == "torch" and args.compile:
-        from ..inference_recipe import prepare_for_inference
-
-        prepare_for_inference(pipe.model, device=pipe.device, dtype=dtype, compile=True, attention="sdpa",
-                              mode=args.compile_mode, compile_cache_dir=getattr(args, "compile_cache", None))
-    return pipe
+        raise ValueError(f"{source}: {error}") from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -435,28 +457,29 @@ def _mask_in_folder(folder: str, source: str) -> Path:
                      "other image suffixes).")
 
 
-def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: RunReport,
+def _run_batch(options, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, report: RunReport,
                out: Path) -> None:
     """Process one batch. A failing input is skipped and reported, the others are processed: a failed batch is
     retried one input at a time to find which input failed."""
     from .sharding import mark_done
 
-    per_image = [_boxes_for(item.source, boxes) for item, _ in batch] if args.task == "pose" else []
+    per_image = [_boxes_for(item.source, boxes) for item, _ in batch] if options.task == "pose" else []
     listed = [b is not None for b in per_image]
     if len(batch) > 1 and any(listed) and not all(listed):  # some use --boxes, some the detector: one at a time
         for pair in batch:
-            _run_batch(args, pipe, [pair], boxes, report, out)
+            _run_batch(options, pipe, [pair], boxes, report, out)
         return
     try:
         extra = {}
-        folder = getattr(args, "foreground_mask", None)
+        folder = options.foreground.foreground_mask
         if folder is not None and Path(folder).is_dir():
             extra["foreground_mask"] = [_mask_in_folder(folder, item.source) for item, _ in batch]
-        results = predict_images(args, pipe, [image for _, image in batch], per_image if any(listed) else None, **extra)
+        results = predict_images(options, pipe, [image for _, image in batch], per_image if any(listed) else None,
+                                 **extra)
     except Exception as error:  # noqa: BLE001 - a per-input failure must not end the run
         if len(batch) > 1:
             for pair in batch:
-                _run_batch(args, pipe, [pair], boxes, report, out)
+                _run_batch(options, pipe, [pair], boxes, report, out)
             return
         report.skip(batch[0][0].source, error)
         return
@@ -464,10 +487,11 @@ def _run_batch(args, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict, r
         try:
             base = item.out_dir / item.name
             pose_json = None
-            if args.task == "pose":
-                pose_json = pose_annotations(item.source, image.shape, result, args.kpt_threshold, args.keypoint_format)
+            if options.task == "pose":
+                pose_json = pose_annotations(item.source, image.shape, result, options.output.kpt_threshold,
+                                             options.output.keypoint_format)
             with writing_outputs():
-                files, _ = write_outputs(args, base, image, result, pose_json=pose_json)
+                files, _ = write_outputs(options, base, image, result, pose_json=pose_json)
                 if item.marker is not None:
                     mark_done(out, "images", item.marker[0], item.marker[1], files)
         except OutputWriteError as error:  # the folder cannot take more: stop the run (run_predict)
@@ -488,22 +512,29 @@ def _video_boxes(path: Path, boxes: dict) -> dict:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """Handler of the task subcommands (see the module docstring)."""
+    """Handler of the task subcommands (see the module docstring): the parsed command line as `PredictOptions`, then
+    `predict(options)`."""
+    return predict(PredictOptions.from_args(args))
+
+
+def predict(options: PredictOptions) -> int:
+    """Runs a predict command (see the module docstring); returns its exit code."""
     from . import sharding
 
-    if args.batch_size < 1 or args.video_stride < 1:
+    if options.runtime.batch_size < 1 or options.video.video_stride < 1:
         raise ValueError("--batch-size and --video-stride must be >= 1.")
-    if args.max_frames is not None and args.max_frames < 1:
+    if options.video.max_frames is not None and options.video.max_frames < 1:
         raise ValueError("--max-frames must be >= 1.")
-    for option in ("model", "foreground_model", "detector"):
-        check_local_source(f"--{option.replace('_', '-')}", getattr(args, option, None))
-    out = Path(args.out)
+    check_local_source("--model", options.runtime.model)
+    check_local_source("--foreground-model", options.foreground.foreground_model)
+    check_local_source("--detector", options.output.detector)
+    out = Path(options.out)
     report = RunReport()
     start = time.perf_counter()
-    image_paths, videos = _collect(args.inputs, report)
-    _check_out(out, args.inputs, image_paths + videos)
-    boxes = _load_boxes(getattr(args, "boxes", None))
-    mask_option = getattr(args, "foreground_mask", None)
+    image_paths, videos = _collect(options.inputs, report)
+    _check_out(out, options.inputs, image_paths + videos)
+    boxes = _load_boxes(options.boxes)
+    mask_option = options.foreground.foreground_mask
     if mask_option is not None:
         if not Path(mask_option).exists():
             raise ValueError(f"--foreground-mask {mask_option}: no such file or folder.")
@@ -512,7 +543,7 @@ def run_predict(args: argparse.Namespace) -> int:
             raise ValueError(f"--foreground-mask {mask_option} is a folder of per-image masks, which video frames do "
                              "not have; pass one mask file for every frame, or --foreground-model.")
     out.mkdir(parents=True, exist_ok=True)
-    shard = sharding.Shard(args.device)
+    shard = sharding.Shard(options.runtime.device)
     if not shard.is_main:  # every process finds the same missing inputs: the main process reports them
         report.skipped.clear()
 
@@ -525,11 +556,11 @@ def run_predict(args: argparse.Namespace) -> int:
     for kind, name, path in shard.split(units):
         try:
             entry = _boxes_for(str(path), boxes) if kind == "images" else _video_boxes(path, boxes)
-            expected = sharding.fingerprint(args, path, entry if args.task == "pose" else None)
+            expected = sharding.fingerprint(options, path, entry if options.task == "pose" else None)
         except OSError:  # unreadable: processed, and reported, as usual
             todo.append((kind, name, path, None))
             continue
-        if not args.overwrite and sharding.is_done(out, kind, name, expected):
+        if not options.overwrite and sharding.is_done(out, kind, name, expected):
             report.already_done += 1
             continue
         sharding.clear_marker(out, kind, name)
@@ -537,7 +568,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
     def summary(stopped: OutputWriteError | None = None) -> dict[str, Any]:
         record = {
-            "task": args.task, "model": str(args.model), "processed": report.processed,
+            "task": options.task, "model": str(options.runtime.model), "processed": report.processed,
             "video_frames": report.frames, "already_done": report.already_done, "skipped": report.skipped,
             "files_written": report.written, "seconds": round(time.perf_counter() - start, 3),
         }
@@ -550,9 +581,9 @@ def run_predict(args: argparse.Namespace) -> int:
 
     summary_path = sharding.part_path(out, shard.index) if shard.count > 1 else out / "summary.json"
     try:
-        _run_units(args, todo, boxes, report, out, shard)
+        _run_units(options, todo, boxes, report, out, shard)
     except OutputWriteError as error:
-        _stop(args, out, summary(error), summary_path, error)
+        _stop(options, out, summary(error), summary_path, error)
     except BaseException:  # interrupted, or a bug: what was done and skipped is still put on record
         with contextlib.suppress(Exception):
             _save_json(summary(), summary_path, indent=2)
@@ -561,7 +592,7 @@ def run_predict(args: argparse.Namespace) -> int:
     try:
         _save_json(record, summary_path, indent=2)
     except OSError as error:
-        _stop(args, out, record, None, error)
+        _stop(options, out, record, None, error)
     if shard.count > 1:
         shard.wait()  # every share is done and its part written
         if not shard.is_main:
@@ -573,18 +604,18 @@ def run_predict(args: argparse.Namespace) -> int:
         for k in range(shard.count):
             sharding.part_path(out, k).unlink()
         report.skipped = record["skipped"]
-    print(f"sapiens2-hf {args.task}: processed {record['processed']} image(s)"
+    print(f"sapiens2-hf {options.task}: processed {record['processed']} image(s)"
           + (f" ({record['video_frames']} video frame(s))" if record["video_frames"] else "")
           + (f", {record['already_done']} input(s) already done" if record["already_done"] else "")
           + f", wrote {record['files_written']} file(s) to {out} in {record['seconds']:.1f} s"
           + (f" with {shard.count} processes" if shard.count > 1 else ""))
     if report.skipped:
-        _print_skipped(args, report.skipped, f"listed in {out / 'summary.json'}")
+        _print_skipped(options, report.skipped, f"listed in {out / 'summary.json'}")
         return 1
     return 0
 
 
-def _run_units(args, todo: list, boxes: dict, report: RunReport, out: Path, shard) -> None:
+def _run_units(options, todo: list, boxes: dict, report: RunReport, out: Path, shard) -> None:
     """Compute and write this process's inputs (`todo`: (kind, name, path, fingerprint or None))."""
     from tqdm.auto import tqdm
 
@@ -592,12 +623,13 @@ def _run_units(args, todo: list, boxes: dict, report: RunReport, out: Path, shar
 
     if not todo:
         return
-    pipe = build_pipeline(args, shard.device(args.device))
+    pipe = build_pipeline(options, shard.device(options.runtime.device))
     items = [_Item(name, str(path), out, _read_image(path), None if expected is None else (name, expected))
              for kind, name, path, expected in todo if kind == "images"]
     video_units = [(name, path, expected) for kind, name, path, expected in todo if kind == "videos"]
-    total = len(items) + sum(count_frames(path, args.video_stride, args.max_frames) for _, path, _ in video_units)
-    with tqdm(total=total, disable=args.quiet or not shard.is_main, unit="img", desc=f"sapiens2-hf {args.task}",
+    total = len(items) + sum(count_frames(path, options.video.video_stride, options.video.max_frames)
+                             for _, path, _ in video_units)
+    with tqdm(total=total, disable=options.quiet or not shard.is_main, unit="img", desc=f"sapiens2-hf {options.task}",
               file=sys.stderr) as progress:
         batch: list[tuple[_Item, np.ndarray]] = []
         for item in items:
@@ -608,25 +640,25 @@ def _run_units(args, todo: list, boxes: dict, report: RunReport, out: Path, shar
                 progress.update(1)
                 continue
             batch.append((item, image))
-            if len(batch) == args.batch_size:
-                _run_batch(args, pipe, batch, boxes, report, out)
+            if len(batch) == options.runtime.batch_size:
+                _run_batch(options, pipe, batch, boxes, report, out)
                 progress.update(len(batch))
                 batch = []
         if batch:
-            _run_batch(args, pipe, batch, boxes, report, out)
+            _run_batch(options, pipe, batch, boxes, report, out)
             progress.update(len(batch))
         for name, path, expected in video_units:
-            process_video(args, pipe, path, name, out, boxes, report, progress, expected)
+            process_video(options, pipe, path, name, out, boxes, report, progress, expected)
             report.finished.add(str(path))
 
 
-def _print_skipped(args, entries: list[dict], where: str) -> None:
-    print(f"sapiens2-hf {args.task}: skipped {len(entries)} input(s) ({where}):", file=sys.stderr)
+def _print_skipped(options, entries: list[dict], where: str) -> None:
+    print(f"sapiens2-hf {options.task}: skipped {len(entries)} input(s) ({where}):", file=sys.stderr)
     for entry in entries:
         print(f"  skipped {entry['input']}: {entry['reason']}", file=sys.stderr)
 
 
-def _stop(args, out: Path, record: dict, summary_path: Path | None, error: OSError) -> None:
+def _stop(options, out: Path, record: dict, summary_path: Path | None, error: OSError) -> None:
     """End a run whose outputs cannot be written: the summary (skipped and not processed inputs) is written when it
     can be, else listed on stderr; then one `OutputWriteError` line (exit code 2)."""
     written = None
@@ -637,7 +669,7 @@ def _stop(args, out: Path, record: dict, summary_path: Path | None, error: OSErr
     pending = record.get("not_processed", [])
     if written is None:
         if record["skipped"]:
-            _print_skipped(args, record["skipped"], "the summary could not be written")
+            _print_skipped(options, record["skipped"], "the summary could not be written")
         for source in pending:
             print(f"  not processed {source}", file=sys.stderr)
     where = f"listed in {written}" if written else "listed above; the summary could not be written"

@@ -10,9 +10,9 @@ CPU). Each process writes its own part of the summary; after all are done the ma
 
 Resuming: each input's outputs are written atomically (a file is absent or complete), and when all of them are written a
 marker `<out>/.sapiens2-hf/done/{images,videos}/<name>.json` records the files and a fingerprint of what they depend on
-(the input file's path, size and modification time, the model argument, the options that change outputs: the fields of
-cli/options.py `OutputOptions`, the input's entry in --boxes). A later run skips an input whose marker matches and whose
-files all exist, and computes it again when any of them is missing or the options differ; `--overwrite` recomputes
+(the input file's path, size and modification time, the model argument, the options that change outputs:
+cli/options.py `PredictOptions.fingerprint`, the input's entry in --boxes). A later run skips an input whose marker
+matches and whose files all exist, and computes it again when any of them is missing or the options differ; `--overwrite` recomputes
 everything. Markers are written per input, so an interrupted run resumes where it stopped, whatever process held the
 input.
 """
@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .options import OutputOptions
+from .options import PredictOptions
 
 STATE_FOLDER = ".sapiens2-hf"
 
@@ -94,13 +94,12 @@ def marker_path(out: Path, kind: str, name: str) -> Path:
     return out / STATE_FOLDER / "done" / kind / f"{name}.json"
 
 
-def fingerprint(args, path: Path, boxes: Any) -> dict[str, Any]:
+def fingerprint(options: PredictOptions, path: Path, boxes: Any) -> dict[str, Any]:
     """What an input's outputs depend on (see the module docstring)."""
     stat = path.stat()
-    options = OutputOptions.from_args(args).fingerprint()
     return {
-        "input": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "task": args.task,
-        "model": str(args.model), "options": options, "boxes": boxes,
+        "input": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "task": options.task,
+        "model": str(options.runtime.model), "options": options.fingerprint(), "boxes": boxes,
     }
 
 

@@ -41,6 +41,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .options import PredictOptions
 from .outputs import (OutputWriteError, _boxes_for, _reason, pose_annotations, predict_images, write_outputs,
                       writing_outputs)
 
@@ -158,25 +159,25 @@ def _draw_track_ids(overlay, people: list[dict], track_ids: list[int]):
 class _PoseState:
     """Tracks, their keypoint filters and the detection schedule of one video."""
 
-    def __init__(self, args, listed_frames: bool):
+    def __init__(self, options: PredictOptions, listed_frames: bool):
         from ..video import IouTracker, OneEuroFilter
 
-        self.args = args
-        self.tracker = IouTracker(args.track_iou)
+        self.options = options
+        self.tracker = IouTracker(options.video.track_iou)
         self.filters: dict[int, OneEuroFilter] = {}
-        self.make_filter = None if args.no_smooth else (
-            lambda: OneEuroFilter(args.smooth_min_cutoff, args.smooth_beta))
+        self.make_filter = None if options.video.no_smooth else (
+            lambda: OneEuroFilter(options.video.smooth_min_cutoff, options.video.smooth_beta))
         # the video has entries in --boxes: they seed the tracks, and the detector runs on the other frames only
         # when the user named one (never because nobody is tracked)
         self.listed_frames = listed_frames
-        self.scheduled = not listed_frames or bool(getattr(args, "detector", None))
+        self.scheduled = not listed_frames or bool(options.output.detector)
 
     def is_detection(self, taken: int, listed: Any) -> bool:
         if listed is not None:
             return True
         if not self.scheduled:
             return False
-        return taken % self.args.detect_every == 0 or (not self.tracker.tracks and not self.listed_frames)
+        return taken % self.options.video.detect_every == 0 or (not self.tracker.tracks and not self.listed_frames)
 
     def after_detection(self, people: list[dict]) -> list[int]:
         tracks = self.tracker.update([p["bbox"] for p in people], [p["bbox_score"] for p in people])
@@ -187,7 +188,8 @@ class _PoseState:
         from ..video import box_from_keypoints
 
         for track, person in zip(self.tracker.tracks, people):
-            box = box_from_keypoints(person["keypoints"], person["scores"], self.args.kpt_threshold, image_shape[:2])
+            box = box_from_keypoints(person["keypoints"], person["scores"], self.options.output.kpt_threshold,
+                                     image_shape[:2])
             if box is not None:
                 track.box = box
 
@@ -204,19 +206,19 @@ class _PoseState:
         return smoothed
 
 
-def _run_frames(args, pipe, frames: list, boxes: list | None = None, **extra) -> list:
+def _run_frames(options, pipe, frames: list, boxes: list | None = None, **extra) -> list:
     """Pipeline results for several frames, or per frame an exception (a failed batch is retried frame by frame)."""
     images = [frame.image for _, frame in frames]
     try:
-        return predict_images(args, pipe, images, boxes, **extra)
+        return predict_images(options, pipe, images, boxes, **extra)
     except Exception as error:  # noqa: BLE001 - found per frame below
         if len(frames) == 1:
             return [error]
-    return [_run_frames(args, pipe, [pair], None if boxes is None else [b], **extra)[0]
+    return [_run_frames(options, pipe, [pair], None if boxes is None else [b], **extra)[0]
             for pair, b in zip(frames, boxes if boxes is not None else [None] * len(frames))]
 
 
-def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, report, progress,
+def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, report, progress,
                   expected: dict | None) -> None:
     """Run one video (see the module docstring); failures are added to `report`."""
     from ..video import VideoReader, VideoWriter
@@ -226,15 +228,15 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
     files: list[Path] = []
     failed_frames = decoded = 0
     state = None
-    if args.task == "pose":
+    if options.task == "pose":
         listed = any(key.startswith((f"{path.name}#", f"{path}#")) for key in boxes)
-        state = _PoseState(args, listed)
+        state = _PoseState(options, listed)
     smoother = None
-    if args.task != "pose" and getattr(args, "temporal_filter", False):
+    if options.task != "pose" and options.video.temporal_filter:
         from ..video import DenseResultFilter
 
-        smoother = DenseResultFilter(args.task, getattr(args, "temporal_min_cutoff", None),
-                                     getattr(args, "temporal_beta", None))
+        smoother = DenseResultFilter(options.task, options.video.temporal_min_cutoff,
+                                     options.video.temporal_beta)
 
     first_failure: dict[str, dict] = {}  # reason -> its entry in report.skipped
 
@@ -263,17 +265,18 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
         else:
             try:
                 pose_json = None
-                if args.task == "pose":
-                    info = {"detect_every": args.detect_every,
-                            "smoothing": None if args.no_smooth else {"filter": "one-euro",
-                                                                      "min_cutoff": args.smooth_min_cutoff,
-                                                                      "beta": args.smooth_beta}}
-                    pose_json = pose_annotations(source, frame.image.shape, result, args.kpt_threshold,
-                                           args.keypoint_format, track_ids,
-                                           {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info)
+                if options.task == "pose":
+                    video_options = options.video
+                    smoothing = None if video_options.no_smooth else {
+                        "filter": "one-euro", "min_cutoff": video_options.smooth_min_cutoff,
+                        "beta": video_options.smooth_beta}
+                    info = {"detect_every": video_options.detect_every, "smoothing": smoothing}
+                    pose_json = pose_annotations(source, frame.image.shape, result, options.output.kpt_threshold,
+                                                 options.output.keypoint_format, track_ids,
+                                                 {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info)
                 with writing_outputs():
-                    written, overlay = write_outputs(args, frame_folder / f"frame_{frame.index:06d}", frame.image,
-                                                      result, video=True, pose_json=pose_json)
+                    written, overlay = write_outputs(options, frame_folder / f"frame_{frame.index:06d}",
+                                                     frame.image, result, video=True, pose_json=pose_json)
                 if overlay is not None and track_ids:
                     overlay = _draw_track_ids(overlay, result, track_ids)
                 files.extend(written)
@@ -289,7 +292,7 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
         progress.update(1)
 
     def run_dense(batch, writer) -> None:
-        for (taken, frame), result in zip(batch, _run_frames(args, pipe, batch)):
+        for (taken, frame), result in zip(batch, _run_frames(options, pipe, batch)):
             if smoother is not None and not isinstance(result, Exception):
                 try:  # frame order: this thread, in turn
                     result = smoother.filter(result, frame.image, frame.time)
@@ -304,7 +307,7 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
             taken, frame = batch[i]
             listed = _boxes_for(f"{path}#{frame.index}", boxes)
             if state.is_detection(taken, listed):
-                (result,) = _run_frames(args, pipe, [batch[i]], None if listed is None else [listed],
+                (result,) = _run_frames(options, pipe, [batch[i]], None if listed is None else [listed],
                                         fallback_to_full_image=False)
                 track_ids = None
                 if not isinstance(result, Exception):
@@ -323,7 +326,7 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
             track_ids = [t.track_id for t in tracks]
             if tracks:
                 people_boxes = [[t.box.tolist() for t in tracks]] * len(run)
-                results = _run_frames(args, pipe, run, people_boxes,
+                results = _run_frames(options, pipe, run, people_boxes,
                                       box_scores=[[t.score for t in tracks]] * len(run))
             else:
                 results = [[] for _ in run]
@@ -334,22 +337,23 @@ def process_video(args, pipe, path: Path, name: str, out: Path, boxes: dict, rep
                 sink.submit(taken_k, frame_k, result, writer, track_ids)
             i = j
 
-    run = run_pose if args.task == "pose" else run_dense
+    run = run_pose if options.task == "pose" else run_dense
     try:
         with VideoReader(path) as reader:
-            fps = reader.fps / args.video_stride
+            fps = reader.fps / options.video.video_stride
             with writing_outputs():
-                writer = None if args.no_overlay else VideoWriter(out / f"{name}.mp4", fps)
+                writer = None if options.output.no_overlay else VideoWriter(out / f"{name}.mp4", fps)
             # decoding (ahead), inference (here) and writing (behind, in frame order) overlap: at most about
             # four batches of frames are in memory
-            sink = _InOrder(emit_now, 2 * args.batch_size)
+            sink = _InOrder(emit_now, 2 * options.runtime.batch_size)
             try:
-                frames = _prefetch(_frames(reader, args.video_stride, args.max_frames), 2 * args.batch_size)
+                frames = _prefetch(_frames(reader, options.video.video_stride, options.video.max_frames),
+                                   2 * options.runtime.batch_size)
                 with contextlib.closing(frames):
                     batch: list = []
                     for taken, frame in frames:
                         batch.append((taken, frame))
-                        if len(batch) == args.batch_size:
+                        if len(batch) == options.runtime.batch_size:
                             run(batch, writer)
                             batch = []
                     if batch:

@@ -13,7 +13,7 @@ from ..modeling.sapiens2_tasks import TASK_NAMES
 class ModelArguments:
     """Which model to fine-tune and how."""
 
-    task: str = field(metadata={"help": "The task to train.", "choices": list(TASK_NAMES)})
+    task: str = field(metadata={"help": "The task to train.", "choices": TASK_NAMES})
     model_name_or_path: str | None = field(
         default=None,
         metadata={"help": "A task checkpoint to continue from: HF folder, official `.safetensors` file or Hub id."},
