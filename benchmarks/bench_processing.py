@@ -130,8 +130,7 @@ def bench_tasks(args, device) -> list[dict]:
                 heatmaps = synthetic_heatmaps(people, (height // 4, width // 4), device=device)
                 flipped = synthetic_heatmaps(people, (height // 4, width // 4), seed=1, device=device)
                 post = timed(lambda: processor.post_process_pose_estimation(
-                    types.SimpleNamespace(heatmaps=heatmaps), bbox_center=inputs["bbox_center"],
-                    bbox_scale=inputs["bbox_scale"], image_index=inputs["image_index"],
+                    types.SimpleNamespace(heatmaps=heatmaps), crops=inputs,
                     outputs_on_flipped_input=types.SimpleNamespace(heatmaps=flipped)), device, args.warmup,
                     args.repeats)
                 model_t = None

@@ -136,7 +136,7 @@ def fine_tune(task: str, folder: Path, size: tuple[int, int], steps: int, seed: 
     from sapiens2_hf.data.datasets import Sapiens2TaskDataset
     from sapiens2_hf.data.synthetic_source import SyntheticRecords
     from sapiens2_hf.training import Sapiens2Trainer
-    from sapiens2_hf.training.finetune import TRANSFORMS
+    from sapiens2_hf.training.tasks import training_task
 
     target = folder / task
     model_class = sapiens2_hf.model_class_for_task(task)
@@ -151,7 +151,7 @@ def fine_tune(task: str, folder: Path, size: tuple[int, int], steps: int, seed: 
     begin = time.perf_counter()
     torch.manual_seed(seed)
     model = model_class(config)
-    transform = TRANSFORMS[task]
+    transform = training_task(task).transform
     no_augmentation = {name: 0.0 for name in transform.DEFAULT_PROBABILITIES}
     records = SyntheticRecords(task, MODEL["records"], seed=seed + 100, height=size[0], width=size[1])
     held_out = SyntheticRecords(task, 16, seed=seed + 101, height=size[0], width=size[1])

@@ -27,7 +27,7 @@ import sapiens2_hf
 from sapiens2_hf.data.datasets import Sapiens2TaskDataset
 from sapiens2_hf.data.synthetic_source import SyntheticRecords
 from sapiens2_hf.training import Sapiens2Trainer, apply_lora, trainable_parameter_count
-from sapiens2_hf.training.finetune import TRANSFORMS
+from sapiens2_hf.training.tasks import training_task
 
 
 METRICS = {"pose": ("pck_0_1", False), "seg": ("miou", False), "normal": ("mean_angular_error_deg", True),
@@ -40,7 +40,7 @@ SYNTHETIC = {"seg": ((64, 48), 8, 150, 5e-3), "normal": ((64, 48), 8, 150, 5e-3)
 
 
 def datasets_for(task, data, size, canonical_focal):
-    transform = TRANSFORMS[task]
+    transform = training_task(task).transform
     off = {key: 0.0 for key in transform.DEFAULT_PROBABILITIES}
     kwargs = {"sigma": 1.0} if task == "pose" else {"canonical_focal_length": canonical_focal} if task == "pointmap" else {}
     train_t = transform(size, augment_probabilities=off, **kwargs)

@@ -279,3 +279,38 @@ def test_the_app_serves_it_through_gradio_client(tmp_path, free_port_factory):
     assert Image.open(overlay).size == (64, 48) and summary.startswith("uv:")
     (array,) = [f for f in files if f.endswith(".npy")]
     assert np.load(array).shape == (48, 64, 2)
+
+
+def test_unregister_takes_every_entry_back():
+    """A second registration (a copy of the task under another name) and its removal: every table the registration
+    filled is back to what it was, and the official tasks cannot be removed."""
+    import dataclasses
+
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    from sapiens2_hf import auto
+    from sapiens2_hf.cli.outputs import TASK_OUTPUTS
+    from sapiens2_hf.cli.predict import predict_parser
+    from sapiens2_hf.data.tasks import DATA_TASKS
+    from sapiens2_hf.modeling import HEAD_PRESETS, TASK_MODEL_CLASSES
+    from sapiens2_hf.training.tasks import TRAINING_TASKS
+
+    class Sapiens2ForUVCopy(Sapiens2ForUVEstimation):
+        task = "uv_copy"
+
+    spec = dataclasses.replace(UV, name="uv_copy", model_class="Sapiens2ForUVCopy", pipeline_name="sapiens2-uv-copy")
+    sapiens2_hf.register_task(spec, Sapiens2ForUVCopy, data=DATA_TASKS["uv"], training=TRAINING_TASKS["uv"])
+
+    def commands():
+        return set(next(a for a in predict_parser()._actions if a.dest == "command").choices)
+
+    assert "uv_copy" in commands() and hasattr(auto, "AutoModelForUVCopy")
+    assert "sapiens2-uv-copy" in PIPELINE_REGISTRY.supported_tasks
+    sapiens2_hf.unregister_task("uv_copy")
+    assert "uv_copy" not in sapiens2_hf.task_names() and "uv_copy" not in commands()
+    for table in (TASK_MODEL_CLASSES, HEAD_PRESETS, TASK_OUTPUTS, DATA_TASKS, TRAINING_TASKS):
+        assert "uv_copy" not in table
+    assert "sapiens2-uv-copy" not in PIPELINE_REGISTRY.supported_tasks and not hasattr(auto, "AutoModelForUVCopy")
+    assert "uv" in sapiens2_hf.task_names()  # the other registration stays
+    with pytest.raises(ValueError, match="official task"):
+        sapiens2_hf.unregister_task("seg")

@@ -487,12 +487,12 @@ def test_processor_pose_decoding_is_chunked_and_chunk_independent(monkeypatch):
     flipped = torch.rand(40, 17, 16, 12, generator=generator)
     center = torch.rand(40, 2, generator=generator) * 50 + 10
     scale = torch.rand(40, 2, generator=generator) * 30 + 10
-    flip_indices = list(range(17))[::-1]
+    flip_pairs = [[k, 16 - k] for k in range(8)]  # point k mirrors point 16 - k
 
     def decode():
         (people,) = processor.post_process_pose_estimation(
-            heatmaps, bbox_center=center, bbox_scale=scale, outputs_on_flipped_input=flipped,
-            flip_indices=flip_indices)
+            heatmaps, crops={"bbox_center": center, "bbox_scale": scale}, outputs_on_flipped_input=flipped,
+            flip_pairs=flip_pairs)
         return torch.stack([p["keypoints"] for p in people]), torch.stack([p["scores"] for p in people])
 
     sizes = []

@@ -79,9 +79,9 @@ def test_processor_subset_equals_full_decode_then_conversion(flip):
         extra["outputs_on_flipped_input"] = _heatmaps(3)
     elif flip == "flipped_back":
         extra["outputs_flipped"] = _heatmaps(4)
-    native = processor.post_process_pose_estimation(heatmaps, **_geometry(), **extra)
+    native = processor.post_process_pose_estimation(heatmaps, crops=_geometry(), **extra)
     for target in (*TARGETS, HANDS):
-        converted = processor.post_process_pose_estimation(heatmaps, keypoint_format=target, **_geometry(), **extra)
+        converted = processor.post_process_pose_estimation(heatmaps, keypoint_format=target, crops=_geometry(), **extra)
         for people, native_people in zip(converted, native):
             for person, reference in zip(people, native_people):
                 keypoints, scores = convert_keypoints(reference["keypoints"], reference["scores"], target)
@@ -105,14 +105,15 @@ def test_processor_decodes_only_the_needed_channels(monkeypatch):
     monkeypatch.setattr(module, "decode_udp_heatmaps", spy)
     processor = Sapiens2HFImageProcessor(task="pose", size={"height": 64, "width": 48})
     heatmaps = _heatmaps(5)
-    processor.post_process_pose_estimation(heatmaps[1:], keypoint_format="coco17", bbox_center=_geometry()[
-        "bbox_center"][1:], bbox_scale=_geometry()["bbox_scale"][1:])
+    geometry = _geometry()
+    processor.post_process_pose_estimation(heatmaps[1:], keypoint_format="coco17", crops={
+        "bbox_center": geometry["bbox_center"][1:], "bbox_scale": geometry["bbox_scale"][1:]})
     assert seen == [17]
     seen.clear()
-    processor.post_process_pose_estimation(heatmaps, keypoint_format="coco17", **_geometry())
+    processor.post_process_pose_estimation(heatmaps, keypoint_format="coco17", crops=_geometry())
     assert seen == [17, 20]
     seen.clear()
-    processor.post_process_pose_estimation(heatmaps, **_geometry())
+    processor.post_process_pose_estimation(heatmaps, crops=_geometry())
     assert seen == [308]
 
 

@@ -313,8 +313,7 @@ RUN_PROCESSOR = textwrap.dedent(
         task = processor.task
         if task == "pose":
             people = processor.post_process_pose_estimation(
-                outputs, bbox_center=inputs["bbox_center"], bbox_scale=inputs["bbox_scale"],
-                image_index=inputs["image_index"], boxes_xyxy=inputs["boxes_xyxy"])
+                outputs, crops=inputs)
             prediction = people[0][0]["keypoints"]
         elif task == "seg":
             prediction = processor.post_process_semantic_segmentation(

@@ -277,8 +277,8 @@ def _outputs(**fields):
 def _pose_stage3(ref, meta, name, kernel=None):
     processor = _e2e_processor("pose", meta)
     people = processor.post_process_pose_estimation(
-        _outputs(heatmaps=ref["heatmaps" + name]), bbox_center=ref["bbox_center"], bbox_scale=ref["bbox_scale"],
-        kernel_size=kernel)
+        _outputs(heatmaps=ref["heatmaps" + name]), crops={"bbox_center": ref["bbox_center"],
+                                                          "bbox_scale": ref["bbox_scale"]}, kernel_size=kernel)
     return people[0][0]
 
 

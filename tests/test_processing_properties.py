@@ -31,8 +31,7 @@ def test_encode_decode_round_trip_within_one_heatmap_pixel():
         batch = processor(image, boxes=[boxes], keypoints=[people])
         heatmaps = torch.stack(batch["labels"])  # (num_people, 17, height / 4, width / 4)
         decoded = processor.post_process_pose_estimation(
-            _outputs(heatmaps=heatmaps), bbox_center=batch["bbox_center"], bbox_scale=batch["bbox_scale"],
-            image_index=batch["image_index"])[0]
+            _outputs(heatmaps=heatmaps), crops=batch)[0]
         hm_h, hm_w = heatmaps.shape[-2:]
         for person, kps, scale in zip(decoded, people, batch["bbox_scale"]):
             error = (person["keypoints"] - torch.tensor(kps, dtype=torch.float64)[:, :2]).abs()
@@ -165,8 +164,7 @@ def test_pose_boxes_empty_edge_and_tiny():
     assert torch.isfinite(batch["pixel_values"]).all()
     heatmaps = torch.rand(3, 308, 16, 12)
     results = processor.post_process_pose_estimation(
-        _outputs(heatmaps=heatmaps), bbox_center=batch["bbox_center"], bbox_scale=batch["bbox_scale"],
-        image_index=batch["image_index"], boxes_xyxy=batch["boxes_xyxy"], source_sizes=batch["original_sizes"])
+        _outputs(heatmaps=heatmaps), crops=batch, source_sizes=batch["original_sizes"])
     assert [len(r) for r in results] == [0, 2, 1]
     assert torch.equal(results[1][0]["bbox"], torch.tensor([-30.0, -30.0, 10.0, 10.0]))
     # the whole image is the box when none is given (official demo fallback)

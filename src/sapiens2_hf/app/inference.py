@@ -183,8 +183,7 @@ class AppRunner:
         image = np.ascontiguousarray(_rgb_uint8(image))
         pipe = self.pipeline(task, model)
         out = self._run_folder()
-        pose = {"kpt_threshold": keypoint_threshold} if task == "pose" else {}
-        options = self._options(task, "app", out, **pose)
+        options = self._options(task, "app", out, **_keypoint_options(task, keypoint_threshold))
         people_boxes = None
         if task == "pose":
             height, width = image.shape[:2]
@@ -218,8 +217,8 @@ class AppRunner:
         pipe = self.pipeline(task, model)
         out = self._run_folder()
         name = path.stem or "video"
-        pose = {"kpt_threshold": keypoint_threshold} if task == "pose" else {}
-        options = self._options(task, "app", out, max_frames=max_frames, video_stride=stride, **pose)
+        options = self._options(task, "app", out, max_frames=max_frames, video_stride=stride,
+                                **_keypoint_options(task, keypoint_threshold))
         listed: dict[str, list] = {}
         if task == "pose":
             first = parse_boxes(boxes) or _whole_first_frame(path)
@@ -233,6 +232,11 @@ class AppRunner:
             raise ValueError(f"{path.name}: no frames decoded.")
         archive = Path(shutil.make_archive(str(out / f"{name}_outputs"), "zip", out / name))
         return Result(out / f"{name}.mp4", [archive], f"{task}: {report.frames} frame(s) of {path.name}")
+
+
+def _keypoint_options(task: str, threshold: float) -> dict[str, float]:
+    """The keypoint threshold option of a top-down (keypoint) task's command; nothing for the others."""
+    return {"kpt_threshold": threshold} if task_registry().TASK_SPECS[task].top_down else {}
 
 
 def _whole_first_frame(path: Path) -> list[list[float]]:

@@ -859,13 +859,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         target_sizes: Any = None,
         *,
         box_format: str | None = None,
+        crops: Mapping[str, torch.Tensor] | None = None,
         outputs_on_flipped_input=None,
-        flip_indices: Sequence[int] | None = None,
         flip_pairs: Sequence[Sequence[int]] | None = None,
-        bbox_center: torch.Tensor | None = None,
-        bbox_scale: torch.Tensor | None = None,
-        image_index: torch.Tensor | None = None,
-        boxes_xyxy: torch.Tensor | None = None,
         input_size: tuple[int, int] | None = None,
         keypoint_format: Any = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
@@ -876,9 +872,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         Args:
             outputs: model output with `heatmaps` (`(num_crops, num_keypoints, height/4, width/4)`).
             boxes: per image, a list of the boxes given to `preprocess`, in the `box_format` named in this call
-                (required with `boxes`, see below). Alternatively (format-free, recommended) pass the `bbox_center`,
-                `bbox_scale`, `image_index` (and `boxes_xyxy`, else the reported `bbox` is the crop window
-                `center -/+ scale / 2`) returned by `preprocess`. Given both, they must describe the same boxes.
+                (required with `boxes`, see below): transformers' convention. Or `crops` instead.
+            crops (`Mapping`): what `preprocess` returned (its `BatchFeature`; format-free, recommended): the crop
+                geometry is read from its `bbox_center`, `bbox_scale`, `image_index` (default: all crops of one
+                image) and `boxes_xyxy` (default: the reported `bbox` is the crop window `center -/+ scale / 2`).
+                Given with `boxes`, both must describe the same boxes.
             box_format (`str`): `"xywh"` (COCO `[x_min, y_min, width, height]`, transformers' convention and the
                 default of `preprocess`) or `"xyxy"` (`[x_min, y_min, x_max, y_max]`, the pipeline's and CLI's
                 convention). Required with `boxes` and never taken from the processor: heatmaps cannot tell which
@@ -887,7 +885,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             outputs_flipped: transformers' convention: outputs on flipped crops ALREADY flipped back
                 (the model was called with `flip_pairs`); averaged with `outputs`.
             outputs_on_flipped_input: raw outputs on horizontally flipped crops; flipped back here with
-                `flip_indices` / `flip_pairs` (default: official 308 table) and averaged (official flip test).
+                `flip_pairs` (the model config's; default: the processor's `flip_indices`, else the official 308
+                table) and averaged (official flip test).
             kernel_size: DARK blur kernel (default `blur_kernel_size`, 11).
             threshold: keep only keypoints with a score above it.
             source_sizes / target_sizes: optionally rescale coordinates from source to target image sizes;
@@ -921,10 +920,10 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             raise ValueError(f"keypoint_format converts the {NUM_POSE_KEYPOINTS} Sapiens2 keypoints, but the heatmaps "
                              f"hold {heatmaps.shape[1]}; use keypoint_format=None for this model.")
         device = heatmaps.device
-        other, raw, indices = self._flip_test_inputs(outputs_flipped, outputs_on_flipped_input, flip_indices,
-                                                     flip_pairs, heatmaps.shape[1])
+        other, raw, indices = self._flip_test_inputs(outputs_flipped, outputs_on_flipped_input, flip_pairs,
+                                                     heatmaps.shape[1])
         bbox_center, bbox_scale, boxes_xyxy, image_index, num_images = self._pose_crop_geometry(
-            boxes, box_format, source_sizes, input_size, bbox_center, bbox_scale, image_index, boxes_xyxy)
+            boxes, box_format, source_sizes, input_size, crops)
         if len(bbox_center) != heatmaps.shape[0]:
             raise ValueError(f"{heatmaps.shape[0]} heatmaps for {len(bbox_center)} boxes; the outputs must hold one "
                              "row per box, in the order given to preprocess.")
@@ -957,8 +956,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             results[image].append(person)
         return results
 
-    def _flip_test_inputs(self, outputs_flipped, outputs_on_flipped_input, flip_indices, flip_pairs,
-                          num_keypoints: int):
+    def _flip_test_inputs(self, outputs_flipped, outputs_on_flipped_input, flip_pairs, num_keypoints: int):
         """`(flipped back, raw flipped, flip indices)` heatmaps of `post_process_pose_estimation`'s two flip-test
         conventions (None where not given)."""
         if outputs_flipped is not None and outputs_on_flipped_input is not None:
@@ -970,13 +968,18 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         if outputs_on_flipped_input is not None:
             raw = outputs_on_flipped_input.heatmaps if hasattr(outputs_on_flipped_input, "heatmaps") \
                 else outputs_on_flipped_input
-            indices = flip_indices if flip_indices is not None else self.get_flip_indices(num_keypoints, flip_pairs)
+            indices = self.get_flip_indices(num_keypoints, flip_pairs)
         return other, raw, indices
 
-    def _pose_crop_geometry(self, boxes, box_format, source_sizes, input_size, bbox_center, bbox_scale, image_index,
-                            boxes_xyxy):
+    def _pose_crop_geometry(self, boxes, box_format, source_sizes, input_size, crops):
         """`(bbox_center, bbox_scale, boxes_xyxy, image_index, num_images)` of the crops, from `boxes` in
-        `box_format` or from `preprocess`'s geometry outputs (both given: they must agree)."""
+        `box_format` or from `preprocess`'s geometry outputs `crops` (both given: they must agree)."""
+        crops = {} if crops is None else crops
+        if not isinstance(crops, Mapping):
+            raise TypeError(f"crops must be what preprocess returned (a mapping with bbox_center and bbox_scale), got "
+                            f"{type(crops).__name__}.")
+        bbox_center, bbox_scale = crops.get("bbox_center"), crops.get("bbox_scale")
+        image_index, boxes_xyxy = crops.get("image_index"), crops.get("boxes_xyxy")
         from_boxes = None
         if boxes is not None:
             if box_format is None:
@@ -984,8 +987,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                     "post_process_pose_estimation got boxes= without box_format=. Name the format the boxes were "
                     "given to preprocess in: box_format='xywh' (COCO [x_min, y_min, width, height], preprocess's "
                     "default) or box_format='xyxy' ([x_min, y_min, x_max, y_max], as in the pipeline and README); "
-                    "decoding in the other format shifts the keypoints without any error. Or pass the bbox_center, "
-                    "bbox_scale, image_index and boxes_xyxy returned by preprocess instead of boxes.")
+                    "decoding in the other format shifts the keypoints without any error. Or pass crops= (what "
+                    "preprocess returned) instead of boxes.")
             sizes = None if source_sizes is None else _sizes_list(source_sizes, len(boxes), "source_sizes")
             per_image = validate_pose_boxes(boxes, box_format, sizes)
             flat = np.concatenate(per_image) if per_image else np.zeros((0, 4), np.float32)
@@ -997,13 +1000,12 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                     bbox_center.shape == from_boxes[0].shape and bbox_scale.shape == from_boxes[1].shape
                     and torch.allclose(bbox_center.cpu().float(), from_boxes[0], rtol=1e-5, atol=1e-3)
                     and torch.allclose(bbox_scale.cpu().float(), from_boxes[1], rtol=1e-5, atol=1e-3)):
-                raise ValueError(f"boxes= read with box_format={box_format!r} do not match the bbox_center / "
-                                 "bbox_scale given (those preprocess cropped); pass the box_format preprocess used, "
-                                 "or only one of the two.")
+                raise ValueError(f"boxes= read with box_format={box_format!r} do not match the crops given (those "
+                                 "preprocess cropped); pass the box_format preprocess used, or only one of the two.")
         if bbox_center is None or bbox_scale is None:
             if from_boxes is None:
-                raise ValueError("pass the boxes given to preprocess (boxes= with box_format=) or its bbox_center, "
-                                 "bbox_scale and image_index outputs.")
+                raise ValueError("pass the boxes given to preprocess (boxes= with box_format=) or what it returned "
+                                 "(crops=, with its bbox_center and bbox_scale).")
             return from_boxes
         if image_index is None:
             image_index = torch.zeros(len(bbox_center), dtype=torch.long)

@@ -998,13 +998,12 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             if flip_test:
                 extra["outputs_on_flipped_input"] = types.SimpleNamespace(
                     heatmaps=self.model(pixel_values=crops.flip(-1)).heatmaps)
-                extra["flip_indices"] = self.image_processor.get_flip_indices(
-                    heatmaps.shape[1], getattr(self.model.config, "flip_pairs", None))
+                extra["flip_pairs"] = getattr(self.model.config, "flip_pairs", None)
             boxes = model_inputs["boxes_xyxy"][has_person]
+            geometry = {"bbox_center": model_inputs["bbox_center"][has_person], "bbox_scale":
+                        model_inputs["bbox_scale"][has_person], "boxes_xyxy": boxes}
             (people,) = self.image_processor.post_process_pose_estimation(
-                types.SimpleNamespace(heatmaps=heatmaps), bbox_center=model_inputs["bbox_center"][has_person],
-                bbox_scale=model_inputs["bbox_scale"][has_person], boxes_xyxy=boxes,
-                image_index=torch.zeros(len(boxes), dtype=torch.long), keypoint_format=keypoint_format, **extra)
+                types.SimpleNamespace(heatmaps=heatmaps), crops=geometry, keypoint_format=keypoint_format, **extra)
             found = torch.stack([person["keypoints"] for person in people])
             found_scores = torch.stack([person["scores"] for person in people])
             # rows of images without people get zeros, never read
