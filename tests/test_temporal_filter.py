@@ -219,12 +219,14 @@ def test_cli_temporal_filter_off_is_bit_equal_and_on_smooths(tmp_path):
 
 
 def test_the_task_commands_take_the_filter_and_a_rerun_with_it_recomputes(tmp_path):
+    from sapiens2_hf.cli.options import PredictOptions
     from sapiens2_hf.cli.sharding import fingerprint
 
     video = tmp_path / "clip.mp4"
     video.write_bytes(b"0")
-    plain = _predict_args(["normal", str(video), "--model", "m", "--out", str(tmp_path / "o")])
-    filtered = _predict_args(["normal", str(video), "--model", "m", "--out", str(tmp_path / "o"), "--temporal-filter"])
+    plain = PredictOptions.from_args(_predict_args(["normal", str(video), "--model", "m", "--out", str(tmp_path / "o")]))
+    filtered = PredictOptions.from_args(_predict_args(["normal", str(video), "--model", "m", "--out",
+                                                       str(tmp_path / "o"), "--temporal-filter"]))
     assert "temporal_filter" not in fingerprint(plain, video, None)["options"]  # earlier runs' markers stay valid
     assert fingerprint(filtered, video, None) != fingerprint(plain, video, None)
     assert not hasattr(_predict_args(["pose", str(video), "--model", "m", "--out", "o"]), "temporal_filter")

@@ -694,13 +694,11 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
             kwargs: overrides of any config field.
         """
         if variant == TINY_PRESET:
-            if task is not None:
-                task_spec(task)  # an unknown task is refused with the known ones named
+            _check_task(task)
             return tiny_config(task, **kwargs)
         if variant not in VARIANTS:
             raise ValueError(f"Unknown Sapiens2 variant {variant!r}; choose one of {preset_names()}.")
-        if task is not None:
-            task_spec(task)  # an unknown task is refused with the known ones named
+        _check_task(task)
         if task is not None and variant not in HEAD_PRESETS.get(task, {}):
             raise ValueError(
                 f"There is no official {task} head for Sapiens2-{variant}; sizes with one: "
@@ -734,6 +732,12 @@ TINY_HEAD_LAYOUTS = {
     "seg": _TINY_DECONV_HEAD,
     **dict.fromkeys(("normal", "pointmap", "albedo", "matting"), _TINY_PIXEL_SHUFFLE_HEAD),
 }
+
+
+def _check_task(task: str | None) -> None:
+    """A ValueError naming the registered tasks (and None, the backbone) for an unknown task."""
+    if task is not None and task not in TASK_SPECS:
+        raise ValueError(f"Unknown task {task!r}; choose one of {TASKS} or None for the backbone.")
 
 
 def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
