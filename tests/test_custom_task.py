@@ -21,7 +21,8 @@ from transformers.utils import ModelOutput
 import sapiens2_hf
 from sapiens2_hf import DataTaskSpec, TaskSpec, TrainingTaskSpec
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# compat: the registration reaches into transformers (Auto mappings, the pipeline registry): checked at both ends
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
 
 
 # ------------------------------------------------------------------------------------------------ the user's code
