@@ -184,6 +184,7 @@ class AppRunner:
         pipe = self.pipeline(task, model)
         out = self._run_folder()
         options = self._options(task, "app", out, **_keypoint_options(task, keypoint_threshold))
+        options = options.with_model_labels(pipe.model.config)
         people_boxes = None
         if task == "pose":
             height, width = image.shape[:2]
@@ -191,7 +192,8 @@ class AppRunner:
         (result,) = predict_images(options, pipe, [image], people_boxes)
         pose_json = None
         if task == "pose":  # the JSON's `file_name`: the upload's file name (the command writes the path given)
-            pose_json = pose_annotations(source or name, image.shape, result, keypoint_threshold)
+            pose_json = pose_annotations(source or name, image.shape, result, keypoint_threshold,
+                                         skeleton=options.output.skeleton)
         written, _ = write_outputs(options, out / name, image, result, pose_json=pose_json)
         # the task's picture, as `write_outputs` names it (the overlay; albedo's own image)
         suffix = task_registry().TASK_SPECS[task].overlay_file_suffix
@@ -218,7 +220,7 @@ class AppRunner:
         out = self._run_folder()
         name = path.stem or "video"
         options = self._options(task, "app", out, max_frames=max_frames, video_stride=stride,
-                                **_keypoint_options(task, keypoint_threshold))
+                                **_keypoint_options(task, keypoint_threshold)).with_model_labels(pipe.model.config)
         listed: dict[str, list] = {}
         if task == "pose":
             first = parse_boxes(boxes) or _whole_first_frame(path)

@@ -222,6 +222,9 @@ class OutputOptions(_OptionGroup):
     keypoint_format: str | None = None
     focal_length: float | None = _set_only()
     intrinsics: Any = _set_only()
+    # The loaded pose model's keypoint links (0-based, its config's `skeleton`): set once the model is loaded
+    # (`with_model_labels`), not an option; None: the official 308 skeleton.
+    skeleton: Any = _not_fingerprinted()
 
 
 @dataclass(frozen=True)
@@ -290,3 +293,11 @@ class PredictOptions:
     def replace(self, **changes) -> "PredictOptions":
         """A copy with top-level fields or whole groups replaced (`dataclasses.replace`)."""
         return dataclasses.replace(self, **changes)
+
+    def with_model_labels(self, config) -> "PredictOptions":
+        """A copy that draws and writes the loaded model's own keypoint set: its config's `skeleton` (a model
+        fine-tuned on another set than the official 308)."""
+        skeleton = getattr(config, "skeleton", None)
+        if skeleton is None:
+            return self
+        return self.replace(output=dataclasses.replace(self.output, skeleton=tuple(tuple(link) for link in skeleton)))

@@ -59,7 +59,7 @@ def _format_skeleton(keypoint_format: str) -> list[list[int]]:
 
 def pose_annotations(source: str, image_shape: tuple[int, ...], people: list[dict], threshold: float,
                keypoint_format: str | None = None, track_ids: list[int] | None = None,
-               frame: dict | None = None, info: dict | None = None) -> dict:
+               frame: dict | None = None, info: dict | None = None, skeleton=None) -> dict:
     """COCO-style JSON of one image's people (see the module docstring)."""
     import numpy as np
 
@@ -67,7 +67,7 @@ def pose_annotations(source: str, image_shape: tuple[int, ...], people: list[dic
 
     if keypoint_format is None:
         names = list(people[0]["labels"]) if people else []
-        skeleton = [[a + 1, b + 1] for a, b in SKELETON_LINKS]
+        skeleton = [[a + 1, b + 1] for a, b in (SKELETON_LINKS if skeleton is None else skeleton)]
     else:
         from ..modeling.sapiens2_keypoint_formats import KEYPOINT_FORMATS, convert_keypoints
 
@@ -153,14 +153,15 @@ class TaskOutputs:
 def _write_pose(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
     if pose_json is None:
         pose_json = pose_annotations(str(files.base), image.shape, result, options.output.kpt_threshold,
-                                     options.output.keypoint_format)
+                                     options.output.keypoint_format, skeleton=options.output.skeleton)
     files.save(_save_json, pose_json, ".json")
 
 
 def _picture_pose(options, image, result, video: bool):
     from .. import visualization as vis
 
-    return vis.draw_keypoints(image, result, score_threshold=options.output.kpt_threshold)
+    links = {} if options.output.skeleton is None else {"skeleton_links": options.output.skeleton}
+    return vis.draw_keypoints(image, result, score_threshold=options.output.kpt_threshold, **links)
 
 
 def _write_seg(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:

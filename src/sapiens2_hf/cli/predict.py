@@ -489,7 +489,7 @@ def _run_batch(options, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict
             pose_json = None
             if options.task == "pose":
                 pose_json = pose_annotations(item.source, image.shape, result, options.output.kpt_threshold,
-                                             options.output.keypoint_format)
+                                             options.output.keypoint_format, skeleton=options.output.skeleton)
             with writing_outputs():
                 files, _ = write_outputs(options, base, image, result, pose_json=pose_json)
                 if item.marker is not None:
@@ -624,6 +624,7 @@ def _run_units(options, todo: list, boxes: dict, report: RunReport, out: Path, s
     if not todo:
         return
     pipe = build_pipeline(options, shard.device(options.runtime.device))
+    options = options.with_model_labels(pipe.model.config)
     items = [_Item(name, str(path), out, _read_image(path), None if expected is None else (name, expected))
              for kind, name, path, expected in todo if kind == "images"]
     video_units = [(name, path, expected) for kind, name, path, expected in todo if kind == "videos"]

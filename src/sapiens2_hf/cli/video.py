@@ -273,7 +273,8 @@ def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, 
                     info = {"detect_every": video_options.detect_every, "smoothing": smoothing}
                     pose_json = pose_annotations(source, frame.image.shape, result, options.output.kpt_threshold,
                                                  options.output.keypoint_format, track_ids,
-                                                 {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info)
+                                                 {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info,
+                                                 skeleton=options.output.skeleton)
                 with writing_outputs():
                     written, overlay = write_outputs(options, frame_folder / f"frame_{frame.index:06d}",
                                                      frame.image, result, video=True, pose_json=pose_json)

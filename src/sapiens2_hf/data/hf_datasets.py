@@ -292,6 +292,8 @@ def dense_record(task: str, row: dict, columns: ColumnNames, decode_image: Calla
 
 
 def _keypoints_to_308(keypoints: np.ndarray, layout: str) -> np.ndarray:
+    if layout == "file":  # the model's own keypoint set: the data's keypoints as they are
+        return keypoints
     count = keypoints.shape[1]
     detected = _KEYPOINT_LAYOUTS.get(count)
     if layout == "auto":
@@ -307,8 +309,12 @@ def _keypoints_to_308(keypoints: np.ndarray, layout: str) -> np.ndarray:
     return keypoints
 
 
-def pose_people(row: dict, columns: ColumnNames, keypoint_layout: str = "auto") -> list[dict]:
-    """The people of one pose row, each `{bbox (4,) COCO xywh, keypoints (308, 3), area, iscrowd}` (no image)."""
+def pose_people(row: dict, columns: ColumnNames, keypoint_layout: str = "auto",
+                num_keypoints: int | None = None) -> list[dict]:
+    """The people of one pose row, each `{bbox (4,) COCO xywh, keypoints (K, 3), area, iscrowd}` (no image): K = 308
+    (the data mapped to the official layout), or with `keypoint_layout="file"` the data's own keypoints (a model
+    fine-tuned on another keypoint set: `sapiens2_hf.data.keypoint_sets`), `num_keypoints` of them per person as K x 3
+    or K x 2 numbers."""
     boxes = _array(row[columns.bboxes], np.float64)
     if boxes.size == 0:
         return []
@@ -320,7 +326,12 @@ def pose_people(row: dict, columns: ColumnNames, keypoint_layout: str = "auto") 
     count = len(boxes)
     flat = _array(row[columns.keypoints], np.float32).reshape(count, -1)
     per_person = flat.shape[1]
-    channels = next((c for c in (3, 2) if per_person % c == 0 and per_person // c in _KEYPOINT_LAYOUTS), None)
+    counts = _KEYPOINT_LAYOUTS if keypoint_layout != "file" else (num_keypoints,)
+    channels = next((c for c in (3, 2) if per_person % c == 0 and per_person // c in counts), None)
+    if channels is None and keypoint_layout == "file":
+        raise ValueError(f"Column {columns.keypoints!r} holds {per_person} numbers per person for {count} box(es), "
+                         f"not {num_keypoints} keypoints x 3 (x, y, visibility) or x 2: the model's keypoint set has "
+                         f"{num_keypoints} keypoints (--keypoint_set).")
     if channels is None:
         raise ValueError(f"Column {columns.keypoints!r} holds {per_person} numbers per person for {count} box(es); "
                          f"expected K x 3 (x, y, visibility) or K x 2 with K in {sorted(_KEYPOINT_LAYOUTS)}.")
@@ -404,7 +415,7 @@ def subsample(records: Sequence, max_samples: int | None, seed: int) -> Sequence
 
 
 def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str = "auto", strict: bool = False,
-                 split: str = "train") -> tuple[Sequence[dict], list[SkippedSample]]:
+                 split: str = "train", num_keypoints: int | None = None) -> tuple[Sequence[dict], list[SkippedSample]]:
     """The task-transform records of one split of a `datasets.Dataset`, and the skipped ones.
 
     Dense tasks: one record per row (no up-front check: the rows' arrays were written by `datasets`). Pose: the people
@@ -418,7 +429,7 @@ def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str 
     light = [name for name in columns.used() if name != columns.image]
     for row_index, row in enumerate(_numpy_rows(dataset, columns, only=light)):
         image_id = int(row[columns.image_id]) if columns.image_id is not None else row_index
-        for person in pose_people(row, columns, keypoint_layout):
+        for person in pose_people(row, columns, keypoint_layout, num_keypoints):
             if person["iscrowd"]:
                 continue
             # `image` stands in for the not yet decoded picture (the checks need one, and a non-path skips file checks)

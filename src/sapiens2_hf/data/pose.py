@@ -56,6 +56,8 @@ def coco_wholebody_to_308(keypoints: np.ndarray) -> np.ndarray:
 
 
 def _annotation_keypoints(annotation: dict, layout: str) -> np.ndarray:
+    if layout == "file":
+        return np.asarray(annotation["keypoints"], dtype=np.float32).reshape(-1, 3)
     if layout == "coco_wholebody":
         parts = [np.asarray(annotation.get(part, []), dtype=np.float32).reshape(-1, 3) for part in _WHOLEBODY_PARTS]
         return coco_wholebody_to_308(np.concatenate(parts))
@@ -129,7 +131,9 @@ def read_coco_keypoints(
             A `file_name` that already names that folder (`"images/x.png"` with `image_dir` `images/`, as
             `write_dataset` writes it) is found too: see `resolve_coco_image`.
         keypoint_layout (`str`, *optional*, defaults to `"auto"`): `"sapiens308"` (official order), `"sapiens344"`
-            (raw annotations, teeth removed), `"coco_wholebody"` (mapped with `coco_wholebody_to_308`) or `"auto"`.
+            (raw annotations, teeth removed), `"coco_wholebody"` (mapped with `coco_wholebody_to_308`), `"file"` (the
+            file's own keypoints, for a model fine-tuned on that set: `keypoint_sets.KeypointSet.from_coco_category`)
+            or `"auto"` (the first three by the annotation's shape, else `"file"`).
         skip_crowd (`bool`, *optional*, defaults to `True`): Drop `iscrowd` annotations (training convention).
         min_keypoints (`int`, *optional*, defaults to 1): Drop persons with fewer labelled keypoints.
 
@@ -141,7 +145,7 @@ def read_coco_keypoints(
     data = json.loads(annotation_file.read_text())
     image_dir = Path(image_dir) if image_dir is not None else annotation_file.parent
     images = {image["id"]: image for image in data["images"]}
-    valid_layouts = ("auto", "sapiens308", "sapiens344", "coco_wholebody")
+    valid_layouts = ("auto", "sapiens308", "sapiens344", "coco_wholebody", "file")
     if keypoint_layout not in valid_layouts:
         raise ValueError(f"keypoint_layout must be one of {valid_layouts}, got {keypoint_layout!r}.")
     records = []
@@ -150,7 +154,7 @@ def read_coco_keypoints(
             continue
         layout = _detect_layout(annotation) if keypoint_layout == "auto" else keypoint_layout
         if layout.startswith("unknown"):
-            raise ValueError(f"Cannot detect the keypoint layout of annotation {annotation.get('id')}: {layout}.")
+            layout = "file"
         keypoints = _annotation_keypoints(annotation, layout)
         if int((keypoints[:, 2] > 0).sum()) < min_keypoints:
             continue

@@ -270,6 +270,16 @@ class KeypointOksAP:
         self.recall_thresholds = np.linspace(0.0, 1.0, 101)
         self.reset()
 
+    @classmethod
+    def from_config(cls, config, **kwargs) -> "KeypointOksAP":
+        """The metric for a pose model's own keypoint set: its config's `oks_sigmas` (the set's, written by
+        fine-tuning on it), the official 308 sigmas for the official set, else 0.05 per keypoint (a set nobody gave
+        sigmas for, and none of whose names is one of the 308)."""
+        from ..data.keypoint_sets import KeypointSet
+
+        sigmas = KeypointSet.from_config(config).sigmas
+        return cls(sigmas=sigmas if sigmas is not None else [0.05] * config.num_labels, **kwargs)
+
     def reset(self) -> None:
         self._gts: dict[int, dict[object, _Instance]] = defaultdict(dict)
         self._dts: dict[int, dict[object, _Instance]] = defaultdict(dict)

@@ -459,6 +459,11 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         Label ignored by transformers' segmentation loss; kept so that config.json round-trips.
     flip_pairs (`list[list[int]]`, *optional*):
         Pairs `[left, right]` of keypoint indices that swap under a horizontal flip (pose).
+    skeleton (`list[list[int]]`, *optional*):
+        0-based keypoint links drawn for a pose model's keypoints; `None` with 308 keypoints: the official skeleton.
+        Written by fine-tuning on another keypoint set (`sapiens2_hf.data.keypoint_sets`), with `oks_sigmas`.
+    oks_sigmas (`list[float]`, *optional*):
+        Per-keypoint OKS sigmas of a pose model's keypoint set (evaluation); `None`: the official 308 ones.
     head_config (`Sapiens2HeadConfig` or `dict`, *optional*):
         The decode-head layout (see `Sapiens2HeadConfig`).
     out_features (`list[str]`, *optional*), out_indices (`list[int]`, *optional*):
@@ -533,6 +538,8 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     flip_pairs: list[list[int]] | None = None
     head_config: Sapiens2HeadConfig | dict | None = None
     # Ours.
+    skeleton: list[list[int]] | None = None
+    oks_sigmas: list[float] | None = None
     rope_dtype: str = "bfloat16"
     task: str | None = None
     variant: str | None = None

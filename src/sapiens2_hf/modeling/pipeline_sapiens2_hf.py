@@ -45,6 +45,7 @@ from transformers import Pipeline
 # it); not re-exported at the top level, so imported from where `Pipeline` itself lives.
 from transformers.pipelines.base import ChunkPipeline
 
+from .sapiens2_label_data import NUM_POSE_KEYPOINTS
 from .sapiens2_tasks import TASK_SPECS
 
 
@@ -817,7 +818,8 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             nms_threshold (`float`, defaults to 0.3): the official demo's filtering.
         fallback_to_full_image (`bool`, defaults to `True`): official demo behaviour when no person is detected:
             the whole image becomes one box (its `bbox_score` is 0.0).
-        flip_test (`bool`, defaults to `True`): the official flip test (averaged heatmaps).
+        flip_test (`bool`, defaults to `True`): the official flip test (averaged heatmaps); skipped for a model whose
+            keypoints have no left/right pairs.
         keypoint_format (`str` or list of `str`, optional): `"coco17"`, `"coco_wholebody133"`, `"body25"` or a list
             of 308 keypoint names: return the keypoints, scores and `labels` (names) in that format instead of the
             model's 308 (image processor's `post_process_pose_estimation(keypoint_format=...)`, which decodes only
@@ -995,7 +997,10 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             crops = model_inputs["pixel_values"][has_person].to(self.device, self.model.dtype)
             heatmaps = self.model(pixel_values=crops).heatmaps
             extra = {}
-            if flip_test:
+            # a keypoint set without left/right pairs (a single hand) is not mirrored: no flip test for it
+            mirrored = bool(getattr(self.model.config, "flip_pairs", None)) or heatmaps.shape[1] == NUM_POSE_KEYPOINTS \
+                or self.image_processor.flip_indices is not None
+            if flip_test and mirrored:
                 extra["outputs_on_flipped_input"] = types.SimpleNamespace(
                     heatmaps=self.model(pixel_values=crops.flip(-1)).heatmaps)
                 extra["flip_pairs"] = getattr(self.model.config, "flip_pairs", None)

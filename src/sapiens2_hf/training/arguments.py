@@ -153,7 +153,15 @@ class DataArguments:
     test_targets: str | None = field(default=None, metadata={"help": "Test annotation JSON / target folder."})
     test_masks: str | None = field(default=None, metadata={"help": "Optional test mask folder."})
     keypoint_layout: str = field(
-        default="auto", metadata={"help": "COCO keypoint layout: auto, sapiens308, sapiens344 or coco_wholebody."}
+        default="auto", metadata={"help": "How the data's keypoints map to the official 308: auto, sapiens308, "
+                                          "sapiens344 or coco_wholebody (for a 308-keypoint model)."}
+    )
+    keypoint_set: str = field(
+        default="auto", metadata={"help": "The pose model's keypoints: auto (a COCO file's person category, else by "
+                                          "the data's keypoint count: 308/344/WholeBody -> sapiens308, 17 -> coco17, "
+                                          "16 -> mpii16, 14 -> crowdpose14, 21 -> hand21, 68 -> face68), a preset "
+                                          "(coco17, mpii16, crowdpose14, hand21, face68, wholebody133, sapiens308) or "
+                                          "a JSON layout file {keypoints, skeleton, flip_pairs?, sigmas?}."}
     )
     synthetic_train_samples: int = field(default=64, metadata={"help": "Synthetic training set size."})
     synthetic_eval_samples: int = field(default=16, metadata={"help": "Synthetic evaluation set size."})

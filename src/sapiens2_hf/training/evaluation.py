@@ -74,16 +74,23 @@ class TaskEvaluator:
             from the batch's `pixel_values` when omitted.
         oks (`bool`, *optional*, defaults to `True`): Compute OKS AP for pose (needs the metadata of
             `PoseTransform`).
+        config (*optional*): the model's config: an accumulator with a `from_config` constructor is built for the
+            model's own labels (OKS with its keypoint set's sigmas).
     """
 
-    def __init__(self, task: str, input_size: tuple[int, int] | None = None, oks: bool = True):
+    def __init__(self, task: str, input_size: tuple[int, int] | None = None, oks: bool = True, config=None):
         self.task = check_task(task)
         self.input_size = input_size
         self.oks = oks
+        self.config = config
         self.reset()
 
     def reset(self) -> None:
-        self.metrics = {name: metric() for name, metric in training_task(self.task).metrics.items()}
+        def build(metric):
+            return metric.from_config(self.config) if self.config is not None and hasattr(metric, "from_config") \
+                else metric()
+
+        self.metrics = {name: build(metric) for name, metric in training_task(self.task).metrics.items()}
 
     @torch.no_grad()
     def batch_statistics(self, outputs, batch: dict, heatmaps: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

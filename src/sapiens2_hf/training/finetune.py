@@ -29,6 +29,7 @@ from ..data.hf_datasets import (
     take_validation_split,
     task_records,
 )
+from ..data.keypoint_sets import KeypointSet
 from ..data.pose import check_coco_images_found, read_coco_keypoints
 from ..data.tasks import is_top_down
 from ..data.validation import NoUsableSamplesError, describe_skipped, validate_records, write_skipped_samples
@@ -38,6 +39,7 @@ from ..modeling.sapiens2_tasks import task_spec
 from ..processing import image_processor_for_task
 from ..utils.atomic_io import atomic_write_json
 from .arguments import DataArguments, ModelArguments
+from .label_sets import check_model_keypoints, is_official, pose_transform, requested_keypoint_set
 from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
 from .run_setup import prepare_output_dir, seed_run, with_skipped_list
@@ -113,10 +115,12 @@ def _head_config_from_flag(task: str, value: str):
     return value
 
 
-def build_model(model_args: ModelArguments, input_height: int | None = None, input_width: int | None = None):
+def build_model(model_args: ModelArguments, input_height: int | None = None, input_width: int | None = None,
+                label_kwargs: dict | None = None):
     """The task model from `--model_name_or_path`, `--backbone_name_or_path` or `--preset` (exactly one), and its
     training input size (`choose_input_size`; a new model from a backbone is built for that size, so its saved
-    config and processor describe it).
+    config and processor describe it). `label_kwargs` (a keypoint set's `config_kwargs`) give a new model's head its
+    labels; a model loaded with --model_name_or_path keeps its own.
 
     Returns:
         `tuple[PreTrainedModel, tuple[int, int]]`: the model and the input `(height, width)`.
@@ -139,13 +143,16 @@ def build_model(model_args: ModelArguments, input_height: int | None = None, inp
             head_config, note = default_head_preset(task, backbone.config)
             if note:
                 logger.warning(note)
-        return model_class.from_backbone(backbone, head_config=head_config), input_size
+        config = model_class._task_config_for_backbone(backbone.config, head_config)
+        for key, value in (label_kwargs or {}).items():
+            setattr(config, key, value)
+        return model_class.from_backbone(backbone, config=config), input_size
     if model_args.model_name_or_path is not None:
         model = model_class.from_pretrained(model_args.model_name_or_path)
     elif model_args.preset == "tiny":
-        model = model_class(tiny_config(task))
+        model = model_class(tiny_config(task, **(label_kwargs or {})))
     else:
-        model = model_class(Sapiens2Config.from_preset(model_args.preset, task=task))
+        model = model_class(Sapiens2Config.from_preset(model_args.preset, task=task, **(label_kwargs or {})))
     input_size, reason = choose_input_size(model.config, input_height, input_width)
     _log_input_size(input_size, reason)
     return model, input_size
@@ -211,7 +218,8 @@ def datasets_source(data_args: DataArguments) -> str | None:
     return SYNTHETIC if data_args.dataset == SYNTHETIC else None
 
 
-def build_records(data_args: DataArguments, task: str, split: str, seed: int) -> list[dict] | None:
+def build_records(data_args: DataArguments, task: str, split: str, seed: int,
+                  keypoint_layout: str | None = None) -> list[dict] | None:
     """On-disk records of one split (`train`, `eval` or `test`) of `--dataset coco` / `folder`, in the schema of the
     task transform; `None` when the split is not given."""
     images = getattr(data_args, f"{split}_images")
@@ -223,7 +231,8 @@ def build_records(data_args: DataArguments, task: str, split: str, seed: int) ->
     if data_args.dataset == "coco":
         if not is_top_down(task):
             raise ValueError("--dataset coco is for pose; use --dataset folder for the dense tasks.")
-        records = read_coco_keypoints(targets, images, keypoint_layout=data_args.keypoint_layout, skip_crowd=True)
+        layout = keypoint_layout or data_args.keypoint_layout
+        records = read_coco_keypoints(targets, images, keypoint_layout=layout, skip_crowd=True)
         check_coco_images_found(targets, images, records, images_option=f"--{split}_images")
         return records
     if data_args.dataset == "folder":
@@ -278,13 +287,15 @@ def _missing_split_error(data_args: DataArguments, source: str | None, split: st
 
 
 def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[int, int], seed: int,
-                        stages: Stages) -> tuple[dict[str, Sapiens2TaskDataset], list | None]:
+                        stages: Stages, keypoint_set=None) -> tuple[dict[str, Sapiens2TaskDataset], list | None]:
     """The `Sapiens2TaskDataset` of each split the run's stages need, and the skipped records (`None` for the
     synthetic humans, valid by construction).
 
     Every source ends in the same records and the same task transform (`TRAINING_TASKS[task].transform`; train split
     augmented unless `--augment false`, the others not), so a sample read through `datasets` and one read from the
-    documented files give identical tensors. `--max_{train,eval,predict}_samples` keep a seeded random subset.
+    documented files give identical tensors. `--max_{train,eval,predict}_samples` keep a seeded random subset. A pose
+    model's `keypoint_set` (its config's) decides how keypoints are read (the official set: mapped into the 308 by
+    `--keypoint_layout`; another: the data's own) and the transform's flips and body halves.
     """
     wanted = [split for split, on in zip(_SPLITS, (stages.train, stages.eval, stages.predict)) if on]
     source = datasets_source(data_args)
@@ -293,6 +304,10 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
     limits = {"train": data_args.max_train_samples, "eval": data_args.max_eval_samples,
               "test": data_args.max_predict_samples}
     transform = training_task(task).transform
+    layout, num_keypoints = data_args.keypoint_layout, None
+    if is_top_down(task) and not is_official(keypoint_set):
+        transform = pose_transform(transform, keypoint_set)
+        layout, num_keypoints = "file", len(keypoint_set)
     built, skipped = {}, []
     for split in wanted:
         if hf:
@@ -301,15 +316,11 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
                     continue
                 raise _missing_split_error(data_args, source, split, available)
             rows = splits[split]
-            columns = resolve_columns(
-                task, rows.column_names, image=data_args.image_column_name, label=data_args.label_column_name,
-                mask=data_args.mask_column_name, intrinsics=data_args.intrinsics_column_name,
-                keypoints=data_args.keypoints_column_name, bboxes=data_args.bboxes_column_name,
-                keypoint_visibility=data_args.keypoint_visibility_column_name, bbox_format=data_args.bbox_format)
-            records, bad = task_records(rows, task, columns, keypoint_layout=data_args.keypoint_layout,
-                                        strict=data_args.strict, split=split)
+            columns = _columns(data_args, task, rows)
+            records, bad = task_records(rows, task, columns, keypoint_layout=layout, strict=data_args.strict,
+                                        split=split, num_keypoints=num_keypoints)
         else:
-            records = build_records(data_args, task, split, seed)
+            records = build_records(data_args, task, split, seed, keypoint_layout=layout)
             if records is None:
                 if split == "eval" and stages.eval_optional:
                     continue
@@ -323,6 +334,29 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
         augment = split == "train" and data_args.augment
         built[split] = Sapiens2TaskDataset(records, transform(input_size, train=augment), seed=seed)
     return built, None if source == SYNTHETIC else skipped
+
+
+def _columns(data_args: DataArguments, task: str, rows):
+    """The columns of a `datasets` split, from the flags or the defaults (`resolve_columns`)."""
+    return resolve_columns(
+        task, rows.column_names, image=data_args.image_column_name, label=data_args.label_column_name,
+        mask=data_args.mask_column_name, intrinsics=data_args.intrinsics_column_name,
+        keypoints=data_args.keypoints_column_name, bboxes=data_args.bboxes_column_name,
+        keypoint_visibility=data_args.keypoint_visibility_column_name, bbox_format=data_args.bbox_format)
+
+
+def data_keypoint_set(data_args: DataArguments, task: str, seed: int, stages: Stages):
+    """The keypoint set the data asks for (`label_sets.requested_keypoint_set`), read before the model is built;
+    for a `datasets` source from the first split the run reads."""
+    source = datasets_source(data_args)
+    rows = columns = None
+    if source is not None and source != SYNTHETIC and data_args.keypoint_set == "auto":
+        wanted = [split for split, on in zip(_SPLITS, (stages.train, stages.eval, stages.predict)) if on]
+        splits, _ = load_hf_splits(data_args, source, task, seed, wanted)
+        if splits:
+            rows = next(iter(splits.values()))
+            columns = _columns(data_args, task, rows)
+    return requested_keypoint_set(data_args, rows, columns)
 
 
 def lora_base_name_or_path(model_args: ModelArguments, output_dir: Path) -> str:
@@ -385,8 +419,17 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     training_args.batch_eval_metrics = True
     training_args.remove_unused_columns = False
     output_dir = Path(training_args.output_dir)
-    model, input_size = build_model(model_args, data_args.input_height, data_args.input_width)
+    seed = training_args.seed + data_args.data_seed_offset
+    keypoint_set = wanted_set = None
+    if is_top_down(task):  # the model's head has one channel per keypoint: the set is known before it is built
+        wanted_set = data_keypoint_set(data_args, task, seed, stages)
+    fresh_labels = None if is_official(wanted_set) or model_args.model_name_or_path else wanted_set.config_kwargs()
+    model, input_size = build_model(model_args, data_args.input_height, data_args.input_width, fresh_labels)
     config = model.config
+    if is_top_down(task):
+        keypoint_set = KeypointSet.from_config(config)
+        if model_args.model_name_or_path:
+            check_model_keypoints(keypoint_set, wanted_set)
     layer_decay = model_args.layer_decay_rate
     if layer_decay is None:
         layer_decay = OFFICIAL_LAYER_DECAY.get(getattr(config, "variant", None) or "")
@@ -406,11 +449,10 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     trainable, total = trainable_parameter_count(model)
     logger.info("Trainable parameters: %d of %d (%.2f %%)", trainable, total, 100 * trainable / total)
 
-    seed = training_args.seed + data_args.data_seed_offset
     # The main process first downloads, prepares or renders into the `datasets` cache; the others then read it.
     with training_args.main_process_first(desc="dataset loading"):
         try:
-            task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages)
+            task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages, keypoint_set)
         except NoUsableSamplesError as error:
             raise with_skipped_list(error, training_args) from None
     if skipped is not None and training_args.should_save:

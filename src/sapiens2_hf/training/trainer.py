@@ -49,7 +49,15 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
                  **kwargs):
         self.task = check_task(task)
         self.loss_fn = loss_fn if loss_fn is not None else default_loss(task)
-        self.evaluator = evaluator if evaluator is not None else TaskEvaluator(task)
+        model = kwargs.get("model", args[0] if args else None)
+        config = getattr(model, "config", None)
+        self.evaluator = evaluator if evaluator is not None else TaskEvaluator(task, config=config)
+        # the flip test mirrors the model's own keypoint set; one without left/right pairs is not flip-tested
+        self.flip_indices = KEYPOINT_FLIP_INDICES
+        if training_task(task).flip_test and config is not None and getattr(config, "num_labels", None):
+            from ..data.keypoint_sets import KeypointSet
+
+            self.flip_indices = KeypointSet.from_config(config).flip_indices()
         self.layer_decay_rate = layer_decay_rate
         self.use_official_schedule = official_schedule
         self.pose_flip_test = pose_flip_test
@@ -86,8 +94,9 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
         with torch.no_grad(), self.compute_loss_context_manager():
             loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
             heatmaps = None
-            if training_task(self.task).flip_test and self.pose_flip_test and not prediction_loss_only:
-                heatmaps = flip_test_heatmaps(model, inputs["pixel_values"], outputs.heatmaps, KEYPOINT_FLIP_INDICES)
+            if training_task(self.task).flip_test and self.pose_flip_test and self.flip_indices is not None \
+                    and not prediction_loss_only:
+                heatmaps = flip_test_heatmaps(model, inputs["pixel_values"], outputs.heatmaps, self.flip_indices)
         loss = loss.detach()
         if prediction_loss_only:
             return loss, None, None

@@ -82,7 +82,8 @@ def draw_keypoints(
         if draw_bbox and person.get("bbox") is not None:
             x0, y0, x1, y1 = (float(v) for v in _numpy(person["bbox"]))
             draw.rectangle([x0, y0, x1, y1], outline=(0, 255, 0), width=thickness)
-        for (a, b), color in zip(skeleton_links, link_colors):
+        for link, (a, b) in enumerate(skeleton_links):  # another keypoint set's links reuse the colours in turn
+            color = link_colors[link % len(link_colors)]
             if a < len(keypoints) and b < len(keypoints) and visible[a] and visible[b]:
                 draw.line([tuple(keypoints[a]), tuple(keypoints[b])], fill=tuple(int(c) for c in color),
                           width=thickness)

@@ -1,0 +1,128 @@
+"""The labels a fine-tuning run trains: for pose, the keypoint set (`data.keypoint_sets`) that the data, the model's
+head, the transform's flips, the flip test and the metrics all follow.
+
+`requested_keypoint_set` reads it before the model is built (the model's head has one channel per keypoint):
+`--keypoint_set` names it, or `auto` reads it from the data: a COCO file's person category, else the keypoint count of
+the first `datasets` row (a known count picks its preset). Data in the official layouts (308, the raw 344, COCO-
+WholeBody mapped into 308 with `--keypoint_layout`) keeps training the official 308 set.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from ..data.keypoint_sets import KEYPOINT_SET_PRESETS, KeypointSet, keypoint_set
+
+logger = logging.getLogger(__name__)
+
+OFFICIAL_SET = "sapiens308"
+# keypoint counts of the layouts the data readers map into the official 308 (`--keypoint_layout`)
+_OFFICIAL_COUNTS = (308, 344, 133)
+# a count that picks a preset when the data names no keypoints
+_PRESET_BY_COUNT = {len(s): name for name, s in KEYPOINT_SET_PRESETS.items() if len(s) not in _OFFICIAL_COUNTS}
+
+
+def is_official(kset: KeypointSet | None) -> bool:
+    return kset is None or kset.names == KEYPOINT_SET_PRESETS[OFFICIAL_SET].names
+
+
+def _set_for_count(count: int, where: str) -> KeypointSet:
+    if count in _OFFICIAL_COUNTS:
+        return KEYPOINT_SET_PRESETS[OFFICIAL_SET]
+    if count in _PRESET_BY_COUNT:
+        name = _PRESET_BY_COUNT[count]
+        logger.warning("%s has %d keypoints per person and names none: training the %s set (its names, flip pairs, "
+                       "skeleton and sigmas). Pass --keypoint_set (a preset or a layout file) if they are others.",
+                       where, count, name)
+        return KEYPOINT_SET_PRESETS[name]
+    logger.warning("%s has %d keypoints per person and names none: they are named keypoint_0 ... keypoint_%d, with no "
+                   "flip pairs (so no flip augmentation) and no skeleton. Pass --keypoint_set with a layout file to "
+                   "name them.", where, count, count - 1)
+    return KeypointSet.build(f"{count} keypoints", [f"keypoint_{i}" for i in range(count)], flip_pairs=())
+
+
+def _coco_file_set(path: Path) -> KeypointSet:
+    data = json.loads(path.read_text())
+    annotation = next(iter(data.get("annotations") or []), None)
+    if annotation is not None and ("lefthand_kpts" in annotation or len(annotation["keypoints"]) // 3 in (308, 344)):
+        return KEYPOINT_SET_PRESETS[OFFICIAL_SET]
+    category = next((c for c in data.get("categories", []) if c.get("keypoints")), None)
+    if category is not None:
+        return KeypointSet.from_coco_category(category, name=path.name)
+    count = len(annotation["keypoints"]) // 3 if annotation is not None else 0
+    return _set_for_count(count, str(path))
+
+
+def _row_keypoint_count(rows, column: str, visibility_column: str | None) -> int:
+    """Keypoints per person in the first row with a person: K x 3 numbers, or K x 2 beside a visibility column (a
+    known count decides when both fit)."""
+    for row in rows.select_columns([column]):
+        flat = np.asarray(row[column], dtype=object)
+        people = [np.asarray(p, dtype=np.float64).reshape(-1) for p in flat] if flat.dtype == object else None
+        numbers = len(people[0]) if people else (np.asarray(row[column], dtype=np.float64)[0].size
+                                                 if np.asarray(row[column]).ndim > 1 else 0)
+        if numbers == 0:
+            continue
+        candidates = [numbers // c for c in ((2,) if visibility_column else (3, 2)) if numbers % c == 0]
+        known = [k for k in candidates if k in _OFFICIAL_COUNTS or k in _PRESET_BY_COUNT]
+        return (known or candidates or [numbers])[0]
+    return 0
+
+
+def requested_keypoint_set(data_args, rows=None, columns=None) -> KeypointSet | None:
+    """The keypoint set the run's data asks for: `--keypoint_set`, else (auto) read from the data (a COCO file or the
+    first `datasets` row); None when nothing says (synthetic humans, no data yet: the model's own set)."""
+    if data_args.keypoint_set != "auto":
+        return keypoint_set(data_args.keypoint_set)
+    if data_args.dataset == "coco" and data_args.dataset_name is None:
+        for split in ("train", "eval", "test"):
+            targets = getattr(data_args, f"{split}_targets")
+            if targets is not None:
+                return _coco_file_set(Path(targets))
+        return None
+    if rows is not None and columns is not None and columns.keypoints is not None:
+        count = _row_keypoint_count(rows, columns.keypoints, columns.keypoint_visibility)
+        return _set_for_count(count, "The dataset") if count else None
+    return None
+
+
+def check_model_keypoints(model_set: KeypointSet, wanted: KeypointSet | None) -> None:
+    """A model fine-tuned as it is must already have the data's keypoints."""
+    if wanted is None or model_set.names == wanted.names:
+        return
+    if len(model_set) == len(wanted):
+        logger.warning("The model's %d keypoints are named differently from the data's (%s...); training them in the "
+                       "data's order.", len(model_set), ", ".join(wanted.names[:3]))
+        return
+    raise ValueError(f"The model has {len(model_set)} keypoints but the data has {len(wanted)} ({wanted.name}). A new "
+                     "keypoint set needs a new head: start from --backbone_name_or_path (or --preset), optionally "
+                     "with --init_head_from MODEL to warm-start it from this model's head.")
+
+
+def pose_transform(transform_class, kset: KeypointSet):
+    """The pose transform class bound to the set's flips and body halves (the official tables for the 308 set); a set
+    without flip pairs trains without the flip augmentation."""
+    if is_official(kset):
+        return transform_class
+    flips = kset.flip_indices()
+    upper, lower = kset.body_halves()
+    kwargs = {"flip_indices": flips if flips is not None else list(range(len(kset))),
+              "upper_body_ids": upper, "lower_body_ids": lower}
+    if flips is None:
+        logger.warning("The keypoint set %r has no left/right pairs: training without the flip augmentation (and no "
+                       "flip test in evaluation).", kset.name)
+        return _without_flip(transform_class, kwargs)
+    return partial(transform_class, **kwargs)
+
+
+def _without_flip(transform_class, kwargs):
+    def build(input_size, train=True, augment_probabilities=None):
+        probabilities = {**(augment_probabilities or {}), "flip": 0.0}
+        return transform_class(input_size, train=train, augment_probabilities=probabilities, **kwargs)
+
+    return build

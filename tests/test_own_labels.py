@@ -1,0 +1,192 @@
+"""Fine-tuning on your own labels (issue 30): keypoint sets other than the official 308 (a COCO-17 file trains a
+17-keypoint model with no extra flag; presets; layout files; sets without flip pairs), and what the trained model's
+config carries into the pipeline, the command line (JSON and overlay) and the metrics."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import sapiens2_hf
+from sapiens2_hf.data.keypoint_sets import (
+    KEYPOINT_SET_PRESETS,
+    KeypointSet,
+    derive_flip_pairs,
+    keypoint_set,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "training_scripts" / "finetune.py"
+COMMON = ["--preset", "tiny", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2",
+          "--report_to", "none", "--use_cpu", "true", "--save_strategy", "no", "--disable_tqdm", "true",
+          "--optim", "adamw_torch", "--dataloader_num_workers", "0", "--input_height", "64", "--input_width", "48"]
+
+
+def _finetune_main():
+    spec = importlib.util.spec_from_file_location("finetune_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture(scope="module")
+def synthetic_coco(tmp_path_factory):
+    """Six synthetic humans written as a 308-keypoint COCO file (the writer's layout)."""
+    from sapiens2_hf.data.synthetic import write_dataset
+
+    return write_dataset(tmp_path_factory.mktemp("humans"), 6, height=96, width=72, seed=3, tasks=("pose",))
+
+
+def _relabelled(folder: Path, kset: KeypointSet, out: Path, category_skeleton: bool = True) -> Path:
+    """The synthetic COCO file with each person's keypoints in `kset` (what a user's COCO-17 file looks like)."""
+    data = json.loads((folder / "person_keypoints.json").read_text())
+    for annotation in data["annotations"]:
+        points = kset.from_308(np.asarray(annotation["keypoints"], np.float32).reshape(-1, 3))
+        annotation["keypoints"] = points.reshape(-1).round(2).tolist()
+        annotation["num_keypoints"] = int((points[:, 2] > 0).sum())
+    data["categories"] = [{"id": 1, "name": "person", "keypoints": list(kset.names),
+                           "skeleton": [[a + 1, b + 1] for a, b in kset.skeleton] if category_skeleton else []}]
+    out.write_text(json.dumps(data))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------- the sets
+
+
+def _mirrored(name: str) -> str:
+    """`name` with its left side word made right (this test's own reading of the names)."""
+    return re.sub(r"(^|_)(left|l)(?=_|$)", lambda m: m.group(1) + ("right" if m.group(2) == "left" else "r"), name)
+
+
+def test_flip_pairs_are_derived_from_left_and_right_names():
+    names = ["nose", "left_eye", "right_eye", "l_ear", "r_ear", "LShoulder", "RShoulder", "hip_left", "hip_right",
+             "lateral_malleolus", "rateral_malleolus", "Left Wrist", "Right Wrist"]
+    assert derive_flip_pairs(names) == ((1, 2), (3, 4), (5, 6), (7, 8), (11, 12))  # "lateral" is no side word
+    assert derive_flip_pairs(["tip", "base"]) == ()
+
+
+def test_presets_are_consistent():
+    for name, kset in KEYPOINT_SET_PRESETS.items():
+        assert len(kset.sigmas) == len(kset) and len(kset.sources) == len(kset), name
+        if name == "sapiens308":  # the official pairs: not all by name (contour samples are numbered per side)
+            continue
+        for a, b in kset.flip_pairs:  # a pair's names are mirror images (face68's iBUG names carry no side)
+            if not kset.names[a].startswith("face-"):
+                assert _mirrored(kset.names[a]) == kset.names[b] or _mirrored(kset.names[b]) == kset.names[a], \
+                    (name, kset.names[a], kset.names[b])
+    assert len(KEYPOINT_SET_PRESETS["coco17"]) == 17 and len(KEYPOINT_SET_PRESETS["wholebody133"]) == 133
+    # COCO's published OKS sigmas for its 17 points (the 308 table repeats them)
+    assert KEYPOINT_SET_PRESETS["coco17"].sigmas == (0.026, 0.025, 0.025, 0.035, 0.035, 0.079, 0.079, 0.072, 0.072,
+                                                      0.062, 0.062, 0.107, 0.107, 0.087, 0.087, 0.089, 0.089)
+    assert KEYPOINT_SET_PRESETS["hand21"].flip_pairs == ()  # one hand: not mirrored
+    assert len(KEYPOINT_SET_PRESETS["face68"].flip_pairs) == 29
+
+
+def test_layout_files_and_their_errors(tmp_path):
+    path = tmp_path / "fish.json"
+    path.write_text(json.dumps({"keypoints": ["head", "left_fin", "right_fin", "tail"], "skeleton": [[1, 2], [1, 3],
+                                                                                                  [1, 4]]}))
+    fish = keypoint_set(path)
+    assert fish.names == ("head", "left_fin", "right_fin", "tail") and fish.flip_pairs == ((1, 2),)
+    assert fish.skeleton == ((0, 1), (0, 2), (0, 3)) and fish.sigmas is None  # no 308 counterpart: no sigma
+    path.write_text(json.dumps({"keypoints": ["a", "a"]}))
+    with pytest.raises(ValueError, match="repeats the name"):
+        keypoint_set(path)
+    path.write_text(json.dumps({"keypoints": ["a", "b"], "skeleton": [[1, 3]]}))
+    with pytest.raises(ValueError, match=r"skeleton entry \[0, 2\] is not two keypoint indices"):
+        keypoint_set(path)
+    with pytest.raises(ValueError, match="neither a preset"):
+        keypoint_set("coco18")
+
+
+def test_from_308_copies_and_averages():
+    keypoints = np.zeros((308, 3), np.float32)
+    names = sapiens2_hf.modeling.sapiens2_label_data.POSE_KEYPOINT_NAMES
+    keypoints[names.index("left_hip")] = (10, 20, 2)
+    keypoints[names.index("right_hip")] = (30, 40, 1)
+    mpii = KEYPOINT_SET_PRESETS["mpii16"].from_308(keypoints)
+    assert mpii[3].tolist() == [10, 20, 2] and mpii[2].tolist() == [30, 40, 1]  # left / right hip
+    assert mpii[6].tolist() == [20, 30, 1]  # pelvis: the midpoint, as sure as the less sure hip
+    assert mpii[9].tolist() == [0, 0, 0]  # head_top: no 308 counterpart
+
+
+# ------------------------------------------------------------------------------------------------- fine-tuning
+
+
+def test_a_coco17_file_trains_a_17_keypoint_model_everywhere(synthetic_coco, tmp_path, capsys):
+    """No flag: the file's person category (17 names, COCO's skeleton) becomes the model's keypoint set, and the
+    saved config, the pipeline, the command line's JSON and overlay all carry it."""
+    coco17 = KEYPOINT_SET_PRESETS["coco17"]
+    annotations = _relabelled(synthetic_coco, coco17, tmp_path / "coco17.json")
+    out = tmp_path / "run"
+    _finetune_main()(["--task", "pose", "--dataset", "coco", "--train_targets", str(annotations), "--train_images",
+                      str(synthetic_coco / "images"), "--eval_targets", str(annotations), "--eval_images",
+                      str(synthetic_coco / "images"), "--do_train", "--do_eval", "--max_steps", "2",
+                      "--output_dir", str(out), *COMMON])
+    config = json.loads((out / "config.json").read_text())
+    assert [config["id2label"][str(i)] for i in range(17)] == list(coco17.names)
+    assert config["skeleton"] == [list(link) for link in coco17.skeleton]
+    assert config["flip_pairs"] == [list(pair) for pair in coco17.flip_pairs]
+    assert config["oks_sigmas"] == list(coco17.sigmas)
+    results = json.loads((out / "eval_results.json").read_text())
+    assert 0.0 <= results["eval_oks_ap"] <= 1.0 and "eval_pck_0_1" in results  # OKS with the 17 sigmas
+    # the pipeline
+    from PIL import Image
+
+    image = np.asarray(Image.open(next((synthetic_coco / "images").iterdir())).convert("RGB"))
+    (person,) = sapiens2_hf.pipeline("sapiens2-pose", model=str(out))(image, boxes=[[5.0, 5.0, 60.0, 90.0]])
+    assert np.asarray(person["keypoints"]).shape == (17, 2) and list(person["labels"]) == list(coco17.names)
+    # the command line: JSON categories and the overlay
+    from sapiens2_hf.cli.main import main
+
+    Image.fromarray(image).save(tmp_path / "photo.png")
+    (tmp_path / "boxes.json").write_text(json.dumps({"photo.png": [[5.0, 5.0, 60.0, 90.0]]}))
+    assert main(["pose", str(tmp_path / "photo.png"), "--model", str(out), "--out", str(tmp_path / "cli"),
+                 "--boxes", str(tmp_path / "boxes.json"), "--quiet", "--threads", "1", "--device", "cpu"]) == 0, \
+        capsys.readouterr().err
+    written = json.loads((tmp_path / "cli" / "photo.json").read_text())
+    assert written["categories"][0]["keypoints"] == list(coco17.names)
+    assert written["categories"][0]["skeleton"] == [[a + 1, b + 1] for a, b in coco17.skeleton]
+    assert len(written["annotations"][0]["keypoints"]) == 17 * 3
+    assert Image.open(tmp_path / "cli" / "photo_pose.png").size == (image.shape[1], image.shape[0])
+
+
+def test_a_set_without_flip_pairs_trains_without_flips(synthetic_coco, tmp_path, caplog):
+    """hand21 (one hand, no side): the run says it trains without the flip augmentation, and the transform it builds
+    never flips (control: the same records with the official set's transform do flip)."""
+    from sapiens2_hf.data.pose import PoseTransform
+    from sapiens2_hf.training.label_sets import pose_transform
+
+    hand = KEYPOINT_SET_PRESETS["hand21"]
+    with caplog.at_level(logging.WARNING):
+        transform = pose_transform(PoseTransform, hand)((64, 48), train=True)
+    assert "without the flip augmentation" in caplog.text
+    assert transform.p["flip"] == 0.0
+    assert PoseTransform((64, 48), train=True).p["flip"] == 0.5  # control
+    annotations = _relabelled(synthetic_coco, hand, tmp_path / "hand.json")
+    out = tmp_path / "hand_run"
+    _finetune_main()(["--task", "pose", "--dataset", "coco", "--train_targets", str(annotations), "--train_images",
+                      str(synthetic_coco / "images"), "--do_train", "--max_steps", "1", "--output_dir", str(out),
+                      *COMMON])
+    config = json.loads((out / "config.json").read_text())
+    assert len(config["id2label"]) == 21 and config["flip_pairs"] == []
+
+
+def test_a_model_with_other_keypoints_is_refused_naming_the_fix(synthetic_coco, tmp_path):
+    torch.manual_seed(0)
+    model = sapiens2_hf.Sapiens2ForPoseEstimation(sapiens2_hf.tiny_config("pose"))
+    model.save_pretrained(tmp_path / "m308")
+    annotations = _relabelled(synthetic_coco, KEYPOINT_SET_PRESETS["coco17"], tmp_path / "coco17.json")
+    common = [arg for arg in COMMON if arg not in ("--preset", "tiny")]
+    with pytest.raises(ValueError, match="has 308 keypoints but the data has 17.*--init_head_from"):
+        _finetune_main()(["--task", "pose", "--model_name_or_path", str(tmp_path / "m308"), "--dataset", "coco",
+                          "--train_targets", str(annotations), "--train_images", str(synthetic_coco / "images"),
+                          "--do_train", "--max_steps", "1", "--output_dir", str(tmp_path / "run"), *common])
