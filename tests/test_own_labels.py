@@ -190,3 +190,72 @@ def test_a_model_with_other_keypoints_is_refused_naming_the_fix(synthetic_coco, 
         _finetune_main()(["--task", "pose", "--model_name_or_path", str(tmp_path / "m308"), "--dataset", "coco",
                           "--train_targets", str(annotations), "--train_images", str(synthetic_coco / "images"),
                           "--do_train", "--max_steps", "1", "--output_dir", str(tmp_path / "run"), *common])
+
+
+# ------------------------------------------------------------------------------------------------ your own classes
+
+# The 29 official body parts merged into 6 classes (what a user's parsing dataset often has)
+SIX_CLASSES = ["background", "hair", "face", "skin", "clothes", "shoes"]
+
+
+def _merge_29_to_6(label: np.ndarray) -> np.ndarray:
+    from sapiens2_hf.modeling.sapiens2_label_data import SEGMENTATION_CLASS_NAMES
+
+    group = {"Background": 0, "Hair": 1, "Face_Neck": 2, "Apparel": 4, "Eyeglass": 2}
+    table = np.zeros(256, np.uint8)
+    for index, name in enumerate(SEGMENTATION_CLASS_NAMES):
+        if name in group:
+            table[index] = group[name]
+        elif "Foot" in name:
+            table[index] = 5
+        elif "Clothing" in name:
+            table[index] = 4
+        else:  # hands, arms, legs, torso, lips, teeth, tongue: skin
+            table[index] = 3
+    table[255] = 255
+    return table[label]
+
+
+def test_a_six_class_dataset_trains_a_six_class_model(tmp_path):
+    import datasets
+
+    fixture = datasets.load_from_disk(str(Path(__file__).parent / "fixtures" / "datasets" / "seg"))
+    merged = fixture.map(lambda row: {"label": _merge_29_to_6(np.asarray(row["label"], np.uint8))})
+    merged.save_to_disk(str(tmp_path / "six"))
+    (tmp_path / "labels.json").write_text(json.dumps({str(i): name for i, name in enumerate(SIX_CLASSES)}))
+    out = tmp_path / "run"
+    _finetune_main()(["--task", "seg", "--dataset_name", str(tmp_path / "six"), "--labels_file",
+                      str(tmp_path / "labels.json"), "--do_train", "--do_eval", "--max_steps", "2",
+                      "--output_dir", str(out), *COMMON])
+    config = json.loads((out / "config.json").read_text())
+    assert [config["id2label"][str(i)] for i in range(6)] == SIX_CLASSES
+    results = json.loads((out / "eval_results.json").read_text())
+    assert {f"eval_iou_{name}" for name in SIX_CLASSES} <= set(results)  # per-class IoU
+    model = sapiens2_hf.Sapiens2ForSemanticSegmentation.from_pretrained(out)
+    assert model.config.num_labels == 6 and model.decode_head.predictor.out_channels == 6
+    # the command line draws the model's classes with colours of their own, and names them in the legend
+    from PIL import Image
+
+    from sapiens2_hf.cli.main import main
+
+    Image.fromarray(np.asarray(fixture["test"][0]["image"])).save(tmp_path / "photo.png")
+    assert main(["seg", str(tmp_path / "photo.png"), "--model", str(out), "--out", str(tmp_path / "cli"), "--quiet",
+                 "--threads", "1", "--device", "cpu"]) == 0
+    assert np.load(tmp_path / "cli" / "photo_seg.npy").max() < 6
+    # --class_names says the same; a count that does not match the data's ids is caught by the metric
+    with pytest.raises(ValueError, match="at least two, unique"):
+        _finetune_main()(["--task", "seg", "--dataset_name", str(tmp_path / "six"), "--class_names", "a,a",
+                          "--do_train", "--max_steps", "1", "--output_dir", str(tmp_path / "bad"), *COMMON])
+
+
+def test_reduce_labels_and_the_flip_of_left_right_classes():
+    from sapiens2_hf.data.dense import SegTransform
+    from sapiens2_hf.data.keypoint_sets import derive_flip_pairs
+
+    image = np.zeros((8, 6, 3), np.uint8)
+    label = np.array([[0, 1, 2, 3, 255, 0]] * 8, np.uint8)
+    sample = SegTransform((8, 6), train=False, reduce_labels=True)({"image": image, "label": label})
+    assert sample["labels"][0].tolist() == [255, 0, 1, 2, 255, 255]  # 0 -> ignored, the others - 1
+    control = SegTransform((8, 6), train=False)({"image": image, "label": label})
+    assert control["labels"][0].tolist() == label[0].tolist()
+    assert derive_flip_pairs(["background", "Left_Arm", "Right_Arm", "torso"]) == ((1, 2),)

@@ -222,9 +222,11 @@ class OutputOptions(_OptionGroup):
     keypoint_format: str | None = None
     focal_length: float | None = _set_only()
     intrinsics: Any = _set_only()
-    # The loaded pose model's keypoint links (0-based, its config's `skeleton`): set once the model is loaded
-    # (`with_model_labels`), not an option; None: the official 308 skeleton.
+    # The loaded model's own labels, set once it is loaded (`with_model_labels`), not options: a pose model's keypoint
+    # links (0-based, its config's `skeleton`; None: the official 308 skeleton) and a segmentation model's class names
+    # (None: the 29 official ones).
     skeleton: Any = _not_fingerprinted()
+    class_names: Any = _not_fingerprinted()
 
 
 @dataclass(frozen=True)
@@ -297,7 +299,9 @@ class PredictOptions:
     def with_model_labels(self, config) -> "PredictOptions":
         """A copy that draws and writes the loaded model's own keypoint set: its config's `skeleton` (a model
         fine-tuned on another set than the official 308)."""
-        skeleton = getattr(config, "skeleton", None)
-        if skeleton is None:
-            return self
-        return self.replace(output=dataclasses.replace(self.output, skeleton=tuple(tuple(link) for link in skeleton)))
+        labels = {}
+        if getattr(config, "skeleton", None) is not None:
+            labels["skeleton"] = tuple(tuple(link) for link in config.skeleton)
+        if task_registry().TASK_SPECS[self.task].post_process == "post_process_semantic_segmentation":
+            labels["class_names"] = tuple(config.id2label[i] for i in range(config.num_labels))
+        return self.replace(output=dataclasses.replace(self.output, **labels)) if labels else self

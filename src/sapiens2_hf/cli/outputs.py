@@ -178,7 +178,9 @@ def _picture_seg(options, image, result, video: bool):
     from .. import visualization as vis
 
     # the legend changes the width with the classes present: left out of the frames of a video
-    return vis.overlay_segmentation(image, result["segmentation"], legend=not video)
+    names = options.output.class_names
+    labels = {} if names is None else {"class_names": names, "palette": vis.class_palette(names)}
+    return vis.overlay_segmentation(image, result["segmentation"], legend=not video, **labels)
 
 
 def _write_normal(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:

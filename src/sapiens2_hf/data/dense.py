@@ -177,6 +177,9 @@ class SegTransform:
     Eval: stretch the image only; the label stays at its original resolution (the official evaluator upsamples the
     logits to it) and `label_size` records it so a collator can pad.
 
+    Another class set than the official 29 passes its own `swap_pairs` (left/right classes, by name), its
+    `ignore_index`, and `reduce_labels` (transformers' `do_reduce_labels`: 0 -> ignored, every other id - 1).
+
     Returns a dict with `pixel_values` (`(3, H, W)` float32), `labels` (`(h, w)` int64) and `label_size` (`(2,)`).
     """
 
@@ -185,7 +188,8 @@ class SegTransform:
 
     def __init__(self, input_size: tuple[int, int] = (1024, 768), train: bool = True,
                  swap_pairs: Sequence[Sequence[int]] = SEG_FLIP_SWAP_PAIRS, backgrounds: Sequence | None = None,
-                 augment_probabilities: dict | None = None, ignore_index: int = SEG_IGNORE_INDEX):
+                 augment_probabilities: dict | None = None, ignore_index: int = SEG_IGNORE_INDEX,
+                 reduce_labels: bool = False):
         self.input_size = (int(input_size[0]), int(input_size[1]))
         self.train = train
         self.swap = np.arange(256, dtype=np.uint8)
@@ -197,6 +201,7 @@ class SegTransform:
             raise ValueError(f"Unknown augment_probabilities keys {sorted(unknown)}; use {sorted(self.DEFAULT_PROBABILITIES)}.")
         self.p = {**self.DEFAULT_PROBABILITIES, **(augment_probabilities or {})}
         self.ignore_index = ignore_index
+        self.reduce_labels = reduce_labels
 
     def _stretch(self, image: np.ndarray) -> np.ndarray:
         height, width = self.input_size
@@ -210,6 +215,9 @@ class SegTransform:
         if label.ndim == 3:
             label = label[..., 0]
         label = label.astype(np.uint8)
+        if self.reduce_labels:  # 0 (unlabelled) -> ignored, 1.. -> 0..; the ignored value stays ignored
+            ignored = label == self.ignore_index
+            label = np.where((label == 0) | ignored, self.ignore_index, label.astype(np.int64) - 1).astype(np.uint8)
         if label.shape != image.shape[:2]:
             raise ValueError(f"Label {label.shape} and image {image.shape[:2]} sizes differ for {record.get('image')}.")
         if not self.train:

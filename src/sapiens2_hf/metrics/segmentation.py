@@ -25,6 +25,7 @@ class SegmentationMetric:
         num_classes (`int`, *optional*, defaults to 29): Number of classes.
         ignore_index (`int`, *optional*, defaults to 255): Label value to skip.
         class_names (`Sequence[str]`, *optional*): Names used for the per-class entries of `compute(per_class=True)`.
+        per_class (`bool`, *optional*, defaults to `False`): `compute()` also reports each class's IoU.
     """
 
     def __init__(
@@ -32,11 +33,20 @@ class SegmentationMetric:
         num_classes: int = NUM_SEGMENTATION_CLASSES,
         ignore_index: int = SEG_IGNORE_INDEX,
         class_names: Sequence[str] | None = None,
+        per_class: bool = False,
     ):
         self.num_classes = int(num_classes)
         self.ignore_index = int(ignore_index)
         self.class_names = list(class_names) if class_names is not None else [str(i) for i in range(num_classes)]
+        self.per_class = per_class
         self.reset()
+
+    @classmethod
+    def from_config(cls, config) -> "SegmentationMetric":
+        """The metric for a segmentation model's own classes (`id2label`, `semantic_loss_ignore_index`), with
+        per-class IoU (`iou_<name>`)."""
+        return cls(num_classes=config.num_labels, ignore_index=getattr(config, "semantic_loss_ignore_index", 255),
+                   class_names=[config.id2label[i] for i in range(config.num_labels)], per_class=True)
 
     def reset(self) -> None:
         self.confusion = torch.zeros(self.num_classes, self.num_classes, dtype=torch.float64)  # (label, prediction)
@@ -97,12 +107,13 @@ class SegmentationMetric:
         """Accumulate one batch; arguments as in `statistics`."""
         self.accumulate(self.statistics(predictions, labels))
 
-    def compute(self, per_class: bool = False) -> dict[str, float]:
+    def compute(self, per_class: bool | None = None) -> dict[str, float]:
         """
         Returns:
-            `dict[str, float]`: `miou`, `aacc`, `macc` in percent; with `per_class=True` also `iou_<name>` and
-            `acc_<name>` for every class.
+            `dict[str, float]`: `miou`, `aacc`, `macc` in percent; with `per_class` (default: the metric's own) also
+            `iou_<name>` and `acc_<name>` for every class.
         """
+        per_class = self.per_class if per_class is None else per_class
         intersection = self.confusion.diag().numpy()
         area_label = self.confusion.sum(dim=1).numpy()
         area_pred = self.confusion.sum(dim=0).numpy()

@@ -1549,9 +1549,11 @@ class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
         self.post_init()
 
     def _loss_function(self) -> nn.Module:
-        # The official class weights belong to the 29 body-part classes; another label set trains unweighted.
+        # The official class weights belong to the 29 body-part classes; another label set trains unweighted. The ignored
+        # label is the config's (transformers' `semantic_loss_ignore_index`, 255 by default).
         official = self.config.num_labels == len(SEG_CE_CLASS_WEIGHTS)
-        return self.loss_class(class_weights=None if official else ())
+        return self.loss_class(class_weights=None if official else (),
+                               ignore_index=getattr(self.config, "semantic_loss_ignore_index", 255))
 
     @can_return_tuple
     def forward(

@@ -163,6 +163,17 @@ class DataArguments:
                                           "(coco17, mpii16, crowdpose14, hand21, face68, wholebody133, sapiens308) or "
                                           "a JSON layout file {keypoints, skeleton, flip_pairs?, sigmas?}."}
     )
+    class_names: str | None = field(
+        default=None, metadata={"help": "Segmentation: the classes to train, comma-separated in id order "
+                                        "(background first); default: the dataset's ClassLabel names, else the 29 "
+                                        "official body parts."})
+    labels_file: str | None = field(
+        default=None, metadata={"help": "Segmentation: a JSON file of the class names, a list in id order or an "
+                                        "id2label object {\"0\": \"background\", ...}."})
+    do_reduce_labels: bool = field(
+        default=False, metadata={"help": "Segmentation: label 0 is 'unlabelled' (ignored) and every other id is "
+                                         "shifted down by one, as transformers' segmentation example does."})
+    ignore_index: int = field(default=255, metadata={"help": "Segmentation: the label value that is not trained."})
     synthetic_train_samples: int = field(default=64, metadata={"help": "Synthetic training set size."})
     synthetic_eval_samples: int = field(default=16, metadata={"help": "Synthetic evaluation set size."})
     synthetic_test_samples: int = field(default=16, metadata={"help": "Synthetic test set size (--do_predict)."})

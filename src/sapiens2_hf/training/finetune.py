@@ -39,7 +39,15 @@ from ..modeling.sapiens2_tasks import task_spec
 from ..processing import image_processor_for_task
 from ..utils.atomic_io import atomic_write_json
 from .arguments import DataArguments, ModelArguments
-from .label_sets import check_model_keypoints, is_official, pose_transform, requested_keypoint_set
+from .label_sets import (
+    check_model_keypoints,
+    class_set_kwargs,
+    is_official,
+    pose_transform,
+    requested_class_names,
+    requested_keypoint_set,
+    seg_transform,
+)
 from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
 from .run_setup import prepare_output_dir, seed_run, with_skipped_list
@@ -287,7 +295,8 @@ def _missing_split_error(data_args: DataArguments, source: str | None, split: st
 
 
 def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[int, int], seed: int,
-                        stages: Stages, keypoint_set=None) -> tuple[dict[str, Sapiens2TaskDataset], list | None]:
+                        stages: Stages, keypoint_set=None, config=None) -> tuple[dict[str, Sapiens2TaskDataset],
+                                                                                list | None]:
     """The `Sapiens2TaskDataset` of each split the run's stages need, and the skipped records (`None` for the
     synthetic humans, valid by construction).
 
@@ -295,7 +304,8 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
     augmented unless `--augment false`, the others not), so a sample read through `datasets` and one read from the
     documented files give identical tensors. `--max_{train,eval,predict}_samples` keep a seeded random subset. A pose
     model's `keypoint_set` (its config's) decides how keypoints are read (the official set: mapped into the 308 by
-    `--keypoint_layout`; another: the data's own) and the transform's flips and body halves.
+    `--keypoint_layout`; another: the data's own) and the transform's flips and body halves; a segmentation model's
+    classes (its `config`) decide which classes swap under the flip, and `--do_reduce_labels` / `--ignore_index` apply.
     """
     wanted = [split for split, on in zip(_SPLITS, (stages.train, stages.eval, stages.predict)) if on]
     source = datasets_source(data_args)
@@ -308,6 +318,8 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
     if is_top_down(task) and not is_official(keypoint_set):
         transform = pose_transform(transform, keypoint_set)
         layout, num_keypoints = "file", len(keypoint_set)
+    elif training_task(task).prediction == "classes" and config is not None:
+        transform = seg_transform(transform, config, data_args)
     built, skipped = {}, []
     for split in wanted:
         if hf:
@@ -345,18 +357,29 @@ def _columns(data_args: DataArguments, task: str, rows):
         keypoint_visibility=data_args.keypoint_visibility_column_name, bbox_format=data_args.bbox_format)
 
 
-def data_keypoint_set(data_args: DataArguments, task: str, seed: int, stages: Stages):
-    """The keypoint set the data asks for (`label_sets.requested_keypoint_set`), read before the model is built;
-    for a `datasets` source from the first split the run reads."""
+def data_labels(data_args: DataArguments, task: str, seed: int, stages: Stages) -> dict | None:
+    """The labels the data asks a new model's head for, read before the model is built (for a `datasets` source,
+    from the first split the run reads), as config fields: a keypoint set other than the official 308
+    (`label_sets.requested_keypoint_set`) or segmentation classes (`requested_class_names`); None: the official
+    labels, or the model's own."""
+    is_classes = training_task(task).prediction == "classes"
+    if not (is_top_down(task) or is_classes):
+        return None
     source = datasets_source(data_args)
     rows = columns = None
-    if source is not None and source != SYNTHETIC and data_args.keypoint_set == "auto":
+    needs_rows = data_args.keypoint_set == "auto" if is_top_down(task) else not (data_args.class_names or
+                                                                                  data_args.labels_file)
+    if source is not None and source != SYNTHETIC and needs_rows:
         wanted = [split for split, on in zip(_SPLITS, (stages.train, stages.eval, stages.predict)) if on]
         splits, _ = load_hf_splits(data_args, source, task, seed, wanted)
         if splits:
             rows = next(iter(splits.values()))
             columns = _columns(data_args, task, rows)
-    return requested_keypoint_set(data_args, rows, columns)
+    if is_classes:
+        names = requested_class_names(data_args, rows, columns)
+        return None if names is None else class_set_kwargs(names, data_args)
+    wanted = requested_keypoint_set(data_args, rows, columns)
+    return None if is_official(wanted) else wanted.config_kwargs()
 
 
 def lora_base_name_or_path(model_args: ModelArguments, output_dir: Path) -> str:
@@ -420,16 +443,21 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     training_args.remove_unused_columns = False
     output_dir = Path(training_args.output_dir)
     seed = training_args.seed + data_args.data_seed_offset
-    keypoint_set = wanted_set = None
-    if is_top_down(task):  # the model's head has one channel per keypoint: the set is known before it is built
-        wanted_set = data_keypoint_set(data_args, task, seed, stages)
-    fresh_labels = None if is_official(wanted_set) or model_args.model_name_or_path else wanted_set.config_kwargs()
+    # the head has one channel per keypoint or class: the data's labels are known before the model is built
+    wanted_labels = data_labels(data_args, task, seed, stages)
+    fresh_labels = None if model_args.model_name_or_path else wanted_labels
     model, input_size = build_model(model_args, data_args.input_height, data_args.input_width, fresh_labels)
     config = model.config
+    keypoint_set = None
     if is_top_down(task):
         keypoint_set = KeypointSet.from_config(config)
-        if model_args.model_name_or_path:
-            check_model_keypoints(keypoint_set, wanted_set)
+        if model_args.model_name_or_path and wanted_labels is not None:
+            check_model_keypoints(keypoint_set, KeypointSet.build("data", wanted_labels["id2label"].values()))
+    elif model_args.model_name_or_path and wanted_labels is not None and \
+            config.num_labels != len(wanted_labels["id2label"]):
+        raise ValueError(f"The model has {config.num_labels} classes but the data {len(wanted_labels['id2label'])}. "
+                         "New classes need a new head: start from --backbone_name_or_path (or --preset), "
+                         "optionally with --init_head_from MODEL.")
     layer_decay = model_args.layer_decay_rate
     if layer_decay is None:
         layer_decay = OFFICIAL_LAYER_DECAY.get(getattr(config, "variant", None) or "")
@@ -452,7 +480,8 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     # The main process first downloads, prepares or renders into the `datasets` cache; the others then read it.
     with training_args.main_process_first(desc="dataset loading"):
         try:
-            task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages, keypoint_set)
+            task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages, keypoint_set,
+                                                         config)
         except NoUsableSamplesError as error:
             raise with_skipped_list(error, training_args) from None
     if skipped is not None and training_args.should_save:

@@ -126,3 +126,67 @@ def _without_flip(transform_class, kwargs):
         return transform_class(input_size, train=train, augment_probabilities=probabilities, **kwargs)
 
     return build
+
+
+# -- segmentation classes ---------------------------------------------------------------------------------------
+
+
+def _names_from_file(path: str) -> list[str]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--labels_file {path}: {error}") from None
+    if isinstance(data, dict):
+        try:
+            ids = sorted(int(key) for key in data)
+        except ValueError:
+            raise ValueError(f"--labels_file {path}: an id2label object needs integer ids as keys.") from None
+        if ids != list(range(len(ids))):
+            raise ValueError(f"--labels_file {path}: the ids must be 0 ... {len(ids) - 1} with none missing.")
+        return [str(data[str(i)] if str(i) in data else data[i]) for i in ids]
+    if isinstance(data, list) and all(isinstance(name, str) for name in data):
+        return data
+    raise ValueError(f"--labels_file {path} must hold a list of class names or an id2label object.")
+
+
+def requested_class_names(data_args, rows=None, columns=None) -> list[str] | None:
+    """The segmentation classes the run trains: `--class_names`, `--labels_file`, else the `datasets` label column's
+    `ClassLabel` names; None: the model's own (the 29 official body parts for a new one)."""
+    if data_args.class_names and data_args.labels_file:
+        raise ValueError("Pass either --class_names or --labels_file, not both.")
+    names = None
+    if data_args.class_names:
+        names = [name.strip() for name in data_args.class_names.split(",")]
+    elif data_args.labels_file:
+        names = _names_from_file(data_args.labels_file)
+    elif rows is not None and columns is not None and columns.label is not None:
+        feature = getattr(rows, "features", {}).get(columns.label)
+        names = list(getattr(feature, "names", None) or []) or None
+    if names is not None:
+        if len(names) < 2 or len(set(names)) != len(names) or not all(names):
+            raise ValueError(f"The class names {names} must be at least two, unique and non-empty.")
+    return names
+
+
+def class_set_kwargs(names: list[str], data_args) -> dict:
+    """What a new segmentation model's config stores of its classes."""
+    return {"id2label": dict(enumerate(names)), "semantic_loss_ignore_index": int(data_args.ignore_index)}
+
+
+def seg_transform(transform_class, config, data_args):
+    """The segmentation transform for the model's own classes: left/right classes (by name) swap under the flip, and
+    the ignored label and `--do_reduce_labels` apply. The official 29 classes keep the official transform."""
+    from ..data.keypoint_sets import derive_flip_pairs
+
+    names = [config.id2label[i] for i in range(config.num_labels)]
+    official = config.num_labels == 29 and not data_args.do_reduce_labels and data_args.ignore_index == 255
+    if official and names == list(_official_class_names()):
+        return transform_class
+    return partial(transform_class, swap_pairs=derive_flip_pairs(names), ignore_index=int(data_args.ignore_index),
+                   reduce_labels=bool(data_args.do_reduce_labels))
+
+
+def _official_class_names():
+    from ..modeling.sapiens2_label_data import SEGMENTATION_CLASS_NAMES
+
+    return SEGMENTATION_CLASS_NAMES

@@ -48,9 +48,9 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
                  layer_decay_rate: float | None = None, official_schedule: bool = False, pose_flip_test: bool = True,
                  **kwargs):
         self.task = check_task(task)
-        self.loss_fn = loss_fn if loss_fn is not None else default_loss(task)
         model = kwargs.get("model", args[0] if args else None)
         config = getattr(model, "config", None)
+        self.loss_fn = loss_fn if loss_fn is not None else _model_loss(model, task)
         self.evaluator = evaluator if evaluator is not None else TaskEvaluator(task, config=config)
         # the flip test mirrors the model's own keypoint set; one without left/right pairs is not flip-tested
         self.flip_indices = KEYPOINT_FLIP_INDICES
@@ -165,3 +165,12 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
             eval_dataset=(dataset if isinstance(dataset, str) else None) or "evaluation set",
         )
         card.save(os.path.join(self.args.output_dir, "README.md"))
+
+
+def _model_loss(model, task: str) -> nn.Module:
+    """The loss the model itself trains with from `labels` (its labels' settings: a segmentation model of other
+    classes than the official 29 is unweighted, with its config's ignored label), else the task's official loss."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a LoRA (peft) wrapper
+    if hasattr(base, "_loss_function"):
+        return base._loss_function()
+    return default_loss(task)

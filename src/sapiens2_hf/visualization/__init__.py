@@ -24,6 +24,7 @@ from .styles import (
     SEGMENTATION_PALETTE_RGB,
     SKELETON_LINK_COLORS_RGB,
     SKELETON_LINKS,
+    class_palette,
 )
 
 
@@ -34,6 +35,7 @@ __all__ = [
     "SKELETON_LINKS",
     "SKELETON_LINK_COLORS_RGB",
     "albedo_to_image",
+    "class_palette",
     "atomic_write",
     "colorize_segmentation",
     "depth_to_image",

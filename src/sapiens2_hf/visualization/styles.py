@@ -8,7 +8,7 @@ Generated from the project spec files `keypoints308.json` (official `sapiens/pos
 from __future__ import annotations
 
 # Class names have one home, the generated label data beside the models; re-exported here for drawing code.
-from ..modeling.sapiens2_label_data import SEGMENTATION_CLASS_NAMES  # noqa: F401
+from ..modeling.sapiens2_label_data import SEGMENTATION_CLASS_NAMES
 
 
 #: RGB colour of each of the 308 keypoints (channel order).
@@ -88,3 +88,24 @@ SEGMENTATION_PALETTE_RGB = (
     0), (255, 0, 0), (72, 255, 0), (189, 204, 0), (182, 255, 0), (102, 0, 204), (32, 72, 204), (0, 145, 255), (14,
     204, 0), (0, 128, 72), (235, 205, 119), (115, 227, 112), (157, 113, 143), (132, 93, 50), (82, 21, 114),
 )
+
+
+def class_palette(class_names) -> tuple[tuple[int, int, int], ...]:
+    """A colour per class of a segmentation model's own classes: a class named like one of the 29 official ones
+    (case and `-`/space/`_` ignored) keeps its official colour; the others get distinct hues (golden-ratio steps
+    around the colour wheel, full saturation, bright), none of them black (which marks unknown ids)."""
+    import colorsys
+
+    def key(name):
+        return str(name).lower().replace("-", "_").replace(" ", "_")
+
+    official = {key(name): colour for name, colour in zip(SEGMENTATION_CLASS_NAMES, SEGMENTATION_PALETTE_RGB)}
+    palette, hue = [], 0.0
+    for name in class_names:
+        colour = official.get(key(name))
+        if colour is None:
+            hue = (hue + 0.618033988749895) % 1.0
+            colour = tuple(int(round(c * 255)) for c in colorsys.hsv_to_rgb(hue, 0.85, 0.95))
+        palette.append(tuple(colour))
+    return tuple(palette)
+
