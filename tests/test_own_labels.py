@@ -259,3 +259,91 @@ def test_reduce_labels_and_the_flip_of_left_right_classes():
     control = SegTransform((8, 6), train=False)({"image": image, "label": label})
     assert control["labels"][0].tolist() == label[0].tolist()
     assert derive_flip_pairs(["background", "Left_Arm", "Right_Arm", "torso"]) == ((1, 2),)
+
+
+# -------------------------------------------------------------------------------------------------- warm start
+
+
+def _source_and_new(task, new_labels, tmp_path):
+    """A random source model of the official labels, saved, and a new model on the same backbone (the source's) with
+    `new_labels`."""
+    torch.manual_seed(0)
+    model_class = sapiens2_hf.model_class_for_task(task)
+    source = model_class(sapiens2_hf.tiny_config(task)).eval()
+    source.save_pretrained(tmp_path / "source")
+    torch.manual_seed(1)
+    new = model_class.from_backbone(source.model, config=sapiens2_hf.tiny_config(task, **new_labels)).eval()
+    return source, new
+
+
+def test_warm_start_copies_the_keypoints_the_tables_map(tmp_path):
+    """COCO-17 from the official 308 head: every point is a 308 keypoint, so at step 0 the new model's 17 heatmaps
+    are the source's channels of those keypoints, exactly. Controls: a wrong map, and no warm start, differ."""
+    from sapiens2_hf.modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES
+    from sapiens2_hf.training.warm_start import warm_start_head
+
+    coco17 = KEYPOINT_SET_PRESETS["coco17"]
+    source, new = _source_and_new("pose", coco17.config_kwargs(), tmp_path)
+    x = torch.randn(2, 3, 64, 48, generator=torch.Generator().manual_seed(2))
+    channels = [POSE_KEYPOINT_NAMES.index(name) for name in coco17.names]
+    with torch.no_grad():
+        before = new(x).heatmaps
+        report = warm_start_head(new, tmp_path / "source", "keypoints")
+        expected, got = source(x).heatmaps[:, channels], new(x).heatmaps
+    assert len(report.copied) == 17 and not report.fresh
+    assert (got - expected).abs().max().item() == 0.0  # exact: same backbone, same head weights
+    assert (before - expected).abs().max().item() > 1e-3  # control: the fresh head is another function
+    shuffled = channels[1:] + channels[:1]  # control: a wrong correspondence gives other heatmaps
+    assert (got - source(x).heatmaps[:, shuffled]).abs().max().item() > 1e-3
+
+
+def test_warm_start_of_midpoints_and_class_unions(tmp_path):
+    """MPII's pelvis is the midpoint of the hips (mean of their channels) and head_top has no 308 point (fresh); a
+    6-class head copies the classes with an official name and makes unions (--label_map) the members' mean + log n."""
+    from sapiens2_hf.modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
+    from sapiens2_hf.training.warm_start import warm_start_head
+
+    mpii = KEYPOINT_SET_PRESETS["mpii16"]
+    source, new = _source_and_new("pose", mpii.config_kwargs(), tmp_path / "pose")
+    report = warm_start_head(new, source, "keypoints")
+    assert report.fresh == ["head_top"] and set(report.merged) == {"pelvis", "thorax"}
+    weight = source.decode_head.predictor.weight
+    hips = [POSE_KEYPOINT_NAMES.index("left_hip"), POSE_KEYPOINT_NAMES.index("right_hip")]
+    assert torch.equal(new.decode_head.predictor.weight[6], weight[hips].mean(dim=0))
+
+    classes = ["Background", "Hair", "skin", "Face_Neck"]
+    label_map = {"skin": ["Left_Hand", "Right_Hand", "Torso"]}
+    source, new = _source_and_new("seg", {"id2label": dict(enumerate(classes))}, tmp_path / "seg")
+    report = warm_start_head(new, source, "classes", label_map)
+    assert report.copied == ["Background", "Hair", "Face_Neck"] and report.merged == ["skin"]
+    members = [SEGMENTATION_CLASS_NAMES.index(name) for name in label_map["skin"]]
+    x = torch.randn(1, 3, 64, 48, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        source_logits, logits = source(x).logits, new(x).logits
+    assert (logits[:, 1] - source_logits[:, SEGMENTATION_CLASS_NAMES.index("Hair")]).abs().max().item() == 0.0
+    union = source_logits[:, members].mean(dim=1) + np.log(3)
+    assert (logits[:, 2] - union).abs().max().item() < 1e-5
+    with pytest.raises(ValueError, match="which the source model does not have"):
+        warm_start_head(new, source, "classes", {"skin": ["Tail"]})
+
+
+def test_finetune_with_init_head_from(synthetic_coco, tmp_path, caplog):
+    """The flag end to end: a COCO-17 run on the source's backbone warm-starts its head (the log says how), with LoRA
+    too; --label_map without --init_head_from is refused."""
+    torch.manual_seed(0)
+    sapiens2_hf.Sapiens2ForPoseEstimation(sapiens2_hf.tiny_config("pose")).save_pretrained(tmp_path / "source")
+    annotations = _relabelled(synthetic_coco, KEYPOINT_SET_PRESETS["coco17"], tmp_path / "coco17.json")
+    common = [arg for arg in COMMON if arg not in ("--preset", "tiny")]
+    for extra in ([], ["--use_lora"]):
+        with caplog.at_level(logging.WARNING):
+            _finetune_main()(["--task", "pose", "--backbone_name_or_path", str(tmp_path / "source"),
+                              "--head_preset", "tiny", "--init_head_from", str(tmp_path / "source"), "--dataset",
+                              "coco", "--train_targets", str(annotations), "--train_images",
+                              str(synthetic_coco / "images"), "--do_train", "--max_steps", "1", "--output_dir",
+                              str(tmp_path / f"run{len(extra)}"), *extra, *common])
+        assert "17 channel(s) copied" in caplog.text
+        caplog.clear()
+    with pytest.raises(ValueError, match="pass --init_head_from too"):
+        _finetune_main()(["--task", "pose", "--preset", "tiny", "--label_map", "{}", "--dataset", "coco",
+                          "--train_targets", str(annotations), "--train_images", str(synthetic_coco / "images"),
+                          "--do_train", "--max_steps", "1", "--output_dir", str(tmp_path / "bad"), *common])

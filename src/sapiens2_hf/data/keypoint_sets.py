@@ -136,6 +136,9 @@ class KeypointSet:
         names = tuple(config.id2label[i] for i in range(config.num_labels))
         if config.num_labels == len(POSE_KEYPOINT_NAMES) and getattr(config, "skeleton", None) is None:
             return KEYPOINT_SET_PRESETS["sapiens308"]
+        preset = _preset_with_names(names)
+        if preset is not None and [list(p) for p in preset.flip_pairs] == [list(p) for p in config.flip_pairs or []]:
+            return preset  # with its 308 sources (midpoints), which config.json does not store
         sigmas = getattr(config, "oks_sigmas", None)
         return cls.build("model", names, flip_pairs=config.flip_pairs or (), skeleton=getattr(config, "skeleton", None)
                          or (), sigmas=sigmas)

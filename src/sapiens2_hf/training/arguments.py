@@ -34,6 +34,18 @@ class ModelArguments:
                           "backbone of no official size `tiny` (smaller than every official size) or the head of the "
                           "nearest official size (logged)."},
     )
+    init_head_from: str | None = field(
+        default=None,
+        metadata={"help": "Pose / segmentation: start the new head from this model's head (a 308-keypoint or 29-class "
+                          "checkpoint, folder or Hub id): its layers copied, each new keypoint or class from the "
+                          "channel(s) it corresponds to (names, the keypoint-format tables, --label_map); the rest "
+                          "fresh. With --backbone_name_or_path or --preset, and a head of the same layout."},
+    )
+    label_map: str | None = field(
+        default=None,
+        metadata={"help": "With --init_head_from: a JSON object (inline or a file) {new class: [source classes]} for "
+                          "classes that are unions of the source's (e.g. {\"skin\": [\"Left_Hand\", \"Torso\"]})."},
+    )
     layer_decay_rate: float | None = field(
         default=None,
         metadata={"help": "Layer-wise LR decay; default the official rate of the model's size (0.8 / 0.85 / 0.9 / "

@@ -392,6 +392,20 @@ def lora_base_name_or_path(model_args: ModelArguments, output_dir: Path) -> str:
     return os.path.abspath(source) if os.path.exists(source) else source
 
 
+def warm_start(model, model_args: ModelArguments, task: str) -> None:
+    """`--init_head_from`: the new head starts from the source model's head (`training.warm_start`)."""
+    from .warm_start import warm_start_head
+
+    kind = training_task(task).prediction
+    if kind not in ("keypoints", "classes"):
+        raise ValueError(f"--init_head_from warm-starts pose and segmentation heads, not {task}.")
+    if model_args.model_name_or_path is not None:
+        raise ValueError("--init_head_from starts a new head: use it with --backbone_name_or_path or --preset (with "
+                         "--model_name_or_path the model's own head trains on).")
+    report = warm_start_head(model, model_args.init_head_from, kind, model_args.label_map)
+    logger.warning("Head warm-started from %s: %s.", model_args.init_head_from, report.summary())
+
+
 def run_identity(model_args: ModelArguments, use_lora: bool) -> dict:
     """The arguments that define a fine-tuning run's weights, recorded in its `--output_dir` (`prepare_output_dir`):
     resuming that folder with others is refused."""
@@ -401,7 +415,8 @@ def run_identity(model_args: ModelArguments, use_lora: bool) -> dict:
     identity = {"entry_point": "finetune", "task": model_args.task,
                 "model_name_or_path": source(model_args.model_name_or_path),
                 "backbone_name_or_path": source(model_args.backbone_name_or_path), "preset": model_args.preset,
-                "head_preset": model_args.head_preset, "freeze_backbone": model_args.freeze_backbone,
+                "head_preset": model_args.head_preset, "init_head_from": source(model_args.init_head_from),
+                "label_map": model_args.label_map, "freeze_backbone": model_args.freeze_backbone,
                 "freeze_backbone_layers": model_args.freeze_backbone_layers, "use_lora": use_lora}
     if use_lora:
         identity.update(lora_rank=model_args.lora_rank, lora_alpha=model_args.lora_alpha,
@@ -447,6 +462,10 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     wanted_labels = data_labels(data_args, task, seed, stages)
     fresh_labels = None if model_args.model_name_or_path else wanted_labels
     model, input_size = build_model(model_args, data_args.input_height, data_args.input_width, fresh_labels)
+    if model_args.init_head_from is not None:
+        warm_start(model, model_args, task)
+    elif model_args.label_map is not None:
+        raise ValueError("--label_map says how new classes start from a source head: pass --init_head_from too.")
     config = model.config
     keypoint_set = None
     if is_top_down(task):
