@@ -347,3 +347,33 @@ def test_finetune_with_init_head_from(synthetic_coco, tmp_path, caplog):
         _finetune_main()(["--task", "pose", "--preset", "tiny", "--label_map", "{}", "--dataset", "coco",
                           "--train_targets", str(annotations), "--train_images", str(synthetic_coco / "images"),
                           "--do_train", "--max_steps", "1", "--output_dir", str(tmp_path / "bad"), *common])
+
+
+def test_synthetic_humans_written_in_your_labels(tmp_path):
+    """`write_dataset(keypoint_set=, class_map=)` (the README's data): COCO-17 keypoints with their skeleton, seg ids
+    of your classes (255 where a pixel is in none) and labels.json; a control: the same seed without them gives the
+    official layouts, and maps that are not official classes or overlap are refused."""
+    from sapiens2_hf.data.synthetic import read_written_sample, write_dataset
+
+    classes = {"background": ["Background"], "hair": ["Hair"], "clothes": ["Upper_Clothing", "Lower_Clothing"]}
+    mine = write_dataset(tmp_path / "mine", 2, height=96, width=72, seed=5, tasks=("pose", "seg"),
+                         keypoint_set="coco17", class_map=classes)
+    official = write_dataset(tmp_path / "official", 2, height=96, width=72, seed=5, tasks=("pose", "seg"))
+    category = json.loads((mine / "person_keypoints.json").read_text())["categories"][0]
+    assert category["keypoints"] == list(KEYPOINT_SET_PRESETS["coco17"].names)
+    skeleton = [list(link) for link in KEYPOINT_SET_PRESETS["coco17"].skeleton]
+    assert [[a - 1, b - 1] for a, b in category["skeleton"]] == skeleton
+    assert json.loads((mine / "labels.json").read_text()) == {"0": "background", "1": "hair", "2": "clothes"}
+    a, b = read_written_sample(mine, 0), read_written_sample(official, 0)
+    assert a["keypoints"].shape[1] == 17 and b["keypoints"].shape[1] == 308
+    points = np.concatenate([b["keypoints"], b["keypoint_visibility"][..., None]], axis=-1)
+    coco17 = KEYPOINT_SET_PRESETS["coco17"].from_308(points)
+    assert np.abs(a["keypoints"] - coco17[..., :2]).max() < 1e-2
+    names = sapiens2_hf.modeling.sapiens2_label_data.SEGMENTATION_CLASS_NAMES
+    assert (a["segmentation"][b["segmentation"] == names.index("Hair")] == 1).all()
+    assert (a["segmentation"][b["segmentation"] == names.index("Lower_Clothing")] == 2).all()
+    assert (a["segmentation"][b["segmentation"] == names.index("Face_Neck")] == 255).all()
+    with pytest.raises(ValueError, match="not official classes"):
+        write_dataset(tmp_path / "bad", 1, class_map={"a": ["Hat"], "b": ["Hair"]})
+    with pytest.raises(ValueError, match="in both"):
+        write_dataset(tmp_path / "bad", 1, class_map={"a": ["Hair"], "b": ["Hair"]})

@@ -4,9 +4,12 @@ Layout of ``output_dir`` (stems ``000000``, ``000001``, ...)::
 
     images/<stem>.png        RGB uint8 (or .jpg with image_format="jpg")
     person_keypoints.json    COCO keypoints: images (file_name "images/<stem>.png", camera_intrinsics),
-                             annotations (bbox xywh, area = visible pixels, keypoints [x, y, v] * 308, num_keypoints),
-                             categories (person, the 308 keypoint names)
-    seg/<stem>.png           uint8 seg29 class ids (0 background)
+                             annotations (bbox xywh, area = visible pixels, keypoints [x, y, v] * K, num_keypoints),
+                             categories (person, the K keypoint names and their skeleton; K = 308 unless
+                             ``keypoint_set`` names another set)
+    seg/<stem>.png           uint8 seg29 class ids (0 background), or with ``class_map`` the ids of its classes
+                             (255 where a pixel's class is in none of them)
+    labels.json              with ``class_map``: {id: class name} (what finetune.py's --labels_file reads)
     mask/<stem>.png          uint8 foreground mask (255 foreground, 0 background)
     instances/<stem>.png     uint8 person ids (0 background, i + 1 = annotation order within the image)
     normal/<stem>.npy        float32 (H, W, 3) unit camera-frame normals towards the camera, 0 on background
@@ -71,7 +74,7 @@ def _npz(**arrays) -> bytes:
 
 def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 192, seed: int = 0,
                   tasks=WRITER_TASKS, num_people=None, image_format: str = "png", overwrite: bool = False,
-                  **config) -> Path:
+                  keypoint_set=None, class_map=None, **config) -> Path:
     """Render ``num_samples`` samples and write them in the layout of the module docstring.
 
     Sample ``i`` renders ``sample_seed(seed, i)``, as in `make_dataset` (the seed rule of `sapiens2_hf.data.synthetic`).
@@ -82,6 +85,10 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
             ``mask`` with any dense task, ``instances`` with pose or seg.
         image_format (`str`): ``"png"`` (lossless) or ``"jpg"`` (quality 95).
         overwrite (`bool`): allow writing into a folder that already holds a ``meta.json``.
+        keypoint_set: write the keypoints in another set than the 308 (a preset name such as ``"coco17"``, a layout
+            file or a `KeypointSet` whose points name their 308 sources): humans labelled as your data is.
+        class_map (`dict[str, list[str]]`): write segmentation in your own classes, each the union of the official
+            classes listed (in order: ids 0, 1, ...), and their names to ``labels.json``.
 
     Returns:
         `Path` of ``output_dir``.
@@ -97,6 +104,8 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
     root = Path(output_dir)
     if (root / "meta.json").exists() and not overwrite:
         raise ValueError(f"{root} already holds a dataset (meta.json); pass overwrite=True or choose another folder.")
+    kset = None if keypoint_set is None else _keypoint_set(keypoint_set)
+    class_names, class_table = _class_table(class_map) if class_map is not None else (SEGMENTATION_CLASS_NAMES, None)
     cfg = SyntheticHumans(height=height, width=width, num_people=num_people, **config)
     folders = ["images"]
     if "pose" in tasks or "seg" in tasks:
@@ -126,7 +135,8 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
         if "instances" in folders:
             _atomic_write(root / "instances" / f"{stem}.png", _png(sample["instance_map"].astype(np.uint8)))
         if "seg" in tasks:
-            _atomic_write(root / "seg" / f"{stem}.png", _png(sample["segmentation"].astype(np.uint8)))
+            classes = sample["segmentation"].astype(np.uint8)
+            _atomic_write(root / "seg" / f"{stem}.png", _png(classes if class_table is None else class_table[classes]))
         if "mask" in folders:
             _atomic_write(root / "mask" / f"{stem}.png", _png(mask.astype(np.uint8) * 255))
         if "normal" in tasks:
@@ -147,12 +157,14 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
         for person in range(sample["num_people"]):
             vis = sample["keypoint_visibility"][person]
             kp = np.where(vis[:, None] > 0, sample["keypoints"][person], 0.0)
+            points = np.concatenate([kp, vis[:, None].astype(np.float32)], axis=1)
+            if kset is not None:
+                points = kset.from_308(points)
             x0, y0, x1, y1 = (float(v) for v in sample["boxes"][person])
             annotations.append({
                 "id": len(annotations) + 1, "image_id": index, "category_id": 1,
                 "bbox": [x0, y0, x1 - x0, y1 - y0], "area": float(counts[person + 1]), "iscrowd": 0,
-                "keypoints": np.concatenate([kp, vis[:, None].astype(np.float32)], axis=1).ravel().round(3).tolist(),
-                "num_keypoints": int((vis > 0).sum()),
+                "keypoints": points.ravel().round(3).tolist(), "num_keypoints": int((points[:, 2] > 0).sum()),
             })
     if "pose" in tasks:
         coco = {
@@ -160,9 +172,13 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
                      "seed": int(seed), "keypoint_convention": "pixel centres at integer coordinates"},
             "images": images, "annotations": annotations,
             "categories": [{"id": 1, "name": "person", "supercategory": "person",
-                            "keypoints": list(POSE_KEYPOINT_NAMES), "skeleton": []}],
+                            "keypoints": list(kset.names if kset else POSE_KEYPOINT_NAMES),
+                            # COCO's skeleton counts keypoints from 1
+                            "skeleton": [[a + 1, b + 1] for a, b in kset.skeleton] if kset else []}],
         }
         _atomic_write(root / "person_keypoints.json", json.dumps(coco).encode())
+    if class_map is not None and "seg" in tasks:
+        _atomic_write(root / "labels.json", json.dumps(dict(enumerate(class_names)), indent=1).encode())
     meta = {
         "generator_version": GENERATOR_VERSION, "seed": int(seed), "num_samples": int(num_samples),
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()},
@@ -174,11 +190,42 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
             "boxes": "COCO bbox [x, y, w, h] in pixel-edge coordinates around the visible pixels",
             "keypoint_visibility": "2 visible, 1 occluded inside the image, 0 absent",
         },
-        "segmentation_classes": list(SEGMENTATION_CLASS_NAMES),
-        "keypoint_names": list(POSE_KEYPOINT_NAMES),
+        "segmentation_classes": list(class_names),
+        "keypoint_names": list(kset.names if kset else POSE_KEYPOINT_NAMES),
     }
     _atomic_write(root / "meta.json", json.dumps(meta, indent=1).encode())
     return root
+
+
+def _keypoint_set(value):
+    from ..keypoint_sets import keypoint_set
+
+    kset = keypoint_set(value)
+    if kset.sources is None:
+        raise ValueError(f"keypoint_set {kset.name!r} names no 308 source for its points, so synthetic humans cannot "
+                         "be labelled with it; give each point its `sources` in the layout file.")
+    return kset
+
+
+def _class_table(class_map) -> tuple[list[str], np.ndarray]:
+    """Your class names and the lookup table official id -> your id (255: in none of your classes)."""
+    names = list(class_map)
+    table = np.full(256, 255, np.uint8)
+    for new_id, name in enumerate(names):
+        members = class_map[name]
+        members = [members] if isinstance(members, str) else list(members)
+        unknown = [member for member in members if member not in SEGMENTATION_CLASS_NAMES]
+        if unknown:
+            raise ValueError(f"class_map[{name!r}] names {unknown}, which are not official classes; they are "
+                             f"{', '.join(SEGMENTATION_CLASS_NAMES)}.")
+        for member in members:
+            old = SEGMENTATION_CLASS_NAMES.index(member)
+            if table[old] != 255:
+                raise ValueError(f"class_map puts {member!r} in both {names[table[old]]!r} and {name!r}.")
+            table[old] = new_id
+    if not 2 <= len(names) <= 255:
+        raise ValueError(f"class_map needs 2 to 255 classes, got {len(names)}.")
+    return names, table
 
 
 def read_written_sample(output_dir, index: int) -> dict:
@@ -213,7 +260,8 @@ def read_written_sample(output_dir, index: int) -> dict:
     if (root / "person_keypoints.json").exists():
         coco = json.loads((root / "person_keypoints.json").read_text())
         anns = [a for a in coco["annotations"] if a["image_id"] == int(index)]
-        kps = np.array([a["keypoints"] for a in anns], dtype=np.float32).reshape(len(anns), 308, 3)
+        count = len(meta["keypoint_names"])
+        kps = np.array([a["keypoints"] for a in anns], dtype=np.float32).reshape(len(anns), count, 3)
         out["keypoints"] = kps[..., :2]
         out["keypoint_visibility"] = kps[..., 2].astype(np.uint8)
         out["boxes"] = np.array([[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
