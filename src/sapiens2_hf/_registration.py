@@ -73,7 +73,7 @@ def register() -> None:
     Meta's checkpoints (float32 RoPE). Our classes load those checkpoints too, with the official numerics, when asked
     by name (`Sapiens2ForSemanticSegmentation.from_pretrained`, `pipeline("sapiens2-segmentation", ...)`).
     """
-    global _registered, _registering
+    global _registering
     if _registered or _registering:  # re-entered by a public-name access of a module imported here
         return
     _registering = True

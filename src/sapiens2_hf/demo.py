@@ -17,7 +17,6 @@ photo result comes from a model trained on a few dozen synthetic images; do not 
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from importlib import resources

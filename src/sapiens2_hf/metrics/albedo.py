@@ -38,7 +38,6 @@ def masked_ssim_sum(
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
     x, y = pred.double().unsqueeze(0), target.double().unsqueeze(0)  # (1, C, H, W)
     m = mask.double()[None, None]
-    channels = x.shape[1]
     window = gaussian_window().to(x.device)[None, None]  # (1, 1, 11, 11)
 
     def blur(z: torch.Tensor) -> torch.Tensor:
