@@ -119,16 +119,15 @@ def test_post_process_pose_needs_the_box_format_of_preprocess():
     heatmaps = torch.rand(1, 17, 16, 12, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="without box_format="):
         processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=boxes)
-    geometry = {k: inputs[k] for k in ("bbox_center", "bbox_scale", "image_index", "boxes_xyxy")}
-    expected = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), **geometry)[0][0]
+    expected = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), crops=inputs)[0][0]
     same = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=boxes, box_format="xyxy")[0][0]
     assert torch.equal(same["keypoints"], expected["keypoints"])
     # boxes and the preprocess geometry together are cross-checked: the wrong format is an error
     with pytest.raises(ValueError, match="box_format='xywh' do not match"):
         processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=boxes, box_format="xywh",
-                                               **geometry)
+                                               crops=inputs)
     both = processor.post_process_pose_estimation(_outputs(heatmaps=heatmaps), boxes=boxes, box_format="xyxy",
-                                                  **geometry)[0][0]
+                                                  crops=inputs)[0][0]
     assert torch.equal(both["keypoints"], expected["keypoints"])
     # with source_sizes the boxes are checked against their images
     with pytest.raises(ValueError, match="entirely outside"):
