@@ -276,9 +276,9 @@ def test_processor_option_equals_converting_its_308_output():
     geometry = {"bbox_center": torch.tensor([[30.0, 40.0], [60.0, 50.0], [20.0, 25.0]]),
                 "bbox_scale": torch.tensor([[45.0, 60.0], [30.0, 40.0], [24.0, 32.0]]),
                 "image_index": torch.tensor([0, 0, 1])}
-    native = processor.post_process_pose_estimation(outputs, **geometry)
+    native = processor.post_process_pose_estimation(outputs, crops=geometry)
     for target in TARGETS:
-        converted = processor.post_process_pose_estimation(outputs, keypoint_format=target, **geometry)
+        converted = processor.post_process_pose_estimation(outputs, keypoint_format=target, crops=geometry)
         assert [len(people) for people in converted] == [2, 1]
         for people, native_people in zip(converted, native):
             for person, reference in zip(people, native_people):
@@ -290,13 +290,13 @@ def test_processor_option_equals_converting_its_308_output():
         assert processor.keypoint_names(308, keypoint_format=target) == list(KEYPOINT_FORMATS[target])
     # the threshold applies to the converted scores: missing points (score 0) drop out with it
     kept = processor.post_process_pose_estimation(outputs, keypoint_format="coco_wholebody133", threshold=0.0,
-                                                  **geometry)[0][0]
+                                                  crops=geometry)[0][0]
     assert set(kept["labels"].tolist()) == set(range(133)) - set(missing_keypoint_indices("coco_wholebody133"))
     with pytest.raises(ValueError, match="keypoint_format='openpose' is not known.*body25"):
-        processor.post_process_pose_estimation(outputs, keypoint_format="openpose", **geometry)
+        processor.post_process_pose_estimation(outputs, keypoint_format="openpose", crops=geometry)
     with pytest.raises(ValueError, match="308 Sapiens2 keypoints, but the heatmaps hold 17"):
         processor.post_process_pose_estimation(type("Outputs", (), {"heatmaps": heatmaps[:, :17]})(),
-                                               keypoint_format="coco17", **geometry)
+                                               keypoint_format="coco17", crops=geometry)
 
 
 def test_pose_pipeline_option():
