@@ -297,11 +297,11 @@ def test_pose_video_carries_boxes_between_detections(tmp_path, capsys):
         assert sorted(a["track_id"] for a in coco["annotations"]) == [1, 2]
         assert len(coco["annotations"][0]["keypoints"]) == 3 * 17 and coco["info"]["detect_every"] == 100
     assert len(_read_video(out / "clip.mp4")[1]) == 6
-    # every keypoint confident (threshold below any score): each frame's boxes are the previous frame's keypoint
-    # boxes (frame by frame with --batch-size 1)
+    # keypoints confident down to threshold 0 (the least --kpt-threshold takes): each frame's boxes are the previous
+    # frame's keypoint boxes (frame by frame with --batch-size 1)
     out = tmp_path / "follow"
     assert main(["pose", str(video), "--model", str(model), "--boxes", str(boxes), "--device", "cpu", "--quiet",
-                 "--no-flip-test", "--detect-every", "100", "--kpt-threshold", "-1000", "--no-smooth",
+                 "--no-flip-test", "--detect-every", "100", "--kpt-threshold", "0", "--no-smooth",
                  "--threads", "1", "--out", str(out)]) == 0, capsys.readouterr().err
     previous = None
     for k in range(6):

@@ -185,7 +185,8 @@ def test_16_bit_images_are_scaled_not_clipped():
     tensor = torch.from_numpy(values.astype(np.int32)).to(torch.uint16)
     rgb16 = np.repeat(values[..., None], 3, axis=-1)
     for variant in (values, rgb16, pil16, pil32, tensor):
-        out = load_image_rgb(variant)
+        # (1, 6, 3) is also a channels-first (1, 6, 3) image: its layout must be named
+        out = load_image_rgb(variant, input_data_format="channels_last" if variant is rgb16 else None)
         assert out.dtype == np.uint8 and out.shape == (1, 6, 3)
         np.testing.assert_array_equal(out[..., 0], expected, err_msg=type(variant).__name__)
         np.testing.assert_array_equal(out[..., 2], expected)
@@ -384,8 +385,9 @@ def test_cli_exit_codes_and_help(tmp_path, capsys):
     common = ["--model", str(model), "--boxes", str(boxes), "--device", "cpu", "--quiet", "--no-flip-test"]
     assert main(["pose", str(image), "--out", str(tmp_path / "ok"), *common]) == 0
     assert json.loads((tmp_path / "ok" / "summary.json").read_text())["skipped"] == []
-    assert main(["pose", str(image), "--out", str(tmp_path / "bad"), "--batch-size", "0", *common]) == 2
-    assert "--batch-size" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:  # an argument error, from the parser
+        main(["pose", str(image), "--out", str(tmp_path / "bad"), "--batch-size", "0", *common])
+    assert info.value.code == 2 and "--batch-size" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         main(["pose", "--help"])
     assert info.value.code == 0

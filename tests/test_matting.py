@@ -342,7 +342,8 @@ def test_pipeline_returns_alpha_and_foreground_at_the_original_size():
     assert set(result) == {"alpha", "foreground"}
     assert result["alpha"].shape == (96, 60) and result["foreground"].shape == (96, 60, 3)
     assert result["alpha"][:, :22].min() > 0.99 and result["alpha"][:, 28:].max() < 0.01
-    batch = pipe([image, image[:50]], batch_size=2, background=np.zeros((4, 4, 3), np.uint8))
+    # a 5x5 background: (4, 4, 3) would be an ambiguous layout (channels first or last)
+    batch = pipe([image, image[:50]], batch_size=2, background=np.zeros((5, 5, 3), np.uint8))
     assert batch[1]["alpha"].shape == (50, 60) and batch[0]["composite"].shape == (96, 60, 3)
     json.dumps(sapiens2_hf.serialization.to_json_compatible(result))
 

@@ -26,7 +26,9 @@ model card; a LoRA run: the adapter) that `pipeline(..., model=output_dir)` load
 `--resume_from_checkpoint True`, which resumes from the newest complete checkpoint in --output_dir (a checkpoint whose
 save was interrupted is skipped). `--seed` is applied before the model and data are built; bad records are skipped
 and listed in <output_dir>/skipped_samples.json (`--strict` stops at the first one). Every option:
-`python training_scripts/finetune.py --help` (ours plus all of transformers.TrainingArguments).
+`python training_scripts/finetune.py --help` (ours plus all of transformers.TrainingArguments). A run holds
+--output_dir while it runs (the lock file `_sapiens2_run.lock`): a second run started into it meanwhile is refused. An
+error of the arguments, data, model source or --output_dir ends the script in one line with exit code 2.
 """
 
 import json
@@ -35,6 +37,7 @@ import sys
 
 from transformers import HfArgumentParser
 
+from sapiens2_hf.cli.errors import run_script
 from sapiens2_hf.training.arguments import DataArguments, ModelArguments
 from sapiens2_hf.training.evaluation import metric_unit
 from sapiens2_hf.training.finetune import run_finetune
@@ -71,7 +74,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ValueError as error:  # the arguments, data or --output_dir at fault: one line, no traceback
-        sys.exit(f"finetune.py: error: {error}")
+    # the arguments, data, model source or --output_dir at fault: one line and exit code 2, as `sapiens2-hf`
+    sys.exit(run_script("finetune.py", main, sys.argv[1:]))

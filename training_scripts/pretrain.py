@@ -15,11 +15,10 @@ The exported backbone (<output_dir>/backbone) loads with `Sapiens2Model.from_pre
 
 import sys
 
+from sapiens2_hf.cli.errors import run_script
 from sapiens2_hf.pretraining.run import main
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as error:  # the arguments, data or --output_dir at fault: one line, no traceback
-        sys.exit(f"pretrain.py: error: {error}")
+    # the arguments, data, --init_backbone or --output_dir at fault: one line and exit code 2, as `sapiens2-hf`
+    sys.exit(run_script("pretrain.py", main, sys.argv[1:]))

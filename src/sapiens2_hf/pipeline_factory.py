@@ -14,12 +14,14 @@ the pipeline already uses. Whatever the dtype, the RoPE keeps its official preci
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 from .inference_recipe import prepare_for_inference, resolve_dtype
-from .modeling import model_class_for_task
+from .modeling import Sapiens2Config, model_class_for_task
 from .modeling.loading_sapiens2_hf import resolve_checkpoint
+from .modeling.pipeline_sapiens2_hf import check_device, check_dtype
 from .pipelines import PIPELINE_TASKS
 
 
@@ -35,6 +37,9 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
         compile (`bool` or `dict`, *optional*): compile the model (`fast` defaults it to `True`); a dict is passed to
             `prepare_for_inference` as its compile keywords, e.g. `{"mode": "reduce-overhead"}` for CUDA graphs.
         torch_dtype: accepted as the older name of `dtype`.
+        device, dtype: checked before anything loads (`check_device`, `check_dtype`): a device this machine lacks
+            (`"cuda"` without a GPU, `0` on a CPU-only machine) or a dtype other than float32, float16, bfloat16 (or
+            `"bf16"`, `"fp16"`, ...) and `"auto"` is a one-line `ValueError` naming it and the fix.
         backend (`str`): `"torch"` (default), or a `sapiens2_hf.export.RUNTIME_BACKENDS` name (`"aoti"`,
             `"onnxruntime"`, `"onnxruntime-int8"`) with `model` an exported folder of that format; its
             preprocessor_config.json is the default image processor.
@@ -50,6 +55,12 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
         if kwargs.get("dtype") is not None:
             raise ValueError("pass either dtype= or its older name torch_dtype=, not both.")
         kwargs["dtype"] = kwargs.pop("torch_dtype")
+    dtype = kwargs.get("dtype")
+    if isinstance(dtype, str) and dtype != "auto":
+        with contextlib.suppress(ValueError):  # an unknown name: check_dtype refuses it, naming the accepted ones
+            kwargs["dtype"] = dtype = resolve_dtype(dtype)
+    check_dtype(dtype)
+    check_device(kwargs.get("device"))  # one line naming the device and the fix, before anything loads
     if backend != "torch":
         return _exported_pipeline(task, model, backend, fast=fast, compile=compile, **kwargs)
     compile_options = {}
@@ -68,8 +79,6 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
             kwargs["dtype"] = torch.bfloat16 if on_cuda else torch.float32
         if compile is None:
             compile = True
-    if isinstance(kwargs.get("dtype"), str) and kwargs["dtype"] != "auto":
-        kwargs["dtype"] = resolve_dtype(kwargs["dtype"])
 
     image_size = kwargs.pop("image_size", None)
     if image_size is not None:
@@ -86,10 +95,14 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
     # A LoRA adapter folder is transformers' own business (its factory finds adapter_config.json).
     if is_local and task in PIPELINE_TASKS and not (Path(model) / "adapter_config.json").is_file():
         resolved = resolve_checkpoint(model)
+        model_class = model_class_for_task(PIPELINE_TASKS[task])
         if resolved.kind == "official" and resolved.config_folder is None:
-            model = model_class_for_task(PIPELINE_TASKS[task]).from_pretrained(
-                resolved.location, **(kwargs.pop("model_kwargs", None) or {})
-            )
+            model = model_class.from_pretrained(resolved.location, **(kwargs.pop("model_kwargs", None) or {}))
+        elif resolved.kind == "hf" and kwargs.get("config") is None:
+            # from_pretrained's first checks (model type, task) before transformers' factory loads anything: after
+            # our class refuses, that factory tries transformers' own class, which loads the whole folder before our
+            # pipeline refuses the result (pipeline_sapiens2_hf's `_refuse_a_model_of_another_type`)
+            model_class._check_task(Sapiens2Config.from_pretrained(resolved.location), str(model))
     own_processor = kwargs.get("image_processor") is None
     pipe = transformers_pipeline(task, model=model, **kwargs)
     processor = getattr(pipe, "image_processor", None)

@@ -59,6 +59,7 @@ def _is_expected_itself(error: BaseException) -> bool:
 # (pattern of the API hint, its command-line form; `{task}` is the task whose class the hint names).
 _CLI_HINTS = (
     (r"\boverwrite=True", "--overwrite"),
+    (r"(?<!\()\bdevice='([\w:]+)'", r"--device \1"),  # a pipeline's check_device; not `prepare_for_inference(device=`
     (r"\bbackend '([\w-]+)'", r"--backend \1"),
     (r"\bquantize='([\w-]+)'", r"`sapiens2-hf export --format onnx --quantize \1`"),
     (r"\(format onnx: ([^)]*)\)(.*) load it with sapiens2_hf\.export\.load_exported\(folder\)",
@@ -96,6 +97,20 @@ def error_message(error: BaseException) -> str:
         where = f" at {Path(frame[0].filename).name}:{frame[0].lineno} in {frame[0].name}" if frame else ""
         message = f"{message[:300]} ({type(error).__name__}{where}; from a value of the files or options passed)"
     return message
+
+
+def run_script(prog: str, main, *args) -> int:
+    """The exit code of a script's `main(*args)` (training_scripts/*.py), its failures reported as `sapiens2-hf`
+    reports its commands': an expected error (`is_expected_error`) is one line, `<prog>: error: <message>`, on stderr
+    and exit code 2; any other error is a bug and keeps its traceback."""
+    try:
+        main(*args)
+    except Exception as error:  # noqa: BLE001 - re-raised below unless it is the user's input at fault
+        if not is_expected_error(error):
+            raise
+        print(f"{prog}: error: {error_message(error)}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _names_missing_extra(error: BaseException) -> bool:

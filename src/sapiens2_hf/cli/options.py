@@ -1,8 +1,10 @@
 """What the `sapiens2-hf` commands accept from the command line, checked before any work (standard library only: the
 parser is built without torch, tests/test_cli_startup.py).
 
-- Numbers (argparse types): `positive_int`; `finite_float`, `positive_float`, `non_negative_float` refuse NaN and
-  infinity, which compare false with every threshold and would pass any range check written as `value < low`.
+- Numbers (argparse types): `positive_int`; `finite_float`, `positive_float`, `non_negative_float`, `probability`
+  refuse NaN and infinity, which compare false with every threshold and would pass any range check written as
+  `value < low`. `device_name` checks the spelling of `--device` (whether this machine has it is checked where the
+  pipeline is made, `sapiens2_hf.pipeline_factory.check_device`: that needs torch).
 - Paths the user names (`check_local_source`, `check_regular_file`): a missing path that cannot be a Hub id is "no
   such file or folder" instead of a Hub lookup; anything that is not a regular file or a folder (a FIFO, a socket, a
   device) is refused before it is opened, because reading one blocks until another process writes to it; the JSON
@@ -61,6 +63,23 @@ def positive_float(text: str) -> float:
 
 def non_negative_float(text: str) -> float:
     return _number(text, lambda value: value >= 0, "a finite number >= 0")
+
+
+def probability(text: str) -> float:
+    """argparse type for scores, thresholds and IoUs: a number in [0, 1]."""
+    return _number(text, lambda value: 0 <= value <= 1, "a probability in [0, 1]")
+
+
+# Device types `--device` may name (torch's accelerators); whether this machine has one is checked with torch.
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "mlu", "musa")
+
+
+def device_name(text: str) -> str:
+    """argparse type of `--device`: `auto`, or a device type of `DEVICE_TYPES` with an optional `:index`."""
+    kind, colon, index = text.partition(":")
+    if text == "auto" or (kind in DEVICE_TYPES and (not colon or index.isdigit())):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a device; use auto, cpu, cuda, cuda:N (a GPU index) or mps")
 
 
 def looks_local(value: str) -> bool:
@@ -153,8 +172,9 @@ def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) ->
 
 
 __all__ = ["ForegroundOptions", "OutputOptions", "PredictOptions", "RuntimeOptions", "VideoOptions",
-           "add_temporal_filter_arguments", "check_local_source", "check_regular_file", "finite_float", "looks_local",
-           "non_negative_float", "positive_float", "positive_int", "temporal_filter_tasks"]
+           "add_temporal_filter_arguments", "check_local_source", "check_regular_file", "device_name", "finite_float",
+           "looks_local", "non_negative_float", "positive_float", "positive_int", "probability",
+           "temporal_filter_tasks"]
 
 
 # ------------------------------------------------------------------------------------------------ typed options

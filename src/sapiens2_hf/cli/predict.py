@@ -64,8 +64,9 @@ Pose boxes (`--boxes FILE.json`): `{key: [[x_min, y_min, x_max, y_max], ...]}` i
 pipeline), `[]` for no people. Keys are image file names (`a.jpg`) or the paths as given; a video frame's key is
 `<video file name>#<frame index>` (e.g. `clip.mp4#0`, `clip.mp4#30`; the index counts every decoded frame, before
 `--video-stride`) or `<video path>#<frame index>`. Inputs without an entry go through the person detector
-(`--detector`, default `PekingU/rtdetr_r50vd`, which needs the Hub or a local copy). JSON is written without NaN or
-infinity (`allow_nan=False`): boxes are checked before use.
+(`--detector`, default `PekingU/rtdetr_r50vd`, which needs the Hub or a local copy), unless a key of the file matches
+no input: that is taken for a misspelt key, a usage error naming the inputs without an entry and the closest name
+(`check_boxes_keys`). JSON is written without NaN or infinity (`allow_nan=False`): boxes are checked before use.
 """
 
 from __future__ import annotations
@@ -83,11 +84,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .._registration import task_registry
-from .options import (ForegroundOptions, PredictOptions, check_local_source, check_regular_file, finite_float,
-                      non_negative_float, positive_float, positive_int)
-from .outputs import (OutputWriteError, _boxes_for, _reason, _save_json, image_output_suffixes, pose_annotations,
+from ..utils.run_lock import run_folder_lock
+from .options import (ForegroundOptions, PredictOptions, check_local_source, check_regular_file, device_name,
+                      finite_float, non_negative_float, positive_float, positive_int, probability)
+from .outputs import (OutputWriteError, _boxes_for, _reason, image_output_suffixes, pose_annotations,
                       predict_images, write_outputs, writing_outputs)
-from .sharding import STATE_FOLDER
+from .sharding import STATE_FOLDER, write_summary
 
 if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
     import numpy as np
@@ -130,8 +132,26 @@ def predict_options(task: str, model: str, out: str | os.PathLike = "", **change
     unknown = sorted(set(changes) - set(defaults))
     if unknown:
         raise ValueError(f"`sapiens2-hf {task}` has no option(s) {unknown}.")
+    actions = {action.dest: action for action in commands[task]._actions}
+    for name, value in changes.items():
+        _check_option_value(actions[name], value)
     values = {**defaults, "inputs": [], "model": model, "out": str(out), "task": task, **changes}
     return PredictOptions.from_args(argparse.Namespace(**values))
+
+
+def _check_option_value(action: argparse.Action, value: Any) -> None:
+    """A value given by option name (`predict_options`) checked as the command line checks it: by the option's
+    argparse type (`probability`, `positive_int`, ...) and choices, each item of a list."""
+    if value is None or isinstance(value, bool):
+        return
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        if action.choices is not None and item not in action.choices:
+            raise ValueError(f"{action.dest}={value!r}; use one of {', '.join(map(str, action.choices))}.")
+        try:
+            if action.type is not None:
+                action.type(str(item))
+        except (argparse.ArgumentTypeError, ValueError) as error:
+            raise ValueError(f"{action.dest}={value!r}: {error or 'not a valid value'}.") from None
 
 
 def add_predict_subparsers(subparsers) -> None:
@@ -145,7 +165,7 @@ def add_predict_subparsers(subparsers) -> None:
         parser.add_argument("--model", required=True,
                             help="converted folder, Hub id, or official sapiens2_<size>_<task>.safetensors file")
         parser.add_argument("--out", required=True, help="output folder (created)")
-        parser.add_argument("--device", default="auto",
+        parser.add_argument("--device", type=device_name, default="auto",
                             help="'auto' (cuda when available; under accelerate launch each process's GPU), 'cpu', "
                                  "'cuda:0', ...")
         parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -155,14 +175,14 @@ def add_predict_subparsers(subparsers) -> None:
                                  "the first batch compiles)")
         parser.add_argument("--compile-mode", default=None,
                             choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
-        parser.add_argument("--batch-size", type=int, default=1, help="images (video frames) per model batch")
+        parser.add_argument("--batch-size", type=positive_int, default=1, help="images (video frames) per model batch")
         parser.add_argument("--input-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
                             help="model input size (default: the model's / the saved processor's)")
         parser.add_argument("--no-overlay", action="store_true",
                             help="do not write visualisations (nor the annotated video)")
         parser.add_argument("--no-arrays", action="store_true", help="do not write .npy arrays")
-        parser.add_argument("--video-stride", type=int, default=1, help="process every n-th video frame")
-        parser.add_argument("--max-frames", type=int, default=None, help="at most this many frames per video")
+        parser.add_argument("--video-stride", type=positive_int, default=1, help="process every n-th video frame")
+        parser.add_argument("--max-frames", type=positive_int, default=None, help="at most this many frames per video")
         parser.add_argument("--overwrite", action="store_true",
                             help="recompute inputs whose outputs a previous run completed (default: skip them)")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -178,9 +198,10 @@ def add_predict_subparsers(subparsers) -> None:
             parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
                                 help="object-detection model id or local folder for inputs without boxes (default "
                                      "PekingU/rtdetr_r50vd: needs the Hub or a cached copy)")
-            parser.add_argument("--detector-threshold", type=finite_float, default=0.3)
+            parser.add_argument("--detector-threshold", type=probability, default=0.3,
+                                help="least detector score of a person box, in [0, 1] (default 0.3)")
             parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
-            parser.add_argument("--kpt-threshold", type=finite_float, default=0.3,
+            parser.add_argument("--kpt-threshold", type=probability, default=0.3,
                                 help="keypoint score for drawing (and for carrying a video person's box)")
             parser.add_argument("--keypoint-format", default=None, choices=KEYPOINT_FORMAT_CHOICES,
                                 help="write the JSON keypoints in this format instead of the 308 Sapiens2 ones "
@@ -189,7 +210,7 @@ def add_predict_subparsers(subparsers) -> None:
             video.add_argument("--detect-every", type=positive_int, default=1, metavar="N",
                                help="run the detector on every N-th processed frame (and while nobody is tracked); "
                                     "in between, boxes follow each person's keypoints (default 1: every frame)")
-            video.add_argument("--track-iou", type=non_negative_float, default=0.3,
+            video.add_argument("--track-iou", type=probability, default=0.3,
                                help="least IoU for a detection to keep a person's track id (default 0.3)")
             # defaults: sapiens2_hf.video.smoothing.DEFAULT_MIN_CUTOFF / DEFAULT_BETA (not imported here: --help
             # stays light; tests/test_cli_video.py checks they agree)
@@ -446,6 +467,40 @@ def _load_boxes(path: str | None) -> dict[str, list]:
     return data
 
 
+def check_boxes_keys(path: str | None, boxes: dict, images: list[Path], videos: list[Path]) -> None:
+    """Refuses a --boxes file with keys that match no input while some inputs have no entry: a misspelt key, whose
+    image would otherwise go to the person detector (and fail there when none can be loaded). Keys of inputs not in
+    this run are fine when every input has its entry (one file for several runs)."""
+    names = {key for path in images for key in (path.name, str(path))}
+    frames = {key for path in videos for key in (path.name, str(path))}  # a frame's key is `<video>#<index>`
+
+    def matches(key: str) -> bool:
+        video, hash_sign, index = key.rpartition("#")
+        return key in names or bool(hash_sign and index.isdigit() and video in frames)
+
+    unmatched = sorted(key for key in boxes if not matches(key))
+    missing = [str(path) for path in images if _boxes_for(str(path), boxes) is None]
+    missing += [str(path) for path in videos if not _video_boxes(path, boxes)]
+    if not unmatched or not missing:
+        return
+    import difflib
+
+    def closest(key: str) -> str:
+        video, hash_sign, index = key.rpartition("#")
+        if hash_sign and index.isdigit():
+            near = difflib.get_close_matches(video, sorted(frames), n=1)
+            return f" (did you mean {near[0] + '#' + index!r}?)" if near else ""
+        near = difflib.get_close_matches(key, sorted(names), n=1)
+        return f" (did you mean {near[0]!r}?)" if near else ""
+
+    shown = ", ".join(f"{key!r} matches no input{closest(key)}" for key in unmatched[:5])
+    more = f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else ""
+    raise ValueError(f"--boxes {path}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
+                     f"{'has' if len(missing) == 1 else 'have'} no entry, while {shown}{more}; fix the key(s) "
+                     "(image file names or paths as given, '<video file name>#<frame index>'), or remove them to run "
+                     "the person detector on those inputs.")
+
+
 def _mask_in_folder(folder: str, source: str) -> Path:
     """The --foreground-mask folder's mask of an input: `<input stem>.png`, else another image suffix."""
     stem = Path(source).stem
@@ -518,13 +573,23 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def predict(options: PredictOptions) -> int:
-    """Runs a predict command (see the module docstring); returns its exit code."""
+    """Runs a predict command (see the module docstring); returns its exit code. The run holds --out while it writes
+    (`sapiens2_hf.utils.run_lock`): a second run into it meanwhile is refused in one line naming this one."""
+    with contextlib.ExitStack() as out_lock:
+        return _predict(options, out_lock)
+
+
+def _predict(options: PredictOptions, out_lock: contextlib.ExitStack) -> int:
     from . import sharding
 
     if options.runtime.batch_size < 1 or options.video.video_stride < 1:
         raise ValueError("--batch-size and --video-stride must be >= 1.")
     if options.video.max_frames is not None and options.video.max_frames < 1:
         raise ValueError("--max-frames must be >= 1.")
+    intrinsics = options.output.intrinsics
+    if intrinsics is not None and not min(intrinsics[:2]) > 0:  # the type checked all four are finite
+        raise ValueError(f"--intrinsics {' '.join(f'{value:g}' for value in intrinsics)}: the focal lengths FX and FY "
+                         "must be positive (pixels of the input images).")
     check_local_source("--model", options.runtime.model)
     check_local_source("--foreground-model", options.foreground.foreground_model)
     check_local_source("--detector", options.output.detector)
@@ -534,6 +599,7 @@ def predict(options: PredictOptions) -> int:
     image_paths, videos = _collect(options.inputs, report)
     _check_out(out, options.inputs, image_paths + videos)
     boxes = _load_boxes(options.boxes)
+    check_boxes_keys(options.boxes, boxes, image_paths, videos)
     mask_option = options.foreground.foreground_mask
     if mask_option is not None:
         if not Path(mask_option).exists():
@@ -544,6 +610,7 @@ def predict(options: PredictOptions) -> int:
                              "not have; pass one mask file for every frame, or --foreground-model.")
     out.mkdir(parents=True, exist_ok=True)
     shard = sharding.Shard(options.runtime.device)
+    out_lock.enter_context(run_folder_lock(out, enabled=shard.is_main))  # the other processes write the main's share
     if not shard.is_main:  # every process finds the same missing inputs: the main process reports them
         report.skipped.clear()
 
@@ -586,11 +653,11 @@ def predict(options: PredictOptions) -> int:
         _stop(options, out, summary(error), summary_path, error)
     except BaseException:  # interrupted, or a bug: what was done and skipped is still put on record
         with contextlib.suppress(Exception):
-            _save_json(summary(), summary_path, indent=2)
+            sharding.write_summary(summary(), summary_path, options.inputs)
         raise
     record = summary()
     try:
-        _save_json(record, summary_path, indent=2)
+        sharding.write_summary(record, summary_path, options.inputs)
     except OSError as error:
         _stop(options, out, record, None, error)
     if shard.count > 1:
@@ -600,7 +667,7 @@ def predict(options: PredictOptions) -> int:
         parts = [json.loads(sharding.part_path(out, k).read_text()) for k in range(shard.count)]
         record = sharding.merge_summaries(parts)
         record["seconds"] = round(time.perf_counter() - start, 3)
-        _save_json(record, out / "summary.json", indent=2)
+        sharding.write_summary(record, out / "summary.json", options.inputs)  # merged with an earlier run's
         for k in range(shard.count):
             sharding.part_path(out, k).unlink()
         report.skipped = record["skipped"]
@@ -665,7 +732,7 @@ def _stop(options, out: Path, record: dict, summary_path: Path | None, error: OS
     written = None
     if summary_path is not None:
         with contextlib.suppress(OSError):
-            _save_json(record, summary_path, indent=2)
+            write_summary(record, summary_path, options.inputs)
             written = summary_path
     pending = record.get("not_processed", [])
     if written is None:

@@ -22,10 +22,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from .options import PredictOptions
+from .outputs import _save_json
 
 STATE_FOLDER = ".sapiens2-hf"
 
@@ -160,5 +162,54 @@ def merge_summaries(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def _taken(entry: str, inputs: Sequence[str]) -> bool:
+    """Whether the input `entry` of an earlier summary is one of this run's `inputs`: given as such, or a file of an
+    input folder (folders are read without recursion, so its parent is that folder)."""
+    given = [Path(value) for value in inputs]
+    return entry in inputs or Path(entry) in given or Path(entry).parent in given
+
+
+def with_previous_summary(path: Path, record: dict[str, Any], inputs: Sequence[str]) -> dict[str, Any]:
+    """`record`, this run's summary, merged with the summary an earlier run into the same --out left at `path`, so
+    that summary.json keeps the record of the folder instead of only the last run's.
+
+    The earlier run's per-input entries (`skipped`, `not_processed`, `output_names`) of inputs this run did not take
+    (`_taken` by `inputs`) are kept before this run's; the counts, task, model, seconds and `stopped` are this run's;
+    `runs` counts the runs recorded. An unreadable earlier summary is replaced, with a warning on stderr.
+    """
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return record
+    except (OSError, ValueError) as error:
+        previous = error
+    if not isinstance(previous, dict):
+        print(f"sapiens2-hf: the earlier {path} is unreadable ({previous}); replacing it with this run's summary.",
+              file=sys.stderr)
+        return record
+    merged = dict(record)
+    for key in ("skipped", "not_processed"):
+        kept = [entry for entry in previous.get(key) or []
+                if not _taken(entry.get("input", "") if isinstance(entry, dict) else str(entry), inputs)]
+        if kept or key in record:
+            merged[key] = kept + list(record.get(key, []))
+    names = {source: name for source, name in (previous.get("output_names") or {}).items()
+             if not _taken(source, inputs)}
+    names.update(record.get("output_names", {}))
+    if names:
+        merged["output_names"] = names
+    runs = previous.get("runs", 1)
+    merged["runs"] = (runs if isinstance(runs, int) and runs > 0 else 1) + 1
+    return merged
+
+
+def write_summary(record: dict[str, Any], path: Path, inputs: Sequence[str]) -> None:
+    """Writes a run's summary to `path` atomically: `summary.json` merged with the one an earlier run left
+    (`with_previous_summary`), a process's part file as it is."""
+    if path.name == "summary.json":
+        record = with_previous_summary(path, record, inputs)
+    _save_json(record, path, indent=2)
+
+
 __all__ = ["Shard", "clear_marker", "fingerprint", "is_done", "mark_done", "marker_path", "merge_summaries",
-           "part_path", "world_size"]
+           "part_path", "with_previous_summary", "world_size", "write_summary"]

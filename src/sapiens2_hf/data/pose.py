@@ -79,6 +79,56 @@ def _detect_layout(annotation: dict) -> str:
     return {NUM_POSE_KEYPOINTS: "sapiens308", 344: "sapiens344"}.get(count, f"unknown({count} keypoints)")
 
 
+class CocoFileError(ValueError):
+    """A COCO keypoint file lacks what the readers use; the message names the file, the entry, the key and the
+    format."""
+
+
+_COCO_NEEDS = ("a COCO keypoint file needs 'images' (each with 'id' and 'file_name') and 'annotations' (each with "
+               "'image_id', 'bbox' [x, y, width, height] and 'keypoints' [x, y, v, ...])")
+
+
+def _first_missing(entry, keys: Sequence[str]) -> str | None:
+    if not isinstance(entry, dict):
+        return keys[0]
+    return next((key for key in keys if key not in entry), None)
+
+
+def load_coco_keypoint_file(annotation_file: str | Path) -> dict:
+    """The parsed COCO keypoint file, checked up front for every key the readers use, so that a file missing one is
+    a one-line `CocoFileError` naming the file, the entry and the key, not a `KeyError` deep in a reader.
+
+    Checked: a JSON object with an `images` list (each entry with `id` and `file_name`) and an `annotations` list
+    (each entry with `image_id` of a listed image, `bbox` and `keypoints`). Values are checked later, per record
+    (`sapiens2_hf.data.validation`), where a bad one skips its record instead of stopping the run.
+    """
+    path = Path(annotation_file)
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as error:  # not JSON, or not UTF-8 text
+        raise CocoFileError(f"{path} is not a JSON file ({error}); {_COCO_NEEDS}.") from None
+    if not isinstance(data, dict):
+        raise CocoFileError(f"{path} holds a JSON {type(data).__name__}, not an object; {_COCO_NEEDS}.")
+    for key in ("images", "annotations"):
+        if not isinstance(data.get(key), list):
+            found = "no" if key not in data else f"a {type(data[key]).__name__} as its"
+            raise CocoFileError(f"{path} has {found} '{key}' list; {_COCO_NEEDS}.")
+    for index, image in enumerate(data["images"]):
+        missing = _first_missing(image, ("id", "file_name"))
+        if missing is not None:
+            raise CocoFileError(f"{path}: image {index} has no '{missing}'; {_COCO_NEEDS}.")
+    image_ids = {image["id"] for image in data["images"]}
+    for index, annotation in enumerate(data["annotations"]):
+        missing = _first_missing(annotation, ("image_id", "bbox", "keypoints"))
+        where = f"annotation {index} (id {annotation.get('id', '?') if isinstance(annotation, dict) else '?'})"
+        if missing is not None:
+            raise CocoFileError(f"{path}: {where} has no '{missing}'; {_COCO_NEEDS}.")
+        if annotation["image_id"] not in image_ids:
+            raise CocoFileError(f"{path}: {where} has 'image_id' {annotation['image_id']!r}, which no entry of "
+                                f"'images' has; {_COCO_NEEDS}.")
+    return data
+
+
 def coco_image_candidates(file_name: str, image_dir: str | Path, annotation_file: str | Path) -> list[Path]:
     """Where a COCO `file_name` may be, in order: under `image_dir` (COCO's convention), then relative to the
     annotation file's folder and to `image_dir`'s parent (a `file_name` that includes the images folder, such as
@@ -105,7 +155,7 @@ def check_coco_images_found(annotation_file: str | Path, image_dir: str | Path |
     if not records or any(Path(record["image"]).is_file() for record in records):
         return
     annotation_file = Path(annotation_file)
-    images = {image["id"]: image for image in json.loads(annotation_file.read_text())["images"]}
+    images = {image["id"]: image for image in load_coco_keypoint_file(annotation_file)["images"]}
     file_name = images[records[0]["image_id"]]["file_name"]
     image_dir = Path(image_dir) if image_dir is not None else annotation_file.parent
     tried = " or ".join(str(path) for path in coco_image_candidates(file_name, image_dir, annotation_file))
@@ -140,9 +190,12 @@ def read_coco_keypoints(
     Returns:
         `list[dict]` with `image` (path), `image_id`, `instance_id`, `bbox` (COCO xywh, float32 (4,)), `keypoints`
         (`(308, 3)` float32, image pixels + visibility), `area` and `iscrowd`.
+
+    Raises:
+        CocoFileError: the file lacks a key the reader uses (`load_coco_keypoint_file`).
     """
     annotation_file = Path(annotation_file)
-    data = json.loads(annotation_file.read_text())
+    data = load_coco_keypoint_file(annotation_file)
     image_dir = Path(image_dir) if image_dir is not None else annotation_file.parent
     images = {image["id"]: image for image in data["images"]}
     valid_layouts = ("auto", "sapiens308", "sapiens344", "coco_wholebody", "file")

@@ -47,6 +47,7 @@ from ..modeling import Sapiens2Config, model_class_for_task
 from ..modeling.loading_sapiens2_hf import resolve_checkpoint
 from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
 from ..utils.extras import require
+from ..utils.run_lock import check_run_folder_free, folder_entries, run_folder_lock
 from .backends import load_exported
 from .formats import EXPORT_FORMAT_TABLE, EXPORT_FORMATS, ExportContext
 from .info import INFO_FILE
@@ -452,7 +453,8 @@ def export_model(
 
     Args:
         model_or_path: a sapiens2_hf model, or an official file / folder / Hub id (`from_pretrained`).
-        out_dir: the folder to write (atomically: written beside it, then renamed into place).
+        out_dir: the folder to write (each file written beside it, then renamed into place; held meanwhile, so
+            that a concurrent export or run into it is refused: `sapiens2_hf.utils.run_lock`).
         format (`str`): `"onnx"` (onnxruntime, `OnnxRuntimeSapiens2Model`), `"torch-export"`, or `"aoti"` (an
             AOTInductor package, `AotiSapiens2Model`: compiled once here, loaded without compiling).
         task (`str`, *optional*): `"auto"` (from the checkpoint), `None`/`"pretrain"`, or a task name.
@@ -491,8 +493,9 @@ def export_model(
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' needs a GPU and a CUDA build of torch; export device='cpu' here.")
     out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
+    if out_dir.exists() and (not out_dir.is_dir() or folder_entries(out_dir)) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
+    check_run_folder_free(out_dir)  # refused now rather than after the export; the lock is taken to publish
     if spec.packages:
         require(*spec.packages, feature=f"{spec.title} export")
     model = load_model_for_export(model_or_path, task=task, rope_dtype=rope_dtype,
@@ -509,7 +512,12 @@ def export_model(
     output_names, output_class = output_names_of(model, example)
     rope_bf16 = config.rope_dtype == "bfloat16"
     started = time.perf_counter()
-    with staging_folder(out_dir) as staging:
+    # one export (or run) at a time into out_dir; the emptiness check is repeated under the lock, for an export that
+    # published meanwhile
+    with run_folder_lock(out_dir), staging_folder(out_dir) as staging:
+        if folder_entries(out_dir) and not overwrite:
+            raise FileExistsError(f"{out_dir} was written by another export meanwhile; choose another folder or pass "
+                                  "overwrite=True.")
         wrapper = _ExportWrapper(model, output_names).eval()
         with _export_friendly(model, (height // stride_h, width // stride_w)):
             program = _torch_export(wrapper, example)

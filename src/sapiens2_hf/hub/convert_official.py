@@ -21,6 +21,7 @@ from ..modeling.loading_sapiens2_hf import official_checkpoint_kind, resolve_che
 from ..modeling.official_format_sapiens2_hf import OFFICIAL_ASPECT
 from .model_card import render_model_card
 from ..utils.atomic_io import replace_into_folder, staging_folder
+from ..utils.run_lock import check_run_folder_free, folder_entries, run_folder_lock
 from ..modeling import Sapiens2Config, model_class_for_task
 
 logger = logging.getLogger(__name__)
@@ -159,8 +160,9 @@ def convert_official_checkpoint(
     if task is not None and task != checkpoint_task:
         what = "backbone" if checkpoint_task is None else f"`{checkpoint_task}`"
         raise ValueError(f"{source_name} is a {what} checkpoint; --task {task} does not match it.")
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+    if out_dir.exists() and folder_entries(out_dir) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
+    check_run_folder_free(out_dir)  # refused now rather than after the load; the lock is taken to publish
     overrides = {"rope_dtype": rope_dtype}
     if image_size is not None:
         overrides["image_size"] = list(image_size)
@@ -179,7 +181,9 @@ def convert_official_checkpoint(
                 f"{source_name}: the pointmap scale branch does not fit the input size {model.config.image_size_hw}; "
                 "pass the size the model was trained at (--image-size HEIGHT WIDTH)."
             ) from error
-    with staging_folder(out_dir) as staging:
+    with run_folder_lock(out_dir), staging_folder(out_dir) as staging:
+        if folder_entries(out_dir) and not overwrite:  # written by another conversion meanwhile
+            raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
         model.save_pretrained(staging)
         _save_image_processor(staging, model.config)
         card = render_model_card(
@@ -190,7 +194,7 @@ def convert_official_checkpoint(
         card.save(staging / "README.md")
         if verify:
             verify_reload(model, model_class_for_task(task).from_pretrained(staging), str(out_dir))
-        # A new folder is moved into place whole; with --overwrite, each file the conversion writes replaces its old
-        # copy with one atomic rename, and anything else in the folder (a .git, the user's own files) stays.
+        # Each file the conversion writes is moved in (replacing its old copy, with --overwrite) with one atomic
+        # rename, and anything else in the folder (a .git, the user's own files) stays.
         replace_into_folder(staging, out_dir)
     return out_dir

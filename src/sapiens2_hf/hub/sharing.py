@@ -19,6 +19,7 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard
 
 from ..utils.atomic_io import replace_into_folder, staging_folder
+from ..utils.run_lock import folder_entries, run_folder_lock
 from ..modeling import Sapiens2PreTrainedModel
 from ..modeling.sapiens2_tasks import TASK_SPECS
 from .model_card import render_model_card
@@ -135,9 +136,10 @@ def save_for_hub(
     """Writes a complete repository folder: weights, config.json, preprocessor_config.json (with `image_processor`),
     README.md and, with `remote_code`, the modeling files.
 
-    Everything is first written to a staging folder beside `folder`. A new folder is then moved into place as a
-    whole; into an existing one each file is moved with an atomic rename, so a reader never sees a partly written
-    file. Nothing is ever deleted: an existing non-empty folder (a git clone of the Hub repo, an earlier save) is
+    Everything is first written to a staging folder beside `folder`, and each file is then moved into `folder` with
+    an atomic rename, so a reader never sees a partly written file. The save holds `folder` meanwhile
+    (`sapiens2_hf.utils.run_lock`: a concurrent save or run into it is refused, naming this one). Nothing is ever
+    deleted: an existing non-empty folder (a git clone of the Hub repo, an earlier save) is
     refused unless `overwrite=True`, and even then only the files this save writes are replaced; `.git` and every
     other file stay. Weight files this save would not replace (another format, the shards or index of an earlier,
     larger save, a LoRA adapter: `WEIGHT_FILE_PATTERNS`, `ADAPTER_FILE_NAMES`) would make the folder ambiguous, so
@@ -154,7 +156,7 @@ def save_for_hub(
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f"{folder} exists and is not a folder.")
-    if folder.is_dir() and any(folder.iterdir()) and not overwrite:
+    if folder.is_dir() and folder_entries(folder) and not overwrite:
         raise FileExistsError(
             f"{folder} exists and is not empty; choose another folder or pass overwrite=True, which replaces only "
             "the files save_for_hub writes (weights, config.json, preprocessor_config.json, README.md, modeling "
@@ -164,8 +166,13 @@ def save_for_hub(
     if leftover.exists():
         logger.warning("%s is left over from an interrupted save; it is not used any more and can be deleted.",
                        leftover)
-    # A uniquely named staging folder beside `folder`, so leftovers of an interrupted save never collide with it.
-    with staging_folder(folder) as staging:
+    # One save at a time into `folder` (a second one would interleave its files with this one's); the check above,
+    # repeated under the lock, also covers a save that finished meanwhile. A uniquely named staging folder beside
+    # `folder`, so leftovers of an interrupted save never collide with it.
+    with run_folder_lock(folder), staging_folder(folder) as staging:
+        if folder_entries(folder) and not overwrite:
+            raise FileExistsError(f"{folder} was written by another save meanwhile; choose another folder or pass "
+                                  "overwrite=True.")
         image_processor = _as_sapiens2_hf_processor(image_processor, model.config.task)
         if remote_code:
             enable_remote_code(model, image_processor)

@@ -684,8 +684,9 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         model_type = config_dict.get("model_type")
         if model_type not in (None, cls.model_type, TRANSFORMERS_MODEL_TYPE):
             raise ValueError(
-                f"{pretrained_model_name_or_path} holds a `{model_type}` config, not a Sapiens2 one; load it with "
-                "the class of that model type."
+                f"{pretrained_model_name_or_path} holds a `{model_type}` config (config.json model_type), not a "
+                f"Sapiens2 one (model_type `{cls.model_type}`, or transformers' `{TRANSFORMERS_MODEL_TYPE}`); load it "
+                "with the class of its model type, or point to a Sapiens2 checkpoint."
             )
         return cls.from_dict(config_dict, **kwargs)
 

@@ -117,6 +117,8 @@ def _pil_to_rgb(pil: Image.Image, name: str, do_convert_rgb: bool | None = None)
     """PIL image -> `(height, width, 3)` uint8 RGB, upright by its EXIF orientation; 16-bit modes are scaled, not
     clipped (see `load_image_rgb`)."""
     check_image_pixels(pil.height, pil.width, name)  # from the header: nothing is decoded yet
+    if pil.width == 0 or pil.height == 0:
+        raise ValueError(f"{name} has no pixels ({pil.width}x{pil.height}); pass an image of at least 1x1 pixels.")
     try:
         pil.load()  # decode now, so that a truncated file fails here with its name
     except (OSError, SyntaxError, ValueError) as error:
@@ -135,21 +137,37 @@ def _pil_to_rgb(pil: Image.Image, name: str, do_convert_rgb: bool | None = None)
         return np.repeat(_uint16_to_uint8(values)[..., None], 3, axis=-1)
     if pil.mode == "F":
         return _array_to_rgb(np.asarray(pil), name)
-    if do_convert_rgb and ("A" in pil.getbands() or pil.info.get("transparency") is not None):
-        # transformers' convention for PIL images (`do_convert_rgb=True`): PIL's own compositing over white
-        white = Image.new("RGBA", pil.size, (255, 255, 255, 255))
-        return np.asarray(Image.alpha_composite(white, pil.convert("RGBA")).convert("RGB")).copy()
-    return np.asarray(pil.convert("RGB")).copy()
+    if pil.mode == "La":  # premultiplied alpha: PIL converts it to LA only ("conversion from La to L not supported")
+        pil = pil.convert("LA")
+    try:
+        if do_convert_rgb and ("A" in pil.getbands() or pil.info.get("transparency") is not None):
+            # transformers' convention for PIL images (`do_convert_rgb=True`): PIL's own compositing over white
+            white = Image.new("RGBA", pil.size, (255, 255, 255, 255))
+            return np.asarray(Image.alpha_composite(white, pil.convert("RGBA")).convert("RGB")).copy()
+        return np.asarray(pil.convert("RGB")).copy()
+    except ValueError as error:  # a mode PIL cannot convert to RGB
+        raise ValueError(f"the mode {pil.mode!r} image {name} cannot be converted to RGB ({error}); convert it to "
+                         "RGB, L or RGBA first.") from error
 
 
-def _array_to_rgb(image: np.ndarray, name: str = "image array", do_convert_rgb: bool | None = None) -> np.ndarray:
+def _array_to_rgb(image: np.ndarray, name: str = "image array", do_convert_rgb: bool | None = None,
+                  channels_last_known: bool = False) -> np.ndarray:
     array = image
-    if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
+    if array.ndim == 3 and not channels_last_known and array.shape[0] in (1, 3, 4):
+        if array.shape[-1] in (1, 3, 4):
+            # transformers' `infer_channel_dimension_format` guesses channels first here with a logged warning; a
+            # wrong guess gives a transposed image, so the caller says which
+            raise ValueError(f"{name} of shape {tuple(image.shape)} is ambiguous: its first and its last dimension "
+                             "can both be the channels; pass input_data_format='channels_first' or 'channels_last' "
+                             "(the image processor's argument), or a PIL image.")
         array = np.transpose(array, (1, 2, 0))
     if array.ndim == 2:
         array = array[..., None]
     if array.ndim != 3 or array.shape[-1] not in (1, 3, 4):
         raise ValueError(f"image array of shape {image.shape} is not an image; expected (height, width, 3).")
+    if array.shape[0] == 0 or array.shape[1] == 0:  # OpenCV's resize would fail on it with an assertion
+        raise ValueError(f"{name} of shape {tuple(image.shape)} has no pixels; pass an image of at least 1x1 "
+                         "pixels.")
     if array.shape[-1] == 1:
         array = np.repeat(array, 3, axis=-1)
     rgb = _to_uint8(array[..., :3], name)
@@ -186,7 +204,7 @@ def channels_last(image: Any, input_data_format) -> Any:
     return image.permute(1, 2, 0) if isinstance(image, torch.Tensor) else np.moveaxis(np.asarray(image), 0, -1)
 
 
-def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray:
+def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_format: Any = None) -> np.ndarray:
     """Any supported image -> `(height, width, 3)` uint8 RGB numpy array.
 
     Accepts a path or URL (`str` / `os.PathLike`), a PIL image, a numpy array or a torch tensor.
@@ -203,12 +221,14 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray
       about 13,000 x 13,000 by default) raises a `ValueError` naming its size, before it is decoded (files and URLs:
       from the header) or converted; see `check_image_pixels`. `PIL.Image.MAX_IMAGE_PIXELS = None` lifts it.
     - Arrays: `(height, width)`, `(height, width, 1|3|4)` or channels-first `(1|3|4, height, width)`, assumed
-      RGB(A). uint8 is used as is; uint16 is 16-bit data scaled to 8 bit, `round(value * 255 / 65535)`; floating
-      arrays with a maximum <= 1 are taken as [0, 1] and scaled to 0-255, others rounded and clipped to 0-255, and
-      NaN or inf raises a `ValueError` giving their count; other integer types are clipped to 0-255 (a maximum
-      <= 1 is scaled by 255).
+      RGB(A); a shape that is both (`(3, 100, 3)`) raises a `ValueError` unless `input_data_format`
+      (`"channels_first"` or `"channels_last"`, transformers' argument) says which, and so does an array without
+      pixels (`(0, 0, 3)`). uint8 is used as is; uint16 is 16-bit data scaled to 8 bit,
+      `round(value * 255 / 65535)`; floating arrays with a maximum <= 1 are taken as [0, 1] and scaled to 0-255,
+      others rounded and clipped to 0-255, and NaN or inf raises a `ValueError` giving their count; other integer
+      types are clipped to 0-255 (a maximum <= 1 is scaled by 255).
     - PIL images: 16-bit modes (`I;16*`, and `I` with values in [0, 65535]) are scaled like uint16 arrays, `F` like
-      float arrays, every other mode goes through `convert("RGB")`.
+      float arrays, `La` (premultiplied) goes through `LA`, every other mode through `convert("RGB")`.
     - Transparency (4-channel arrays and tensors, PIL images with an alpha band or a transparent palette colour) is
       dropped, as OpenCV's and PIL's conversions to RGB (and transformers' `load_image`) do, unless
       `do_convert_rgb=True`: then the image is composited over white as transformers' image processors do with
@@ -218,6 +238,7 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray
     if isinstance(image, (str,)) or hasattr(image, "__fspath__"):
         path = str(image)
         if path.startswith(("http://", "https://", "data:")):
+            from huggingface_hub.utils import httpx  # the client transformers' `load_image` downloads with
             from transformers.image_utils import load_image
 
             name = repr(path if len(path) <= 80 else path[:77] + "...")
@@ -226,6 +247,9 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray
                 pil = load_image(path, timeout=URL_TIMEOUT_S)
             except Image.DecompressionBombError as error:
                 raise _bomb_error(name, error) from error
+            except (httpx.HTTPError, OSError) as error:  # refused, unreachable, timed out; or an answer not an image
+                raise OSError(f"could not read an image from {name} ({type(error).__name__}: {error}); check the URL "
+                              "and the network, or download the image and pass its path.") from error
             except ValueError as error:  # a base64 / data: URL: transformers rewords the error, whole payload included
                 if isinstance(error.__context__, Image.DecompressionBombError):
                     raise _bomb_error(name, error.__context__) from error
@@ -233,6 +257,9 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray
                 raise ValueError(f"could not read an image from {name}: {cause}") from error
             return _pil_to_rgb(pil, name)
         return _read_image_file(path)
+    channels_last_known = input_data_format is not None
+    if channels_last_known:
+        image = channels_last(image, input_data_format)
     if isinstance(image, Image.Image):
         filename = getattr(image, "filename", None)
         return _pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)", do_convert_rgb)
@@ -246,7 +273,7 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None) -> np.ndarray
                          "or torch tensor.")
     if image.ndim in (2, 3):
         check_image_pixels(*_array_height_width(image.shape), "image array")
-    return _array_to_rgb(image, do_convert_rgb=do_convert_rgb)
+    return _array_to_rgb(image, do_convert_rgb=do_convert_rgb, channels_last_known=channels_last_known)
 
 
 def _array_height_width(shape: Sequence[int]) -> tuple[int, int]:

@@ -39,7 +39,7 @@ except ImportError:  # transformers < 5.24 has no such class
         that name from 5.24 on)."""
 
 from .configuration_sapiens2_hf import check_image_size
-from .image_loading_sapiens2_hf import channels_last, load_image_rgb
+from .image_loading_sapiens2_hf import load_image_rgb
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES
 from .sapiens2_keypoint_formats import (
     KEYPOINT_FORMATS,
@@ -236,6 +236,35 @@ def _model_input_size(size: Any, name: str = "size") -> tuple[int, int]:
     except (TypeError, ValueError, KeyError):
         raise ValueError(f"`{name}` must be {{'height': h, 'width': w}} or [height, width], got {size!r}.") from None
     return check_image_size(height_width, name=name)
+
+
+def _normalization_values(name: str, value: Any) -> list[float]:
+    """`image_mean` / `image_std` (one number, or one per RGB channel) as 3 floats, or a one-line `ValueError`: every
+    value finite, and a std positive (pixels are divided by it: 0 gives inf, a negative one flips the image)."""
+    try:
+        values = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not a number or a list of numbers; pass one number, or one per RGB "
+                         "channel.") from None
+    if values.size not in (1, 3):
+        raise ValueError(f"{name} has {values.size} values; pass one number, or one per RGB channel.")
+    if not np.isfinite(values).all() or (name == "image_std" and not (values > 0).all()):
+        need = "positive and finite" if name == "image_std" else "finite"
+        raise ValueError(f"{name}={value!r}: every value must be {need} (the ImageNet {name} is "
+                         f"{list(IMAGENET_DEFAULT_MEAN if name == 'image_mean' else IMAGENET_DEFAULT_STD)}).")
+    return np.broadcast_to(values, (3,)).tolist()
+
+
+def _check_rescale_factor(value: Any) -> float:
+    """`rescale_factor` as a positive finite float (the 0-255 mean and std are divided by it), or a one-line
+    `ValueError`."""
+    try:
+        factor = float(value)
+    except (TypeError, ValueError):
+        factor = float("nan")
+    if not (np.isfinite(factor) and factor > 0):
+        raise ValueError(f"rescale_factor={value!r} must be a positive finite number (1/255 for 8-bit images).")
+    return factor
 
 
 def _sizes_list(sizes: Any, count: int, name: str) -> list[tuple[int, int]] | None:
@@ -451,6 +480,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             raise ValueError(f"box_format={self.box_format!r}; use one of {BOX_FORMATS}.")
         resolve_backend(self.geometry_backend)
         _model_input_size(self.size)  # refused here, not when the first crop is allocated
+        # refused here, whatever do_normalize says (a call may turn it on), not as inf or NaN pixel values
+        _normalization_values("image_mean", self.image_mean), _normalization_values("image_std", self.image_std)
+        _check_rescale_factor(self.rescale_factor)
 
     @classmethod
     def from_image_processor(cls, other: Any, task: str | None, **overrides) -> "Sapiens2HFImageProcessor":
@@ -510,14 +542,12 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         std is one number for all channels or one per RGB channel.
         """
         do_rescale = self.do_rescale if do_rescale is None else do_rescale
-        rescale = float(self.rescale_factor if rescale_factor is None else rescale_factor) if do_rescale else 1.0
+        rescale_factor = self.rescale_factor if rescale_factor is None else rescale_factor
+        rescale = _check_rescale_factor(rescale_factor) if do_rescale else 1.0
         constants = {"image_mean": [0.0] * 3, "image_std": [1.0] * 3}  # without normalisation: rescaling only
         if self.do_normalize if do_normalize is None else do_normalize:
             for name, value in (("image_mean", image_mean), ("image_std", image_std)):
-                values = np.asarray(getattr(self, name) if value is None else value, dtype=np.float64).reshape(-1)
-                if values.size not in (1, 3):
-                    raise ValueError(f"{name} has {values.size} values; pass one number, or one per RGB channel.")
-                constants[name] = np.broadcast_to(values, (3,)).tolist()
+                constants[name] = _normalization_values(name, getattr(self, name) if value is None else value)
         return tuple([float(np.float32(float(v) / rescale)) for v in constants[name]]
                      for name in ("image_mean", "image_std"))
 
@@ -708,7 +738,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 processor refuses 4-channel images then).
             input_data_format (`str` or `ChannelDimension`, *optional*): the channel layout of array and tensor
                 inputs, `"channels_last"` or `"channels_first"`, as in transformers' processors; inferred from the
-                shape when not given.
+                shape when not given, and required when both ends of the shape can be the channels (`(3, 100, 3)`).
             return_geometry_images (`bool`): also return the uint8 RGB crops / resized images (`geometry_images`).
 
         Returns:
@@ -735,9 +765,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             images = [images]
         if do_convert_rgb is None:
             do_convert_rgb = getattr(self, "do_convert_rgb", None)
-        if input_data_format is not None:
-            images = [channels_last(image, input_data_format) for image in images]
-        arrays = [load_image_rgb(image, do_convert_rgb) for image in images]
+        arrays = [load_image_rgb(image, do_convert_rgb, input_data_format) for image in images]
         original_sizes = torch.tensor([a.shape[:2] for a in arrays], dtype=torch.long).reshape(-1, 2)
         mean, std = self.normalization_constants_255(image_mean, image_std, do_rescale, rescale_factor, do_normalize)
         data: dict[str, Any] = {"original_sizes": original_sizes}

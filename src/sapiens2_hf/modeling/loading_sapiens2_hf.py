@@ -19,10 +19,11 @@ other argument it takes) and renames the original names through the weight conve
 official_format_sapiens2_hf.py. What it adds: the config of an original-layout checkpoint read from its tensor shapes
 (headers only), the check of its stored RoPE periods, float32 by default, and strictness (a missing, unexpected or
 mis-shaped tensor is an error naming it; `strict=False` for transformers' behaviour). The one place where loading
-validates what it loads: the config's sizes and values (bounded and finite, also after keyword overrides, before
-anything is allocated; see `Sapiens2Config.validate_sizes_and_values`) and, once transformers' loader has placed
-the tensors, their values (`check_finite_tensors`: NaN or inf is an error naming the tensors; a warning with
-`strict=False`).
+validates what it loads: every safetensors file's header against the file's size, before any reader opens it
+(`check_safetensors_file`: a truncated or lying file is an error naming it, not safetensors' bare one), the config's
+sizes and values (bounded and finite, also after keyword overrides, before anything is allocated; see
+`Sapiens2Config.validate_sizes_and_values`) and, once transformers' loader has placed the tensors, their values
+(`check_finite_tensors`: NaN or inf is an error naming the tensors; a warning with `strict=False`).
 
 Hub-shippable: imports only stdlib, torch, huggingface_hub, safetensors, transformers and siblings of this folder.
 """
@@ -30,6 +31,7 @@ Hub-shippable: imports only stdlib, torch, huggingface_hub, safetensors, transfo
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -89,22 +91,108 @@ class ResolvedCheckpoint:
     config_folder: str | None = None
 
 
+class CorruptCheckpointError(OfficialCheckpointError):
+    """A .safetensors file that is not a valid one (truncated, empty, or with a header that does not describe its
+    data). An `OfficialCheckpointError` (a `ValueError`), which this condition raised before it had a class."""
+
+
+# safetensors dtype code -> bytes per element, for the header check's size rule; codes not listed (sub-byte float
+# formats, future ones) are left to safetensors itself.
+_SAFETENSORS_ITEM_SIZES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}
+# safetensors' own bound on the header (its `MAX_HEADER_SIZE`): a larger length is a corrupt file, not a header to read.
+_MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
+
+
+def _corrupt_file_error(path, fault: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        f"{path} is not a valid safetensors file: {fault}. The file is truncated or corrupt: download it again, or "
+        "re-save it from the model that wrote it (save_pretrained)."
+    )
+
+
+def _valid_header_entry(entry) -> bool:
+    """A tensor entry of a safetensors header: a dtype code, a shape of sizes and `[begin, end]` data offsets."""
+    if not isinstance(entry, dict):
+        return False
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    return (isinstance(entry.get("dtype"), str) and _are_sizes(shape)
+            and _are_sizes(offsets) and len(offsets) == 2 and offsets[0] <= offsets[1])
+
+
+def _are_sizes(values) -> bool:
+    """A JSON list of non-negative integers (a JSON `true` reads as a bool, which is not a size)."""
+    return isinstance(values, list) and all(type(n) is int and n >= 0 for n in values)
+
+
+def check_safetensors_file(path) -> None:
+    """Refuses a file that is not a complete safetensors file, naming its first fault, before any reader opens it.
+
+    Reads the 8-byte little-endian header length and the JSON header only (no tensor data): the length must fit the
+    file, the header must be a JSON object whose entries have a dtype, a shape and `data_offsets` `[begin, end]`
+    (relative to the data after the header), and the tensors must tile the data exactly (no byte past its end, no gap,
+    no overlap; each spans its dtype and shape's size), as safetensors requires. transformers' loader would otherwise
+    meet such a file as safetensors' bare `SafetensorError`, which names no file.
+    """
+    size = os.path.getsize(path)
+    if size < 8:
+        raise _corrupt_file_error(path, f"it is {size} bytes long, shorter than the 8-byte header length")
+    with open(path, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        if length > size - 8:
+            raise _corrupt_file_error(path, f"its header length ({length} bytes) runs past the end of the file "
+                                            f"({size} bytes)")
+        if length > _MAX_SAFETENSORS_HEADER_BYTES:
+            raise _corrupt_file_error(path, f"its header length ({length} bytes) exceeds safetensors' limit "
+                                            f"({_MAX_SAFETENSORS_HEADER_BYTES} bytes)")
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise _corrupt_file_error(path, f"its header is not JSON ({type(error).__name__})") from None
+    if not isinstance(header, dict):
+        raise _corrupt_file_error(path, f"its header is a JSON {type(header).__name__}, not an object")
+    data_size, spans = size - 8 - length, []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not _valid_header_entry(entry):
+            raise _corrupt_file_error(path, f"tensor {name!r} has no valid dtype, shape and data_offsets")
+        shape, (begin, end) = entry["shape"], entry["data_offsets"]
+        if end > data_size:
+            raise _corrupt_file_error(path, f"tensor {name!r} ends at byte {end} of the data, past the end of the "
+                                            f"data ({data_size} bytes)")
+        item_size = _SAFETENSORS_ITEM_SIZES.get(entry["dtype"])
+        if item_size is not None and end - begin != math.prod(shape) * item_size:
+            raise _corrupt_file_error(path, f"tensor {name!r} spans {end - begin} bytes, but its dtype and shape "
+                                            f"need {math.prod(shape) * item_size}")
+        spans.append((begin, end, name))
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            raise _corrupt_file_error(path, f"tensor {name!r} starts at byte {begin} of the data, not at {position} "
+                                            "(a gap or an overlap)")
+        position = end
+    if position != data_size:
+        raise _corrupt_file_error(path, f"its tensors cover {position} of its {data_size} data bytes")
+
+
 def safetensors_keys_and_dtypes(paths) -> dict[str, str]:
     """Tensor name -> safetensors dtype code (`"F32"`, `"BF16"`, `"I8"`, ...) of one or more files, without loading
-    any tensor."""
+    any tensor. Each file passes `check_safetensors_file` first."""
     from safetensors import SafetensorError, safe_open
 
     found = {}
     for path in paths:
+        check_safetensors_file(path)
         try:
             with safe_open(str(path), framework="pt") as handle:
                 for key in handle.keys():
                     found[key] = handle.get_slice(key).get_dtype()
         except (SafetensorError, OSError, ValueError) as error:
-            raise OfficialCheckpointError(
-                f"Cannot read {path} as a safetensors file ({error}). The file is truncated or corrupt: download it "
-                "again."
-            ) from error
+            raise _corrupt_file_error(path, f"safetensors cannot read it ({error})") from error
     return found
 
 
@@ -122,11 +210,12 @@ def check_tensor_dtypes(dtypes: dict[str, str], source: str) -> list[str]:
 def read_safetensors_header(paths) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, str], dict]:
     """The tensors of one or more safetensors files as meta tensors (shape and dtype, no data), the file holding each
     tensor, each tensor's safetensors dtype code (`"BF16"`, `"I8"`, ...), and the header metadata of the first file.
-    Nothing is read but the headers."""
+    Nothing is read but the headers. Each file passes `check_safetensors_file` first."""
     from safetensors import SafetensorError, safe_open
 
     tensors, files, codes, metadata = {}, {}, {}, {}
     for index, path in enumerate(str(p) for p in paths):
+        check_safetensors_file(path)
         try:
             with safe_open(path, framework="pt") as handle:
                 if index == 0:
@@ -138,10 +227,7 @@ def read_safetensors_header(paths) -> tuple[dict[str, torch.Tensor], dict[str, s
                     tensors[key] = torch.empty(view.get_shape(), dtype=dtype, device="meta")
                     files[key] = path
         except (SafetensorError, OSError, ValueError) as error:
-            raise OfficialCheckpointError(
-                f"Cannot read {path} as a safetensors file ({error}). The file is truncated or corrupt: download it "
-                "again."
-            ) from error
+            raise _corrupt_file_error(path, f"safetensors cannot read it ({error})") from error
     return tensors, files, codes, metadata
 
 

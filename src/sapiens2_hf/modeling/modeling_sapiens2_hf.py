@@ -1028,7 +1028,7 @@ class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
             return  # a head layout without a task (transformers' test configs): the class names it (`build_task_layers`)
         what = "a backbone-only" if config.task is None else f"a `{config.task}`"
         hint = (
-            f"load it with {task_spec(config.task).model_class}"
+            f"load it with {task_spec(config.task).model_class} (pipeline `{task_spec(config.task).pipeline_name}`)"
             if config.task is not None
             else f"start a new {cls.task} model from it with {cls.__name__}.from_backbone(...)"
         )

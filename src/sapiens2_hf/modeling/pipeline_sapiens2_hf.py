@@ -110,6 +110,35 @@ def _default_image_processor(model, task: str, like=None):
     return candidates[0].from_image_processor(like, task, **overrides)
 
 
+def _refuse_a_model_of_another_type(model, pipeline_name: str) -> None:
+    """Refuses a model whose class read a config.json of another model type, with the reason the class registered for
+    `pipeline_name` gives for that checkpoint.
+
+    When the registered class refuses a checkpoint (NaN weights, another task, a `bert` config.json), transformers'
+    pipeline factory tries the classes config.json's `architectures` names in transformers' own namespace
+    (pipelines/base.py, `load_model`). Ours bear the names of transformers' Sapiens2 classes, so the folder we refused
+    came back as transformers' class reading our config.json, which it only warns about. Such a model keeps the
+    config.json's model type on its config, unlike its class's; the registered class loads the checkpoint again so
+    that its own one-line error is the one raised.
+    """
+    config = getattr(model, "config", None)
+    declared, own = getattr(config, "model_type", None), getattr(type(config), "model_type", None)
+    source = getattr(model, "name_or_path", None)
+    if config is None or declared == own or not source:  # a model built in memory was not refused by anyone
+        return
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    registered = tuple(PIPELINE_REGISTRY.supported_tasks.get(pipeline_name, {}).get("pt") or ())
+    for model_class in registered:
+        model_class.from_pretrained(source, _from_pipeline=pipeline_name)  # raises the reason it was refused
+    names = " or ".join(f"{model_class.__name__}.from_pretrained" for model_class in registered) or "its own class"
+    raise ValueError(
+        f"the {pipeline_name} pipeline got a {type(model).__name__} of model type `{own}` built from {source}'s "
+        f"config.json of model type `{declared}`, which transformers' pipeline factory builds only after the class "
+        f"registered for the task refused the checkpoint; load it with {names} to see why."
+    )
+
+
 def _positive_int(name: str, value: Any, default: int | None) -> int | None:
     """`value` as an int >= 1 (`None` gives `default`); 0, negatives, fractions and booleans are errors."""
     if value is None:
@@ -125,6 +154,73 @@ def _num_workers(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"num_workers must be an integer >= 0, got {value!r}.")
     return int(value)
+
+
+#: dtypes a Sapiens2 pipeline runs in (names or torch dtypes), and "auto" (the checkpoint's).
+PIPELINE_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _no_cuda_reason() -> str:
+    build = torch.version.cuda
+    return (f"this torch build has CUDA {build} but sees no GPU (driver, CUDA_VISIBLE_DEVICES?)" if build
+            else "this torch build has no CUDA support")
+
+
+def _accelerator_type() -> str | None:
+    """The device type of an int device (transformers' order, of the types checked here), None on a CPU machine."""
+    if torch.cuda.is_available():
+        return "cuda"
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu"
+    return "mps" if torch.backends.mps.is_available() else None
+
+
+def check_device(device: Any) -> None:
+    """Refuses a pipeline `device` this machine does not have, in one line naming it and the fix.
+
+    Without it torch fails deep inside `.to()` with its own words ("Found no NVIDIA driver", "not linked with support
+    for mps devices"), and transformers runs an int device (an accelerator index) quietly on the CPU when there is no
+    accelerator. `None`, the CPU and -1 (transformers' index of the CPU) always pass.
+    """
+    if device is None or (type(device) is int and device == -1):
+        return
+    if isinstance(device, bool) or (isinstance(device, int) and device < -1):
+        raise ValueError(f"device={device!r} is not a device; pass 'cpu' (or -1), 'cuda', 'cuda:N', 'mps' or an "
+                         "accelerator index N >= 0.")
+    if isinstance(device, int):
+        kind, index = _accelerator_type(), device
+        if kind is None:
+            raise ValueError(f"device={device!r} (an accelerator index) is not available here: {_no_cuda_reason()}, "
+                             "nor any other accelerator; pass device='cpu' (or -1).")
+    else:
+        try:
+            parsed = torch.device(device)
+        except (RuntimeError, TypeError, ValueError):
+            raise ValueError(f"device={device!r} is not a device; pass 'cpu', 'cuda', 'cuda:N' or 'mps'.") from None
+        kind, index = parsed.type, parsed.index
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} is not available here: {_no_cuda_reason()}; pass device='cpu', or run "
+                         "on a machine with an NVIDIA GPU and a CUDA build of torch.")
+    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
+        raise ValueError(f"device={device!r} is not available here: this machine has {torch.cuda.device_count()} "
+                         "CUDA device(s), numbered from 0; pass one of them, or device='cpu'.")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r} is not available here: this machine or torch build has no MPS (the GPU "
+                         "of Apple silicon Macs); pass device='cpu'.")
+    module = getattr(torch, kind, None) if kind not in ("cpu", "cuda", "mps", "meta") else None
+    if module is not None and callable(getattr(module, "is_available", None)) and not module.is_available():
+        raise ValueError(f"device={device!r} is not available here (torch.{kind}.is_available() is False); pass "
+                         "device='cpu'.")
+
+
+def check_dtype(dtype: Any) -> None:
+    """Refuses a pipeline `dtype` other than `PIPELINE_DTYPES` (a name or torch dtype) and "auto": transformers loads
+    an unknown name in float32 with only a log note."""
+    if dtype is None or dtype == "auto":
+        return
+    if not isinstance(dtype, (str, torch.dtype)) or str(dtype).removeprefix("torch.") not in PIPELINE_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not one a Sapiens2 pipeline runs in; pass one of "
+                         f"{', '.join(PIPELINE_DTYPES)} or auto (a name or the torch dtype).")
 
 
 class _Sapiens2PipelineBase(Pipeline):
@@ -148,6 +244,10 @@ class _Sapiens2PipelineBase(Pipeline):
 
     def __init__(self, *args, **kwargs):
         dtype = kwargs.get("dtype")
+        check_device(kwargs.get("device"))  # before `Pipeline.__init__` moves the model there
+        check_dtype(dtype)
+        _refuse_a_model_of_another_type(kwargs["model"] if "model" in kwargs else args[0] if args else None,
+                                        TASK_SPECS[self.task_name].pipeline_name)
         super().__init__(*args, **kwargs)
         if isinstance(dtype, str) and dtype != "auto" and hasattr(torch, dtype):
             dtype = getattr(torch, dtype)

@@ -23,6 +23,7 @@ from ..modeling import Sapiens2Config
 from ..training.run_setup import (
     Sapiens2TrainingArguments,
     check_process_count,
+    hold_output_dir,
     prepare_output_dir,
     seed_run,
     with_skipped_list,
@@ -140,10 +141,17 @@ def run_pretraining(args: PretrainingArguments, training_args: TrainingArguments
     """Builds model, data and trainer from the arguments, trains, saves the checkpoint and exports the backbone.
 
     `output_dir` follows the run-folder rule (`sapiens2_hf.training.run_setup.prepare_output_dir`): a folder holding
-    another run is refused unless `--overwrite_output_dir` clears it or `--resume_from_checkpoint` continues it.
+    another run is refused unless `--overwrite_output_dir` clears it or `--resume_from_checkpoint` continues it. The
+    run holds `output_dir` throughout (`hold_output_dir`): a second run started into it meanwhile is refused.
     """
     if args.export_which not in ("student", "teacher"):
         raise ValueError(f"--export_which must be 'student' or 'teacher', got {args.export_which!r}.")
+    with hold_output_dir(training_args):
+        return _run_pretraining(args, training_args)
+
+
+def _run_pretraining(args: PretrainingArguments, training_args: TrainingArguments) -> Sapiens2PreTrainingTrainer:
+    """`run_pretraining` once `output_dir` is held."""
     seed_run(training_args)
     export_dir = args.export_dir or os.path.join(training_args.output_dir, "backbone")
     inside = os.path.dirname(os.path.abspath(export_dir)) == os.path.abspath(training_args.output_dir)

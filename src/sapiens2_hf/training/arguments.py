@@ -9,6 +9,18 @@ from dataclasses import dataclass, field
 from ..modeling.sapiens2_tasks import TASK_NAMES
 
 
+# Range checks run in `__post_init__`, so that `HfArgumentParser` refuses a value at parse time, in one line naming
+# the flag, instead of a run ignoring it (a split fraction of 1.5 never used) or failing hours later.
+def _check_positive(flag: str, value, fix: str) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{flag} {value} is not positive; {fix}.")
+
+
+def _check_non_negative(flag: str, value, fix: str) -> None:
+    if value is not None and not value >= 0:
+        raise ValueError(f"{flag} {value} is negative; {fix}.")
+
+
 @dataclass
 class ModelArguments:
     """Which model to fine-tune and how."""
@@ -71,6 +83,19 @@ class ModelArguments:
                           "installed (as `sapiens2_hf.hub.save_for_hub` does)."},
     )
 
+    def __post_init__(self):
+        rate = self.layer_decay_rate
+        if rate is not None and not 0 < rate <= 1:
+            raise ValueError(f"--layer_decay_rate {rate} is not in (0, 1]; pass e.g. 0.85, or 1.0 for no layer-wise "
+                             "decay.")
+        _check_non_negative("--freeze_backbone_layers", self.freeze_backbone_layers,
+                            "pass 0 (the embeddings only) or more blocks, or --freeze_backbone for all of them")
+        _check_positive("--lora_rank", self.lora_rank, "pass e.g. 16")
+        _check_positive("--lora_alpha", self.lora_alpha, "pass e.g. 32, or leave it out for 2 x --lora_rank")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"--lora_dropout {self.lora_dropout} is not a probability in [0, 1); pass e.g. 0.05, "
+                             "or 0 for none (1 would drop every LoRA output).")
+
 
 @dataclass
 class DataArguments:
@@ -104,8 +129,8 @@ class DataArguments:
     test_split_name: str = field(default="test", metadata={"help": "The split --do_predict runs on."})
     train_val_split: float | None = field(
         default=0.15,
-        metadata={"help": "Fraction of the training rows split off (seeded with --seed) for evaluation when the "
-                          "dataset has no evaluation split and evaluation is asked for; 0 or None: never."},
+        metadata={"help": "Fraction of the training rows, in (0, 1), split off (seeded with --seed) for evaluation "
+                          "when the dataset has no evaluation split and evaluation is asked for; 0 or None: never."},
     )
     max_train_samples: int | None = field(
         default=None,
@@ -208,3 +233,17 @@ class DataArguments:
                           "truncated file). Default: skip bad records and list them in "
                           "<output_dir>/skipped_samples.json."},
     )
+
+    def __post_init__(self):
+        split = self.train_val_split
+        if split is not None and split != 0 and not 0 < split < 1:
+            raise ValueError(f"--train_val_split {split} is not a fraction in (0, 1); pass the share of the training "
+                             "rows to split off for evaluation (e.g. 0.15), or 0 to never split.")
+        for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
+            _check_positive(f"--{name}", getattr(self, name), "pass 1 or more, or leave it out for every example")
+        for name in ("synthetic_train_samples", "synthetic_eval_samples", "synthetic_test_samples"):
+            _check_non_negative(f"--{name}", getattr(self, name), "pass 0 (none) or more samples")
+        _check_positive("--synthetic_image_size", self.synthetic_image_size, "pass a size in pixels, e.g. 256")
+        for name in ("input_height", "input_width"):
+            _check_positive(f"--{name}", getattr(self, name),
+                            "pass a size in pixels, or leave it out for the model's own")

@@ -50,7 +50,7 @@ from .label_sets import (
 )
 from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
-from .run_setup import prepare_output_dir, seed_run, with_skipped_list
+from .run_setup import hold_output_dir, prepare_output_dir, seed_run, with_skipped_list
 from .tasks import check_task, training_task
 from .trainer import Sapiens2Trainer
 
@@ -436,7 +436,8 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     `checkpoint-*`); `pipeline(..., model=output_dir)` loads it. Nothing is saved by a run that does not train or
     push (as transformers' example scripts). A run that saves follows the run-folder rule first
     (`run_setup.prepare_output_dir`): an `output_dir` holding another run is refused unless
-    `--overwrite_output_dir` clears it or `--resume_from_checkpoint` continues it.
+    `--overwrite_output_dir` clears it or `--resume_from_checkpoint` continues it. The run holds `output_dir`
+    throughout (`run_setup.hold_output_dir`): a second run started into it meanwhile is refused.
 
     Returns:
         `tuple[Sapiens2Trainer, dict]`: the trainer and the final metrics: `eval_*` (evaluation) and `predict_*`
@@ -444,6 +445,13 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     """
     task = check_task(model_args.task)
     stages = resolve_stages(training_args, default_stages)
+    with hold_output_dir(training_args):
+        return _run_finetune(model_args, data_args, training_args, task, stages)
+
+
+def _run_finetune(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, task: str,
+                  stages: Stages):
+    """`run_finetune` once `output_dir` is held."""
     seed_run(training_args)
     use_lora = model_args.use_lora and stages.train
     resume_from = None

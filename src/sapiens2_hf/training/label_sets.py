@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.keypoint_sets import KEYPOINT_SET_PRESETS, KeypointSet, keypoint_set
+from ..data.pose import load_coco_keypoint_file
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ def _set_for_count(count: int, where: str) -> KeypointSet:
 
 
 def _coco_file_set(path: Path) -> KeypointSet:
-    data = json.loads(path.read_text())
-    annotation = next(iter(data.get("annotations") or []), None)
+    data = load_coco_keypoint_file(path)
+    annotation = next(iter(data["annotations"]), None)
     if annotation is not None and ("lefthand_kpts" in annotation or len(annotation["keypoints"]) // 3 in (308, 344)):
         return KEYPOINT_SET_PRESETS[OFFICIAL_SET]
     category = next((c for c in data.get("categories", []) if c.get("keypoints")), None)

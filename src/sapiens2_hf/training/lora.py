@@ -16,6 +16,7 @@ from torch import nn
 
 from ..modeling import Sapiens2Config, Sapiens2Model, model_class_for_task
 from ..utils.extras import require
+from ..utils.run_lock import folder_entries
 from .tasks import head_modules, training_task
 
 
@@ -111,6 +112,22 @@ def save_lora_adapter(
     card.save(output_dir / "README.md")  # replaces peft's placeholder card
 
 
+_ADAPTER_FILES = ("the folder that training_scripts/finetune.py --use_lora writes: adapter_config.json, "
+                  "adapter_model.safetensors and config.json")
+
+
+def check_adapter_folder(adapter: str) -> None:
+    """Refuses a local `adapter` that is not a LoRA adapter folder before the loaders see it: a model folder or a
+    weights file would otherwise be taken for a Hub repo id and refused in the Hub client's words (`merge_lora`,
+    `sapiens2-hf merge`)."""
+    path = Path(adapter)
+    if path.is_file():
+        raise ValueError(f"{adapter} is a file, not an adapter folder; merge expects {_ADAPTER_FILES}.")
+    if path.is_dir() and not (path / "adapter_config.json").is_file():
+        what = " (a model folder, which loads as it is)" if (path / "config.json").is_file() else ""
+        raise ValueError(f"{adapter} has no adapter_config.json{what}; merge expects {_ADAPTER_FILES}.")
+
+
 def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False, remote_code: bool = True) -> Path:
     """Merge a LoRA adapter folder (or Hub repo) written by `save_lora_adapter` into a plain model folder.
 
@@ -136,10 +153,11 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False
     from ..hub.sharing import save_for_hub
     from ..processing import Sapiens2HFImageProcessor, image_processor_for_task
 
-    peft = _peft()  # before the base loads: loading the adapter folder needs it too
     adapter = str(adapter)
+    check_adapter_folder(adapter)
+    peft = _peft()  # before the base loads: loading the adapter folder needs it too
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:  # fail before the (slow) load
+    if out_dir.exists() and folder_entries(out_dir) and not overwrite:  # fail before the (slow) load
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True "
                               "(--overwrite).")
     config = Sapiens2Config.from_pretrained(adapter)

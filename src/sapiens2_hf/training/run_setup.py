@@ -1,5 +1,5 @@
-"""What every training entry point does before it builds anything: seed the RNGs, and apply the run-folder rule
-(`prepare_output_dir`) that also reads `--resume_from_checkpoint`.
+"""What every training entry point does before it builds anything: hold `--output_dir` (`hold_output_dir`: one run at
+a time), seed the RNGs, and apply the run-folder rule (`prepare_output_dir`) that also reads `--resume_from_checkpoint`.
 
 The run-folder rule, shared by fine-tuning and pretraining, so that a folder never mixes two runs:
 
@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -32,6 +32,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ..data.validation import NoUsableSamplesError, write_skipped_samples
 from ..hub.sharing import ADAPTER_FILE_NAMES, WEIGHT_FILE_PATTERNS
 from ..utils.atomic_io import atomic_write_json
+from ..utils.run_lock import run_folder_lock
 
 
 logger = logging.getLogger(__name__)
@@ -324,6 +325,22 @@ def _check_same_run(folder: Path, marker: dict | None, identity: dict, kind: str
                  for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key)]
     if differing:
         raise ValueError(f"--output_dir {folder} holds another run ({'; '.join(differing)}); {hint}")
+
+
+@contextlib.contextmanager
+def hold_output_dir(training_args: TrainingArguments, command: str | None = None) -> Iterator[Path]:
+    """Holds `--output_dir` for the run (`sapiens2_hf.utils.run_lock`): a second run started into it meanwhile is
+    refused in one line naming this one; an `--output_dir` that is a file is refused at once.
+
+    Only the main process (`process_index` 0) takes the lock: the other processes of a launch write into the folder
+    the main one holds, and must not be refused by it.
+    """
+    folder = Path(training_args.output_dir)
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"--output_dir {folder} is a file, not a folder; pass a new or existing folder, where "
+                              "the run writes its model, checkpoints and results.")
+    with run_folder_lock(folder, command=command, enabled=training_args.process_index == 0):
+        yield folder
 
 
 def with_skipped_list(error: NoUsableSamplesError, training_args) -> NoUsableSamplesError:

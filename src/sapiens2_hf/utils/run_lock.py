@@ -1,0 +1,273 @@
+"""Exclusive run folders (layer 1): one run at a time writes a folder.
+
+Every entry point that writes a folder (the predict commands' `--out`, `finetune.py` / `pretrain.py`'s
+`--output_dir`, `save_for_hub`, `export_model`, `convert_official_checkpoint`) holds `run_folder_lock(folder)` while
+it writes. The lock is a file
+in the folder, `LOCK_FILE` (`_sapiens2_run.lock`: `_*` files are never pushed to the Hub, by transformers or by this
+package), created atomically (`O_CREAT | O_EXCL`) and holding JSON: `pid`, `host`, `started` (local ISO time),
+`command` and a random `token`. It is removed on exit, including on an exception.
+
+A second run into a held folder is refused with `RunFolderLockedError`, one line naming the holder (pid, host,
+command, since when) and the fix. A lock whose process is gone (same host, no such pid) is stale: it is taken over,
+with a logged warning. A lock from another host is never taken over (its process cannot be checked from here): the
+message says to delete the file once that run is over. A lock whose pid a new process reused looks alive; the same
+message names its command, so a user sees that it is not the run.
+
+Under several processes (torch distributed, accelerate) only the main process takes the lock (`enabled=False` on
+the others); nested holds by the process that holds the lock (a run that calls `save_for_hub` into its own folder)
+are counted, not refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shlex
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = "_sapiens2_run.lock"
+# A lock file is written right after its exclusive creation; one still empty (or cut short) after this long was left
+# by a process that died in between, and counts as stale.
+_UNFINISHED_LOCK_S = 30.0
+_TAKEOVER_ATTEMPTS = 5
+_COMMAND_SHOWN = 200
+
+# The folders this process holds: `[hold count, lock record]`; the lock file is created by the first hold and removed
+# by the last. Process state by nature (a lock belongs to a process); guarded for threads (the web app).
+_held: dict[Path, list] = {}
+_held_guard = threading.Lock()
+
+
+class RunFolderLockedError(OSError):
+    """Another run holds the folder (`LOCK_FILE`); the message names it and the fix."""
+
+
+def current_command() -> str:
+    """This process's command line, as the lock records it (`finetune.py --task pose ...`)."""
+    argv = list(sys.argv) or ["python"]
+    return shlex.join([Path(argv[0]).name or "python", *argv[1:]])
+
+
+def _lock_record(command: str | None) -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": datetime.now().isoformat(timespec="seconds"),
+            "command": command or current_command(), "token": secrets.token_hex(8)}
+
+
+def read_lock(folder: str | os.PathLike) -> dict | None:
+    """The record of `folder`'s lock file; `None` when there is none, `{}` when it is empty or unreadable."""
+    return _read_record(Path(folder) / LOCK_FILE)
+
+
+def _read_record(path: Path) -> dict | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, UnicodeDecodeError):
+        return {}
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    except OSError:  # no way to check here (an unsupported platform): assume it runs
+        return True
+    return True
+
+
+def _is_stale(record: dict, path: Path) -> bool:
+    """Whether the lock `record` (read from `path`) was left by a run that is over."""
+    if not record:  # empty or cut short: a process died between creating and writing it, or is writing it now
+        try:
+            return time.time() - path.stat().st_mtime > _UNFINISHED_LOCK_S
+        except OSError:
+            return False
+    pid = record.get("pid")
+    if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    return pid != os.getpid() and not _process_exists(pid)
+
+
+def describe_holder(record: dict) -> str:
+    """`pid 123 on host, \\`finetune.py ...\\`, since 2025-01-01T12:00:00` (what the refusal shows of a lock)."""
+    if not record:
+        return "a run whose lock file is empty or unreadable"
+    command = str(record.get("command", "?"))
+    if len(command) > _COMMAND_SHOWN:
+        command = command[:_COMMAND_SHOWN] + "..."
+    return (f"pid {record.get('pid', '?')} on {record.get('host', '?')}, `{command}`, "
+            f"since {record.get('started', '?')}")
+
+
+def _refusal(folder: Path, record: dict) -> RunFolderLockedError:
+    path = folder / LOCK_FILE
+    return RunFolderLockedError(
+        f"{folder} is in use by another run ({describe_holder(record)}); wait for it to end or write to another "
+        f"folder (if that run is over, for example its machine restarted, delete {path}).",
+    )
+
+
+def check_run_folder_free(folder: str | os.PathLike) -> None:
+    """Raises `RunFolderLockedError` when another run holds `folder` (a stale lock does not count): a cheap early
+    check for an entry point that takes the lock only later."""
+    folder = Path(folder)
+    with _held_guard:
+        if folder.resolve() in _held:
+            return
+    record = read_lock(folder)
+    if record is not None and not _is_stale(record, folder / LOCK_FILE):
+        raise _refusal(folder, record)
+
+
+def _create(path: Path, command: str | None) -> dict | None:
+    """Creates the lock file at `path` with this process's record; `None` when one exists."""
+    record = _lock_record(command)
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except FileExistsError:
+        return None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(json.dumps(record, indent=1))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    return record
+
+
+def _take_over(path: Path, stale: dict) -> None:
+    """Removes the stale lock at `path` unless another run replaced it meanwhile: it is renamed away first (atomic),
+    and put back when what was renamed is not the stale lock that was read."""
+    aside = path.with_name(f"{path.name}.{secrets.token_hex(4)}.stale")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:  # another run took it over (or its owner ended) meanwhile
+        return
+    moved = _read_record(aside)
+    if moved != stale:  # a live run's fresh lock, created after the read: put it back (unless yet another run's is)
+        with contextlib.suppress(OSError):
+            os.link(aside, path)
+    with contextlib.suppress(OSError):
+        aside.unlink()
+    if moved == stale:
+        logger.warning("Took over the lock of %s left by a run that is no longer running (%s).", path.parent,
+                       describe_holder(stale))
+
+
+def _acquire(folder: Path, command: str | None) -> dict:
+    path = folder / LOCK_FILE
+    for _ in range(_TAKEOVER_ATTEMPTS):
+        record = _create(path, command)
+        if record is not None:
+            return record
+        held = read_lock(folder)
+        if held is None:  # released between the two calls
+            continue
+        if not _is_stale(held, path):
+            raise _refusal(folder, held)
+        _take_over(path, held)
+    raise _refusal(folder, read_lock(folder) or {})
+
+
+def _release(folder: Path, record: dict) -> None:
+    """Removes the lock file when it is still this hold's (a lock taken over by force is left alone)."""
+    path = folder / LOCK_FILE
+    if read_lock(folder) == record:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    else:
+        logger.warning("The lock of %s was replaced while this run held it; leaving the new one.", folder)
+
+
+@contextlib.contextmanager
+def run_folder_lock(folder: str | os.PathLike, command: str | None = None, enabled: bool = True) -> Iterator[Path]:
+    """Holds `folder` (created if missing) for this run; see the module docstring.
+
+    Args:
+        folder: the folder the run writes.
+        command (`str`, *optional*): what the lock records as the holder's command (default: this process's).
+        enabled (`bool`, defaults to `True`): `False` on the processes of a launch other than the main one, which
+            write nothing of their own: they neither take the lock nor are refused by it.
+
+    Raises:
+        RunFolderLockedError: another run holds `folder`.
+        FileExistsError: `folder` exists and is not a folder.
+
+    A folder this hold created and that is still empty at release is removed, so a refused or failed run leaves
+    nothing behind.
+    """
+    folder = Path(folder)
+    if not enabled:
+        yield folder
+        return
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"{folder} exists and is not a folder; pass a folder path.")
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    key = folder.resolve()
+    with _held_guard:
+        hold = _held.get(key)
+        if hold is not None:
+            hold[0] += 1
+    if hold is None:
+        try:
+            record = _acquire(folder, command)
+        except BaseException:
+            if created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
+        with _held_guard:
+            hold = _held[key] = [1, record]
+    try:
+        yield folder
+    finally:
+        with _held_guard:
+            hold[0] -= 1
+            last = hold[0] == 0
+            if last:
+                del _held[key]
+        if last:
+            _release(folder, hold[1])
+            if created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty: a run that wrote nothing leaves no folder behind
+
+
+def folder_entries(folder: str | os.PathLike) -> list[Path]:
+    """The entries of `folder` other than its lock file (what an "is it empty" check looks at)."""
+    return [path for path in Path(folder).iterdir() if path.name != LOCK_FILE]
+
+
+__all__ = [
+    "LOCK_FILE",
+    "RunFolderLockedError",
+    "check_run_folder_free",
+    "current_command",
+    "describe_holder",
+    "folder_entries",
+    "read_lock",
+    "run_folder_lock",
+]
