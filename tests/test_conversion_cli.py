@@ -31,6 +31,7 @@ def test_convert_reproduces_official_outputs(case, tmp_path, capsys):
     size = ["--image-size", str(meta["input"]["height"]), str(meta["input"]["width"])] if case == "pointmap" else []
     result = _convert([str(weights), "--out", str(out), *size], capsys)
     assert result.returncode == 0, result.stderr
+    assert "verified by reloading it: every tensor bit-exact" in result.stdout  # the command says what it checked
     assert {"config.json", "model.safetensors", "README.md"} <= {p.name for p in out.iterdir()}
     config = json.loads((out / "config.json").read_text())
     assert config["task"] == CASES[case] and config["rope_dtype"] == "bfloat16"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .inference_recipe import prepare_for_inference, resolve_dtype
 from .modeling import Sapiens2Config, model_class_for_task
-from .modeling.loading_sapiens2_hf import resolve_checkpoint
+from .modeling.loading_sapiens2_hf import looks_local, resolve_checkpoint
 from .modeling.pipeline_sapiens2_hf import check_device, check_dtype
 from .pipelines import PIPELINE_TASKS
 
@@ -92,6 +92,8 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
         model_kwargs["image_size"] = image_size
         kwargs["model_kwargs"] = model_kwargs
     is_local = isinstance(model, (str, os.PathLike)) and Path(model).exists()
+    if isinstance(model, (str, os.PathLike)) and not is_local and looks_local(os.fspath(model)):
+        raise OSError(f"{os.fspath(model)}: no such file or folder.")  # as from_pretrained says, not a Hub lookup
     # A LoRA adapter folder is transformers' own business (its factory finds adapter_config.json).
     if is_local and task in PIPELINE_TASKS and not (Path(model) / "adapter_config.json").is_file():
         resolved = resolve_checkpoint(model)

@@ -103,16 +103,11 @@ class AppRunner:
     def demo_model(self, task: str) -> Path:
         """The folder of the tiny random-weight model of `task` (built and saved on first use; seeded, so every
         process builds the same weights)."""
-        import torch
-
-        from ..modeling import model_class_for_task, tiny_config
+        from ..hub.tiny_models import save_tiny_model
 
         folder = self.work_dir / "demo_models" / task
         if not (folder / "config.json").is_file():
-            with torch.random.fork_rng(devices=[]):  # seeded weights without touching the caller's RNG state
-                torch.manual_seed(DEMO_SEED)
-                model = model_class_for_task(task)(tiny_config(task))
-            model.save_pretrained(folder)
+            save_tiny_model(task, folder, seed=DEMO_SEED, overwrite=True)
         return folder
 
     def _source(self, task: str, model: str | None) -> str:

@@ -32,7 +32,14 @@ def add_convert_subparser(subparsers) -> None:
     from .threads import add_threads_argument
 
     add_threads_argument(parser)
-    parser.set_defaults(handler=run_convert)
+    parser.set_defaults(handler=run_convert, precheck=_check_source)
+
+
+def _check_source(args: argparse.Namespace) -> None:
+    from .hub_access import hub_ids, prepare_hub_access
+
+    check_local_source("", args.source)
+    prepare_hub_access("convert", hub_ids(args.source))
 
 
 def run_convert(args: argparse.Namespace) -> int:
@@ -48,5 +55,9 @@ def run_convert(args: argparse.Namespace) -> int:
         verify=not args.no_verify,
         overwrite=args.overwrite,
     )
-    print(f"wrote {out}")
+    # verify_reload raises when a check fails: reaching here means every check passed
+    checked = ("; --no-verify: not checked" if args.no_verify else
+               "; verified by reloading it: every tensor bit-exact, the same config, outputs within float rounding "
+               "of the source model's (relative L2 <= 1e-3)")
+    print(f"wrote {out}{checked}")
     return 0

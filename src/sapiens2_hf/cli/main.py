@@ -26,27 +26,35 @@ def build_parser() -> argparse.ArgumentParser:
     from .export import add_export_subparser; add_export_subparser(subparsers)  # noqa: E702
     from .app import add_app_subparser; add_app_subparser(subparsers)  # noqa: E702 (app, space)
     from .env import add_env_subparser; add_env_subparser(subparsers)  # noqa: E702
+    from .tiny import add_tiny_subparser; add_tiny_subparser(subparsers)  # noqa: E702
     return parser
 
 
 def _run(args) -> int:
     """The command's handler, after the registration with transformers that the console script deferred
     (`sapiens2_hf_cli.py`): commands reach the model code through sub-modules, which do not trigger it."""
+    from transformers.utils import logging as transformers_logging
+
     from .. import _registration
 
-    _registration.register()
-    return args.handler(args)
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # per-load / per-save weight bars are noise on the command line
+    try:
+        _registration.register()
+        return args.handler(args)
+    finally:
+        if bars_were_on:  # `main` called from Python (tests, notebooks) leaves the caller's setting as it was
+            transformers_logging.enable_progress_bar()
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "precheck", None) is not None:  # the command's paths, before torch and transformers load
+            args.precheck(args)
         if "threads" in vars(args):  # every command that computes takes --threads (cli/threads.py)
-            from transformers.utils import logging as transformers_logging
-
             from .threads import torch_threads
 
-            transformers_logging.disable_progress_bar()  # per-load weight bars are noise on the command line
             with torch_threads(args.threads, default=getattr(args, "threads_default", "auto")):
                 return _run(args)
         return _run(args)

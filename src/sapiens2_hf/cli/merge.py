@@ -21,7 +21,7 @@ def add_merge_subparser(subparsers) -> None:
     from .threads import add_threads_argument
 
     add_threads_argument(parser)
-    parser.set_defaults(handler=run_merge)
+    parser.set_defaults(handler=run_merge, precheck=lambda args: check_local_source("", args.adapter))
 
 
 def run_merge(args: argparse.Namespace) -> int:

@@ -284,6 +284,7 @@ class PredictOptions:
         inputs (`tuple[str, ...]`), out (`str`): the inputs and the output folder.
         runtime, output, video, foreground: the option groups.
         boxes (`str`, *optional*): the `--boxes` file (pose).
+        whole_image (`bool`): pose: an input without a `--boxes` entry is one person filling the image.
         overwrite, quiet (`bool`): recompute finished inputs; no progress bar.
     """
 
@@ -295,6 +296,7 @@ class PredictOptions:
     inputs: tuple[str, ...] = ()
     out: str = ""
     boxes: str | None = None
+    whole_image: bool = False
     overwrite: bool = False
     quiet: bool = False
 
@@ -303,14 +305,16 @@ class PredictOptions:
         return cls(task=args.task, runtime=RuntimeOptions.from_args(args), output=OutputOptions.from_args(args),
                    video=VideoOptions.from_args(args), foreground=ForegroundOptions.from_args(args),
                    inputs=tuple(getattr(args, "inputs", ()) or ()), out=str(getattr(args, "out", "") or ""),
-                   boxes=getattr(args, "boxes", None), overwrite=bool(getattr(args, "overwrite", False)),
+                   boxes=getattr(args, "boxes", None), whole_image=bool(getattr(args, "whole_image", False)),
+                   overwrite=bool(getattr(args, "overwrite", False)),
                    quiet=bool(getattr(args, "quiet", False)))
 
     def fingerprint(self) -> dict[str, Any]:
         """Every option that changes what an input's outputs are (the resume marker's `options`): the dtype and
         input size, then the output, video and foreground groups; device, batch size and threads are not."""
+        whole_image = {"whole_image": True} if self.whole_image else {}  # absent when off: older markers match
         return {**self.runtime.fingerprint(), **self.output.fingerprint(), **self.video.fingerprint(),
-                **self.foreground.fingerprint()}
+                **self.foreground.fingerprint(), **whole_image}
 
     def replace(self, **changes) -> "PredictOptions":
         """A copy with top-level fields or whole groups replaced (`dataclasses.replace`)."""

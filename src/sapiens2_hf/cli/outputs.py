@@ -360,12 +360,20 @@ def _boxes_for(source: str, boxes: dict) -> Any:
     return boxes.get(Path(source).name, boxes.get(source))
 
 
+def _width_height(image) -> tuple[int, int]:
+    """(width, height) of a decoded image: an (H, W, C) array or a PIL image."""
+    return image.size if hasattr(image, "getbands") else (image.shape[1], image.shape[0])
+
+
 def predict_images(options: PredictOptions, pipe, images: list, boxes: list | None = None, **extra) -> list:
     """Run the pipeline on a batch of images (pose: with one list of boxes per image, else the detector)."""
     kwargs: dict[str, Any] = {}
     if options.task == "pose":
         kwargs["flip_test"] = not options.output.no_flip_test
         kwargs["detector_threshold"] = options.output.detector_threshold
+        if options.whole_image:  # an input without boxes is one person: its whole image, xyxy
+            boxes = [entry if entry is not None else [[0.0, 0.0, *map(float, _width_height(image))]]
+                     for entry, image in zip(boxes or [None] * len(images), images)]
         if boxes is not None:
             kwargs["boxes"] = boxes
     mask = options.foreground.foreground_mask

@@ -195,6 +195,9 @@ def add_predict_subparsers(subparsers) -> None:
                                      "video frames: '<video file name>#<frame index>' (e.g. 'clip.mp4#0', "
                                      "'clip.mp4#30'; the index counts every decoded frame, before --video-stride) "
                                      "or '<video path>#<frame index>'. Inputs not listed use the detector")
+            parser.add_argument("--whole-image", action="store_true",
+                                help="an input without --boxes entry is one person filling the image (or video "
+                                     "frame): no detector needed, e.g. offline on a cropped photo")
             parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
                                 help="object-detection model id or local folder for inputs without boxes (default "
                                      "PekingU/rtdetr_r50vd: needs the Hub or a cached copy)")
@@ -240,7 +243,7 @@ def add_predict_subparsers(subparsers) -> None:
                                          "<input name>.png per image (non-zero = person)")
         add_threads_argument(parser)
         from .options import add_temporal_filter_arguments; add_temporal_filter_arguments(parser, task)  # noqa: E702
-        parser.set_defaults(handler=run_predict, task=task)
+        parser.set_defaults(handler=run_predict, task=task, precheck=check_predict_paths)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -564,6 +567,25 @@ def _video_boxes(path: Path, boxes: dict) -> dict:
     """The --boxes entries of one video's frames (for its done-marker fingerprint)."""
     prefixes = (f"{path.name}#", f"{path}#")
     return {key: value for key, value in sorted(boxes.items()) if key.startswith(prefixes)}
+
+
+def check_predict_paths(args: argparse.Namespace) -> None:
+    """The model-like paths of a predict command, checked before torch and transformers are imported (`main`'s
+    precheck): a mistyped `--model` answers at once, not after seconds of imports. `predict` checks them again for
+    callers without a command line (the web app)."""
+    from .hub_access import hub_ids, prepare_hub_access
+
+    check_local_source("--model", args.model)
+    check_local_source("--foreground-model", getattr(args, "foreground_model", None))
+    check_local_source("--detector", getattr(args, "detector", None))
+    detector = getattr(args, "detector", None)
+    if args.task == "pose" and detector is None and not args.boxes and not args.whole_image:
+        detector = DEFAULT_DETECTOR  # for the inputs without boxes
+    prepare_hub_access(args.task, hub_ids(args.model, getattr(args, "foreground_model", None), detector))
+
+
+# The pose pipeline's default person detector (modeling/pipeline_sapiens2_hf.py; named here without importing it)
+DEFAULT_DETECTOR = "PekingU/rtdetr_r50vd"
 
 
 def run_predict(args: argparse.Namespace) -> int:

@@ -132,7 +132,7 @@ def synthetic_dataset_dict(task: str, splits: dict[str, tuple[int, int]], height
         if count <= 0:
             continue
         dataset = make_dataset(task, count, height=height, width=width, seed=seed,
-                               num_people=data_task(task).synthetic_people, cache_dir=cache_dir)
+                               num_people=data_task(task).synthetic_people, cache_dir=cache_dir, split=split)
         if "mask" in dataset.column_names:
             masks = dataset.select_columns(["mask"]).with_format("numpy")
             keep = [index for index, row in enumerate(masks) if row["mask"].any()]

@@ -14,6 +14,7 @@ Hub-shippable: stdlib, torch and transformers only; peft is imported when an ada
 import importlib
 import json
 import os
+import warnings
 
 import torch
 from transformers.utils import logging
@@ -136,7 +137,11 @@ def load_adapter_model(cls, name_or_path, kwargs: dict, class_for_task):
                 f"{source} holds no weights for {missing_heads} and its base {base} is not a {config.task} "
                 "checkpoint, so the head would stay randomly initialised."
             ) from error
-    peft_model = peft.PeftModel.from_pretrained(model, folder)
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated `is_gradient_checkpointing` alias while wrapping (transformers >= 5.25):
+        # a FutureWarning about peft's code on every adapter load, not the caller's. Only that one is silenced.
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        peft_model = peft.PeftModel.from_pretrained(model, folder)
     peft_model.eval()
     if not merge:
         return peft_model

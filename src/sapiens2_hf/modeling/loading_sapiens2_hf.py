@@ -30,6 +30,7 @@ Hub-shippable: imports only stdlib, torch, huggingface_hub, safetensors, transfo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -417,9 +418,25 @@ def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = 
         return ResolvedCheckpoint("official", str(path))
     if path.is_dir():
         return _resolve_folder(path, hub_kwargs.get("subfolder") or "")
-    if re.match(r"^[\w.-]+/[\w.-]+$", str(pretrained_model_name_or_path)):
-        return _resolve_hub(str(pretrained_model_name_or_path), hub_kwargs)
-    raise OSError(f"{pretrained_model_name_or_path} is neither a local file or folder nor a Hub repo id.")
+    name = str(pretrained_model_name_or_path)
+    if looks_local(name):
+        raise OSError(f"{name}: no such file or folder.")
+    if re.match(r"^[\w.-]+/[\w.-]+$", name):
+        return _resolve_hub(name, hub_kwargs)
+    raise OSError(f"{name} is neither a local file or folder nor a Hub repo id.")
+
+
+# Files a model argument may name; a Hub repo id does not end in one.
+LOCAL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pt2", ".ckpt", ".onnx", ".json")
+
+
+def looks_local(name: str) -> bool:
+    """True for a model argument that cannot be a Hub repo id (`name` or `namespace/name`): it starts with '.', '/'
+    or '~', holds a backslash, a colon or more than one '/', or ends in a file suffix of `LOCAL_FILE_SUFFIXES`. A
+    missing such path is "no such file or folder", never a Hub lookup (which would answer about repo ids, or wait for
+    the network). The command line applies the same rule before it imports torch (`sapiens2_hf.cli.options`)."""
+    return (name.startswith((".", "/", "~")) or "\\" in name or ":" in name or name.count("/") > 1
+            or name.lower().endswith(LOCAL_FILE_SUFFIXES))
 
 
 # ------------------------------------------------------------------------------------------------------- loading
@@ -593,6 +610,38 @@ def _float32_note(dtypes: dict[str, str], source: str) -> None:
         )
 
 
+# A weights bar over a load or save that takes a fraction of a second is noise (tiny models, tests, the demo, the
+# README's examples); below this size transformers' bars are paused for the call. Real checkpoints keep them.
+QUIET_PROGRESS_BYTES = 64 * 2**20
+
+
+@contextlib.contextmanager
+def quiet_progress_below(size_bytes: int | None):
+    """Pauses transformers' progress bars while a checkpoint of `size_bytes` (None: unknown, bars kept) is loaded or
+    saved, when it is smaller than `QUIET_PROGRESS_BYTES`; a caller that turned them off keeps them off."""
+    from transformers.utils import logging as transformers_logging
+
+    small = size_bytes is not None and size_bytes < QUIET_PROGRESS_BYTES
+    pause = small and transformers_logging.is_progress_bar_enabled()
+    if pause:
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if pause:
+            transformers_logging.enable_progress_bar()
+
+
+def _local_weights_bytes(location) -> int | None:
+    """The size of the weights a local file or folder holds (None for a Hub id: not known before the download)."""
+    path = Path(os.fspath(location))
+    if path.is_file():
+        return path.stat().st_size
+    if path.is_dir():
+        return sum(file.stat().st_size for file in path.glob("*.safetensors"))
+    return None
+
+
 def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tuple, kwargs: dict,
                     transformers_from_pretrained, class_for_task):
     """`from_pretrained` of the model classes (see `Sapiens2PreTrainedModel.from_pretrained` for the arguments).
@@ -604,6 +653,9 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         class_for_task: the model classes' `model_class_for_task` (`None` -> the backbone class); passed in, as the
             model module imports this one.
     """
+    name = os.fspath(pretrained_model_name_or_path)
+    if isinstance(name, str) and looks_local(name) and not os.path.exists(name):  # before the adapter lookup
+        raise OSError(f"{name}: no such file or folder.")
     adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs, class_for_task)
     if adapted is not None:
         # its base was checked when loaded; the adapter's own weights are merged in (or wrap it) here
@@ -678,9 +730,10 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         _float32_note(dtypes, source)
     # Mismatched shapes are collected and raised below with their names instead of transformers' bare error.
     kwargs.setdefault("ignore_mismatched_sizes", strict)
-    model, loading_info = transformers_from_pretrained(
-        location, *model_args, config=config, output_loading_info=True, **kwargs
-    )
+    with quiet_progress_below(_local_weights_bytes(location)):
+        model, loading_info = transformers_from_pretrained(
+            location, *model_args, config=config, output_loading_info=True, **kwargs
+        )
     if strict and not initialise_only:
         raise_on_loading_problems(model_class, loading_info, source)
     check_finite_tensors(model, source, strict)

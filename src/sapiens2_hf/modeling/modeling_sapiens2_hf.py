@@ -54,7 +54,7 @@ from .configuration_sapiens2_hf import (
     Sapiens2HeadConfig,
     pointmap_scale_features,
 )
-from .loading_sapiens2_hf import load_pretrained
+from .loading_sapiens2_hf import load_pretrained, quiet_progress_below
 from .loss_sapiens2 import (
     AlbedoLoss,
     MattingLoss,
@@ -954,7 +954,9 @@ class ModuleLayoutSaveMixin:
     repos hold them."""
 
     def save_pretrained(self, save_directory, *args, save_original_format: bool = False, **kwargs):
-        return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
+        size = sum(tensor.numel() * tensor.element_size() for tensor in self.state_dict().values())
+        with quiet_progress_below(size):
+            return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
 
 
 class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):

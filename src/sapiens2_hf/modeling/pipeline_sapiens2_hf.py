@@ -1000,13 +1000,15 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             try:
                 loaded = make_pipeline("object-detection", model=name, device=self.device)
             except (OSError, ValueError, ImportError) as error:
+                # the loader's own words only as far as their first sentence: transformers' offline message runs
+                # to several lines and a URL, which buried the fix
+                reason = " ".join(str(error).split()).split(". ")[0][:160]
                 message = (
-                    f"no person boxes were given, so the pose pipeline needs a person detector, but {name!r} could "
-                    f"not be loaded ({type(error).__name__}: {error}). Either pass the boxes (boxes=[[x_min, y_min, "
-                    "x_max, y_max], ...]; CLI: --boxes BOXES.json), or a detector available here: "
-                    "detector=<local folder of an object-detection model, an object-detection pipeline or a callable> "
-                    f"(CLI: --detector FOLDER). The default detector is {DEFAULT_DETECTOR!r}; it needs Hub access "
-                    "once (or a copy in the Hugging Face cache) when HF_HUB_OFFLINE is set or the machine is offline."
+                    f"no person boxes were given and the person detector {name!r} could not be loaded "
+                    f"({type(error).__name__}: {reason}); pass boxes=[[x_min, y_min, x_max, y_max], ...] (CLI: "
+                    "--boxes FILE.json holding {\"photo.jpg\": [[x_min, y_min, x_max, y_max]]}, or --whole-image "
+                    "when the image is one person), or a detector available here (detector=<local folder or "
+                    "pipeline>; CLI: --detector FOLDER)."
                 )
                 raise (OSError(message) if isinstance(error, OSError) else ValueError(message)) from error
             # two threads loading the same name at once both load it; either copy serves

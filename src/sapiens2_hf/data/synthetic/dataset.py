@@ -125,7 +125,8 @@ def _generate(shards, seed, task, config, version):
 
 
 def make_dataset(task: str, num_samples: int, height: int = 256, width: int = 192, seed: int = 0,
-                 streaming: bool = False, num_people=None, samples_per_shard: int = 64, cache_dir=None, **config):
+                 streaming: bool = False, num_people=None, samples_per_shard: int = 64, cache_dir=None,
+                 split: str = "train", **config):
     """A Hugging Face dataset of synthetic humans for one task, formatted as numpy.
 
     Args:
@@ -138,6 +139,8 @@ def make_dataset(task: str, num_samples: int, height: int = 256, width: int = 19
             ``samples_per_shard`` so that DataLoader workers split the work), instead of a materialised `Dataset`.
         num_people: see `SyntheticHumans`.
         cache_dir: where `datasets` writes the Arrow cache of a materialised dataset.
+        split (`str`): the split the dataset is (what `datasets` names while generating it: "Generating validation
+            split" for an evaluation set).
         **config: other `SyntheticHumans` fields (``fov_deg``, ``noise_std`` ...).
 
     Returns:
@@ -157,7 +160,9 @@ def make_dataset(task: str, num_samples: int, height: int = 256, width: int = 19
                   "version": GENERATOR_VERSION}
     features = task_features(task, height, width)
     if streaming:
-        ds = datasets.IterableDataset.from_generator(_generate, features=features, gen_kwargs=gen_kwargs)
+        ds = datasets.IterableDataset.from_generator(_generate, features=features, gen_kwargs=gen_kwargs,
+                                                     split=datasets.NamedSplit(split))
     else:
-        ds = datasets.Dataset.from_generator(_generate, features=features, gen_kwargs=gen_kwargs, cache_dir=cache_dir)
+        ds = datasets.Dataset.from_generator(_generate, features=features, gen_kwargs=gen_kwargs, cache_dir=cache_dir,
+                                             split=datasets.NamedSplit(split))
     return ds.with_format("numpy")

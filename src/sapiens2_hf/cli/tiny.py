@@ -1,0 +1,36 @@
+"""`sapiens2-hf tiny TASK [TASK ...] --out DIR`: tiny random-weight model folders, offline (`hub.tiny_models`)."""
+
+import argparse
+from pathlib import Path
+
+
+def add_tiny_subparser(subparsers) -> None:
+    from .._registration import task_registry  # torch-free: the registry file run by path
+
+    tasks = list(task_registry().TASK_NAMES)
+    parser = subparsers.add_parser(
+        "tiny",
+        help="write tiny random-weight models (offline) to try the pipelines and commands",
+        description="Writes a loadable model folder per task (weights, config, processor, card) with tiny random "
+        "weights: real output formats, meaningless values. `all` writes every task, each into DIR/<task>; one task "
+        "writes into DIR itself.",
+    )
+    parser.add_argument("tasks", nargs="+", choices=["all", *tasks], metavar="TASK",
+                        help=f"one or more of {', '.join(tasks)}, or all")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the files of an earlier tiny model there")
+    parser.set_defaults(handler=run_tiny)
+
+
+def run_tiny(args: argparse.Namespace) -> int:
+    from .._registration import task_registry
+    from ..hub.tiny_models import save_tiny_model
+
+    tasks = list(task_registry().TASK_NAMES) if "all" in args.tasks else list(dict.fromkeys(args.tasks))
+    out = Path(args.out)
+    for task in tasks:
+        folder = out if len(tasks) == 1 and "all" not in args.tasks else out / task
+        save_tiny_model(task, folder, seed=args.seed, overwrite=args.overwrite)
+        print(f"wrote {folder} (tiny {task} model, random weights)")
+    return 0
