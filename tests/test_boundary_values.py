@@ -32,26 +32,20 @@ from sapiens2_hf.cli.errors import error_message, is_expected_error
 from sapiens2_hf.cli.main import build_parser, main
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, load_image_rgb
 
+from model_folders import save_tiny_model
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 RUN = ["--device", "cpu", "--quiet", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
 def seg_model(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models") / "seg"
-    torch.manual_seed(0)
-    sapiens2_hf.Sapiens2ForSemanticSegmentation(sapiens2_hf.tiny_config("seg")).save_pretrained(folder)
-    Sapiens2HFImageProcessor(task="seg", size={"height": 64, "width": 48}).save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("models"), "seg")
 
 
 @pytest.fixture(scope="module")
 def pose_model(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models") / "pose"
-    torch.manual_seed(0)
-    sapiens2_hf.Sapiens2ForPoseEstimation(sapiens2_hf.tiny_config("pose")).save_pretrained(folder)
-    Sapiens2HFImageProcessor(task="pose", size={"height": 64, "width": 48}).save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("models"), "pose")
 
 
 @pytest.fixture

@@ -27,12 +27,12 @@ import pytest
 import torch
 from PIL import Image
 
-import sapiens2_hf
 from sapiens2_hf.cli import predict as predict_cli
 from sapiens2_hf.cli.errors import is_expected_error
 from sapiens2_hf.cli.main import main
-from sapiens2_hf.processing import Sapiens2HFImageProcessor
 from sapiens2_hf.utils import atomic_io
+
+from model_folders import save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -41,11 +41,7 @@ RUN = ["--device", "cpu", "--quiet", "--threads", "1"]
 
 @pytest.fixture(scope="module")
 def seg_model(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models") / "seg"
-    torch.manual_seed(0)
-    sapiens2_hf.Sapiens2ForSemanticSegmentation(sapiens2_hf.tiny_config("seg")).save_pretrained(folder)
-    Sapiens2HFImageProcessor(task="seg", size={"height": 64, "width": 48}).save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("models"), "seg")
 
 
 def _images(folder: Path, *names: str, seed: int = 0) -> Path:

@@ -24,7 +24,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 import sapiens2_hf
@@ -32,10 +31,11 @@ from sapiens2_hf.cli.errors import is_expected_error
 from sapiens2_hf.cli.main import main as cli_main
 from sapiens2_hf.export import export_model
 from sapiens2_hf.hub import save_for_hub
-from sapiens2_hf.processing import Sapiens2HFImageProcessor
 from sapiens2_hf.pretraining.run import main as pretrain_main
 from sapiens2_hf.training.run_setup import hold_output_dir
 from sapiens2_hf.utils.run_lock import LOCK_FILE, RunFolderLockedError, read_lock, run_folder_lock
+
+from model_folders import save_tiny_model
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,11 +93,7 @@ def _images(folder: Path, *names: str, seed: int = 0) -> Path:
 
 @pytest.fixture(scope="module")
 def seg_model(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models") / "seg"
-    torch.manual_seed(0)
-    sapiens2_hf.Sapiens2ForSemanticSegmentation(sapiens2_hf.tiny_config("seg")).save_pretrained(folder)
-    Sapiens2HFImageProcessor(task="seg", size={"height": 64, "width": 48}).save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("models"), "seg")
 
 
 def assert_names_the_holder(message: str, holder: subprocess.Popen, folder: Path) -> None:

@@ -243,7 +243,7 @@ def add_predict_subparsers(subparsers) -> None:
                                          "<input name>.png per image (non-zero = person)")
         add_threads_argument(parser)
         from .options import add_temporal_filter_arguments; add_temporal_filter_arguments(parser, task)  # noqa: E702
-        parser.set_defaults(handler=run_predict, task=task, precheck=check_predict_paths)
+        parser.set_defaults(handler=run_predict, task=task, precheck=check_predict_arguments)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -569,12 +569,19 @@ def _video_boxes(path: Path, boxes: dict) -> dict:
     return {key: value for key, value in sorted(boxes.items()) if key.startswith(prefixes)}
 
 
-def check_predict_paths(args: argparse.Namespace) -> None:
-    """The model-like paths of a predict command, checked before torch and transformers are imported (`main`'s
-    precheck): a mistyped `--model` answers at once, not after seconds of imports. `predict` checks them again for
-    callers without a command line (the web app)."""
+def _check_intrinsics(intrinsics) -> None:
+    if intrinsics is not None and not min(intrinsics[:2]) > 0:  # the type checked all four are finite
+        raise ValueError(f"--intrinsics {' '.join(f'{value:g}' for value in intrinsics)}: the focal lengths FX and FY "
+                         "must be positive (pixels of the input images).")
+
+
+def check_predict_arguments(args: argparse.Namespace) -> None:
+    """The values and model-like paths of a predict command, checked before torch and transformers are imported
+    (`main`'s precheck): a mistyped `--model` answers at once, not after seconds of imports. `predict` checks them
+    again for callers without a command line (the web app)."""
     from .hub_access import hub_ids, prepare_hub_access
 
+    _check_intrinsics(getattr(args, "intrinsics", None))
     check_local_source("--model", args.model)
     check_local_source("--foreground-model", getattr(args, "foreground_model", None))
     check_local_source("--detector", getattr(args, "detector", None))
@@ -608,10 +615,7 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack) -> int:
         raise ValueError("--batch-size and --video-stride must be >= 1.")
     if options.video.max_frames is not None and options.video.max_frames < 1:
         raise ValueError("--max-frames must be >= 1.")
-    intrinsics = options.output.intrinsics
-    if intrinsics is not None and not min(intrinsics[:2]) > 0:  # the type checked all four are finite
-        raise ValueError(f"--intrinsics {' '.join(f'{value:g}' for value in intrinsics)}: the focal lengths FX and FY "
-                         "must be positive (pixels of the input images).")
+    _check_intrinsics(options.output.intrinsics)
     check_local_source("--model", options.runtime.model)
     check_local_source("--foreground-model", options.foreground.foreground_model)
     check_local_source("--detector", options.output.detector)
