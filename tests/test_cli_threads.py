@@ -25,9 +25,12 @@ COMMANDS = {
 
 
 @pytest.fixture
-def handler_spy(monkeypatch):
-    """Replaces a command's handler by one that records torch's thread count while it runs."""
+def handler_spy(monkeypatch, tmp_path):
+    """Replaces a command's handler by one that records torch's thread count while it runs (in a folder holding the
+    file `convert` names: a missing local path is refused before any handler runs)."""
     seen = []
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sapiens2_0.4b_pose.safetensors").touch()
 
     def install(command):
         module, name, argv = COMMANDS[command]

@@ -16,6 +16,7 @@ transformers' own tests/models/sapiens2/ files are not in the sdist; running the
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -82,6 +83,13 @@ def _lines(results: dict, test_ids) -> str:
     return "\n".join(f"  {t}: {results['outcomes'].get(t, {}).get('message', '(not run)')}" for t in test_ids)
 
 
+def forced_capability_kernel_gap(message: str, environ=os.environ) -> bool:
+    """A failure of torch's own kernels under a forced `ATEN_CPU_CAPABILITY` (the suite's portability run, avx2 on an
+    AVX-512 CPU): torch 2.14's bfloat16 SDPA then calls its AVX-512-only `pack_vnni2` and raises. Not our classes'
+    doing, and not what a real AVX2 CPU runs, so it is not a departure; without the forced capability it is one."""
+    return bool(environ.get("ATEN_CPU_CAPABILITY")) and "pack_vnni2 is only supported when avx512" in message
+
+
 def skip_departures(outcomes: dict) -> list[str]:
     """Skipped tests whose reason is not accepted (tests/transformers_suite_expected.py `MIXIN_SKIP_REASONS`)."""
     return sorted(t for t, entry in outcomes.items()
@@ -108,6 +116,8 @@ def test_our_classes_pass_the_mixins_except_documented_differences(early_child):
     assert not missing, f"mixin tests that must run and pass on our classes:\n{_lines(results, missing)}"
     assert results["counts"]["passed"] >= MIN_PASSED, (results["counts"], results["output_tail"])
     diff = compare(outcomes, None, MIXIN_EXPECTED_FAILURES, {}, results["test_files"])
+    diff["unexpected_failures"] = [t for t in diff["unexpected_failures"]
+                                   if not forced_capability_kernel_gap(outcomes[t].get("message", ""))]
     report = []
     if diff["unexpected_failures"]:
         report.append("fail on our classes, not in tests/transformers_suite_expected.py MIXIN_EXPECTED_FAILURES:\n"
@@ -179,3 +189,10 @@ def test_junit_outcomes_keep_the_worse_report_of_a_test(tmp_path):
         CASES + "Sapiens2ModelTest::test_c": {"outcome": "skipped", "message": "test is slow"},
         "transformers_mixin_cases": {"outcome": "error", "message": "ImportError: x"},
     }
+
+
+def test_only_a_forced_capability_excuses_torchs_avx512_kernel_gap():
+    message = "RuntimeError: pack_vnni2 is only supported when avx512 is supported"
+    assert forced_capability_kernel_gap(message, {"ATEN_CPU_CAPABILITY": "avx2"})
+    assert not forced_capability_kernel_gap(message, {})  # control: on the machine's own kernels it is a failure
+    assert not forced_capability_kernel_gap("AssertionError: outputs differ", {"ATEN_CPU_CAPABILITY": "avx2"})

@@ -633,7 +633,10 @@ def quiet_progress_below(size_bytes: int | None):
 
 
 def _local_weights_bytes(location) -> int | None:
-    """The size of the weights a local file or folder holds (None for a Hub id: not known before the download)."""
+    """The size of the weights a local file or folder holds (None for a Hub id, not known before the download, and for
+    no location: `state_dict=` loads)."""
+    if not isinstance(location, (str, os.PathLike)):
+        return None
     path = Path(os.fspath(location))
     if path.is_file():
         return path.stat().st_size
@@ -653,9 +656,10 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         class_for_task: the model classes' `model_class_for_task` (`None` -> the backbone class); passed in, as the
             model module imports this one.
     """
-    name = os.fspath(pretrained_model_name_or_path)
-    if isinstance(name, str) and looks_local(name) and not os.path.exists(name):  # before the adapter lookup
-        raise OSError(f"{name}: no such file or folder.")
+    if isinstance(pretrained_model_name_or_path, (str, os.PathLike)):  # None with `state_dict=`
+        name = os.fspath(pretrained_model_name_or_path)
+        if looks_local(name) and not os.path.exists(name):  # before the adapter lookup asks the Hub about it
+            raise OSError(f"{name}: no such file or folder.")
     adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs, class_for_task)
     if adapted is not None:
         # its base was checked when loaded; the adapter's own weights are merged in (or wrap it) here
