@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from sapiens2_hf.cli import predict as predict_cli
 from sapiens2_hf.cli.errors import is_expected_error
@@ -33,6 +32,7 @@ from sapiens2_hf.cli.main import main
 from sapiens2_hf.utils import atomic_io
 
 from model_folders import save_tiny_model
+from model_folders import write_images as _images
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -42,14 +42,6 @@ RUN = ["--device", "cpu", "--quiet", "--threads", "1"]
 @pytest.fixture(scope="module")
 def seg_model(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("models"), "seg")
-
-
-def _images(folder: Path, *names: str, seed: int = 0) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for name in names:
-        Image.fromarray(rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)).save(folder / name)
-    return folder
 
 
 def _one_line_error(capsys, command: str) -> str:

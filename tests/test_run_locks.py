@@ -36,6 +36,7 @@ from sapiens2_hf.training.run_setup import hold_output_dir
 from sapiens2_hf.utils.run_lock import LOCK_FILE, RunFolderLockedError, read_lock, run_folder_lock
 
 from model_folders import save_tiny_model
+from model_folders import write_images as _images
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,14 +82,6 @@ def finetune(argv):
 
 def files(folder: Path) -> list[str]:
     return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
-
-
-def _images(folder: Path, *names: str, seed: int = 0) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for name in names:
-        Image.fromarray(rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)).save(folder / name)
-    return folder
 
 
 @pytest.fixture(scope="module")
