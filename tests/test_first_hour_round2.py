@@ -23,9 +23,9 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import sapiens2_hf
 from sapiens2_hf.cli.main import main
@@ -101,7 +101,7 @@ def test_whole_image_runs_pose_with_the_image_as_one_person(tiny_models, tmp_pat
     assert main(["pose", str(PHOTO), "--model", str(tiny_models / "pose"), "--out", str(tmp_path / "o"),
                  "--whole-image", "--quiet"]) == 0
     people = json.loads((tmp_path / "o" / "astronaut.json").read_text())["annotations"]
-    width, height = __import__("PIL.Image", fromlist=["Image"]).open(PHOTO).size
+    width, height = Image.open(PHOTO).size
     assert len(people) == 1 and people[0]["bbox"] == [0.0, 0.0, float(width), float(height)]
     # control: a --boxes entry still wins over the whole image
     (tmp_path / "boxes.json").write_text(json.dumps({PHOTO.name: [[10, 20, 110, 220]]}))
@@ -135,6 +135,10 @@ def test_an_unreachable_hub_is_said_at_once_and_the_run_goes_offline(tiny_models
 
 def test_a_reachable_hub_is_announced_before_the_lookup(monkeypatch, capsys):
     from sapiens2_hf.cli import hub_access
+    from sapiens2_hf.cli.predict import DEFAULT_DETECTOR
+    from sapiens2_hf.modeling.pipeline_sapiens2_hf import DEFAULT_DETECTOR as PIPELINE_DETECTOR
+
+    assert DEFAULT_DETECTOR == PIPELINE_DETECTOR  # the CLI names the pipeline's default without importing it
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub_access, "_host_resolves", lambda host, timeout: True)

@@ -586,8 +586,8 @@ def check_predict_arguments(args: argparse.Namespace) -> None:
     check_local_source("--foreground-model", getattr(args, "foreground_model", None))
     check_local_source("--detector", getattr(args, "detector", None))
     detector = getattr(args, "detector", None)
-    if args.task == "pose" and detector is None and not args.boxes and not args.whole_image:
-        detector = DEFAULT_DETECTOR  # for the inputs without boxes
+    if "boxes" in vars(args) and detector is None and not args.boxes and not args.whole_image:
+        detector = DEFAULT_DETECTOR  # a command taking person boxes detects the people of inputs without them
     prepare_hub_access(args.task, hub_ids(args.model, getattr(args, "foreground_model", None), detector))
 
 
