@@ -69,19 +69,7 @@ def test_tiny_one_task_writes_into_out_is_seeded_and_refuses_to_overwrite(tmp_pa
     assert main(["tiny", "seg", "--out", str(tmp_path / "a"), "--overwrite", "--seed", "1"]) == 0
 
 
-def test_the_readme_block_for_every_task_offline_runs_as_written(tmp_path):
-    """The README's "Every task offline" commands, verbatim, in an empty folder (the venv's bin first on PATH, as the
-    block's first line sets it from a checkout)."""
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("Every task offline", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)  # what `$PWD/.venv/bin` names
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([shutil.which("bash"), "-e", "-c", block], cwd=tmp_path, capture_output=True, text=True,
-                            env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == "(512, 512, 3)"  # the normal map of the 512 x 512 photo
-    written = {path.name for path in (tmp_path / "outputs").iterdir()}
-    assert {"astronaut_seg.png", "astronaut_pose.png", "astronaut.json"} <= written
+# The README's "Every task offline" block runs, with the rest of the README, in tests/test_readme.py.
 
 
 # ------------------------------------------------------------------------------------------- 2. pose, no boxes
