@@ -20,6 +20,10 @@ LAYERS = {
     "processing": 1, "pipelines": 1,
     "data": 1, "losses": 1, "metrics": 1, "visualization": 1, "utils": 1, "serialization": 1,
     "pretraining": 2, "training": 2, "hub": 2, "export": 2, "video": 2,
+    # humans in 3D: the files of `sapiens2-pose-3d` results and 3D tracks, over video smoothing
+    "pose3d": 2,
+    # pretraining data curation: its stages run the pipelines and the backbone
+    "curation": 2,
     # pipeline_factory applies the inference recipe (`fast=True`), so it sits at the recipe's layer.
     "pipeline_factory": 2, "inference_recipe": 2,
     "cli": 3, "demo": 3, "app": 3,

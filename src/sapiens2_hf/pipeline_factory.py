@@ -22,7 +22,7 @@ from .inference_recipe import prepare_for_inference, resolve_dtype
 from .modeling import Sapiens2Config, model_class_for_task
 from .modeling.loading_sapiens2_hf import looks_local, resolve_checkpoint
 from .modeling.pipeline_sapiens2_hf import check_device, check_dtype
-from .pipelines import PIPELINE_TASKS
+from .pipelines import COMPOSED_PIPELINES, PIPELINE_TASKS
 
 
 def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend: str = "torch",
@@ -47,6 +47,8 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
             `prepare_for_inference`; default `~/.cache/sapiens2_hf/compile`, `False` for none).
         image_size (`list[int]`, *optional*): the model's input size `[height, width]`, a loading override (as
             `from_pretrained(..., image_size=...)`; the form the loader's errors suggest): moved into `model_kwargs`.
+        pointmap_model (`sapiens2-pose-3d`): anything `model` takes for a pointmap model; with `segmenter=` it
+            becomes the `sapiens2-pointmap` pipeline the 3D pipeline samples (on the same device and dtype).
     """
     import torch
     from transformers import pipeline as transformers_pipeline
@@ -63,6 +65,11 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
     check_device(kwargs.get("device"))  # one line naming the device and the fix, before anything loads
     if backend != "torch":
         return _exported_pipeline(task, model, backend, fast=fast, compile=compile, **kwargs)
+    if task in COMPOSED_PIPELINES and isinstance(kwargs.get("pointmap_model"), (str, os.PathLike)):
+        companion = {key: kwargs[key] for key in ("device", "dtype") if kwargs.get(key) is not None}
+        kwargs["pointmap_model"] = pipeline("sapiens2-pointmap", kwargs["pointmap_model"],
+                                            segmenter=kwargs.pop("segmenter", None), fast=fast, compile=compile,
+                                            compile_cache_dir=compile_cache_dir, **companion)
     compile_options = {}
     if compile_cache_dir is not None:
         compile_options["compile_cache_dir"] = compile_cache_dir
@@ -95,9 +102,10 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
     if isinstance(model, (str, os.PathLike)) and not is_local and looks_local(os.fspath(model)):
         raise OSError(f"{os.fspath(model)}: no such file or folder.")  # as from_pretrained says, not a Hub lookup
     # A LoRA adapter folder is transformers' own business (its factory finds adapter_config.json).
-    if is_local and task in PIPELINE_TASKS and not (Path(model) / "adapter_config.json").is_file():
+    model_task = PIPELINE_TASKS[task] if task in PIPELINE_TASKS else COMPOSED_PIPELINES.get(task, (None,))[0]
+    if is_local and model_task is not None and not (Path(model) / "adapter_config.json").is_file():
         resolved = resolve_checkpoint(model)
-        model_class = model_class_for_task(PIPELINE_TASKS[task])
+        model_class = model_class_for_task(model_task)
         if resolved.kind == "official" and resolved.config_folder is None:
             model = model_class.from_pretrained(resolved.location, **(kwargs.pop("model_kwargs", None) or {}))
         elif resolved.kind == "hf" and kwargs.get("config") is None:

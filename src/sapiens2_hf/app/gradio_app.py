@@ -1,4 +1,5 @@
-"""The Gradio web app (`sapiens2-hf app`; layer 3): one tab per task, each with an image and a video panel.
+"""The Gradio web app (`sapiens2-hf app`; layer 3): one tab per task, each with an image and a video panel, and a
+"3D" tab (pose lifted into metres with the pointmap, shown in Gradio's `Model3D` viewer).
 
 Every panel runs `AppRunner` (app/inference.py), which writes what `sapiens2-hf <task>` writes; the page shows the
 overlay and offers the raw outputs as downloads (pose JSON, .npy arrays, the pointmap's .ply; for a video, the
@@ -102,7 +103,36 @@ def build_app(models: Mapping[str, str] | None = None, runner: AppRunner | None 
                     _image_panel(gr, runner, task, model)
                 with gr.Tab("Video", elem_id=f"{task}-video-tab"):
                     _video_panel(gr, runner, task, model)
+        with gr.Tab("3D", id="pose3d", elem_id="pose3d-tab"):
+            _pose3d_panel(gr, runner, models)
     return app
+
+
+def _pose3d_panel(gr, runner: AppRunner, models: Mapping[str, str]) -> None:
+    """Pose lifted into metres with the pointmap (`sapiens2-pose-3d`): the people's pointmap mesh and 3D skeletons
+    in a 3D viewer, and the files `sapiens2-hf pose3d` writes."""
+    with gr.Row():
+        with gr.Column():
+            pose_model = gr.Textbox(models.get("pose", DEMO_MODEL), label="Pose model", info=_MODEL_HELP,
+                                    elem_id="pose3d-pose-model")
+            pointmap_model = gr.Textbox(models.get("pointmap", DEMO_MODEL), label="Pointmap model", info=_MODEL_HELP,
+                                        elem_id="pose3d-pointmap-model")
+            image = gr.Image(type="filepath", label="Image", elem_id="pose3d-image-input")
+            boxes = gr.Textbox(label="Boxes (xyxy)", lines=2, placeholder="25 10 380 508", info=_BOX_HELP,
+                               elem_id="pose3d-boxes")
+            run = gr.Button("Run", variant="primary", elem_id="pose3d-run")
+        with gr.Column():
+            scene = gr.Model3D(label="3D result (metres; drag to turn)", clear_color=(0.95, 0.95, 0.95, 1.0),
+                               elem_id="pose3d-output")
+            files = gr.File(label="Raw outputs", file_count="multiple", interactive=False, elem_id="pose3d-files")
+            info = gr.Markdown(elem_id="pose3d-info")
+
+    def predict(pose_name, pointmap_name, path, boxes_text=None):
+        result = runner.run_pose3d(path, pose_model=pose_name, pointmap_model=pointmap_name, boxes=boxes_text)
+        return str(result.overlay), [str(p) for p in result.files], result.summary
+
+    run.click(_guarded(predict), inputs=[pose_model, pointmap_model, image, boxes], outputs=[scene, files, info],
+              api_name="pose3d_image")
 
 
 def _image_panel(gr, runner: AppRunner, task: str, model) -> None:

@@ -196,6 +196,56 @@ class AppRunner:
         files = [path for path in written if path.suffix in (".json", ".npy", ".ply")]
         return Result(overlay, files, _summary(task, image, result))
 
+    # -- 3D --------------------------------------------------------------------------------------------------------
+
+    def pose3d_pipeline(self, pose_model: str | None, pointmap_model: str | None):
+        """The `sapiens2-pose-3d` pipeline of a pose and a pointmap model (each `demo`, a folder, Hub id or official
+        file), built on first use and kept while both stay the same."""
+        from .. import _registration, pipeline
+        from ..cli.options import check_local_source
+
+        _registration.register()
+        with self._lock:
+            sources = (self._source("pose", pose_model), self._source("pointmap", pointmap_model))
+            kept = self._pipelines.get("pose3d")
+            if kept is None or kept[0] != sources:
+                for source in sources:
+                    check_local_source("model", source)
+                self._pipelines.pop("pose3d", None)
+                device = {} if self.device == "auto" else {"device": self.device}
+                self._pipelines["pose3d"] = (sources, pipeline("sapiens2-pose-3d", model=sources[0],
+                                                               pointmap_model=sources[1], dtype=self.dtype, **device))
+            return self._pipelines["pose3d"][1]
+
+    def run_pose3d(self, image: np.ndarray | str | Path, pose_model: str | None = None,
+                   pointmap_model: str | None = None, boxes: str | None = None, name: str | None = None) -> Result:
+        """Runs `sapiens2-pose-3d` on one image and writes what `sapiens2-hf pose3d` writes (`<name>_3d.json`,
+        `<name>.glb`). `Result.overlay` is the .glb (the 3D viewer's file); blank `boxes`: the whole image is one
+        person."""
+        import numpy as np
+
+        from ..cli.pose3d import _skeleton
+        from ..pose3d import write_pose3d_outputs
+
+        source = None
+        if isinstance(image, (str, Path)):
+            from ..processing import load_image_rgb
+
+            name, source = name or Path(image).stem, Path(image).name
+            image = load_image_rgb(image)
+        name = name or "image"
+        image = np.ascontiguousarray(_rgb_uint8(image))
+        pipe = self.pose3d_pipeline(pose_model, pointmap_model)
+        height, width = image.shape[:2]
+        result = pipe(image, boxes=parse_boxes(boxes) or [[0.0, 0.0, float(width), float(height)]])
+        out = self._run_folder()
+        count = len(result["people"][0]["labels"]) if result["people"] else 0
+        json_path, glb_path = write_pose3d_outputs(out, name, result, image, source=source or name,
+                                                   skeleton=_skeleton(pipe, count))
+        valid = sum(int(np.sum(person["keypoint_3d_valid"])) for person in result["people"])
+        return Result(glb_path, [json_path, glb_path],
+                      f"3D: {len(result['people'])} person(s), {valid} valid 3D keypoint(s), metres, camera frame")
+
     # -- videos ----------------------------------------------------------------------------------------------------
 
     def run_video(self, task: str, video: str | Path, model: str | None = None, boxes: str | None = None,

@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .app import add_app_subparser; add_app_subparser(subparsers)  # noqa: E702 (app, space)
     from .env import add_env_subparser; add_env_subparser(subparsers)  # noqa: E702
     from .tiny import add_tiny_subparser; add_tiny_subparser(subparsers)  # noqa: E702
+    from .pose3d import add_pose3d_subparser; add_pose3d_subparser(subparsers)  # noqa: E702
+    from .curate import add_curate_subparser; add_curate_subparser(subparsers)  # noqa: E702
     return parser
 
 
