@@ -257,3 +257,31 @@ def test_mixed_set_labels(tmp_path):
     assert [l["kind"] for l in labels] == ["good", "good", "duplicate", "corrupt"]
     assert labels[2]["duplicate_of"] == "good_0000.png"
     assert os.path.getsize(tmp_path / "mix" / "corrupt_0000.png") > 0
+
+
+@pytest.mark.slow
+def test_two_processes_under_accelerate_launch_share_the_chunks(humans, tmp_path, free_port):
+    """`accelerate launch` of two CPU processes: each computes every other chunk, the main one writes the outputs;
+    the verdicts are those of one process."""
+    launcher = Path(sys.executable).parent / "accelerate"
+    if not launcher.is_file():
+        pytest.skip("accelerate's launcher is not installed next to this interpreter")
+    rng = np.random.default_rng(0)
+    kinds = ("good", "tiny", "good", "blurred", "good", "dark", "good", "good")
+    folder = _folder(tmp_path, "in", {f"{k}_{kind}.png": spoil(kind, humans[k % 2], rng)[0]
+                                      for k, kind in enumerate(kinds)})
+    arguments = ["curate", str(folder), "--skip", "person", "duplicates", "balance", "--chunk-size", "2",
+                 "--threads", "1"]
+    assert main([*arguments, "--out", str(tmp_path / "one")]) == 0
+    command = [str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1",
+               "--main_process_port", str(free_port), "-m", "sapiens2_hf.cli.main", *arguments,
+               "--out", str(tmp_path / "two")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = ([json.loads(line) for line in (tmp_path / name / "records.jsonl").read_text().splitlines()]
+                for name in ("one", "two"))
+    assert [r["verdict"] for r in one] == [r["verdict"] for r in two] and len(two) == 8
+    assert {r["computed_by"] for r in two} == {0, 1}
+    assert {r["computed_by"] for r in two[:2]} == {0} and {r["computed_by"] for r in two[2:4]} == {1}

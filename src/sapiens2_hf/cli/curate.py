@@ -77,11 +77,16 @@ def run_curate(args: argparse.Namespace) -> int:
     stages = tuple(stage for stage in STAGES if stage not in args.skip
                    and (stage != "domain" or args.reference))
     config = CurationConfig(stages=stages, chunk_size=args.chunk_size, **_thresholds(args.threshold))
-    with run_folder_lock(args.out):
+    import os
+
+    # under `accelerate launch` the main process holds --out for the run; the others write only their chunks
+    with run_folder_lock(args.out, enabled=int(os.environ.get("RANK", "0")) == 0):
         result = curate(args.inputs, args.out, config=config, person_model=args.person_model,
                         embedding_model=args.embedding_model, reference=args.reference,
                         image_column=args.image_column, device=args.device, write_dataset=not args.no_dataset)
     summary = result.summary
+    if "images" not in summary:  # a process other than the main one: its chunks are written, the main one reports
+        return 0
     dropped = ", ".join(f"{stage} {counts['dropped']}" for stage, counts in summary["stages"].items()
                         if counts["dropped"])
     print(f"sapiens2-hf curate: {summary['images']} image(s), kept {summary['kept']} (dropped: {dropped or 'none'}); "

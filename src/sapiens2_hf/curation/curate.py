@@ -9,7 +9,7 @@ verdict per image:
 | `size` | height, width, aspect = height / width | the short side is under `min_short_side` (256), or the aspect is outside [`min_aspect`, `max_aspect`] ([0.5, 2.5]; the pretraining input is 1024x768, aspect 1.33) |
 | `quality` | sharpness (Laplacian variance of a 256-px-short-side copy), exposure (mean luminance, clipped fraction), JPEG blockiness | sharpness < `min_sharpness`, luminance outside [`min_luminance`, `max_luminance`], clipped > `max_clipped`, or blockiness > `max_blockiness` |
 | `person` | a Sapiens2 segmentation model's person pixels (label > 0): their fraction, the largest component's box height and area | person fraction < `min_person_fraction` or the largest component's height < `min_person_height` (a prominent person: no outside detector) |
-| `duplicates` | 64-bit DCT perceptual hash; the Sapiens2 backbone's pooled output (cosine after centring on the set's mean) | it is a near-duplicate (Hamming <= `max_hash_distance`, or cosine >= `min_duplicate_cosine`) of a kept image of higher quality: one per cluster |
+| `duplicates` | 64-bit DCT perceptual hash (and, with `min_duplicate_cosine` set, the cosine of the backbone embeddings after centring on the set's mean) | it is a near-duplicate (Hamming <= `max_hash_distance` (10), or cosine >= `min_duplicate_cosine`) of a kept image of higher quality: one per cluster. The embedding test is off by default: the tiny backbone measurable here does not separate copies from other people (copies 0.62-0.996, distinct pairs up to 0.991), and no real weights could be measured offline |
 | `domain` | mean cosine of its `reference_k` nearest reference embeddings (`reference=`: images of your domain) | the similarity is under `min_reference_similarity` |
 | `balance` | k-means of the embeddings (`clusters`, default sqrt(n / 2)) | its cluster already holds `cluster_cap` better images (default: twice the mean cluster size) |
 
@@ -19,7 +19,9 @@ tiny, duplicated and person-free copies), whose table gives each stage's precisi
 Execution: the per-image stages (`decode` to `person`, plus the hash and the embedding) run over the input in chunks
 of `chunk_size` images; each chunk's records and embeddings are written atomically under `<out>/.curation/` before the
 next starts, so a killed run resumes at the first missing chunk and never recomputes a finished one, and memory is
-bounded by a chunk (plus the embeddings, `n x hidden_size` float16, for the global stages). Under `accelerate launch`
+bounded by a chunk (plus the embeddings, `n x hidden_size` float16, for the global stages). The duplicate stage
+compares all pairs, in blocks (quadratic time: for millions of images, curate shards separately, then their kept
+images together). Under `accelerate launch`
 chunk `k` is computed by process `k % world_size`; the main process then runs the global stages (`duplicates`,
 `domain`, `balance`) and writes the curated `datasets.Dataset` (`save_to_disk`, readable by `pretrain.py
 --dataset_name`), `records.jsonl` (every image: source, per-stage scores and verdicts, the final verdict), the report
@@ -63,7 +65,7 @@ class CurationConfig:
     min_person_fraction: float = 0.03
     min_person_height: float = 0.3
     max_hash_distance: int = 10
-    min_duplicate_cosine: float = 0.985
+    min_duplicate_cosine: float | None = None
     reference_k: int = 5
     min_reference_similarity: float = 0.5
     clusters: int | None = None
@@ -329,7 +331,8 @@ def _chunk_paths(state: Path, chunk: int) -> tuple[Path, Path]:
     return state / f"chunk_{chunk:06d}.json", state / f"chunk_{chunk:06d}.npy"
 
 
-def _process_chunk(rows: list, config: CurationConfig, segmenter, embedder, timings: dict) -> tuple[list, np.ndarray]:
+def _process_chunk(rows: list, config: CurationConfig, segmenter, embedder, timings: dict,
+                   rank: int = 0) -> tuple[list, np.ndarray]:
     records, images = [], []
     for index, name, load in rows:
         begin = time.perf_counter()
@@ -341,7 +344,7 @@ def _process_chunk(rows: list, config: CurationConfig, segmenter, embedder, timi
         begin = time.perf_counter()
         record = measure_image(image, error, config)
         timings["size+quality"] += time.perf_counter() - begin
-        records.append({"index": index, "source": name, **record})
+        records.append({"index": index, "source": name, "computed_by": rank, **record})
         images.append(image)
     if config.on("person") and segmenter is not None:
         alive = [k for k, record in enumerate(records) if _alive(record, config, "person")]
@@ -419,7 +422,7 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
 
     def flush(chunk_rows, number):
         nonlocal computed
-        records, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings)
+        records, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings, rank)
         records_path, embeddings_path = _chunk_paths(state, number)
         buffer = __import__("io").BytesIO()
         np.save(buffer, embeddings)
@@ -566,11 +569,13 @@ def _duplicates(records, embeddings, alive: list[int], config: CurationConfig) -
     """Clusters near-duplicates among `alive` (hash distance or embedding cosine) and keeps each cluster's best."""
     union = _UnionFind(len(alive))
     hashes = np.array([int(records[k]["phash"], 16) for k in alive], dtype=np.uint64)
-    for a in range(len(alive)):
-        distance = np.array([bin(int(x)).count("1") for x in (hashes[a + 1:] ^ hashes[a])], dtype=np.int64)
-        for b in np.nonzero(distance <= config.max_hash_distance)[0]:
-            union.union(a, a + 1 + int(b))
-    if embeddings.shape[1] and len(alive) > 1:
+    for start in range(0, len(alive), 256):  # all pairs, in blocks: Hamming distances by bit counts of the XORs
+        block = hashes[start:start + 256, None] ^ hashes[None, :]
+        distance = np.unpackbits(block.view(np.uint8), axis=-1).reshape(*block.shape, 64).sum(-1)
+        for a, b in zip(*np.nonzero(distance <= config.max_hash_distance)):
+            if start + a < b:
+                union.union(start + int(a), int(b))
+    if config.min_duplicate_cosine is not None and embeddings.shape[1] and len(alive) > 1:
         # centred on the set's mean: what all images share (a backbone's pooled outputs have a large common part,
         # a random backbone's almost only that) does not make two images near-duplicates
         vectors = np.nan_to_num(embeddings[alive])

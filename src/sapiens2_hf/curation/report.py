@@ -32,7 +32,7 @@ def _text(canvas, text, x, y, scale=0.45, colour=_INK, thickness=1):
 def _bars(records, summary) -> np.ndarray:
     canvas = np.full((230, _WIDTH // 2, 3), 255, np.uint8)
     _text(canvas, "per stage: kept (green) / dropped (red) of the images it measured", 10, 20, 0.5)
-    left, width = 110, _WIDTH // 2 - 200
+    left, width = 110, _WIDTH // 2 - 260
     for row, (stage, counts) in enumerate(summary["stages"].items()):
         y = 40 + row * 26
         _text(canvas, stage, 10, y + 14)
@@ -92,9 +92,9 @@ def _clusters(records) -> np.ndarray:
     bar = max(2, (canvas.shape[1] - 20) // len(ordered))
     for k, (before, after) in enumerate(ordered):
         x = 10 + k * bar
-        cv2.rectangle(canvas, (x, 135 - int(105 * before / biggest)), (x + bar - 2, 135), (190, 190, 190), -1)
-        cv2.rectangle(canvas, (x, 135 - int(105 * after / biggest)), (x + bar - 2, 135), _KEEP, -1)
-    _text(canvas, f"{len(sizes)} clusters, largest {biggest}", canvas.shape[1] - 200, 16, 0.4)
+        cv2.rectangle(canvas, (x, 145 - int(100 * before / biggest)), (x + bar - 2, 145), (190, 190, 190), -1)
+        cv2.rectangle(canvas, (x, 145 - int(100 * after / biggest)), (x + bar - 2, 145), _KEEP, -1)
+    _text(canvas, f"{len(sizes)} clusters, largest {biggest}", 6, 32, 0.4)
     return canvas
 
 

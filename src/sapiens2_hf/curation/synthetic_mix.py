@@ -69,11 +69,28 @@ def spoil(kind: str, sample: dict, rng: np.random.Generator) -> tuple[bytes, str
     raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}.")
 
 
+def true_person_mask(kind: str, sample: dict) -> np.ndarray | None:
+    """The person pixels of the image `spoil(kind, sample)` makes (None for `corrupt`): what a perfect person
+    segmentation would give, to measure the person stage's rule apart from its model."""
+    mask = np.asarray(sample["mask"], bool)
+    if kind == "no_person":
+        return np.zeros_like(mask)
+    if kind == "tiny":
+        return cv2.resize(mask.astype(np.uint8), (72, 96), interpolation=cv2.INTER_NEAREST).astype(bool)
+    if kind == "duplicate":
+        height, width = mask.shape
+        dy, dx = int(0.03 * height), int(0.03 * width)
+        return cv2.resize(mask[dy:height - dy, dx:width - dx].astype(np.uint8), (width, height),
+                          interpolation=cv2.INTER_NEAREST).astype(bool)
+    return None if kind == "corrupt" else mask
+
+
 def write_mixed_set(folder: str | Path, counts: dict[str, int], *, height: int = 384, width: int = 288,
                     seed: int = 0) -> list[dict]:
     """Writes the images of `counts` (kind -> how many) into `folder` and `folder/labels.json` (a list of `{"file",
-    "kind", "expected_stage", "duplicate_of"}`); returns that list. A `duplicate` copies one of the `good` images
-    (they must be asked for too); other kinds spoil humans of their own."""
+    "kind", "expected_stage", "duplicate_of"}`); returns that list, each entry also with `"mask"`, its true person
+    mask (`true_person_mask`). A `duplicate` copies one of the `good` images (they must be asked for too); other kinds
+    spoil humans of their own."""
     from ..data.synthetic import render_sample
 
     folder = Path(folder)
@@ -97,9 +114,10 @@ def write_mixed_set(folder: str | Path, counts: dict[str, int], *, height: int =
                 goods.append(sample)
                 good_files.append(name)
             labels.append({"file": name, "kind": kind, "expected_stage": EXPECTED_STAGE[kind],
-                           "duplicate_of": duplicate_of})
-    (folder / "labels.json").write_text(json.dumps(labels, indent=1))
+                           "duplicate_of": duplicate_of, "mask": true_person_mask(kind, sample)})
+    (folder / "labels.json").write_text(json.dumps([{k: v for k, v in label.items() if k != "mask"}
+                                                    for label in labels], indent=1))
     return labels
 
 
-__all__ = ["EXPECTED_STAGE", "KINDS", "spoil", "write_mixed_set"]
+__all__ = ["EXPECTED_STAGE", "KINDS", "spoil", "true_person_mask", "write_mixed_set"]
