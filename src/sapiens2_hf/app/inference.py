@@ -164,18 +164,9 @@ class AppRunner:
                 file's stem, else `image`).
             keypoint_threshold (`float`): pose only; the score below which keypoints are not drawn.
         """
-        import numpy as np
-
         from ..cli.outputs import pose_annotations, predict_images, write_outputs
 
-        source = None
-        if isinstance(image, (str, Path)):
-            from ..processing import load_image_rgb
-
-            name, source = name or Path(image).stem, Path(image).name
-            image = load_image_rgb(image)
-        name = name or "image"
-        image = np.ascontiguousarray(_rgb_uint8(image))
+        image, name, source = _uploaded_image(image, name)
         pipe = self.pipeline(task, model)
         out = self._run_folder()
         options = self._options(task, "app", out, **_keypoint_options(task, keypoint_threshold))
@@ -227,14 +218,7 @@ class AppRunner:
         from ..cli.pose3d import _skeleton
         from ..pose3d import write_pose3d_outputs
 
-        source = None
-        if isinstance(image, (str, Path)):
-            from ..processing import load_image_rgb
-
-            name, source = name or Path(image).stem, Path(image).name
-            image = load_image_rgb(image)
-        name = name or "image"
-        image = np.ascontiguousarray(_rgb_uint8(image))
+        image, name, source = _uploaded_image(image, name)
         pipe = self.pose3d_pipeline(pose_model, pointmap_model)
         height, width = image.shape[:2]
         result = pipe(image, boxes=parse_boxes(boxes) or [[0.0, 0.0, float(width), float(height)]])
@@ -279,6 +263,20 @@ class AppRunner:
             raise ValueError(f"{path.name}: no frames decoded.")
         archive = Path(shutil.make_archive(str(out / f"{name}_outputs"), "zip", out / name))
         return Result(out / f"{name}.mp4", [archive], f"{task}: {report.frames} frame(s) of {path.name}")
+
+
+def _uploaded_image(image: Any, name: str | None) -> tuple[np.ndarray, str, str | None]:
+    """An upload or a file as `(H, W, 3)` uint8 RGB, with its output name (the file's stem, else `image`) and its
+    file name (None for an array); a file is read as the command line reads it (EXIF orientation applied)."""
+    import numpy as np
+
+    source = None
+    if isinstance(image, (str, Path)):
+        from ..processing import load_image_rgb
+
+        name, source = name or Path(image).stem, Path(image).name
+        image = load_image_rgb(image)
+    return np.ascontiguousarray(_rgb_uint8(image)), name or "image", source
 
 
 def _keypoint_options(task: str, threshold: float) -> dict[str, float]:
