@@ -350,9 +350,8 @@ def test_app_3d_tab_renders_in_headless_chromium(samples, tmp_path, free_port_fa
 
     from sapiens2_hf import _registration
     from sapiens2_hf.app import AppRunner, launch
-    from test_app import CHROMEDRIVER, CHROMIUM, _open_tab
 
-    browser = _webgl_browser(CHROMIUM, CHROMEDRIVER)
+    browser = _webgl_browser("/usr/bin/chromium", "/usr/bin/chromedriver")  # Debian's (scripts/setup.sh test)
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -370,7 +369,7 @@ def test_app_3d_tab_renders_in_headless_chromium(samples, tmp_path, free_port_fa
         browser.get(app.local_url)
         wait = WebDriverWait(browser, 60)
         wait.until(lambda d: d.find_elements(By.XPATH, "//button[@role='tab' and normalize-space()='3D']"))
-        _open_tab(browser, "3D")
+        browser.find_element(By.XPATH, "//button[@role='tab' and normalize-space()='3D']").click()
         wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#pose3d-image-input input[type=file]")).send_keys(
             str(image_path))
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#pose3d-image-input img"))

@@ -42,9 +42,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..utils.atomic_io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from ..utils.extras import require
 from . import measures
+from .measures import STAGES, decode_image
+from .report import write_report
 
-STAGES = ("decode", "size", "quality", "person", "duplicates", "domain", "balance")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 STATE_FOLDER = ".curation"
 
@@ -129,7 +131,7 @@ def open_inputs(inputs: list[str], image_column: str = "image", split: str = "tr
 def _open_one(entry: str, image_column: str, split: str) -> ImageSource:
     path = Path(entry)
     if path.is_dir() and (path / "dataset_info.json").is_file() or path.is_dir() and (path / "dataset_dict.json").is_file():
-        import datasets
+        datasets = require("datasets", feature="curation of datasets inputs")
 
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
@@ -146,7 +148,7 @@ def _open_one(entry: str, image_column: str, split: str) -> ImageSource:
     if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
         return ImageSource(1, lambda start: iter([(0, str(path), path.read_bytes)][start:]), str(path))
     tars = sorted(path.glob("*.tar")) if path.is_dir() else [path] if path.suffix == ".tar" else []
-    import datasets
+    datasets = require("datasets", feature="curation")
 
     if tars:
         stream = datasets.load_dataset("webdataset", data_files={"train": [str(t) for t in tars]}, split="train",
@@ -167,7 +169,7 @@ def _image_key(columns, image_column: str, where: str) -> str:
 
 
 def _dataset_source(dataset, image_column: str, where: str) -> ImageSource:
-    import datasets
+    datasets = require("datasets", feature="curation")
 
     key = _image_key(dataset.column_names, image_column, where)
     if isinstance(dataset.features.get(key), datasets.Image):
@@ -189,24 +191,6 @@ def _stream_source(stream, image_column: str, where: str) -> ImageSource:
                 yield index, f"{where}#{row.get('__key__', index)}", (lambda value=row[key]: value)
 
     return ImageSource(None, rows, where)
-
-
-def decode_image(value: Any) -> np.ndarray:
-    """Encoded bytes, a `{"bytes", "path"}` cell, a path or a PIL image -> `(H, W, 3)` uint8 RGB (EXIF-upright)."""
-    import io
-
-    from PIL import Image, ImageOps
-
-    if isinstance(value, dict):
-        value = value.get("bytes") or value.get("path")
-    if isinstance(value, (bytes, bytearray)):
-        value = Image.open(io.BytesIO(value))
-    elif isinstance(value, (str, os.PathLike)):
-        value = Image.open(value)
-    if not isinstance(value, Image.Image):
-        raise ValueError(f"not an image: {type(value).__name__}")
-    value.load()
-    return np.asarray(ImageOps.exif_transpose(value).convert("RGB"))
 
 
 # ------------------------------------------------------------------------------------------------------- per image
@@ -462,8 +446,6 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     dataset_path = None
     if write_dataset:
         dataset_path = _write_dataset(source, kept, records, out / "dataset")
-    from .report import write_report
-
     report_path = write_report(out, records, summary, source)
     atomic_write_json(out / "summary.json", summary, indent=2)
     if progress:
@@ -475,9 +457,14 @@ def _distributed() -> tuple[int, int, Callable[[], None]]:
     """(rank, world size, barrier) of an `accelerate launch`, or of one process."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 1, lambda: None
-    from accelerate import PartialState
+    import datetime
 
-    state = PartialState()
+    import torch
+
+    PartialState = require("accelerate", feature="curation across processes").PartialState
+    # `cpu=` on a machine without GPUs (accelerate would otherwise see one process); a long timeout: the processes
+    # meet only once their chunks are done, which may take hours and differ in length
+    state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(days=7))
     return state.process_index, state.num_processes, state.wait_for_everyone
 
 
@@ -661,7 +648,7 @@ def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], fo
     written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed)."""
     import shutil
 
-    import datasets
+    datasets = require("datasets", feature="curation")
 
     wanted = set(kept)
     by_index = {record["index"]: record for record in records}

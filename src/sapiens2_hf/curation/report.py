@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 from ..utils.atomic_io import atomic_write_bytes, atomic_write_text
+from .measures import STAGES, decode_image
 
 _WIDTH = 1200
 _THUMB = 96
@@ -113,8 +114,6 @@ def _thumbnail(image: np.ndarray | None) -> np.ndarray:
 
 def _examples(records, source, per_stage: int = 4) -> tuple[dict, dict]:
     """Up to `per_stage` dropped images per stage and as many kept ones: their indices, then thumbnails."""
-    from .curate import STAGES, decode_image
-
     wanted: dict[str, list[int]] = {stage: [] for stage in STAGES}
     for record in records:
         stage = record.get("dropped_by")
