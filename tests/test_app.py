@@ -24,7 +24,9 @@ except ImportError:
     if os.environ.get("CI"):
         raise
     pytest.skip("the web app needs the app extra: pip install -e '.[app]'", allow_module_level=True)
-from gradio_client import Client, handle_file  # noqa: E402 (after the extra's check)
+from gradio_client import handle_file  # noqa: E402 (after the extra's check)
+
+from app_client import TimedClient  # noqa: E402
 
 from sapiens2_hf import _registration  # noqa: E402
 from sapiens2_hf.app import AppRunner, launch  # noqa: E402
@@ -64,7 +66,7 @@ def _serve(runner, free_port_factory):
 def served(tmp_path_factory, free_port_factory):
     runner = AppRunner(tmp_path_factory.mktemp("app"), device="cpu")
     app = _serve(runner, free_port_factory)
-    yield app, runner, Client(app.local_url, verbose=False)
+    yield app, runner, TimedClient(app.local_url, verbose=False)
     app.close()
 
 

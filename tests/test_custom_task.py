@@ -265,7 +265,8 @@ def test_onnx_export_matches_the_model(tmp_path):
 
 def test_the_app_serves_it_through_gradio_client(tmp_path, free_port_factory):
     pytest.importorskip("gradio")
-    from gradio_client import Client, handle_file
+    from app_client import TimedClient
+    from gradio_client import handle_file
     from PIL import Image
 
     from sapiens2_hf.app import AppRunner, launch
@@ -273,7 +274,7 @@ def test_the_app_serves_it_through_gradio_client(tmp_path, free_port_factory):
     Image.fromarray(_photo()).save(tmp_path / "photo.png")
     app = launch(runner=AppRunner(tmp_path / "app", device="cpu"), port=free_port_factory(), block=False)
     try:
-        overlay, files, summary = Client(app.local_url, verbose=False).predict(
+        overlay, files, summary = TimedClient(app.local_url, verbose=False).predict(
             "demo", handle_file(str(tmp_path / "photo.png")), api_name="/uv_image")
     finally:
         app.close()

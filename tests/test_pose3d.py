@@ -315,7 +315,8 @@ def test_command_refuses_a_missing_pointmap_model_before_torch(tmp_path):
 
 def test_app_3d_tab_through_the_client(tmp_path, free_port_factory):
     pytest.importorskip("gradio")
-    from gradio_client import Client, handle_file
+    from app_client import TimedClient
+    from gradio_client import handle_file
 
     from sapiens2_hf import _registration
     from sapiens2_hf.app import AppRunner, launch
@@ -323,7 +324,7 @@ def test_app_3d_tab_through_the_client(tmp_path, free_port_factory):
     _registration.register()
     app = launch(runner=AppRunner(tmp_path / "app", device="cpu"), port=free_port_factory(), block=False)
     try:
-        scene, files, summary = Client(app.local_url, verbose=False).predict(
+        scene, files, summary = TimedClient(app.local_url, verbose=False).predict(
             "demo", "demo", handle_file(PHOTO), "25 10 380 508", api_name="/pose3d_image")
         assert Path(scene).suffix == ".glb" and summary.startswith("3D: 1 person(s)")
         assert sorted(Path(f).name for f in files) == ["astronaut.glb", "astronaut_3d.json"]
