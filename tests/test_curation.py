@@ -285,3 +285,20 @@ def test_two_processes_under_accelerate_launch_share_the_chunks(humans, tmp_path
     assert [r["verdict"] for r in one] == [r["verdict"] for r in two] and len(two) == 8
     assert {r["computed_by"] for r in two} == {0, 1}
     assert {r["computed_by"] for r in two[:2]} == {0} and {r["computed_by"] for r in two[2:4]} == {1}
+
+
+def test_a_users_folder_and_another_runs_chunks_are_not_taken_over(humans, tmp_path):
+    rng = np.random.default_rng(0)
+    folder = _folder(tmp_path, "in", {"a.png": spoil("good", humans[0], rng)[0]})
+    out = tmp_path / "out"
+    (out / "dataset").mkdir(parents=True)
+    (out / "dataset" / "mine.txt").write_text("the user's own file")
+    with pytest.raises(ValueError, match="not written by a curation run"):
+        _run(folder, out, ("decode", "size"), write_dataset=True)
+    assert (out / "dataset" / "mine.txt").read_text() == "the user's own file"
+    # control: a folder of our own is replaced by a rerun, twice
+    _run(folder, tmp_path / "ours", ("decode", "size"), write_dataset=True)
+    _run(folder, tmp_path / "ours", ("decode", "size"), write_dataset=True)
+    # another run's finished chunks (other settings) are refused, not reused
+    with pytest.raises(ValueError, match="another curation run"):
+        _run(folder, tmp_path / "ours", ("decode", "size"), thresholds={"min_short_side": 512})

@@ -402,6 +402,7 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
         embedder = chosen if is_function else BackboneEmbedder(chosen, device)
     timings = {"decode": 0.0, "size+quality": 0.0, "person": 0.0, "embedding": 0.0}
     computed, rows = 0, []
+    _check_same_run(state, source.description, config)
     done_chunks = {int(p.stem.split("_")[1]) for p in state.glob("chunk_*.json")}
 
     def flush(chunk_rows, number):
@@ -451,6 +452,23 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     if progress:
         print(f"curated {summary['images']} image(s): kept {summary['kept']}; {out}")
     return CurationResult(kept, records, dataset_path, report_path, summary)
+
+
+def _check_same_run(state: Path, description: str, config: CurationConfig) -> None:
+    """Finished chunks are reused only by a run of the same inputs and per-image settings (`run.json` records
+    them): another run's chunks would give its verdicts to these images."""
+    settings = {key: value for key, value in dataclasses.asdict(config).items()
+                if key not in ("clusters", "cluster_cap", "reference_k", "min_reference_similarity",
+                               "min_duplicate_cosine", "max_hash_distance")}  # global stages: recomputed each run
+    wanted = {"inputs": description, "settings": json.loads(json.dumps(settings))}
+    recorded = state / "run.json"
+    if recorded.is_file():
+        previous = json.loads(recorded.read_text())
+        if previous != wanted:
+            raise ValueError(f"{state.parent} holds the finished chunks of another curation run (other inputs or "
+                             f"settings: {recorded}); use another --out, or delete {state} to start again.")
+    elif int(os.environ.get("RANK", "0")) == 0:
+        atomic_write_json(recorded, wanted)
 
 
 def _distributed() -> tuple[int, int, Callable[[], None]]:
@@ -649,6 +667,10 @@ def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], fo
     import shutil
 
     datasets = require("datasets", feature="curation")
+    ours = folder.parent / STATE_FOLDER / "dataset_written"
+    if folder.exists() and not ours.is_file():
+        raise ValueError(f"{folder} exists and was not written by a curation run: it is left as it is; move it or "
+                         "pass another --out.")
 
     wanted = set(kept)
     by_index = {record["index"]: record for record in records}
@@ -683,6 +705,7 @@ def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], fo
     if folder.exists():
         shutil.rmtree(folder)
     os.replace(partial, folder)
+    atomic_write_text(ours, "written by sapiens2_hf.curation\n")
     return folder
 
 
