@@ -1,6 +1,7 @@
 """A seventh task added from a user's own code, in this one file: a 2-channel DensePose-style UV regression head on the
-Sapiens2 backbone, registered with `sapiens2_hf.register_task` and run through every surface the six official tasks
-have: the model and Auto classes, `pipeline(...)`, the command line on an image and a video, the web app through
+Sapiens2 backbone, written as four objects (output class, loss, model class carrying its spec, metric) with its name
+typed once (`task = "uv"`), registered with `sapiens2_hf.register_task` and run through every surface the six official
+tasks have: the model and Auto classes, `pipeline(...)`, the command line on an image and a video, the web app through
 gradio_client, stock `Trainer`, `training_scripts/finetune.py` on a `datasets.Dataset`, its metric and ONNX export.
 
 Everything task-specific below is what a user writes; nothing in the package names `uv`. The registration is undone
@@ -19,7 +20,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 import sapiens2_hf
-from sapiens2_hf import DataTaskSpec, TaskSpec, TrainingTaskSpec
+from sapiens2_hf import TaskSpec
 
 # compat: the registration reaches into transformers (Auto mappings, the pipeline registry): checked at both ends
 pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
@@ -50,8 +51,13 @@ class UVLoss(nn.Module):
 
 
 class Sapiens2ForUVEstimation(sapiens2_hf.Sapiens2TaskModel):
+    """Body-surface UV regression: everything else (pipeline, data, training, command line) defaults to a dense map."""
+
     task = "uv"
     loss_class = UVLoss
+    output_class = Sapiens2UVEstimatorOutput
+    spec = TaskSpec(title="Body-surface UV regression", num_labels=2, foreground_fill=0.0,
+                    description="`uvs`: body-surface (u, v) in [0, 1] per pixel")
 
     def __init__(self, config):
         super().__init__(config)
@@ -59,7 +65,7 @@ class Sapiens2ForUVEstimation(sapiens2_hf.Sapiens2TaskModel):
         self.post_init()
 
     def forward(self, pixel_values, labels=None, mask=None, **kwargs):
-        return self.decode(pixel_values, Sapiens2UVEstimatorOutput, "uvs", labels, loss_targets=(mask,), **kwargs)
+        return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
 
 class UVMetric:
@@ -82,41 +88,51 @@ class UVMetric:
         return {"uv_mae": float(self.total[0] / self.total[1].clamp(min=1))}
 
 
-UV = TaskSpec(
-    name="uv", title="Body-surface UV regression", model_class="Sapiens2ForUVEstimation",
-    output_field="uvs", output_class="Sapiens2UVEstimatorOutput", num_labels=2, auto_class="AutoModel",
-    in_transformers=False, pipeline_name="sapiens2-uv", pipeline_tag="image-to-image",
-    post_process="post_process_dense_maps", resize="letterbox", head_upsampling="pixel_shuffle",
-    head_norm="instance_norm", description="`uvs`: body-surface (u, v) in [0, 1] per pixel",
-    short_title="UV", result_maps=("uv",), foreground_fill=0.0,
-)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def uv_task():
-    sapiens2_hf.register_task(
-        UV, Sapiens2ForUVEstimation,
-        data=DataTaskSpec(synthetic_columns=(), synthetic_record={}, target_columns=("uv",), array_key="uv",
-                          roles={"mask": False}, file_key="uv", file_suffixes=(".npy",)),
-        training=TrainingTaskSpec(loss=UVLoss, transform=sapiens2_hf.LetterboxMapTransform.for_key("uv"),
-                                  metrics={"uv": UVMetric}, loss_batch_keys=("labels", "mask")),
-    )
+    sapiens2_hf.register_task(Sapiens2ForUVEstimation, metric=UVMetric)
     yield
-    sapiens2_hf.unregister_task("uv")
+    sapiens2_hf.unregister_task(Sapiens2ForUVEstimation.task)
+
+
+# ------------------------------------------------------------------------------------------------------- the tests
+
+UV = "uv"  # the name as the surfaces take it (a sub-command, a pipeline name, --task)
+
+
+def test_the_spec_is_derived_from_the_class():
+    """Name, model class, output class and field, pipeline name, result map come from the class; the data and
+    training facets are the dense-map defaults, with the class's loss and the given metric."""
+    from sapiens2_hf.data.tasks import DATA_TASKS
+    from sapiens2_hf.training.tasks import TRAINING_TASKS
+
+    spec = sapiens2_hf.task_spec(UV)
+    assert (spec.name, spec.model_class, spec.output_class, spec.output_field, spec.pipeline_name) == (
+        "uv", "Sapiens2ForUVEstimation", "Sapiens2UVEstimatorOutput", "uvs", "sapiens2-uv")
+    assert spec.result_maps == ("uv",) and spec.num_labels == 2 and spec.auto_class == "AutoModel"
+    assert spec.resize == "letterbox" and spec.head_upsampling == "pixel_shuffle"
+    assert TRAINING_TASKS[UV].loss is UVLoss and TRAINING_TASKS[UV].metrics == {"uv": UVMetric}
+    assert TRAINING_TASKS[UV].loss_batch_keys == ("labels", "mask")
+    assert DATA_TASKS[UV].target_columns == ("uv",) and DATA_TASKS[UV].file_suffixes == (".npy",)
+    # control: a class without its output class names what is missing
+    class Sapiens2ForNothing(sapiens2_hf.Sapiens2TaskModel):
+        task = "nothing"
+        loss_class = UVLoss
+
+    with pytest.raises(ValueError, match="output_class must be the ModelOutput"):
+        sapiens2_hf.register_task(Sapiens2ForNothing)
+    assert "nothing" not in sapiens2_hf.task_names()
 
 
 def _uv_model(folder, seed=0):
     torch.manual_seed(seed)
-    model = Sapiens2ForUVEstimation(sapiens2_hf.Sapiens2Config.from_preset("tiny", task="uv"))
+    model = Sapiens2ForUVEstimation(sapiens2_hf.Sapiens2Config.from_preset("tiny", task=UV))
     model.save_pretrained(folder)
     return model
 
 
 def _photo(height=48, width=64, seed=0):
     return np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
-
-
-# ------------------------------------------------------------------------------------------------------- the tests
 
 
 def test_model_config_and_auto_class(tmp_path):
@@ -141,18 +157,27 @@ def test_model_config_and_auto_class(tmp_path):
 
 
 def test_a_task_is_registered_once_and_checked():
-    with pytest.raises(ValueError, match="already registered"):
-        sapiens2_hf.register_task(UV, Sapiens2ForUVEstimation)
-    with pytest.raises(ValueError, match="already registered"):  # an official task cannot be replaced either
-        sapiens2_hf.register_task(sapiens2_hf.task_spec("seg"), Sapiens2ForUVEstimation)
-    with pytest.raises(ValueError, match="has task = 'uv', but the spec registers 'uv2'"):
-        import dataclasses
+    import dataclasses
 
-        sapiens2_hf.register_task(dataclasses.replace(UV, name="uv2", pipeline_name="sapiens2-uv2"),
-                                  Sapiens2ForUVEstimation)
+    with pytest.raises(ValueError, match="already registered"):
+        sapiens2_hf.register_task(Sapiens2ForUVEstimation)
+
+    class Sapiens2ForSeg(Sapiens2ForUVEstimation):
+        task = "seg"
+
+    with pytest.raises(ValueError, match="already registered"):  # an official task cannot be replaced either
+        sapiens2_hf.register_task(Sapiens2ForSeg)
+
+    class Sapiens2ForUV2(Sapiens2ForUVEstimation):
+        task = "uv2"
+
+    spec = sapiens2_hf.task_spec(UV)  # an explicit spec is checked against the class
+    with pytest.raises(ValueError, match="has task = 'uv2', but the spec registers 'uv3'"):
+        sapiens2_hf.register_task(Sapiens2ForUV2, spec=dataclasses.replace(
+            spec, name="uv3", model_class="Sapiens2ForUV2", pipeline_name="sapiens2-uv3"))
     with pytest.raises(ValueError, match="spec's model_class is 'Other'"):
-        sapiens2_hf.register_task(dataclasses.replace(UV, name="uv2", model_class="Other"), Sapiens2ForUVEstimation)
-    assert "uv2" not in sapiens2_hf.task_names()
+        sapiens2_hf.register_task(Sapiens2ForUV2, spec=dataclasses.replace(spec, name="uv2", model_class="Other"))
+    assert "uv2" not in sapiens2_hf.task_names() and "uv3" not in sapiens2_hf.task_names()
 
 
 def test_pipeline_gives_the_map_at_the_image_size(tmp_path):
@@ -286,8 +311,6 @@ def test_the_app_serves_it_through_gradio_client(tmp_path, free_port_factory):
 def test_unregister_takes_every_entry_back():
     """A second registration (a copy of the task under another name) and its removal: every table the registration
     filled is back to what it was, and the official tasks cannot be removed."""
-    import dataclasses
-
     from transformers.pipelines import PIPELINE_REGISTRY
 
     from sapiens2_hf import auto
@@ -300,8 +323,7 @@ def test_unregister_takes_every_entry_back():
     class Sapiens2ForUVCopy(Sapiens2ForUVEstimation):
         task = "uv_copy"
 
-    spec = dataclasses.replace(UV, name="uv_copy", model_class="Sapiens2ForUVCopy", pipeline_name="sapiens2-uv-copy")
-    sapiens2_hf.register_task(spec, Sapiens2ForUVCopy, data=DATA_TASKS["uv"], training=TRAINING_TASKS["uv"])
+    sapiens2_hf.register_task(Sapiens2ForUVCopy, data=DATA_TASKS["uv"], training=TRAINING_TASKS["uv"])
 
     def commands():
         return set(next(a for a in predict_parser()._actions if a.dest == "command").choices)

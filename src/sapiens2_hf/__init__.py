@@ -16,9 +16,28 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
-from . import _registration
+from ._registration import own_auto_class_name, register
+from .modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
 
 __version__ = "0.1.0"
+
+
+def _task_public_names() -> dict[str, str]:
+    """The package's per-task public names, each with the sub-module defining it: every official task's model class,
+    its output class when it is ours (`Sapiens2*`; seg returns transformers' `SemanticSegmenterOutput`), and our Auto
+    class of every registered task transformers has none for (`own_auto_class_name`). Torch-free (the catalog). A
+    registered task's model and output classes live in the user's own code."""
+    names = {}
+    for spec in TASK_SPECS.values():
+        if spec.name in OFFICIAL_TASK_NAMES:
+            names[spec.model_class] = "modeling"
+            if spec.output_class.startswith("Sapiens2"):
+                names[spec.output_class] = "modeling.modeling_sapiens2_hf"
+        auto_name = own_auto_class_name(spec)
+        if auto_name is not None:
+            names[auto_name] = "auto"
+    return names
+
 
 # Public name -> sub-module defining it. The generic names are listed here; the per-task ones (model and output
 # classes, our Auto classes) are derived from the task registry, read without importing torch (`task_public_names`).
@@ -39,6 +58,7 @@ _GENERIC_NAMES = {
     "to_json_compatible": "serialization",
     "image_from_json": "serialization",
     "TaskSpec": "tasks",
+    "load_installed_tasks": "tasks",
     "register_task": "tasks",
     "task_names": "tasks",
     "task_spec": "tasks",
@@ -47,7 +67,7 @@ _GENERIC_NAMES = {
     "TrainingTaskSpec": "training.tasks",
     "LetterboxMapTransform": "data.dense",
 }
-_LAZY_NAMES = {**_GENERIC_NAMES, **_registration.task_public_names()}
+_LAZY_NAMES = {**_GENERIC_NAMES, **_task_public_names()}
 
 __all__ = [*_LAZY_NAMES, "__version__"]
 
@@ -87,7 +107,7 @@ if TYPE_CHECKING:
     )
     from .pipeline_factory import pipeline
     from .serialization import image_from_json, to_json_compatible
-    from .tasks import TaskSpec, register_task, task_names, task_spec, unregister_task
+    from .tasks import TaskSpec, load_installed_tasks, register_task, task_names, task_spec, unregister_task
     from .training.tasks import TrainingTaskSpec
 
 
@@ -96,7 +116,7 @@ def __getattr__(name: str):
     if name.startswith("_"):  # dunder probes (copy, pickle, pytest, inspect) must not import anything
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # a task registered after import (`register_task`) adds its Auto class: the registry is read again
-    module = _LAZY_NAMES.get(name) or _registration.task_public_names().get(name)
+    module = _LAZY_NAMES.get(name) or _task_public_names().get(name)
     if module is not None:
         value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     else:
@@ -106,7 +126,7 @@ def __getattr__(name: str):
             if error.name != f"{__name__}.{name}":  # the sub-module exists but something it imports is missing
                 raise
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    _registration.register()  # a no-op unless the CLI deferred it
+    register()  # a no-op unless the CLI deferred it
     if name in _LAZY_NAMES or module is None:  # not a registered task's name, which unregister_task takes back
         globals()[name] = value
     return value
@@ -120,4 +140,4 @@ def __dir__() -> list[str]:
 DEFER_REGISTRATION_ENV = "SAPIENS2_HF_DEFER_REGISTRATION"
 
 if os.environ.get(DEFER_REGISTRATION_ENV) != "1":
-    _registration.register()
+    register()

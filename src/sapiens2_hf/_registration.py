@@ -1,20 +1,14 @@
-"""The only place that changes transformers' registries (Auto classes, pipelines; `register`, idempotent), and the
-torch-free view of the task registry that the package's public names and the CLI's task table are derived from
-(`task_registry`, `task_public_names`)."""
+"""The only place that changes transformers' registries (Auto classes, pipelines; `register`, idempotent). Importing it
+imports nothing heavy: `import sapiens2_hf` registers through it, and the console script's deferral (see
+`sapiens2_hf/__init__.py`) postpones `register` to the first use of the model code, so its imports of torch and
+transformers are inside the functions."""
 
-import importlib
+from __future__ import annotations
+
+from .modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
 
 _registered = False
 _registering = False
-
-_REGISTRY_MODULE = "sapiens2_hf.modeling.sapiens2_tasks"
-
-
-def task_registry():
-    """The layer-0 task registry module (`modeling/sapiens2_tasks.py`: `TASK_SPECS`, `TASK_NAMES`, ...). It is
-    stdlib-only and `sapiens2_hf.modeling`'s face is lazy, so importing it imports neither torch nor transformers
-    (`import sapiens2_hf` and `sapiens2-hf --help` must not: tests/test_cli_startup.py)."""
-    return importlib.import_module(_REGISTRY_MODULE)
 
 
 def own_auto_class_name(spec) -> str | None:
@@ -24,37 +18,15 @@ def own_auto_class_name(spec) -> str | None:
     return "AutoModelFor" + spec.model_class.removeprefix("Sapiens2For") if spec.auto_class == "AutoModel" else None
 
 
-def task_public_names() -> dict[str, str]:
-    """The package's per-task public names, each with the sub-module defining it: every official task's model class,
-    its output class when it is ours (`Sapiens2*`; seg returns transformers' `SemanticSegmenterOutput`), and our Auto
-    class of every registered task transformers has none for (`own_auto_class_name`). Torch-free (`task_registry`).
-    A registered task's model and output classes live in the user's own code."""
-    registry = task_registry()
-    names = {}
-    for spec in registry.TASK_SPECS.values():
-        if spec.name in registry.OFFICIAL_TASK_NAMES:
-            names[spec.model_class] = "modeling"
-            if spec.output_class.startswith("Sapiens2"):
-                names[spec.output_class] = "modeling.modeling_sapiens2_hf"
-        auto_name = own_auto_class_name(spec)
-        if auto_name is not None:
-            names[auto_name] = "auto"
-    return names
-
-
 def task_auto_class(spec):
     """The Auto class a task model registers with: transformers' (the registry's `auto_class`), or ours
     (`own_auto_class_name`, in `sapiens2_hf/auto.py`; made there on first use for a registered task)."""
     import transformers
 
-    from . import auto
+    from .auto import own_auto_class
 
     name = own_auto_class_name(spec)
-    if name is None:
-        return getattr(transformers, spec.auto_class)
-    if not hasattr(auto, name):
-        setattr(auto, name, auto.new_auto_class(name, spec.title))
-    return getattr(auto, name)
+    return getattr(transformers, spec.auto_class) if name is None else own_auto_class(name, spec.title)
 
 
 # Hub `pipeline_tag` (the registry's) -> the Auto class transformers' stock pipeline of that name loads its model with.
@@ -88,7 +60,6 @@ def _register() -> None:
     from transformers import AutoBackbone, AutoConfig, AutoImageProcessor, AutoModel, AutoModelForPreTraining
 
     from .modeling import Sapiens2Backbone, Sapiens2Config, Sapiens2Model
-    from .modeling.sapiens2_tasks import TASK_SPECS
 
     AutoConfig.register(Sapiens2Config.model_type, Sapiens2Config, exist_ok=True)
     AutoModel.register(Sapiens2Config, Sapiens2Model, exist_ok=True)
@@ -121,21 +92,20 @@ def register_task_model(spec) -> None:
     # transformers' stock pipeline of an official task's Hub tag (image-segmentation, depth-estimation) builds its
     # model with its own Auto class: our checkpoints then run there too.
     stock_auto_class = _STANDARD_PIPELINE_AUTO_CLASSES.get(spec.pipeline_tag)
-    if stock_auto_class is not None and spec.name in task_registry().OFFICIAL_TASK_NAMES:
+    if stock_auto_class is not None and spec.name in OFFICIAL_TASK_NAMES:
         getattr(transformers, stock_auto_class).register(Sapiens2Config, model_class, exist_ok=True)
     register_pipeline(spec.name, model_class)
 
 
 def unregister_task_model(spec) -> None:
     """Undoes `register_task_model` for a task registered from outside the package."""
-    from . import auto
+    from .auto import drop_auto_class
     from .modeling import Sapiens2Config
     from .pipelines import unregister_pipeline
 
     unregister_pipeline(spec.name)
     name = own_auto_class_name(spec)
     if name is not None:
-        if hasattr(auto, name):
-            delattr(auto, name)
+        drop_auto_class(name)
     else:  # transformers' Auto class: its mapping's registered extras are the only way back (no public API)
         task_auto_class(spec)._model_mapping._extra_content.pop(Sapiens2Config, None)

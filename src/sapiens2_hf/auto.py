@@ -24,3 +24,15 @@ def new_auto_class(name: str, what: str) -> type:
 
 
 AutoModelForAlbedoEstimation = new_auto_class("AutoModelForAlbedoEstimation", "albedo")
+
+
+def own_auto_class(name: str, what: str) -> type:
+    """The Auto class `name` of this module, made (`new_auto_class`) on first use for a registered task."""
+    if name not in globals():
+        globals()[name] = new_auto_class(name, what)
+    return globals()[name]
+
+
+def drop_auto_class(name: str) -> None:
+    """Removes an Auto class `own_auto_class` made (`sapiens2_hf.unregister_task`)."""
+    globals().pop(name, None)

@@ -1,32 +1,50 @@
-"""Adding a task from your own code: `register_task` puts a new head on the Sapiens2 backbone into every surface the
-official tasks have (config presets, model and Auto classes, `pipeline(...)`, the command line on images and videos,
-the web app, fine-tuning with `training_scripts/finetune.py` or stock `Trainer`, evaluation, ONNX export and Hub
-sharing), because each of them reads its per-task tables from the task registries at call time.
+"""Adding a task from your own code: one task model class (a `Sapiens2TaskModel` subclass carrying its name, loss,
+output class and `TaskSpec`) registered with `register_task` gets every surface the official tasks have (config
+presets, model and Auto classes, `pipeline(...)`, the command line on images and videos, the web app, fine-tuning
+with `training_scripts/finetune.py` or stock `Trainer`, evaluation, ONNX export and Hub sharing), because each of them
+reads its per-task tables from the task registries at call time.
 
-    from sapiens2_hf import TaskSpec, register_task
+    class Sapiens2ForUVEstimation(Sapiens2TaskModel):
+        task = "uv"
+        loss_class = UVLoss
+        output_class = Sapiens2UVEstimatorOutput
+        spec = TaskSpec(num_labels=2, foreground_fill=0.0)
+        ...
 
-    register_task(TaskSpec(name="uv", ...), Sapiens2ForUVEstimation, data=DataTaskSpec(...),
-                  training=TrainingTaskSpec(...))
+    register_task(Sapiens2ForUVEstimation, metric=UVMetric)
 
-tests/test_custom_task.py is the worked example (a 2-channel UV regression, every surface) and docs/ARCHITECTURE.md
-describes each argument. A registration lives in its process: run it before building models, parsers or apps (for
-the command line, in a script of yours that then calls `sapiens2_hf.cli.main.main(argv)`).
+Each layer keeps its own facet of the task, keyed by its name, with defaults for a dense map: the data layer's
+`DataTaskSpec`, the training layer's `TrainingTaskSpec`, the command line's and app's `cli.outputs.TaskOutputs`.
+tests/test_custom_task.py is the worked example and docs/ARCHITECTURE.md describes each facet.
+
+A package makes its tasks known without any code of the user's: it declares each in the entry-point group
+`sapiens2_hf.tasks` (`uv = my_package.tasks:Sapiens2ForUVEstimation`, or a function that calls `register_task`), and
+`sapiens2-hf`, the web app and `training_scripts/finetune.py` register them at start (`load_installed_tasks`).
 """
 
 from __future__ import annotations
 
+import sys
+from importlib.metadata import entry_points
 from typing import Any
 
 from . import _registration
+from .data.tasks import DATA_TASKS, DataTaskSpec
+from .modeling import HEAD_PRESETS, TASK_MODEL_CLASSES
+from .modeling.modeling_sapiens2_hf import Sapiens2TaskModel
 from .modeling.sapiens2_tasks import (
+    ENTRY_POINT_GROUP,
     OFFICIAL_TASK_NAMES,
     TASK_NAMES,
     TASK_SPECS,
     TaskSpec,
     add_task_spec,
     remove_task_spec,
+    spec_of_class,
     task_spec,
 )
+from .pipelines import PIPELINE_CLASSES, dense_map_pipeline_class
+from .training.tasks import TRAINING_TASKS, TrainingTaskSpec
 
 
 def task_names() -> tuple[str, ...]:
@@ -35,49 +53,50 @@ def task_names() -> tuple[str, ...]:
 
 
 def register_task(
-    spec: TaskSpec,
     model_class: type,
     *,
-    data: Any = None,
-    training: Any = None,
-    outputs: Any = None,
+    metric: type | None = None,
+    spec: TaskSpec | None = None,
+    data: DataTaskSpec | None = None,
+    training: TrainingTaskSpec | None = None,
     head_presets: dict[str, dict] | None = None,
     pipeline_class: type | None = None,
 ) -> None:
     """Registers a new task everywhere.
 
     Args:
-        spec (`TaskSpec`): the layer-0 facts (name, model and output class names, output field, label count,
-            pipeline name, resize policy, head layout kind, post-processing method, ...). For a dense map,
-            `post_process="post_process_dense_maps"` and `resize="letterbox"` or `"stretch"` need no processor code.
-        model_class: a `Sapiens2TaskModel` subclass named `spec.model_class`, with `task = spec.name`.
-        data (`DataTaskSpec`, *optional*): how `datasets` columns and on-disk folders fill the task's records; needed
-            to fine-tune from them.
-        training (`TrainingTaskSpec`, *optional*): loss, transform (`LetterboxMapTransform.for_key(...)` serves a
-            dense map), metrics; needed to fine-tune.
-        outputs (`TaskOutputs`, *optional*): what the command line and the app write; default
-            (`cli.outputs.dense_map_outputs`): each result map as `.npy` and the first one in colour.
+        model_class: a `Sapiens2TaskModel` subclass with `task = "<name>"`, `loss_class`, `output_class` and a
+            `spec` (`TaskSpec`) of the layer-0 facts that cannot be derived (`spec_of_class`).
+        metric (*optional*): the task's streaming metric accumulator (`statistics`, `accumulate`, `compute`), for
+            evaluation in fine-tuning; used by the default training facet.
+        spec (`TaskSpec`, *optional*): the complete layer-0 facts instead of the class's (checked against it).
+        data (`DataTaskSpec`, *optional*): how `datasets` columns and on-disk folders fill the task's records;
+            default for a dense map `DataTaskSpec.dense_map(name)` (the column named after the task, a `mask`).
+        training (`TrainingTaskSpec`, *optional*): loss, transform, metrics; default for a dense map
+            `TrainingTaskSpec.dense_map(name, model_class.loss_class, metric)`.
         head_presets (`dict[str, dict]`, *optional*): head layouts per official size (`Sapiens2Config.from_preset(
             "1b", task=...)`), e.g. `HEAD_PRESETS["normal"]`; the tiny preset always exists.
-        pipeline_class (*optional*): the pipeline; default `dense_map_pipeline_class(spec.name)`.
+        pipeline_class (*optional*): the pipeline; default `dense_map_pipeline_class(name)`.
+
+    The command line's and app's outputs default to `cli.outputs.dense_map_outputs` (each result map as `.npy` and
+    the first one in colour); `cli.outputs.register_task_outputs` sets others.
 
     Raises:
-        ValueError: the name, pipeline name or class name is taken, the model class does not match the spec, or
-            the spec's Auto class is transformers' and another task already registers with it.
+        ValueError: the name, pipeline name or class name is taken, the spec does not match the class, or the
+            spec's Auto class is transformers' and another task already registers with it.
     """
-    from .modeling import HEAD_PRESETS, TASK_MODEL_CLASSES
-    from .modeling.modeling_sapiens2_hf import Sapiens2TaskModel
-
-    if spec.name in TASK_SPECS:
-        raise ValueError(f"Task {spec.name!r} is already registered; pick another name (or unregister_task first).")
     if not (isinstance(model_class, type) and issubclass(model_class, Sapiens2TaskModel)):
         raise TypeError(f"model_class must be a Sapiens2TaskModel subclass, got {model_class!r}.")
+    name = getattr(model_class, "task", None)
+    if name in TASK_SPECS:
+        raise ValueError(f"Task {name!r} is already registered; pick another name (or unregister_task first).")
+    spec = spec or spec_of_class(model_class)
     if model_class.__name__ != spec.model_class:
         raise ValueError(f"The model class is named {model_class.__name__!r} but the spec's model_class is "
                          f"{spec.model_class!r}; make them equal (config.json's `architectures` records it).")
-    if getattr(model_class, "task", None) != spec.name:
-        raise ValueError(f"{model_class.__name__} has task = {getattr(model_class, 'task', None)!r}, but the spec "
-                         f"registers {spec.name!r}; set task = {spec.name!r} on the class.")
+    if name != spec.name:
+        raise ValueError(f"{model_class.__name__} has task = {name!r}, but the spec registers {spec.name!r}; set "
+                         f"task = {spec.name!r} on the class.")
     if _registration.own_auto_class_name(spec) is None:
         users = [other.name for other in TASK_SPECS.values() if other.auto_class == spec.auto_class]
         if users:
@@ -87,47 +106,62 @@ def register_task(
     try:
         TASK_MODEL_CLASSES[spec.name] = model_class
         HEAD_PRESETS[spec.name] = dict(head_presets or {})
-        _register_pipeline_class(spec, pipeline_class)
-        if data is not None:
-            from .data.tasks import DATA_TASKS
-
-            DATA_TASKS[spec.name] = data
-        if training is not None:
-            from .training.tasks import TRAINING_TASKS
-
-            TRAINING_TASKS[spec.name] = training
-        from .cli.outputs import dense_map_outputs, register_task_outputs
-
-        register_task_outputs(spec.name, outputs if outputs is not None else dense_map_outputs(spec.name))
+        PIPELINE_CLASSES[spec.pipeline_name] = pipeline_class or dense_map_pipeline_class(spec.name)
+        dense = spec.post_process == "post_process_dense_maps"
+        if data is not None or dense:
+            DATA_TASKS[spec.name] = data or DataTaskSpec.dense_map(spec.name)
+        if training is not None or dense:
+            TRAINING_TASKS[spec.name] = training or TrainingTaskSpec.dense_map(spec.name, model_class.loss_class,
+                                                                               metric)
         _registration.register_task_model(spec)
     except BaseException:
         unregister_task(spec.name)
         raise
 
 
-def _register_pipeline_class(spec: TaskSpec, pipeline_class: type | None) -> None:
-    from .pipelines import PIPELINE_CLASSES, dense_map_pipeline_class
-
-    PIPELINE_CLASSES[spec.pipeline_name] = pipeline_class or dense_map_pipeline_class(spec.name)
-
-
 def unregister_task(name: str) -> None:
     """Removes a task added by `register_task` from every registry (the official tasks stay)."""
-    import sys
-
     if name in OFFICIAL_TASK_NAMES:
         raise ValueError(f"{name!r} is an official task; only tasks added with register_task are removed.")
     spec = task_spec(name)
     _registration.unregister_task_model(spec)
-    from .cli.outputs import TASK_OUTPUTS
-    from .modeling import HEAD_PRESETS, TASK_MODEL_CLASSES
-
-    for table in (TASK_MODEL_CLASSES, HEAD_PRESETS, TASK_OUTPUTS):
+    for table in (TASK_MODEL_CLASSES, HEAD_PRESETS, DATA_TASKS, TRAINING_TASKS):
         table.pop(name, None)
-    for module, table in (("sapiens2_hf.data.tasks", "DATA_TASKS"), ("sapiens2_hf.training.tasks", "TRAINING_TASKS")):
-        if module in sys.modules:
-            getattr(sys.modules[module], table).pop(name, None)
+    PIPELINE_CLASSES.pop(spec.pipeline_name, None)
+    outputs = sys.modules.get("sapiens2_hf.cli.outputs")  # the command line's facet, set there if at all
+    if outputs is not None:
+        outputs.TASK_OUTPUTS.pop(name, None)
     remove_task_spec(name)
 
 
-__all__ = ["TaskSpec", "register_task", "task_names", "task_spec", "unregister_task"]
+_loaded_entry_points: set[str] = set()
+
+
+def load_installed_tasks() -> list[str]:
+    """Registers the tasks that installed packages declare in the entry-point group `sapiens2_hf.tasks`, once per
+    process: each entry point names a task model class (registered with the defaults of `register_task`) or a
+    function that registers its task(s) itself. Returns the names of the entry points loaded now.
+
+    Raises:
+        ValueError: an entry point names a class whose `task` is not the entry point's name.
+    """
+    loaded = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.value in _loaded_entry_points:
+            continue
+        target = point.load()
+        if isinstance(target, type):
+            if getattr(target, "task", None) != point.name:
+                raise ValueError(f"The entry point {point.name} = {point.value} of group {ENTRY_POINT_GROUP!r} names "
+                                 f"a class with task = {getattr(target, 'task', None)!r}; name the entry point "
+                                 "after the task.")
+            if point.name not in TASK_SPECS:
+                register_task(target)
+        else:
+            target()
+        _loaded_entry_points.add(point.value)
+        loaded.append(point.name)
+    return loaded
+
+
+__all__ = ["TaskSpec", "load_installed_tasks", "register_task", "task_names", "task_spec", "unregister_task"]

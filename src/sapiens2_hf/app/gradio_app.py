@@ -17,7 +17,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from .._registration import task_registry
+from ..cli.outputs import tab_title
+from ..modeling.sapiens2_tasks import TASK_SPECS
 from ..utils.extras import require
 from .inference import DEMO_MODEL, AppRunner, task_names
 
@@ -96,7 +97,7 @@ def build_app(models: Mapping[str, str] | None = None, runner: AppRunner | None 
         gr.Markdown(f"# {TITLE}\nUpload an image or a video, pick a model, run. `demo` models have random "
                     "weights: real output formats, random values.")
         for task in tasks:
-            with gr.Tab(task_registry().TASK_SPECS[task].tab_title, id=task, elem_id=f"{task}-tab"):
+            with gr.Tab(tab_title(task), id=task, elem_id=f"{task}-tab"):
                 model = gr.Textbox(models.get(task, DEMO_MODEL), label="Model", info=_MODEL_HELP,
                                    elem_id=f"{task}-model")
                 with gr.Tab("Image", elem_id=f"{task}-image-tab"):
@@ -140,7 +141,7 @@ def _image_panel(gr, runner: AppRunner, task: str, model) -> None:
         with gr.Column():
             image = gr.Image(type="filepath", label="Image", elem_id=f"{task}-image-input")
             inputs = [model, image]
-            if task == "pose":
+            if TASK_SPECS[task].top_down:
                 inputs.append(gr.Textbox(label="Boxes (xyxy)", lines=2, placeholder="25 10 380 508",
                                          info=_BOX_HELP, elem_id=f"{task}-image-boxes"))
             run = gr.Button("Run", variant="primary", elem_id=f"{task}-image-run")
@@ -165,7 +166,7 @@ def _video_panel(gr, runner: AppRunner, task: str, model) -> None:
             max_frames = gr.Number(32, label="At most this many frames", precision=0, minimum=1,
                                    elem_id=f"{task}-video-max-frames")
             inputs = [model, video, max_frames]
-            if task == "pose":
+            if TASK_SPECS[task].top_down:
                 inputs.append(gr.Textbox(label="Boxes on the first frame (xyxy)", lines=2,
                                          info=_BOX_HELP.replace("image", "frame") + " The tracker follows them.",
                                          elem_id=f"{task}-video-boxes"))

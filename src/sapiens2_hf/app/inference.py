@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._registration import task_registry
+from .._registration import register
+from ..modeling.sapiens2_tasks import TASK_SPECS, installed_task_names
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,8 +28,13 @@ DEMO_SEED = 0
 
 
 def task_names() -> tuple[str, ...]:
-    """The six tasks, in the registry's order (read without importing torch)."""
-    return tuple(task_registry().TASK_SPECS)
+    """The registered tasks, in the registry's order, with those of installed packages (entry points, registered on
+    first call; read without importing torch when there are none)."""
+    if installed_task_names():
+        from ..tasks import load_installed_tasks  # their model code needs torch
+
+        load_installed_tasks()
+    return tuple(TASK_SPECS)
 
 
 def parse_boxes(text: str | None) -> list[list[float]] | None:
@@ -119,17 +125,16 @@ class AppRunner:
         input written into `out`; the pointmap tab also writes the point cloud."""
         from ..cli.predict import predict_options
 
-        if task == "pointmap":
+        if TASK_SPECS[task].metric_3d:  # a metric 3D result: its point cloud too
             changes.setdefault("ply", True)
         return predict_options(task, model, out, quiet=True, device=self.device, dtype=self.dtype, **changes)
 
     def pipeline(self, task: str, model: str | None):
         """The pipeline for `task` with `model` (`demo`, a folder, Hub id or official file), built on first use."""
-        from .. import _registration
         from ..cli.options import check_local_source
         from ..cli.predict import build_pipeline
 
-        _registration.register()  # idempotent; the model classes and pipelines as the command line has them
+        register()  # idempotent; the model classes and pipelines as the command line has them
 
         if task not in task_names():
             raise ValueError(f"unknown task {task!r}; one of {', '.join(task_names())}.")
@@ -164,7 +169,7 @@ class AppRunner:
                 file's stem, else `image`).
             keypoint_threshold (`float`): pose only; the score below which keypoints are not drawn.
         """
-        from ..cli.outputs import pose_annotations, predict_images, write_outputs
+        from ..cli.outputs import overlay_suffix, pose_annotations, predict_images, write_outputs
 
         image, name, source = _uploaded_image(image, name)
         pipe = self.pipeline(task, model)
@@ -172,17 +177,17 @@ class AppRunner:
         options = self._options(task, "app", out, **_keypoint_options(task, keypoint_threshold))
         options = options.with_model_labels(pipe.model.config)
         people_boxes = None
-        if task == "pose":
+        if TASK_SPECS[task].top_down:
             height, width = image.shape[:2]
             people_boxes = [parse_boxes(boxes) or [[0.0, 0.0, float(width), float(height)]]]
         (result,) = predict_images(options, pipe, [image], people_boxes)
         pose_json = None
-        if task == "pose":  # the JSON's `file_name`: the upload's file name (the command writes the path given)
+        if TASK_SPECS[task].top_down:  # the JSON's `file_name`: the upload's file name (the command writes the path given)
             pose_json = pose_annotations(source or name, image.shape, result, keypoint_threshold,
                                          skeleton=options.output.skeleton)
         written, _ = write_outputs(options, out / name, image, result, pose_json=pose_json)
         # the task's picture, as `write_outputs` names it (the overlay; albedo's own image)
-        suffix = task_registry().TASK_SPECS[task].overlay_file_suffix
+        suffix = overlay_suffix(task)
         overlay = next(path for path in written if path.name == f"{name}{suffix}")
         files = [path for path in written if path.suffix in (".json", ".npy", ".ply")]
         return Result(overlay, files, _summary(task, image, result))
@@ -192,10 +197,10 @@ class AppRunner:
     def pose3d_pipeline(self, pose_model: str | None, pointmap_model: str | None):
         """The `sapiens2-pose-3d` pipeline of a pose and a pointmap model (each `demo`, a folder, Hub id or official
         file), built on first use and kept while both stay the same."""
-        from .. import _registration, pipeline
         from ..cli.options import check_local_source
+        from ..pipeline_factory import pipeline
 
-        _registration.register()
+        register()
         with self._lock:
             sources = (self._source("pose", pose_model), self._source("pointmap", pointmap_model))
             kept = self._pipelines.get("pose3d")
@@ -251,7 +256,7 @@ class AppRunner:
         options = self._options(task, "app", out, max_frames=max_frames, video_stride=stride,
                                 **_keypoint_options(task, keypoint_threshold)).with_model_labels(pipe.model.config)
         listed: dict[str, list] = {}
-        if task == "pose":
+        if TASK_SPECS[task].top_down:
             first = parse_boxes(boxes) or _whole_first_frame(path)
             listed = {f"{path}#0": first}
         report = RunReport()
@@ -281,7 +286,7 @@ def _uploaded_image(image: Any, name: str | None) -> tuple[np.ndarray, str, str 
 
 def _keypoint_options(task: str, threshold: float) -> dict[str, float]:
     """The keypoint threshold option of a top-down (keypoint) task's command; nothing for the others."""
-    return {"kpt_threshold": threshold} if task_registry().TASK_SPECS[task].top_down else {}
+    return {"kpt_threshold": threshold} if TASK_SPECS[task].top_down else {}
 
 
 def _whole_first_frame(path: Path) -> list[list[float]]:
@@ -315,7 +320,7 @@ def _rgb_uint8(image: Any) -> np.ndarray:
 
 def _summary(task: str, image: np.ndarray, result: Any) -> str:
     height, width = image.shape[:2]
-    if task == "pose":
+    if TASK_SPECS[task].top_down:
         keypoints = len(result[0]["keypoints"]) if result else 0
-        return f"pose: {len(result)} person(s), {keypoints} keypoints each, on a {width}x{height} image"
+        return f"{task}: {len(result)} person(s), {keypoints} keypoints each, on a {width}x{height} image"
     return f"{task}: {width}x{height} image"

@@ -19,9 +19,9 @@ def _model_pair(text: str) -> tuple[str, str]:
 
 
 def _models(pairs: list[tuple[str, str]] | None) -> dict[str, str]:
-    from .._registration import task_registry
+    from ..modeling.sapiens2_tasks import TASK_SPECS
 
-    tasks = tuple(task_registry().TASK_SPECS)
+    tasks = tuple(TASK_SPECS)
     models = {}
     for task, source in pairs or []:
         if task not in tasks:

@@ -2,6 +2,7 @@
 
 import argparse
 
+from ..modeling.sapiens2_tasks import TASK_NAMES
 from .options import check_local_source, positive_int
 
 
@@ -18,9 +19,7 @@ def add_convert_subparser(subparsers) -> None:
         "repos, with or without transformers-format files beside it)",
     )
     parser.add_argument("--out", required=True, help="output folder")
-    from .._registration import task_registry  # torch-free: the registry file run by path
-
-    parser.add_argument("--task", default="auto", choices=["auto", "pretrain", *task_registry().TASK_NAMES],
+    parser.add_argument("--task", default="auto", choices=["auto", "pretrain", *TASK_NAMES],
                         help="default: read from the checkpoint's tensors")
     parser.add_argument("--rope-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument(

@@ -77,9 +77,9 @@ _CLI_HINTS = (
 
 def _cli_hints(message: str) -> str:
     """`message` with the API hints of `_CLI_HINTS` replaced by their command-line form."""
-    from .._registration import task_registry
+    from ..modeling.sapiens2_tasks import TASK_SPECS
 
-    task_of_class = {spec.model_class: name for name, spec in task_registry().TASK_SPECS.items()}
+    task_of_class = {spec.model_class: name for name, spec in TASK_SPECS.items()}
     for pattern, replacement in _CLI_HINTS:
         if "{task}" in replacement:
             message = re.sub(pattern, lambda match, text=replacement: text.format(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._registration import task_registry
+from ..modeling.sapiens2_tasks import TASK_NAMES
 from ..export.formats import EXPORT_FORMATS, RUNTIME_BACKENDS
 from .options import check_local_source, positive_int
 
@@ -39,7 +39,7 @@ def add_export_subparser(subparsers) -> None:
                         help="onnx (default), torch-export, or aoti: an AOTInductor package compiled for --device")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="--format aoti: the device the package is compiled for and verified on (default cpu)")
-    parser.add_argument("--task", default="auto", choices=["auto", "pretrain", *task_registry().TASK_NAMES],
+    parser.add_argument("--task", default="auto", choices=["auto", "pretrain", *TASK_NAMES],
                         help="default: read from the checkpoint")
     parser.add_argument("--input-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
                         help="fixed model input size (default: the model's image_size)")

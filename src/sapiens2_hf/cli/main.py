@@ -8,41 +8,45 @@ transformers (tests/test_cli_startup.py); each command imports what it needs ins
 import argparse
 import sys
 
+from .._registration import register
+from ..modeling.sapiens2_tasks import installed_task_names
+from .app import add_app_subparser
+from .convert import add_convert_subparser
+from .curate import add_curate_subparser
+from .demo import add_demo_subparser
+from .env import add_env_subparser
 from .errors import error_message, is_expected_error
+from .export import add_export_subparser
+from .merge import add_merge_subparser
+from .pose3d import add_pose3d_subparser
+from .predict import add_predict_subparsers
+from .threads import torch_threads
+from .tiny import add_tiny_subparser
 
 
 def build_parser() -> argparse.ArgumentParser:
+    if installed_task_names():  # tasks of installed packages (entry points): their model code needs torch
+        from ..tasks import load_installed_tasks
+
+        load_installed_tasks()
     parser = argparse.ArgumentParser(prog="sapiens2-hf", description="Sapiens2 models in the Hugging Face ecosystem.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    from .convert import add_convert_subparser
-
-    add_convert_subparser(subparsers)
-    from .demo import add_demo_subparser
-    from .predict import add_predict_subparsers
-
-    add_demo_subparser(subparsers)
-    add_predict_subparsers(subparsers)
-    from .merge import add_merge_subparser; add_merge_subparser(subparsers)  # noqa: E702 (one line: shared file)
-    from .export import add_export_subparser; add_export_subparser(subparsers)  # noqa: E702
-    from .app import add_app_subparser; add_app_subparser(subparsers)  # noqa: E702 (app, space)
-    from .env import add_env_subparser; add_env_subparser(subparsers)  # noqa: E702
-    from .tiny import add_tiny_subparser; add_tiny_subparser(subparsers)  # noqa: E702
-    from .pose3d import add_pose3d_subparser; add_pose3d_subparser(subparsers)  # noqa: E702
-    from .curate import add_curate_subparser; add_curate_subparser(subparsers)  # noqa: E702
+    for add_subparsers in (add_convert_subparser, add_demo_subparser, add_predict_subparsers, add_merge_subparser,
+                           add_export_subparser, add_app_subparser, add_env_subparser, add_tiny_subparser,
+                           add_pose3d_subparser, add_curate_subparser):
+        add_subparsers(subparsers)
     return parser
 
 
 def _run(args) -> int:
     """The command's handler, after the registration with transformers that the console script deferred
     (`sapiens2_hf_cli.py`): commands reach the model code through sub-modules, which do not trigger it."""
-    from transformers.utils import logging as transformers_logging
-
-    from .. import _registration
+    from transformers.utils import logging as transformers_logging  # heavy: only once a command runs
 
     bars_were_on = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()  # per-load / per-save weight bars are noise on the command line
     try:
-        _registration.register()
+        register()
         return args.handler(args)
     finally:
         if bars_were_on:  # `main` called from Python (tests, notebooks) leaves the caller's setting as it was
@@ -55,8 +59,6 @@ def main(argv=None) -> int:
         if getattr(args, "precheck", None) is not None:  # the command's paths, before torch and transformers load
             args.precheck(args)
         if "threads" in vars(args):  # every command that computes takes --threads (cli/threads.py)
-            from .threads import torch_threads
-
             with torch_threads(args.threads, default=getattr(args, "threads_default", "auto")):
                 return _run(args)
         return _run(args)

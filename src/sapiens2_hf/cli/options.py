@@ -24,10 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .._registration import task_registry
-
-# Suffixes of the files a model argument may name (weights, exports, configs): a Hub repo id does not end in one.
-LOCAL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pt2", ".ckpt", ".onnx", ".json")
+from ..modeling.sapiens2_tasks import TASK_SPECS, looks_local
 # JSON files of a model, adapter or export folder that the loaders read.
 MODEL_FOLDER_JSON = ("config.json", "preprocessor_config.json", "processor_config.json", "adapter_config.json",
                      "export_info.json", "model.safetensors.index.json")
@@ -80,13 +77,6 @@ def device_name(text: str) -> str:
     if text == "auto" or (kind in DEVICE_TYPES and (not colon or index.isdigit())):
         return text
     raise argparse.ArgumentTypeError(f"{text!r} is not a device; use auto, cpu, cuda, cuda:N (a GPU index) or mps")
-
-
-def looks_local(value: str) -> bool:
-    """True for a model argument that cannot be a Hub repo id (`name` or `namespace/name`): it starts with '.', '/'
-    or '~', holds a backslash, a colon or more than one '/', or ends in a file suffix of `LOCAL_FILE_SUFFIXES`."""
-    return (value.startswith((".", "/", "~")) or "\\" in value or ":" in value or value.count("/") > 1
-            or value.lower().endswith(LOCAL_FILE_SUFFIXES))
 
 
 def _named(option: str, value: str | os.PathLike) -> str:
@@ -152,7 +142,7 @@ def check_local_source(option: str, value: str | os.PathLike | None) -> None:
 def temporal_filter_tasks() -> tuple[str, ...]:
     """Tasks whose video outputs `--temporal-filter` smooths: those whose result holds per-pixel maps (the registry's
     `result_maps`, as sapiens2_hf.video.smoothing's maps; the registry is torch-free, --help stays light)."""
-    return tuple(name for name, spec in task_registry().TASK_SPECS.items() if spec.result_maps)
+    return tuple(name for name, spec in TASK_SPECS.items() if spec.result_maps)
 
 
 def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) -> None:
@@ -326,6 +316,6 @@ class PredictOptions:
         labels = {}
         if getattr(config, "skeleton", None) is not None:
             labels["skeleton"] = tuple(tuple(link) for link in config.skeleton)
-        if task_registry().TASK_SPECS[self.task].post_process == "post_process_semantic_segmentation":
+        if TASK_SPECS[self.task].class_map:
             labels["class_names"] = tuple(config.id2label[i] for i in range(config.num_labels))
         return self.replace(output=dataclasses.replace(self.output, **labels)) if labels else self

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .._registration import task_registry
+from ..modeling.sapiens2_tasks import TASK_SPECS
 
 if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
     import numpy as np
@@ -131,8 +131,8 @@ class OutputFiles:
 
 @dataclass(frozen=True)
 class TaskOutputs:
-    """What the predict commands (images, video frames) and the web app write for one task's pipeline result,
-    besides its picture file (the registry's `overlay_file_suffix`) and the person mask.
+    """The command line's and the web app's facet of one task: what the predict commands (images, video frames)
+    and the app write for its pipeline result, and how they name it. Layer 0's spec (`TaskSpec`) holds none of this.
 
     Attributes:
         files (`tuple[str, ...]`): the suffix of every file `write` may save (`OutputFiles.save`).
@@ -142,12 +142,17 @@ class TaskOutputs:
             video).
         picture_is_output (`bool`): the picture is the task's own output (albedo's image): `write` saves it, also
             with --no-overlay, and it is not written again as an overlay.
+        overlay_suffix (`str`, *optional*): the file name suffix of the picture (`<input name><suffix>`, also the web
+            app's result); default `_<task>.png` (`overlay_suffix`).
+        short_title (`str`, *optional*): the app's tab title; default the spec's `title` (`tab_title`).
     """
 
     files: tuple[str, ...]
     write: Callable[..., None]
     picture: Callable[..., Any]
     picture_is_output: bool = False
+    overlay_suffix: str | None = None
+    short_title: str | None = None
 
 
 def _write_pose(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
@@ -268,30 +273,50 @@ def _picture_matting(options, image, result, video: bool):
 #: Task -> its outputs on the command line and in the app: the one place a task's files are defined. A task added
 #: from outside the package registers its own with `register_task_outputs`.
 TASK_OUTPUTS: dict[str, TaskOutputs] = {
-    "pose": TaskOutputs((".json",), _write_pose, _picture_pose),
-    "seg": TaskOutputs(("_seg.npy",), _write_seg, _picture_seg),
-    "normal": TaskOutputs(("_normal.npy",), _write_normal, _picture_normal),
-    "pointmap": TaskOutputs(("_pointmap.npy", "_depth.npy", ".ply"), _write_pointmap, _picture_pointmap),
-    "albedo": TaskOutputs(("_albedo.png", "_albedo.npy"), _write_albedo, _picture_albedo, picture_is_output=True),
-    "matting": TaskOutputs(("_alpha.png", "_foreground.png", "_alpha.npy"), _write_matting, _picture_matting),
+    "pose": TaskOutputs((".json",), _write_pose, _picture_pose, short_title="Pose (308 keypoints)"),
+    "seg": TaskOutputs(("_seg.npy",), _write_seg, _picture_seg, short_title="Body-part segmentation"),
+    "normal": TaskOutputs(("_normal.npy",), _write_normal, _picture_normal, short_title="Surface normals"),
+    # the picture is the depth (Z) in colour; the pointmap is an array
+    "pointmap": TaskOutputs(("_pointmap.npy", "_depth.npy", ".ply"), _write_pointmap, _picture_pointmap,
+                            overlay_suffix="_depth.png", short_title="Pointmap / depth"),
+    "albedo": TaskOutputs(("_albedo.png", "_albedo.npy"), _write_albedo, _picture_albedo, picture_is_output=True,
+                          short_title="Albedo"),
+    "matting": TaskOutputs(("_alpha.png", "_foreground.png", "_alpha.npy"), _write_matting, _picture_matting,
+                           short_title="Matting"),
 }
 #: The person mask any masked dense result writes (`--foreground-model` / `--foreground-mask`).
 MASK_SUFFIX = "_mask.png"
+
+
+def task_outputs(task: str) -> TaskOutputs:
+    """The command line's and app's facet of `task`: its `TASK_OUTPUTS` entry, else (a registered task without one)
+    `dense_map_outputs(task)`."""
+    outputs = TASK_OUTPUTS.get(task)
+    return outputs if outputs is not None else dense_map_outputs(task)
+
+
+def overlay_suffix(task: str) -> str:
+    """The file name suffix of `task`'s picture: its outputs' `overlay_suffix`, default `_<task>.png`."""
+    return task_outputs(task).overlay_suffix or f"_{task}.png"
+
+
+def tab_title(task: str) -> str:
+    """The web app's tab title of `task`: its outputs' `short_title`, default the spec's `title`."""
+    return task_outputs(task).short_title or TASK_SPECS[task].title
 
 
 def image_output_suffixes() -> tuple[str, ...]:
     """Every file an image input named `n` may write directly into --out, as `n + suffix` (any task, any option):
     each registered task's files and picture, and the person mask. (A video's entries are its frame folder and its
     annotated video; `output_names` keeps the two apart.)"""
-    specs = task_registry().TASK_SPECS
-    suffixes = [suffix for task, outputs in TASK_OUTPUTS.items() if task in specs
-                for suffix in (*outputs.files, specs[task].overlay_file_suffix)]
+    suffixes = [suffix for task in TASK_SPECS for suffix in (*task_outputs(task).files, overlay_suffix(task))]
     return tuple(dict.fromkeys([*suffixes, MASK_SUFFIX]))
 
 
 def register_task_outputs(task: str, outputs: TaskOutputs) -> None:
-    """Registers the command-line outputs of a task added to the registry from outside the package (its picture is
-    `_<task>.png` unless its spec names another suffix). `sapiens2_hf.register_task` calls it."""
+    """Registers the command-line outputs of a task added to the registry from outside the package, when the
+    default (`dense_map_outputs`) does not serve it (its picture is `_<task>.png` unless `outputs` names another
+    suffix). `sapiens2_hf.unregister_task` takes it back."""
     TASK_OUTPUTS[task] = outputs
 
 
@@ -299,7 +324,7 @@ def dense_map_outputs(task: str) -> TaskOutputs:
     """The outputs of a registered dense task with no writer of its own: each map of its result (the registry entry's
     `result_maps`, else the task name) as `<name>_<key>.npy` (not with --no-arrays), and as the picture, the first
     map in colour (`visualization.map_to_rgb`)."""
-    spec = task_registry().TASK_SPECS[task]
+    spec = TASK_SPECS[task]
     keys = spec.result_maps or (spec.name,)
 
     def write(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
@@ -328,9 +353,7 @@ def write_outputs(options: PredictOptions, base: Path, image: np.ndarray, result
     """
     from .. import visualization as vis
 
-    outputs = TASK_OUTPUTS.get(options.task)
-    if outputs is None:
-        raise ValueError(f"no outputs defined for task {options.task!r}; register them with register_task_outputs.")
+    outputs = task_outputs(options.task)
     files = OutputFiles(base)
     outputs.write(options, files, image, result, video, pose_json)
     if isinstance(result, dict) and result.get("mask") is not None and not video:  # --foreground-model / -mask
@@ -339,7 +362,7 @@ def write_outputs(options: PredictOptions, base: Path, image: np.ndarray, result
     if not options.output.no_overlay and not (outputs.picture_is_output and not video):
         overlay = outputs.picture(options, image, result, video)
         if not video:
-            files.save(vis.save_image, overlay, task_registry().TASK_SPECS[options.task].overlay_file_suffix)
+            files.save(vis.save_image, overlay, overlay_suffix(options.task))
             overlay = None
     return files.written, overlay
 
@@ -368,7 +391,7 @@ def _width_height(image) -> tuple[int, int]:
 def predict_images(options: PredictOptions, pipe, images: list, boxes: list | None = None, **extra) -> list:
     """Run the pipeline on a batch of images (pose: with one list of boxes per image, else the detector)."""
     kwargs: dict[str, Any] = {}
-    if options.task == "pose":
+    if TASK_SPECS[options.task].top_down:
         kwargs["flip_test"] = not options.output.no_flip_test
         kwargs["detector_threshold"] = options.output.detector_threshold
         if options.whole_image:  # an input without boxes is one person: its whole image, xyxy

@@ -83,7 +83,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .._registration import task_registry
+from ..modeling import sapiens2_tasks as catalog
 from ..utils.run_lock import run_folder_lock
 from .options import (ForegroundOptions, PredictOptions, check_local_source, check_regular_file, device_name,
                       finite_float, non_negative_float, positive_float, positive_int, probability)
@@ -97,14 +97,14 @@ if TYPE_CHECKING:  # numpy is imported where it is used, so that building the pa
 
 # The task registry, read without importing torch (`--help` must not: tests/test_cli_startup.py) and at each use, so
 # that a task registered after import has its sub-command, pipeline and help (the registry's title).
-_TASK_SPECS = task_registry().TASK_SPECS
+_TASK_SPECS = catalog.TASK_SPECS
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 # The entries of a video named `v` in --out (its frame folder and its annotated video); an image's files are
 # `image_output_suffixes()` (cli/outputs.py). `output_names` keeps them apart.
 VIDEO_OUTPUT_SUFFIXES = ("", ".mp4")
 RESERVED_ENTRIES = ("summary.json", STATE_FOLDER)
-KEYPOINT_FORMAT_CHOICES = ("coco17", "coco_wholebody133", "body25")  # sapiens2_keypoint_formats.KEYPOINT_FORMATS
+KEYPOINT_FORMAT_CHOICES = catalog.KEYPOINT_FORMAT_NAMES
 
 
 def task_help(task: str) -> str:
@@ -186,7 +186,7 @@ def add_predict_subparsers(subparsers) -> None:
         parser.add_argument("--overwrite", action="store_true",
                             help="recompute inputs whose outputs a previous run completed (default: skip them)")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
-        if task == "pose":
+        if _TASK_SPECS[task].top_down:
             parser.add_argument("--boxes", default=None, metavar="FILE.json",
                                 help="JSON file {key: [[x_min, y_min, x_max, y_max], ...]} of person boxes in "
                                      "pixels, xyxy format (not the xywh of COCO and of the written JSON's 'bbox'; "
@@ -223,7 +223,7 @@ def add_predict_subparsers(subparsers) -> None:
                                help="One-Euro filter speed coefficient, per pixel (default 0.02; higher = less "
                                     "lag on fast motion, more jitter)")
             video.add_argument("--no-smooth", action="store_true", help="do not smooth keypoints over time")
-        if task == "pointmap":
+        if _TASK_SPECS[task].metric_3d:
             parser.add_argument("--ply", action="store_true", help="also write a coloured point cloud (.ply)")
             camera = parser.add_mutually_exclusive_group()
             camera.add_argument("--focal-length", type=positive_float, default=None, metavar="F",
@@ -403,7 +403,7 @@ def build_pipeline(options: PredictOptions, device: str | None = None):
     else:
         model = model_class_for_task(options.task).from_pretrained(runtime.model)
     kwargs: dict[str, Any] = {}
-    if options.task == "pose" and options.output.detector:
+    if _TASK_SPECS[options.task].top_down and options.output.detector:
         kwargs["detector"] = options.output.detector
     if options.foreground.foreground_model:
         # the segmentation model as a pipeline of its own, loaded like --model (its processor, or the official one)
@@ -521,7 +521,7 @@ def _run_batch(options, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict
     retried one input at a time to find which input failed."""
     from .sharding import mark_done
 
-    per_image = [_boxes_for(item.source, boxes) for item, _ in batch] if options.task == "pose" else []
+    per_image = [_boxes_for(item.source, boxes) for item, _ in batch] if _TASK_SPECS[options.task].top_down else []
     listed = [b is not None for b in per_image]
     if len(batch) > 1 and any(listed) and not all(listed):  # some use --boxes, some the detector: one at a time
         for pair in batch:
@@ -545,7 +545,7 @@ def _run_batch(options, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict
         try:
             base = item.out_dir / item.name
             pose_json = None
-            if options.task == "pose":
+            if _TASK_SPECS[options.task].top_down:
                 pose_json = pose_annotations(item.source, image.shape, result, options.output.kpt_threshold,
                                              options.output.keypoint_format, skeleton=options.output.skeleton)
             with writing_outputs():
@@ -591,8 +591,7 @@ def check_predict_arguments(args: argparse.Namespace) -> None:
     prepare_hub_access(args.task, hub_ids(args.model, getattr(args, "foreground_model", None), detector))
 
 
-# The pose pipeline's default person detector (modeling/pipeline_sapiens2_hf.py; named here without importing it)
-DEFAULT_DETECTOR = "PekingU/rtdetr_r50vd"
+DEFAULT_DETECTOR = catalog.DEFAULT_DETECTOR
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -649,7 +648,7 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack) -> int:
     for kind, name, path in shard.split(units):
         try:
             entry = _boxes_for(str(path), boxes) if kind == "images" else _video_boxes(path, boxes)
-            expected = sharding.fingerprint(options, path, entry if options.task == "pose" else None)
+            expected = sharding.fingerprint(options, path, entry if _TASK_SPECS[options.task].top_down else None)
         except OSError:  # unreadable: processed, and reported, as usual
             todo.append((kind, name, path, None))
             continue

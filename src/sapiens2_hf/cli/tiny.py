@@ -3,11 +3,11 @@
 import argparse
 from pathlib import Path
 
+from ..modeling.sapiens2_tasks import TASK_NAMES  # torch-free: the stdlib-only catalog
+
 
 def add_tiny_subparser(subparsers) -> None:
-    from .._registration import task_registry  # torch-free: the registry file run by path
-
-    tasks = list(task_registry().TASK_NAMES)
+    tasks = list(TASK_NAMES)
     parser = subparsers.add_parser(
         "tiny",
         help="write tiny random-weight models (offline) to try the pipelines and commands",
@@ -24,10 +24,9 @@ def add_tiny_subparser(subparsers) -> None:
 
 
 def run_tiny(args: argparse.Namespace) -> int:
-    from .._registration import task_registry
     from ..hub.tiny_models import save_tiny_model
 
-    tasks = list(task_registry().TASK_NAMES) if "all" in args.tasks else list(dict.fromkeys(args.tasks))
+    tasks = list(TASK_NAMES) if "all" in args.tasks else list(dict.fromkeys(args.tasks))
     out = Path(args.out)
     for task in tasks:
         folder = out if len(tasks) == 1 and "all" not in args.tasks else out / task

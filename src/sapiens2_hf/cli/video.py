@@ -41,6 +41,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..modeling.sapiens2_tasks import TASK_SPECS
 from .options import PredictOptions
 from .outputs import (OutputWriteError, _boxes_for, _reason, pose_annotations, predict_images, write_outputs,
                       writing_outputs)
@@ -228,11 +229,11 @@ def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, 
     files: list[Path] = []
     failed_frames = decoded = 0
     state = None
-    if options.task == "pose":
+    if TASK_SPECS[options.task].top_down:
         listed = any(key.startswith((f"{path.name}#", f"{path}#")) for key in boxes)
         state = _PoseState(options, listed)
     smoother = None
-    if options.task != "pose" and options.video.temporal_filter:
+    if not TASK_SPECS[options.task].top_down and options.video.temporal_filter:
         from ..video import DenseResultFilter
 
         smoother = DenseResultFilter(options.task, options.video.temporal_min_cutoff,
@@ -265,7 +266,7 @@ def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, 
         else:
             try:
                 pose_json = None
-                if options.task == "pose":
+                if TASK_SPECS[options.task].top_down:
                     video_options = options.video
                     smoothing = None if video_options.no_smooth else {
                         "filter": "one-euro", "min_cutoff": video_options.smooth_min_cutoff,
@@ -338,7 +339,7 @@ def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, 
                 sink.submit(taken_k, frame_k, result, writer, track_ids)
             i = j
 
-    run = run_pose if options.task == "pose" else run_dense
+    run = run_pose if TASK_SPECS[options.task].top_down else run_dense
     try:
         with VideoReader(path) as reader:
             fps = reader.fps / options.video.video_stride

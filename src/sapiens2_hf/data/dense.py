@@ -119,7 +119,7 @@ def _load_pointmap_target(record: dict) -> tuple[np.ndarray, np.ndarray, np.ndar
         raise ValueError("A pointmap target needs pixel intrinsics `K` (3, 3).")
     if "depth" in fields:
         depth = np.asarray(fields["depth"], dtype=np.float32)
-    elif "pointmap" in fields:
+    elif fields.get("pointmap") is not None:  # a file field (the (H, W, 3) points), not the task
         depth = np.asarray(fields["pointmap"], dtype=np.float32)[..., 2]
     else:
         raise ValueError("A pointmap target needs `depth` (H, W) or `pointmap` (H, W, 3).")

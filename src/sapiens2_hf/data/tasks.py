@@ -51,8 +51,8 @@ class DataTaskSpec:
         file_suffixes (`tuple[str, ...]`): on-disk target file suffixes, tried in order for each image stem.
     """
 
-    synthetic_columns: tuple[str, ...]
-    synthetic_record: Mapping[str, str] | Callable[[dict], dict]
+    synthetic_columns: tuple[str, ...] = ()
+    synthetic_record: Mapping[str, str] | Callable[[dict], dict] = field(default_factory=dict)
     image_column: str = "image"
     synthetic_people: int | None = None
     target_columns: tuple[str, ...] = ()
@@ -60,6 +60,14 @@ class DataTaskSpec:
     roles: Mapping[str, bool] = field(default_factory=dict)
     file_key: str | None = None
     file_suffixes: tuple[str, ...] = ()
+
+    @classmethod
+    def dense_map(cls, task: str) -> "DataTaskSpec":
+        """The default of a registered dense-map task: its target is the `datasets` column named after the task (a
+        `.npy` file of that name on disk), under the record key of that name, with an optional person `mask`; no
+        synthetic columns."""
+        return cls(target_columns=(task,), array_key=task, roles={"mask": False}, file_key=task,
+                   file_suffixes=(".npy",))
 
 
 def _pose_record(row: dict) -> dict:

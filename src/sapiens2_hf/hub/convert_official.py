@@ -34,7 +34,7 @@ def _verification_input(config: Sapiens2Config) -> torch.Tensor:
     stride_h, stride_w = config.feature_stride
     height, width = 4 * stride_h, 3 * stride_w
     head = config.head_config
-    if config.task == "pointmap" and head.scale_conv_out_channels is not None:
+    if head is not None and head.scale_conv_out_channels is not None:  # the pointmap's scale head
         fitting = pointmap_image_sizes(head.to_dict(), config.feature_stride, OFFICIAL_ASPECT)
         height, width = fitting[0] if fitting else config.image_size_hw
     generator = torch.Generator().manual_seed(0)
@@ -173,7 +173,7 @@ def convert_official_checkpoint(
             f"--image-size {model.config.image_size_hw[0]} {model.config.image_size_hw[1]} is not a multiple of the "
             f"model's feature stride {stride[0]}x{stride[1]} (patch size{' x tokenizer window' if model.config.uses_tokenizer else ''})."
         )
-    if task == "pointmap" and model.config.head_config.scale_conv_out_channels is not None:
+    if getattr(model.config.head_config, "scale_conv_out_channels", None) is not None:  # the pointmap's scale head
         try:
             model._check_scale_input(torch.zeros(1, 1, *(s // p for s, p in zip(model.config.image_size_hw, model.config.feature_stride))))
         except ValueError as error:

@@ -45,12 +45,13 @@ def _template(name: str = "sapiens2_task.md") -> str:
 
 
 def _labels_section(config: Sapiens2Config) -> str:
-    if config.task == "pose":
+    spec = TASK_SPECS.get(config.task)
+    if spec is not None and spec.top_down:
         names = [config.id2label[i] for i in range(len(config.id2label))]
         return (f"308 keypoints in the official Sapiens2 order (body 17, feet 6, hands 2 x 20, face 238 and more); "
                 f"{len(config.flip_pairs or [])} left/right flip pairs travel in config.json. First ten: "
                 + ", ".join(f"`{n}`" for n in names[:10]) + ".")
-    if config.task == "seg":
+    if spec is not None and spec.class_map:
         return "29 classes (index: name): " + ", ".join(f"{i}: {config.id2label[i]}" for i in range(len(config.id2label))) + "."
     return "Dense regression; no class labels."
 

@@ -52,7 +52,7 @@ from .official_format_sapiens2_hf import (
     infer_config_kwargs,
     original_key_mapping,
 )
-from .sapiens2_tasks import BACKBONE_MODEL_CLASS, PRETRAIN_TASK, task_spec
+from .sapiens2_tasks import BACKBONE_MODEL_CLASS, PRETRAIN_TASK, looks_local, task_spec
 
 
 logger = logging.get_logger(__name__)
@@ -424,19 +424,6 @@ def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = 
     if re.match(r"^[\w.-]+/[\w.-]+$", name):
         return _resolve_hub(name, hub_kwargs)
     raise OSError(f"{name} is neither a local file or folder nor a Hub repo id.")
-
-
-# Files a model argument may name; a Hub repo id does not end in one.
-LOCAL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pt2", ".ckpt", ".onnx", ".json")
-
-
-def looks_local(name: str) -> bool:
-    """True for a model argument that cannot be a Hub repo id (`name` or `namespace/name`): it starts with '.', '/'
-    or '~', holds a backslash, a colon or more than one '/', or ends in a file suffix of `LOCAL_FILE_SUFFIXES`. A
-    missing such path is "no such file or folder", never a Hub lookup (which would answer about repo ids, or wait for
-    the network). The command line applies the same rule before it imports torch (`sapiens2_hf.cli.options`)."""
-    return (name.startswith((".", "/", "~")) or "\\" in name or ":" in name or name.count("/") > 1
-            or name.lower().endswith(LOCAL_FILE_SUFFIXES))
 
 
 # ------------------------------------------------------------------------------------------------------- loading

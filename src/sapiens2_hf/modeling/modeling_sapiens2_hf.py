@@ -65,7 +65,7 @@ from .loss_sapiens2 import (
     SegmentationLoss,
 )
 from .official_format_sapiens2_hf import compute_rope_periods, register_original_format_conversions
-from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS, task_spec
+from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS, TaskSpec, spec_of_class, task_spec
 
 
 logger = logging.get_logger(__name__)
@@ -1365,14 +1365,20 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
 class Sapiens2TaskModel(Sapiens2PreTrainedModel):
     """Backbone + decode head: the base of every task model, official or registered (`sapiens2_hf.register_task`).
 
-    A subclass sets `task` (its registry name) and `loss_class`, calls `self.build_task_layers(config)` then
-    `self.post_init()` in `__init__`, and returns `self.decode(pixel_values, OutputClass, "field", labels,
-    loss_targets=(...))` from `forward`: the head's layout comes from `config.head_config` (the registry entry's
-    `head_upsampling` and `head_norm`), and the loss is computed when `labels` is given.
+    A subclass sets `task` (its registry name, typed once), `loss_class` and, for a task added from outside the
+    package, `output_class` (the `ModelOutput` it returns; its first field after `loss` holds the prediction) and
+    `spec` (a `TaskSpec` of what cannot be derived: `num_labels`, title, ...; see `sapiens2_tasks.spec_of_class`).
+    It calls `self.build_task_layers(config)` then `self.post_init()` in `__init__`, and returns
+    `self.decode(pixel_values, labels=labels, loss_targets=(...))` from `forward`: the head's layout comes from
+    `config.head_config` (the registry entry's `head_upsampling` and `head_norm`), and the loss is computed when
+    `labels` is given.
     """
 
     # The official loss of the task (loss_sapiens2.py, official term weights), computed by `forward` from `labels`.
     loss_class: type[nn.Module]
+    # A registered task's model output (the official classes name theirs in `decode` calls) and its layer-0 facts.
+    output_class: type[ModelOutput] | None = None
+    spec: TaskSpec | None = None
 
     def post_init(self):
         super().post_init()
@@ -1407,13 +1413,18 @@ class Sapiens2TaskModel(Sapiens2PreTrainedModel):
         outputs = self.model(pixel_values, return_dict=True, **kwargs)
         return tokens_to_feature_map(outputs.last_hidden_state, self.config.num_prefix_tokens, grid), outputs
 
-    def decode(self, pixel_values: torch.Tensor, output_class, field: str, labels=None, loss_targets=(), **kwargs):
+    def decode(self, pixel_values: torch.Tensor, output_class=None, field: str | None = None, labels=None,
+               loss_targets=(), **kwargs):
         """Backbone -> feature map -> decode head, wrapped in `output_class` with the prediction under `field`, and
-        with the task loss of the prediction against `labels`, then `loss_targets`, when `labels` is given.
+        with the task loss of the prediction against `labels`, then `loss_targets`, when `labels` is given. Both
+        default to the class's spec (`spec_of_class`: its `output_class` and that class's prediction field).
 
         `return_dict=False` in `kwargs` (or `config.return_dict` False) gives the output's tuple, as transformers'
         `can_return_tuple` does for the official classes' `forward`: a registered task's `forward` needs no
         decorator."""
+        if output_class is None or field is None:
+            spec = spec_of_class(type(self))
+            output_class, field = output_class or type(self).output_class, field or spec.output_field
         return_dict = kwargs.pop("return_dict", None)
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         prediction = self.decode_head(feature_map)

@@ -47,16 +47,13 @@ from transformers.pipelines.base import ChunkPipeline
 
 from .lifting_sapiens2_hf import joint_depths_for, lift_keypoints
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS
-from .sapiens2_tasks import TASK_SPECS
+from .sapiens2_tasks import DEFAULT_DETECTOR, TASK_SPECS
 
 
 #: Boxes the pose pipeline crops at once (`preprocess` yields their rows before cropping the next ones): about 12 MB
 #: per box at 1024x768, so the crops of an image with 1,000 boxes take 190 MB, not 12 GB. Crops are independent: the
 #: results do not depend on it.
 POSE_CROP_CHUNK_SIZE = 16
-
-#: Default person detector for the pose pipeline (COCO-trained RT-DETR; transformers-native, Apache-2.0).
-DEFAULT_DETECTOR = "PekingU/rtdetr_r50vd"
 
 #: `pipeline(...)` task name -> Sapiens2 task, from the task registry (sapiens2_tasks.py).
 class _PipelineTasks(Mapping):

@@ -5,32 +5,42 @@ processors, pipelines, Hub files).
 Everything else that varies by task (the config's task list and label counts, the architecture-name lookup, the
 model class per task, the Auto class a saved repo registers under, the pipeline names, the processor's resize policy
 and post-processing method, the model-card tags, the package's public names and the CLI's sub-commands) is derived
-from `TASK_SPECS`. Adding a task means one entry here, one in `sapiens2_hf.data.tasks.DATA_TASKS`, one in
-`sapiens2_hf.training.tasks.TRAINING_TASKS`, and the task's own modules (see docs/ARCHITECTURE.md).
+from `TASK_SPECS`. A task added from outside the package is one model class carrying a `TaskSpec` of the facts that
+cannot be derived from it (`spec_of_class`); each other layer keeps its own facet keyed by the task name (data,
+training, the command line and app), with defaults for a dense map (see docs/ARCHITECTURE.md).
 
-Pure data (stdlib only), so that it can ship as remote code, and so that `sapiens2_hf._registration.task_registry()`
-can run it by path without importing torch (`sapiens2-hf --help`). One copy: the model, its processor and its
-pipelines live in this one folder, which ships to the Hub as it is.
+Pure data (stdlib only), so that it can ship as remote code, and the startup catalog: the command line's parser
+imports it normally and reads the facts it needs from it without importing torch (`sapiens2-hf --help`), as do the
+model code and the package face (`DEFAULT_DETECTOR`, `KEYPOINT_FORMAT_NAMES`, `looks_local`). One copy: the model,
+its processor and its pipelines live in this one folder, which ships to the Hub as it is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 
 @dataclass(frozen=True)
 class TaskSpec:
     """What layer 0 (models, processors, pipelines, Hub files) knows of one task.
 
+    A task model class added from outside the package carries one as its `spec` class attribute, with only what
+    cannot be derived: `spec_of_class` fills `name` (the class's `task`), `model_class` (its name), `output_class`
+    and `output_field` (its `output_class` and that class's first field after `loss`), `pipeline_name`
+    (`sapiens2-<name>`), `result_maps` (the name) and `description`; every other field defaults to a dense map
+    (letterboxed, pixel-shuffle head, `post_process_dense_maps`, an Auto class of its own).
+
     Attributes:
         name (`str`): the short task name used everywhere (`config.task`, CLI sub-commands, training `--task`).
-        title (`str`): a human-readable name (model cards, CLI help).
+        title (`str`): a human-readable name (model cards, CLI help); default the name.
         model_class (`str`): the class name in `modeling_sapiens2_hf.py`; also the `architectures` entry of a config.
         output_field (`str`): the model-output field holding the task's prediction.
-        output_class (`str`): the model-output dataclass the model returns: ours in `modeling_sapiens2_hf.py` (every
-            class of ours is named `Sapiens2*`, and the package exports it), or transformers' (seg's
-            `SemanticSegmenterOutput`).
+        output_class (`str`): the name of the model-output dataclass the model returns: ours in
+            `modeling_sapiens2_hf.py` (every class of ours is named `Sapiens2*`, and the package exports it), or
+            transformers' (seg's `SemanticSegmenterOutput`).
         num_labels (`int`): output channels of the predictor (keypoints, classes, or 3 for the dense maps).
         auto_class (`str`): the transformers Auto class a saved repo registers the model under; `"AutoModel"` when
             transformers has none for the task.
@@ -55,47 +65,72 @@ class TaskSpec:
             by a foreground (`apply_foreground_mask`, the pipelines' `foreground_mask=` / `segmenter=`): a zero
             normal and black albedo are visibly "no surface", a NaN point or depth is "no measurement" (point-cloud
             writers and metrics skip it). `None`: the task's output is not masked (keypoints, class maps, mattes).
-        short_title (`str`, *optional*): a short name for tabs and legends (the web app); default `title`.
         result_maps (`tuple[str, ...]`): the keys of the pipeline result that hold per-pixel maps (what video
             filtering smooths frame to frame); empty for a task whose result is not a map (pose).
-        overlay_suffix (`str`, *optional*): the file name suffix of the picture the command line writes for a result
-            (`<input name><suffix>`, also the web app's result); default `_<name>.png`.
+        metric_3d (`bool`): the result is metric 3D geometry in the camera's frame (pointmap): the pipeline takes the
+            camera (`focal_length=`, `intrinsics=`), and the result can be written as a point cloud.
     """
 
-    name: str
-    title: str
-    model_class: str
-    output_field: str
-    output_class: str
-    num_labels: int
-    auto_class: str
-    in_transformers: bool
-    pipeline_name: str
-    pipeline_tag: str
-    post_process: str
-    resize: str
-    head_upsampling: str
-    head_norm: str
-    description: str
+    name: str = ""
+    title: str = ""
+    model_class: str = ""
+    output_field: str = ""
+    output_class: str = ""
+    num_labels: int = 0
+    auto_class: str = "AutoModel"
+    in_transformers: bool = False
+    pipeline_name: str = ""
+    pipeline_tag: str = "image-to-image"
+    post_process: str = "post_process_dense_maps"
+    resize: str = "letterbox"
+    head_upsampling: str = "pixel_shuffle"
+    head_norm: str = "instance_norm"
+    description: str = ""
     extra_output_fields: tuple[str, ...] = ()
     foreground_fill: float | None = None
-    short_title: str | None = None
     result_maps: tuple[str, ...] = ()
-    overlay_suffix: str | None = None
-
-    @property
-    def tab_title(self) -> str:
-        return self.short_title or self.title
-
-    @property
-    def overlay_file_suffix(self) -> str:
-        return self.overlay_suffix or f"_{self.name}.png"
+    metric_3d: bool = False
 
     @property
     def top_down(self) -> bool:
         """One sample per person (pose): the processor crops each person box (`resize == "crop"`), inference needs
         boxes (given or detected) and training reads one record per person."""
         return self.resize == "crop"
+
+    @property
+    def class_map(self) -> bool:
+        """The result is one class per pixel (seg): class names label it, and class weights may weight its loss."""
+        return self.post_process == "post_process_semantic_segmentation"
+
+
+#: The person detector a top-down task runs on inputs without given boxes (a transformers object-detection model).
+DEFAULT_DETECTOR = "PekingU/rtdetr_r50vd"
+
+#: The keypoint layouts a top-down result can also be written in (`sapiens2_keypoint_formats.KEYPOINT_FORMATS`).
+KEYPOINT_FORMAT_NAMES: tuple[str, ...] = ("coco17", "coco_wholebody133", "body25")
+
+
+#: The entry-point group an installed package declares its tasks in (`sapiens2_hf.tasks.load_installed_tasks`).
+ENTRY_POINT_GROUP = "sapiens2_hf.tasks"
+
+
+def installed_task_names() -> tuple[str, ...]:
+    """The task names installed packages declare (entry-point group `ENTRY_POINT_GROUP`), read without loading them
+    (stdlib `importlib.metadata`): the command line imports the model code only when there are some."""
+    return tuple(point.name for point in entry_points(group=ENTRY_POINT_GROUP))
+
+
+#: Files a model argument may name; a Hub repo id does not end in one.
+LOCAL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pt2", ".ckpt", ".onnx", ".json")
+
+
+def looks_local(name: str) -> bool:
+    """True for a model argument that cannot be a Hub repo id (`name` or `namespace/name`): it starts with '.', '/'
+    or '~', holds a backslash, a colon or more than one '/', or ends in a file suffix of `LOCAL_FILE_SUFFIXES`. A
+    missing such path is "no such file or folder", never a Hub lookup (which would answer about repo ids, or wait for
+    the network). The command line applies it before it imports torch, the model loader before it asks the Hub."""
+    return (name.startswith((".", "/", "~")) or "\\" in name or ":" in name or name.count("/") > 1
+            or name.lower().endswith(LOCAL_FILE_SUFFIXES))
 
 
 TASK_SPECS: dict[str, TaskSpec] = {
@@ -108,7 +143,6 @@ TASK_SPECS: dict[str, TaskSpec] = {
             pipeline_name="sapiens2-pose", pipeline_tag="keypoint-detection",
             post_process="post_process_pose_estimation", resize="crop", head_upsampling="deconv",
             head_norm="instance_norm", description="`heatmaps`: 308 heatmaps at 1/4 of the crop resolution",
-            short_title="Pose (308 keypoints)",
         ),
         TaskSpec(
             name="seg", title="29-class body-part segmentation", model_class="Sapiens2ForSemanticSegmentation",
@@ -116,8 +150,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             num_labels=29, auto_class="AutoModelForSemanticSegmentation", in_transformers=True,
             pipeline_name="sapiens2-segmentation", pipeline_tag="image-segmentation",
             post_process="post_process_semantic_segmentation", resize="stretch", head_upsampling="deconv",
-            head_norm="instance_norm", description="`logits`: 29 class logits per pixel",
-            short_title="Body-part segmentation", result_maps=("segmentation",),
+            head_norm="instance_norm", description="`logits`: 29 class logits per pixel", result_maps=("segmentation",),
         ),
         TaskSpec(
             name="normal", title="Surface normal estimation", model_class="Sapiens2ForNormalEstimation",
@@ -127,7 +160,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             post_process="post_process_normal_estimation", resize="letterbox", head_upsampling="pixel_shuffle",
             head_norm="instance_norm",
             description="`normals`: camera-frame normal vectors per pixel (not unit length; post-processing normalises)",
-            foreground_fill=0.0, short_title="Surface normals", result_maps=("normals",),
+            foreground_fill=0.0, result_maps=("normals",),
         ),
         TaskSpec(
             name="pointmap", title="Pointmap (per-pixel XYZ) estimation", model_class="Sapiens2ForPointmapEstimation",
@@ -137,8 +170,8 @@ TASK_SPECS: dict[str, TaskSpec] = {
             post_process="post_process_pointmap_estimation", resize="letterbox", head_upsampling="pixel_shuffle",
             head_norm="instance_norm",
             description="`pointmaps`: canonical-camera XYZ per pixel and `scales`: canonical / actual focal length",
-            foreground_fill=float("nan"), short_title="Pointmap / depth", result_maps=("pointmap",),
-            overlay_suffix="_depth.png",  # the picture is the depth (Z) in colour; the pointmap is an array
+            foreground_fill=float("nan"), result_maps=("pointmap",),
+            metric_3d=True,
         ),
         TaskSpec(
             name="albedo", title="Albedo estimation", model_class="Sapiens2ForAlbedoEstimation",
@@ -147,7 +180,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             pipeline_name="sapiens2-albedo", pipeline_tag="image-to-image",
             post_process="post_process_albedo_estimation", resize="letterbox", head_upsampling="pixel_shuffle",
             head_norm="rms_norm", description="`albedos`: RGB albedo per pixel (clamp to [0, 1])",
-            foreground_fill=0.0, short_title="Albedo", result_maps=("albedo",),
+            foreground_fill=0.0, result_maps=("albedo",),
         ),
         # Matting: released after the other tasks (facebook/sapiens2-matting-1b, transformers' Sapiens2ForImageMatting).
         # Its head is the normal head with 4 sigmoid outputs; the official test pipeline stretches the whole image to
@@ -161,7 +194,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             head_upsampling="pixel_shuffle", head_norm="instance_norm",
             description="`alphas`: alpha matte in [0, 1] per pixel and `foregrounds`: pre-multiplied RGB foreground "
             "in [0, 1] (the head's 4 sigmoid channels)",
-            extra_output_fields=("foregrounds",), short_title="Matting", result_maps=("alpha", "foreground"),
+            extra_output_fields=("foregrounds",), result_maps=("alpha", "foreground"),
         ),
     )
 }
@@ -228,6 +261,40 @@ def task_of_architecture(architecture: str) -> str | None:
         if spec.model_class == architecture:
             return spec.name
     return None
+
+
+def spec_of_class(model_class: type) -> TaskSpec:
+    """The layer-0 spec a task model class carries: an official class's registry entry, or the class's `spec`
+    (a `TaskSpec` of what cannot be derived; every field defaults to a dense map) completed from the class itself:
+    `name` from its `task`, `model_class` from its name, `output_class` and `output_field` from its `output_class`
+    (the first field after `loss`), `pipeline_name` `sapiens2-<name>` (`_` as `-`), `title` the name, `result_maps`
+    the name for a dense map, `description` the output field. A spec can state any of these itself."""
+    name = getattr(model_class, "task", None)
+    official = TASK_SPECS.get(name) if isinstance(name, str) else None
+    if official is not None and official.model_class == model_class.__name__:
+        return official
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"{model_class.__name__}.task must name the task (an identifier), got {name!r}; set "
+                         'task = "<name>" on the class.')
+    spec = getattr(model_class, "spec", None) or TaskSpec()
+    if not isinstance(spec, TaskSpec):
+        raise TypeError(f"{model_class.__name__}.spec must be a TaskSpec, got {type(spec).__name__}.")
+    output_class = getattr(model_class, "output_class", None)
+    field = spec.output_field
+    if not field:
+        fields = [f.name for f in dataclasses.fields(output_class) if f.name != "loss"] if (
+            dataclasses.is_dataclass(output_class)) else []
+        if not fields:
+            raise ValueError(f"{model_class.__name__}.output_class must be the ModelOutput dataclass its forward "
+                             f"returns (its first field after `loss` holds the prediction), got {output_class!r}.")
+        field = fields[0]
+    dense = spec.post_process == "post_process_dense_maps"
+    return dataclasses.replace(
+        spec, name=spec.name or name, title=spec.title or name, model_class=spec.model_class or model_class.__name__,
+        output_field=field, output_class=spec.output_class or getattr(output_class, "__name__", ""),
+        pipeline_name=spec.pipeline_name or f"sapiens2-{name.replace('_', '-')}",
+        result_maps=spec.result_maps or ((name,) if dense else ()),
+        description=spec.description or f"`{field}`: {spec.title or name}")
 
 
 _CHOICES = {"resize": ("crop", "stretch", "letterbox"), "head_upsampling": ("deconv", "pixel_shuffle"),

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..data.dense import AlbedoTransform, MattingTransform, NormalTransform, PointmapTransform, SegTransform
+from ..data.dense import (AlbedoTransform, LetterboxMapTransform, MattingTransform, NormalTransform, PointmapTransform,
+                          SegTransform)
 from ..data.pose import PoseTransform
 from ..losses import AlbedoLoss, MattingLoss, NormalLoss, PointmapLoss, PoseHeatmapLoss, SegmentationLoss
 from ..metrics import (
@@ -82,6 +83,13 @@ class TrainingTaskSpec:
     prediction: str = "map"
     flip_test: bool = False
     head_modules: tuple[str, ...] = ("decode_head",)
+
+    @classmethod
+    def dense_map(cls, task: str, loss: type[nn.Module], metric: type | None = None) -> "TrainingTaskSpec":
+        """The default of a registered dense-map task: `loss(prediction, labels, mask)`, the letterbox transform of
+        the record key named after the task, and `metric` (if any) as the task's one statistics."""
+        return cls(loss=loss, transform=LetterboxMapTransform.for_key(task), metrics={task: metric} if metric else {},
+                   loss_batch_keys=("labels", "mask"))
 
     def __post_init__(self):
         if self.prediction not in PREDICTIONS:

@@ -414,6 +414,7 @@ class DenseResultFilter:
                                                coherent_scale=self.coherent_scale)
                          for key in spec.result_maps}
         self._num_classes = 0
+        self._points = spec.result_maps[0] if spec.metric_3d else None  # metric 3D points (pointmap): their depth
 
     def reset(self) -> None:
         for one in self._filters.values():
@@ -442,7 +443,7 @@ class DenseResultFilter:
                 filtered = np.clip(filtered, 0.0, 1.0)
             out[key] = filtered.astype(value.dtype, copy=False) if np.issubdtype(value.dtype, np.floating) \
                 else filtered
-            if key == "pointmap" and result.get("depth") is not None:
+            if self._points == key and result.get("depth") is not None:  # the depth is the points' Z
                 out["depth"] = out[key][..., 2].astype(np.asarray(result["depth"]).dtype)
         return out
 
