@@ -26,6 +26,9 @@ LAYERS = {
     "curation": 2,
     # pipeline_factory applies the inference recipe (`fast=True`), so it sits at the recipe's layer.
     "pipeline_factory": 2, "inference_recipe": 2,
+    # our Auto classes (transformers only); the registration with transformers (model code, pipelines, pretraining);
+    # registering a task fills every layer's facet up to training's (the command line's defaults itself)
+    "auto": 1, "_registration": 2, "tasks": 2,
     "cli": 3, "demo": 3, "app": 3,
 }
 # torchvision: the pose pipeline's NMS (`torchvision.ops.nms`); transformers' torchvision image-processing backend
@@ -123,9 +126,11 @@ def _module_names(root: Path) -> dict[str, tuple[Path, bool]]:
 def import_graph(root: Path) -> dict[str, set[str]]:
     """Module -> the package's modules it imports, from every import statement anywhere in the file (inside functions
     and `if TYPE_CHECKING:` too: an import that only runs later still ties the two modules together). `from .pkg
-    import name` points at `pkg.name` when that is a module, else at the package face `pkg/__init__.py`."""
+    import name` points at `pkg.name` when that is a module, and always at the package face `pkg/__init__.py` too:
+    the import runs the face (and its PEP 562 `__getattr__` for a name it has not imported yet)."""
     modules = _module_names(root)
     graph = {name: set() for name in modules}
+    submodule_imports, hard = set(), set()
     for name, (path, is_package) in modules.items():
         here = name.split(".") if is_package else name.split(".")[:-1]
         for node in ast.walk(ast.parse(path.read_text())):
@@ -136,8 +141,9 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                 if node.level:
                     anchor = here[: len(here) - (node.level - 1)]
                     base = ".".join(anchor + ([node.module] if node.module else []))
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                           for alias in node.names]
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+                if all(f"{base}.{alias.name}" in modules for alias in node.names):
+                    submodule_imports.add((name, base))  # `from . import sibling`: through the face
             else:
                 continue
             for target in targets:
@@ -145,11 +151,31 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                     target = target.rsplit(".", 1)[0]
                 if target in modules and target != name:
                     graph[name].add(target)
+                    if not (target == base and (name, base) in submodule_imports and isinstance(node, ast.ImportFrom)
+                            and all(f"{base}.{alias.name}" in modules for alias in node.names)):
+                        hard.add((name, target))
+    _FACE_ONLY_EDGES[root] = {(name, face) for name, face in submodule_imports if (name, face) not in hard}
     return graph
 
 
-def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+# root -> the (module, package face) edges that come only from `from <face> import <sub-module>` statements
+_FACE_ONLY_EDGES: dict[Path, set[tuple[str, str]]] = {}
+
+
+def _face_only(component: list[str], graph: dict[str, set[str]], root: Path) -> bool:
+    """A package face re-exporting its sub-modules, each of which reaches the face only to import sibling modules
+    (`from . import sibling`) and imports no other member: how a package face works, not a cycle between designs."""
+    faces = [name for name in component if name.count(".") == 0 or (root.parent / name.replace(".", "/")).is_dir()]
+    if len(faces) != 1:
+        return False
+    rest = set(component) - set(faces)
+    soft = _FACE_ONLY_EDGES.get(root, set())
+    return all((name, faces[0]) in soft and not graph[name] & rest for name in rest)
+
+
+def import_cycles(graph: dict[str, set[str]], root: Path = PACKAGE) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative), but a package
+    face with sub-modules that import only it (`_face_only`)."""
     index, low, on_stack, stack, cycles = {}, {}, set(), [], []
     for start in sorted(graph):
         if start in index:
@@ -181,7 +207,7 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                     component.append(member)
                     if member == node:
                         break
-                if len(component) > 1:
+                if len(component) > 1 and not _face_only(component, graph, root):
                     cycles.append(sorted(component))
     return cycles
 
@@ -201,4 +227,14 @@ def test_import_cycle_check_sees_cycles_through_function_level_imports_and_packa
     (package / "sub" / "__init__.py").write_text("from .c import C\n")
     (package / "sub" / "c.py").write_text("from ..sub import D\nC = 1\n")  # through the package face
     (package / "sub" / "d.py").write_text("import toy.a\n")
-    assert import_cycles(import_graph(package)) == [["toy.a", "toy.b"], ["toy.sub", "toy.sub.c"]]
+    # `from . import h` depends on the package face, which imports the module that imports this one
+    (package / "face").mkdir()
+    (package / "face" / "__init__.py").write_text("from .e import E\n")
+    (package / "face" / "e.py").write_text("from .g import G\nE = 1\n")
+    (package / "face" / "g.py").write_text("from . import h\nG = 1\n")
+    (package / "face" / "h.py").write_text("H = 1\n")
+    assert import_cycles(import_graph(package), package) == [
+        ["toy.a", "toy.b"], ["toy.face", "toy.face.e", "toy.face.g"], ["toy.sub", "toy.sub.c"]]
+    # control: a face whose sub-modules import only it is no cycle
+    (package / "face" / "g.py").write_text("G = 1\n")
+    assert ["toy.face", "toy.face.e", "toy.face.g"] not in import_cycles(import_graph(package), package)

@@ -219,12 +219,13 @@ def test_public_names_are_derived_from_the_registry():
 
 
 def test_the_torch_free_registry_is_the_registry_module():
-    """`_registration.task_registry()` (what the package's public names and the CLI's tables read before torch is
-    imported) is the one registry module itself, not a copy: the same `TaskSpec` objects."""
+    """What the package's public names and the CLI's tables read before torch is imported is the one registry module
+    itself (the catalog, imported normally), not a copy: the same `TaskSpec` objects."""
     import sapiens2_hf.modeling.sapiens2_tasks as registry
+    from sapiens2_hf.cli import options, predict
 
-    assert _registration.task_registry() is registry
-    assert _registration.task_registry().TASK_SPECS is TASK_SPECS
+    assert predict.catalog is registry
+    assert predict._TASK_SPECS is TASK_SPECS and options.TASK_SPECS is TASK_SPECS
 
 
 def test_cli_tables_are_derived_from_the_registry():
@@ -244,21 +245,30 @@ def test_cli_tables_are_derived_from_the_registry():
 
 def test_video_and_picture_tables_are_derived_from_the_registry():
     """What video filtering smooths and which picture the CLI and the app show come from the registry's
-    `result_maps` and `overlay_file_suffix`; the app's tabs from `tab_title`."""
+    `result_maps` and the command line's facet (`overlay_suffix`); the app's tabs from `tab_title`."""
     from sapiens2_hf.cli.options import temporal_filter_tasks
-    from sapiens2_hf.cli.outputs import TASK_OUTPUTS, image_output_suffixes
+    from sapiens2_hf.cli.outputs import TASK_OUTPUTS, TaskOutputs, image_output_suffixes, overlay_suffix, tab_title
     from sapiens2_hf.video.smoothing import dense_task_maps
 
     assert list(TASK_OUTPUTS) == list(TASK_NAMES)  # every task's command-line files, registered once
-    assert {spec.overlay_file_suffix for spec in TASK_SPECS.values()} <= set(image_output_suffixes())
+    assert {overlay_suffix(name) for name in TASK_SPECS} <= set(image_output_suffixes())
 
     dense = {name: spec.result_maps for name, spec in TASK_SPECS.items() if spec.result_maps}
     assert dense_task_maps() == dense and set(temporal_filter_tasks()) == set(dense)
     assert "pose" not in dense and dense["matting"] == ("alpha", "foreground")  # control: pose has no maps
-    assert TASK_SPECS["pointmap"].overlay_file_suffix == "_depth.png"
-    assert TASK_SPECS["seg"].overlay_file_suffix == "_seg.png" and TASK_SPECS["pose"].tab_title == "Pose (308 keypoints)"
-    custom = dataclasses.replace(TASK_SPECS["normal"], name="depth", title="Depth", short_title=None, overlay_suffix=None)
-    assert custom.tab_title == "Depth" and custom.overlay_file_suffix == "_depth.png"
+    assert overlay_suffix("pointmap") == "_depth.png"
+    assert overlay_suffix("seg") == "_seg.png" and tab_title("pose") == "Pose (308 keypoints)"
+    # the defaults, for a task whose facet names neither: `_<task>.png` and the spec's title
+    custom = dataclasses.replace(TASK_SPECS["normal"], name="depth", title="Depth")
+    TASK_SPECS["depth"] = custom
+    TASK_OUTPUTS["depth"] = dataclasses.replace(TASK_OUTPUTS["normal"], short_title=None, overlay_suffix=None)
+    try:
+        assert tab_title("depth") == "Depth" and overlay_suffix("depth") == "_depth.png"
+    finally:
+        del TASK_SPECS["depth"], TASK_OUTPUTS["depth"]
+    # the Hub-shipped spec carries no command-line or app facts
+    assert not {"short_title", "overlay_suffix"} & {f.name for f in dataclasses.fields(TASK_SPECS["pose"])}
+    assert {"short_title", "overlay_suffix"} <= {f.name for f in dataclasses.fields(TaskOutputs)}
 
 
 def test_video_filtering_follows_a_task_registered_after_import(monkeypatch):

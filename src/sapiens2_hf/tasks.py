@@ -28,7 +28,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
-from . import _registration
+from ._registration import own_auto_class_name, register_task_model, unregister_task_model
 from .data.tasks import DATA_TASKS, DataTaskSpec
 from .modeling import HEAD_PRESETS, TASK_MODEL_CLASSES
 from .modeling.modeling_sapiens2_hf import Sapiens2TaskModel
@@ -97,7 +97,7 @@ def register_task(
     if name != spec.name:
         raise ValueError(f"{model_class.__name__} has task = {name!r}, but the spec registers {spec.name!r}; set "
                          f"task = {spec.name!r} on the class.")
-    if _registration.own_auto_class_name(spec) is None:
+    if own_auto_class_name(spec) is None:
         users = [other.name for other in TASK_SPECS.values() if other.auto_class == spec.auto_class]
         if users:
             raise ValueError(f"{spec.auto_class} already builds the {users[0]!r} model from a Sapiens2 config; give "
@@ -113,7 +113,7 @@ def register_task(
         if training is not None or dense:
             TRAINING_TASKS[spec.name] = training or TrainingTaskSpec.dense_map(spec.name, model_class.loss_class,
                                                                                metric)
-        _registration.register_task_model(spec)
+        register_task_model(spec)
     except BaseException:
         unregister_task(spec.name)
         raise
@@ -124,7 +124,7 @@ def unregister_task(name: str) -> None:
     if name in OFFICIAL_TASK_NAMES:
         raise ValueError(f"{name!r} is an official task; only tasks added with register_task are removed.")
     spec = task_spec(name)
-    _registration.unregister_task_model(spec)
+    unregister_task_model(spec)
     for table in (TASK_MODEL_CLASSES, HEAD_PRESETS, DATA_TASKS, TRAINING_TASKS):
         table.pop(name, None)
     PIPELINE_CLASSES.pop(spec.pipeline_name, None)

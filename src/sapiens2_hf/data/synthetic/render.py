@@ -9,7 +9,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import human as hm
+from .human import (
+    BLOTCH,
+    CHECKS,
+    ELLIPSOID_CODE,
+    EYEBALL,
+    IRIS_ANGLE,
+    KEYPOINT_MODELED,
+    KEYPOINT_OWNERS,
+    KEYPOINT_TOLERANCE,
+    NUM_MATERIALS,
+    NUM_POSE_KEYPOINTS,
+    PUPIL_ANGLE,
+    STRIPES,
+    build_person,
+)
 from ._raycast import NEAR_PLANE, Primitives, cast_rays, render_primitives, surface_frames
 from .matting import soft_matte
 
@@ -118,7 +132,7 @@ def _albedo(table, material, body_points, local):
     """
     kind = table["kind"][material]
     albedo = table["base"][material]
-    textured = np.flatnonzero((kind == hm.STRIPES) | (kind == hm.CHECKS) | (kind == hm.BLOTCH))
+    textured = np.flatnonzero((kind == STRIPES) | (kind == CHECKS) | (kind == BLOTCH))
     if textured.size:
         m = material[textured]
         p = body_points[textured]
@@ -126,17 +140,17 @@ def _albedo(table, material, body_points, local):
         u1 = np.einsum("ij,ij->i", p, table["dir1"][m]) * freq + table["phase"][m]
         u2 = np.einsum("ij,ij->i", p, table["dir2"][m]) * freq
         k = kind[textured]
-        w = np.where(k == hm.STRIPES, (u1 - np.floor(u1)) < 0.5,
-                     np.where(k == hm.CHECKS, (np.floor(u1) + np.floor(u2)) % 2,
+        w = np.where(k == STRIPES, (u1 - np.floor(u1)) < 0.5,
+                     np.where(k == CHECKS, (np.floor(u1) + np.floor(u2)) % 2,
                               0.5 + 0.5 * np.sin(2 * np.pi * u1 + 1.5 * np.sin(2 * np.pi * u2))))
         second = table["second"][m]
         albedo[textured] = second + w[:, None] * (albedo[textured] - second)
-    eye = np.flatnonzero(kind == hm.EYEBALL)
+    eye = np.flatnonzero(kind == EYEBALL)
     if eye.size:
         qz = local[eye, 2]  # cosine of the angle to the gaze axis
-        iris = eye[(qz >= np.cos(hm.IRIS_ANGLE)) & (qz < np.cos(hm.PUPIL_ANGLE))]
+        iris = eye[(qz >= np.cos(IRIS_ANGLE)) & (qz < np.cos(PUPIL_ANGLE))]
         albedo[iris] = table["second"][material[iris]]
-        albedo[eye[qz >= np.cos(hm.PUPIL_ANGLE)]] = _PUPIL_RGB
+        albedo[eye[qz >= np.cos(PUPIL_ANGLE)]] = _PUPIL_RGB
     return albedo
 
 
@@ -148,7 +162,7 @@ def assemble(scene):
         ``splits`` `(n, 2)`, ``split_dir`` `(n, 3)`, ``person`` `(n,)`, and ``owners`` `(num_people, 308, 4)`
         global primitive ids of each keypoint's owners (-1 padded).
     """
-    geoms = scene.geometry if scene.geometry is not None else [hm.build_person(p) for p in scene.people]
+    geoms = scene.geometry if scene.geometry is not None else [build_person(p) for p in scene.people]
     cone_a, cone_b, cone_ra, cone_rb, centers, axes, radii = [], [], [], [], [], [], []
     cone_attrs, ell_attrs, cone_person, ell_person = [], [], [], []
     for index, (person, geom) in enumerate(zip(scene.people, geoms)):
@@ -170,24 +184,24 @@ def assemble(scene):
         empty = np.zeros((0, 3))
         return prims, {"classes": np.zeros((0, 3), np.int64), "materials": np.zeros((0, 3), np.int64),
                        "splits": np.zeros((0, 2)), "split_dir": empty, "person": np.zeros(0, np.int64),
-                       "owners": np.zeros((0, hm.NUM_POSE_KEYPOINTS, 4), np.int64)}
+                       "owners": np.zeros((0, NUM_POSE_KEYPOINTS, 4), np.int64)}
     prims = Primitives(np.concatenate(cone_a), np.concatenate(cone_b), np.concatenate(cone_ra),
                        np.concatenate(cone_rb), np.concatenate(centers), np.concatenate(axes), np.concatenate(radii))
     ca, ea = np.concatenate(cone_attrs), np.concatenate(ell_attrs)
     person = np.concatenate(cone_person + ell_person)
     attrs = {
         "classes": np.concatenate([ca[:, 0:3], ea[:, 0:3]]).astype(np.int64),
-        "materials": np.concatenate([ca[:, 3:6], ea[:, 3:6]]).astype(np.int64) + hm.NUM_MATERIALS * person[:, None],
+        "materials": np.concatenate([ca[:, 3:6], ea[:, 3:6]]).astype(np.int64) + NUM_MATERIALS * person[:, None],
         "splits": np.concatenate([ca[:, 6:8], ea[:, 6:8]]),
         "split_dir": np.concatenate([np.zeros((len(ca), 3)), ea[:, 8:11]]),
         "person": person,
     }
     cone_offsets = np.cumsum([0] + [len(g.cone_a) for g in geoms])
     ell_offsets = prims.num_cones + np.cumsum([0] + [len(g.ellipsoid_center) for g in geoms])
-    codes = hm.KEYPOINT_OWNERS
-    is_ell = codes >= hm.ELLIPSOID_CODE
+    codes = KEYPOINT_OWNERS
+    is_ell = codes >= ELLIPSOID_CODE
     owners = np.stack([
-        np.where(codes < 0, -1, np.where(is_ell, ell_offsets[i] + codes - hm.ELLIPSOID_CODE, cone_offsets[i] + codes))
+        np.where(codes < 0, -1, np.where(is_ell, ell_offsets[i] + codes - ELLIPSOID_CODE, cone_offsets[i] + codes))
         for i in range(len(geoms))
     ])
     attrs["owners"] = owners
@@ -278,8 +292,8 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
         boxes[:] = np.stack([x_min[v], y_min[v], x_max[v] + 1, y_max[v] + 1], axis=1)
 
     # ---- keypoints ---------------------------------------------------------------------------------------------------
-    modeled = hm.KEYPOINT_MODELED
-    kp_cam = np.zeros((num_visible, hm.NUM_POSE_KEYPOINTS, 3))
+    modeled = KEYPOINT_MODELED
+    kp_cam = np.zeros((num_visible, NUM_POSE_KEYPOINTS, 3))
     for out, index in enumerate(visible_people):
         p = scene.people[index]
         kp_cam[out] = geoms[index].keypoints @ p.rotation.T + p.translation
@@ -295,7 +309,7 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
     hit_t, hit_prim = cast_rays(prims, ray_dx[valid], ray_dy[valid], ku[valid], kv[valid], fx, fy, cx, cy)
     owners = attrs["owners"][visible_people][valid]  # (num_valid, 4)
     own = np.any(owners == hit_prim[:, None], axis=1)
-    close = hit_t >= z[valid] - hm.KEYPOINT_TOLERANCE[np.nonzero(valid)[1]]
+    close = hit_t >= z[valid] - KEYPOINT_TOLERANCE[np.nonzero(valid)[1]]
     seen = np.zeros(valid.shape, dtype=bool)
     seen[valid] = own & close
     visibility = np.where(in_image, np.where(seen, 2, 1), 0).astype(np.uint8)
@@ -343,7 +357,7 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
             "shading": shading.reshape(height, width, 3),
             "noise": noise if noise is not None else np.zeros((height, width, 3), np.float32),
             "primitive_index": prim_map,
-            "keypoint_owner_classes": owner_classes.reshape(num_visible, hm.NUM_POSE_KEYPOINTS, 12),
+            "keypoint_owner_classes": owner_classes.reshape(num_visible, NUM_POSE_KEYPOINTS, 12),
             "person_index": visible_people,
         })
     return sample
