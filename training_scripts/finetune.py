@@ -28,7 +28,8 @@ save was interrupted is skipped). `--seed` is applied before the model and data 
 and listed in <output_dir>/skipped_samples.json (`--strict` stops at the first one). Every option:
 `python training_scripts/finetune.py --help` (ours plus all of transformers.TrainingArguments). A run holds
 --output_dir while it runs (the lock file `_sapiens2_run.lock`): a second run started into it meanwhile is refused. An
-error of the arguments, data, model source or --output_dir ends the script in one line with exit code 2.
+error of the arguments, data, model source or --output_dir ends the script in one line with exit code 2. `--task` takes
+the official tasks and those of installed packages (entry-point group `sapiens2_hf.tasks`), registered at start.
 """
 
 import json
@@ -38,6 +39,7 @@ import sys
 from transformers import HfArgumentParser
 
 from sapiens2_hf.cli.errors import run_script
+from sapiens2_hf.tasks import load_installed_tasks
 from sapiens2_hf.training.arguments import DataArguments, ModelArguments
 from sapiens2_hf.training.evaluation import metric_unit
 from sapiens2_hf.training.finetune import run_finetune
@@ -60,6 +62,7 @@ def main(argv=None):
     require("accelerate", feature="training")  # before TrainingArguments, whose own error names transformers' pip extra
     check_process_count()
     argv = sys.argv[1:] if argv is None else list(argv)
+    load_installed_tasks()  # tasks of installed packages join --task's choices
     parser = HfArgumentParser((ModelArguments, DataArguments, Sapiens2TrainingArguments))
     if len(argv) == 1 and argv[0].endswith(".json"):
         model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(argv[0]))
