@@ -17,7 +17,6 @@ import torch
 import transformers
 
 import sapiens2_hf
-from sapiens2_hf import _registration
 from sapiens2_hf.data import hf_datasets, validation
 from sapiens2_hf.data.dense import read_dense_folder
 from sapiens2_hf.data.synthetic import sample_to_row, task_features

@@ -26,8 +26,19 @@ import numpy as np
 import torch
 from PIL import Image
 from tqdm.auto import tqdm
+from transformers import AutoModelForPoseEstimation, PrinterCallback, TrainingArguments, pipeline
 
+from ._registration import register
+from .cli.threads import resolve_threads
+from .data.datasets import Sapiens2TaskDataset
+from .data.synthetic import render_sample
+from .data.synthetic_source import SyntheticRecords
+from .hub import save_for_hub
+from .modeling import Sapiens2ForPoseEstimation
+from .processing import image_processor_for_task
 from .utils.extras import require
+from .visualization import draw_keypoints, enlarge, side_by_side
+from .visualization.io import save_image, save_json
 
 # The bundled photo: skimage.data.astronaut() (NASA, public domain), with the person box used by the official fixtures.
 PHOTO_BOX_XYXY = [25.3, 9.6, 380.2, 508.7]
@@ -43,8 +54,6 @@ def _pck(predicted: np.ndarray, target: np.ndarray, visible: np.ndarray, box_xyx
 
 
 def _render_pretraining_images(folder: Path, count: int, seed: int) -> None:
-    from .data.synthetic import render_sample
-
     folder.mkdir(parents=True, exist_ok=True)
     for index in tqdm(range(count), desc="1/5 rendering synthetic humans", unit="img"):
         sample = render_sample((seed, index), *RENDER_SIZE)
@@ -52,7 +61,7 @@ def _render_pretraining_images(folder: Path, count: int, seed: int) -> None:
 
 
 def _pretrain(images: Path, output: Path, steps: int, seed: int) -> Path:
-    from .pretraining.run import main as pretrain_main
+    from .pretraining.run import main as pretrain_main  # the train extra (accelerate, peft, datasets)
 
     print(f"2/5 pretraining a tiny Sapiens2 for {steps} steps (MAE + DINO/iBOT student-teacher)")
     pretrain_main([
@@ -65,12 +74,7 @@ def _pretrain(images: Path, output: Path, steps: int, seed: int) -> Path:
 
 
 def _finetune_pose(backbone: Path, output: Path, steps: int, seed: int, num_train: int, num_eval: int):
-    from transformers import PrinterCallback, TrainingArguments
-
-    from .data.datasets import Sapiens2TaskDataset
-    from .data.synthetic_source import SyntheticRecords
-    from .modeling import Sapiens2ForPoseEstimation
-    from .training import Sapiens2Trainer, apply_lora, trainable_parameter_count
+    from .training import Sapiens2Trainer, apply_lora, trainable_parameter_count  # the train extra (peft, ...)
     from .training.tasks import training_task
 
     torch.manual_seed(seed)
@@ -107,20 +111,9 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
              num_pretrain_images: int = 64, num_train: int = 64, num_eval: int = 16, threads: int | None = None) -> dict:
     """Runs the demo and returns the report dict (also written to `out_dir/report.json` and `report.md`)."""
     require("accelerate", "peft", feature="the demo (it pretrains, then fine-tunes with LoRA)")  # sapiens2_hf[train]
-    from transformers import AutoModelForPoseEstimation, pipeline
-
-    from .data.synthetic import render_sample
-    from .hub import save_for_hub
-    from . import _registration
-    from .processing import image_processor_for_task
-    from .visualization import draw_keypoints, enlarge, side_by_side
-    from .visualization.io import save_image, save_json
-
-    _registration.register()  # as `sapiens2-hf` does: the Auto class and pipeline below find our classes
+    register()  # as `sapiens2-hf` does: the Auto class and pipeline below find our classes
 
     if threads is not None:  # for Python callers; `sapiens2-hf demo` sets them for the whole command (cli/threads.py)
-        from .cli.threads import resolve_threads
-
         torch.set_num_threads(resolve_threads(threads))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

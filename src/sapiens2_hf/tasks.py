@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import sys
 from importlib.metadata import entry_points
-from typing import Any
 
 from ._registration import own_auto_class_name, register_task_model, unregister_task_model
 from .data.tasks import DATA_TASKS, DataTaskSpec

@@ -15,13 +15,21 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import math
+
+import numpy as np
+from PIL import Image
 
 from .._registration import register
+from ..cli.options import check_local_source
+from ..cli.outputs import overlay_suffix, pose_annotations, predict_images, write_outputs
+from ..cli.pose3d import _skeleton
+from ..cli.predict import RunReport, build_pipeline, predict_options
+from ..cli.video import process_video
 from ..modeling.sapiens2_tasks import TASK_SPECS, installed_task_names
-
-if TYPE_CHECKING:
-    import numpy as np
+from ..video import VideoReader
 
 DEMO_MODEL = "demo"
 DEMO_SEED = 0
@@ -47,8 +55,6 @@ def parse_boxes(text: str | None) -> list[list[float]] | None:
     Raises:
         `ValueError`: a box without four numbers, a non-finite number, or x_max <= x_min / y_max <= y_min.
     """
-    import math
-
     if text is None or not text.strip():
         return None
     cleaned = text.replace("[", " ").replace("]", ";").replace("\n", ";")
@@ -123,17 +129,12 @@ class AppRunner:
     def _options(self, task: str, model: str, out: Path, **changes):
         """The options of `sapiens2-hf <task>` at its defaults (so the app writes what the command writes), for one
         input written into `out`; the pointmap tab also writes the point cloud."""
-        from ..cli.predict import predict_options
-
         if TASK_SPECS[task].metric_3d:  # a metric 3D result: its point cloud too
             changes.setdefault("ply", True)
         return predict_options(task, model, out, quiet=True, device=self.device, dtype=self.dtype, **changes)
 
     def pipeline(self, task: str, model: str | None):
         """The pipeline for `task` with `model` (`demo`, a folder, Hub id or official file), built on first use."""
-        from ..cli.options import check_local_source
-        from ..cli.predict import build_pipeline
-
         register()  # idempotent; the model classes and pipelines as the command line has them
 
         if task not in task_names():
@@ -169,8 +170,6 @@ class AppRunner:
                 file's stem, else `image`).
             keypoint_threshold (`float`): pose only; the score below which keypoints are not drawn.
         """
-        from ..cli.outputs import overlay_suffix, pose_annotations, predict_images, write_outputs
-
         image, name, source = _uploaded_image(image, name)
         pipe = self.pipeline(task, model)
         out = self._run_folder()
@@ -197,7 +196,6 @@ class AppRunner:
     def pose3d_pipeline(self, pose_model: str | None, pointmap_model: str | None):
         """The `sapiens2-pose-3d` pipeline of a pose and a pointmap model (each `demo`, a folder, Hub id or official
         file), built on first use and kept while both stay the same."""
-        from ..cli.options import check_local_source
         from ..pipeline_factory import pipeline
 
         register()
@@ -218,9 +216,6 @@ class AppRunner:
         """Runs `sapiens2-pose-3d` on one image and writes what `sapiens2-hf pose3d` writes (`<name>_3d.json`,
         `<name>.glb`). `Result.overlay` is the .glb (the 3D viewer's file); blank `boxes`: the whole image is one
         person."""
-        import numpy as np
-
-        from ..cli.pose3d import _skeleton
         from ..pose3d import write_pose3d_outputs
 
         image, name, source = _uploaded_image(image, name)
@@ -246,9 +241,6 @@ class AppRunner:
         Raises:
             `ValueError`: when a frame failed (the reasons), or the video has no frames.
         """
-        from ..cli.predict import RunReport
-        from ..cli.video import process_video
-
         path = Path(video)
         pipe = self.pipeline(task, model)
         out = self._run_folder()
@@ -273,8 +265,6 @@ class AppRunner:
 def _uploaded_image(image: Any, name: str | None) -> tuple[np.ndarray, str, str | None]:
     """An upload or a file as `(H, W, 3)` uint8 RGB, with its output name (the file's stem, else `image`) and its
     file name (None for an array); a file is read as the command line reads it (EXIF orientation applied)."""
-    import numpy as np
-
     source = None
     if isinstance(image, (str, Path)):
         from ..processing import load_image_rgb
@@ -290,8 +280,6 @@ def _keypoint_options(task: str, threshold: float) -> dict[str, float]:
 
 
 def _whole_first_frame(path: Path) -> list[list[float]]:
-    from ..video import VideoReader
-
     with VideoReader(path) as reader:
         for frame in reader:
             height, width = frame.image.shape[:2]
@@ -301,9 +289,6 @@ def _whole_first_frame(path: Path) -> list[list[float]]:
 
 def _rgb_uint8(image: Any) -> np.ndarray:
     """An upload as `(height, width, 3)` uint8 RGB (Gradio gives RGB, RGBA or grey numpy arrays, or PIL images)."""
-    import numpy as np
-    from PIL import Image
-
     if image is None:
         raise ValueError("no image: upload one first.")
     if isinstance(image, Image.Image):

@@ -12,11 +12,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import numpy as np
+from PIL import Image
+
 from ..modeling.sapiens2_tasks import TASK_SPECS
+from ..visualization import (
+    SKELETON_LINKS,
+    albedo_to_image,
+    atomic_write,
+    class_palette,
+    depth_to_image,
+    draw_keypoints,
+    map_to_rgb,
+    normals_to_rgb,
+    overlay_segmentation,
+    save_image,
+    save_npy,
+    save_ply,
+)
 
-if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
-    import numpy as np
-
+if TYPE_CHECKING:
     from .options import PredictOptions
 
 
@@ -48,7 +63,6 @@ def _format_skeleton(keypoint_format: str) -> list[list[int]]:
     joins the same two landmarks in both layouts; a 308 point copied twice (COCO-WholeBody's wrist and hand root)
     is linked at its first copy. Points made as means (BODY_25's Neck, MidHip) have no link."""
     from ..modeling.sapiens2_keypoint_formats import describe_sources
-    from ..visualization import SKELETON_LINKS
 
     first_copy: dict[int, int] = {}
     for row in describe_sources(keypoint_format):
@@ -61,10 +75,6 @@ def pose_annotations(source: str, image_shape: tuple[int, ...], people: list[dic
                keypoint_format: str | None = None, track_ids: list[int] | None = None,
                frame: dict | None = None, info: dict | None = None, skeleton=None) -> dict:
     """COCO-style JSON of one image's people (see the module docstring)."""
-    import numpy as np
-
-    from ..visualization import SKELETON_LINKS
-
     if keypoint_format is None:
         names = list(people[0]["labels"]) if people else []
         skeleton = [[a + 1, b + 1] for a, b in (SKELETON_LINKS if skeleton is None else skeleton)]
@@ -163,80 +173,58 @@ def _write_pose(options, files: OutputFiles, image, result, video: bool, pose_js
 
 
 def _picture_pose(options, image, result, video: bool):
-    from .. import visualization as vis
-
     links = {} if options.output.skeleton is None else {"skeleton_links": options.output.skeleton}
-    return vis.draw_keypoints(image, result, score_threshold=options.output.kpt_threshold, **links)
+    return draw_keypoints(image, result, score_threshold=options.output.kpt_threshold, **links)
 
 
 def _write_seg(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
-    import numpy as np
-
-    from .. import visualization as vis
-
     seg = result["segmentation"]
     if not options.output.no_arrays:
-        files.save(vis.save_npy, seg.astype(np.uint8) if seg.max(initial=0) < 256 else seg, "_seg.npy")
+        files.save(save_npy, seg.astype(np.uint8) if seg.max(initial=0) < 256 else seg, "_seg.npy")
 
 
 def _picture_seg(options, image, result, video: bool):
-    from .. import visualization as vis
-
     # the legend changes the width with the classes present: left out of the frames of a video
     names = options.output.class_names
-    labels = {} if names is None else {"class_names": names, "palette": vis.class_palette(names)}
-    return vis.overlay_segmentation(image, result["segmentation"], legend=not video, **labels)
+    labels = {} if names is None else {"class_names": names, "palette": class_palette(names)}
+    return overlay_segmentation(image, result["segmentation"], legend=not video, **labels)
 
 
 def _write_normal(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
-    from .. import visualization as vis
-
     if not options.output.no_arrays:
-        files.save(vis.save_npy, result["normals"], "_normal.npy")
+        files.save(save_npy, result["normals"], "_normal.npy")
 
 
 def _picture_normal(options, image, result, video: bool):
-    from .. import visualization as vis
-
-    return vis.normals_to_rgb(result["normals"])
+    return normals_to_rgb(result["normals"])
 
 
 def _write_pointmap(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
-    from .. import visualization as vis
-
     if not options.output.no_arrays:
-        files.save(vis.save_npy, result["pointmap"], "_pointmap.npy")
-        files.save(vis.save_npy, result["depth"], "_depth.npy")
+        files.save(save_npy, result["pointmap"], "_pointmap.npy")
+        files.save(save_npy, result["depth"], "_depth.npy")
     if options.output.ply:
-        files.save(lambda points, path: vis.save_ply(path, points, colors=image), result["pointmap"], ".ply")
+        files.save(lambda points, path: save_ply(path, points, colors=image), result["pointmap"], ".ply")
 
 
 def _picture_pointmap(options, image, result, video: bool):
-    from .. import visualization as vis
-
-    return vis.depth_to_image(result["depth"], mask=result.get("mask"), units="m")
+    return depth_to_image(result["depth"], mask=result.get("mask"), units="m")
 
 
 def _write_albedo(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
-    from .. import visualization as vis
-
     if not video:  # the albedo image is the task's output, written even with --no-overlay
-        files.save(vis.save_image, vis.albedo_to_image(result["albedo"]), "_albedo.png")
+        files.save(save_image, albedo_to_image(result["albedo"]), "_albedo.png")
     if not options.output.no_arrays:
-        files.save(vis.save_npy, result["albedo"], "_albedo.npy")
+        files.save(save_npy, result["albedo"], "_albedo.npy")
 
 
 def _picture_albedo(options, image, result, video: bool):
-    from .. import visualization as vis
-
-    return vis.albedo_to_image(result["albedo"])
+    return albedo_to_image(result["albedo"])
 
 
 def _cutout(foreground, alpha):
     """RGBA uint8 cut-out from a pre-multiplied foreground `(H, W, 3)` in [0, 1] and its alpha `(H, W)`: colours
     un-multiplied (straight alpha, as PNG stores it), transparent where alpha is 0."""
-    import numpy as np
-
     alpha = np.clip(np.asarray(alpha, np.float32), 0.0, 1.0)
     colour = np.asarray(foreground, np.float32) / np.maximum(alpha, 1e-6)[..., None]
     rgba = np.concatenate([np.clip(colour, 0.0, 1.0), alpha[..., None]], axis=-1)
@@ -244,23 +232,16 @@ def _cutout(foreground, alpha):
 
 
 def _write_matting(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
-    import numpy as np
-
-    from .. import visualization as vis
-
     alpha = np.asarray(result["alpha"], np.float32)  # the matting pipeline's `(height, width)` alpha in [0, 1]
     if not video:
-        files.save(vis.save_image, np.round(np.clip(alpha, 0, 1) * 255).astype(np.uint8), "_alpha.png")
+        files.save(save_image, np.round(np.clip(alpha, 0, 1) * 255).astype(np.uint8), "_alpha.png")
         if result.get("foreground") is not None:
-            files.save(vis.save_image, _cutout(result["foreground"], alpha), "_foreground.png")
+            files.save(save_image, _cutout(result["foreground"], alpha), "_foreground.png")
     if not options.output.no_arrays:
-        files.save(vis.save_npy, alpha, "_alpha.npy")
+        files.save(save_npy, alpha, "_alpha.npy")
 
 
 def _picture_matting(options, image, result, video: bool):
-    import numpy as np
-    from PIL import Image
-
     alpha = np.clip(np.asarray(result["alpha"], np.float32), 0.0, 1.0)[..., None]
     green = np.array([0.0, 177.0, 64.0], np.float32)
     # the model's pre-multiplied foreground over green when it gives one (the composite the model means), else the
@@ -328,16 +309,12 @@ def dense_map_outputs(task: str) -> TaskOutputs:
     keys = spec.result_maps or (spec.name,)
 
     def write(options, files: OutputFiles, image, result, video: bool, pose_json: dict | None) -> None:
-        from .. import visualization as vis
-
         if not options.output.no_arrays:
             for key in keys:
-                files.save(vis.save_npy, result[key], f"_{key}.npy")
+                files.save(save_npy, result[key], f"_{key}.npy")
 
     def picture(options, image, result, video: bool):
-        from .. import visualization as vis
-
-        return vis.map_to_rgb(result[keys[0]])
+        return map_to_rgb(result[keys[0]])
 
     return TaskOutputs(tuple(f"_{key}.npy" for key in keys), write, picture)
 
@@ -351,26 +328,22 @@ def write_outputs(options: PredictOptions, base: Path, image: np.ndarray, result
         `(paths written, overlay)`: for a video frame the overlay (PIL) goes to the annotated video and is returned
         instead of written (None with --no-overlay).
     """
-    from .. import visualization as vis
-
     outputs = task_outputs(options.task)
     files = OutputFiles(base)
     outputs.write(options, files, image, result, video, pose_json)
     if isinstance(result, dict) and result.get("mask") is not None and not video:  # --foreground-model / -mask
-        files.save(vis.save_image, result["mask"].astype("uint8") * 255, MASK_SUFFIX)
+        files.save(save_image, result["mask"].astype("uint8") * 255, MASK_SUFFIX)
     overlay = None
     if not options.output.no_overlay and not (outputs.picture_is_output and not video):
         overlay = outputs.picture(options, image, result, video)
         if not video:
-            files.save(vis.save_image, overlay, overlay_suffix(options.task))
+            files.save(save_image, overlay, overlay_suffix(options.task))
             overlay = None
     return files.written, overlay
 
 
 def _save_json(data: Any, path: Path, indent: int | None = None) -> None:
     """Write JSON atomically; NaN / infinity are an error (`allow_nan=False`), never written as invalid JSON."""
-    from ..visualization import atomic_write
-
     text = json.dumps(data, indent=indent, allow_nan=False)
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
