@@ -28,6 +28,11 @@ import sys
 from importlib.metadata import entry_points
 
 from ._registration import own_auto_class_name, register_task_model, unregister_task_model
+from torch import nn
+from transformers import Pipeline
+from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.utils import ModelOutput
+
 from .data.tasks import DATA_TASKS, DataTaskSpec
 from .modeling import HEAD_PRESETS, TASK_MODEL_CLASSES
 from .modeling.modeling_sapiens2_hf import Sapiens2TaskModel
@@ -42,7 +47,8 @@ from .modeling.sapiens2_tasks import (
     spec_of_class,
     task_spec,
 )
-from .pipelines import PIPELINE_CLASSES, dense_map_pipeline_class
+from .pipelines import COMPOSED_PIPELINES, PIPELINE_CLASSES, dense_map_pipeline_class
+from .processing import Sapiens2HFImageProcessor
 from .training.tasks import TRAINING_TASKS, TrainingTaskSpec
 
 
@@ -81,8 +87,10 @@ def register_task(
     the first one in colour); `cli.outputs.register_task_outputs` sets others.
 
     Raises:
-        ValueError: the name, pipeline name or class name is taken, the spec does not match the class, or the
-            spec's Auto class is transformers' and another task already registers with it.
+        ValueError: the name, pipeline name or class name is taken (a task, a `sapiens2-hf` command, a transformers
+            or composed pipeline), the spec does not match the class, the spec's Auto class is transformers' and
+            another task already registers with it, or the spec's post-processing method is not the processor's.
+        TypeError: the loss, output, metric or pipeline class is not of its kind.
     """
     if not (isinstance(model_class, type) and issubclass(model_class, Sapiens2TaskModel)):
         raise TypeError(f"model_class must be a Sapiens2TaskModel subclass, got {model_class!r}.")
@@ -96,6 +104,7 @@ def register_task(
     if name != spec.name:
         raise ValueError(f"{model_class.__name__} has task = {name!r}, but the spec registers {spec.name!r}; set "
                          f"task = {spec.name!r} on the class.")
+    _check_parts(spec, model_class, metric, pipeline_class)
     if own_auto_class_name(spec) is None:
         users = [other.name for other in TASK_SPECS.values() if other.auto_class == spec.auto_class]
         if users:
@@ -116,6 +125,33 @@ def register_task(
     except BaseException:
         unregister_task(spec.name)
         raise
+
+
+def _check_parts(spec: TaskSpec, model_class: type, metric, pipeline_class) -> None:
+    """What `register_task` checks of the pieces before it registers anything: the pipeline name is no pipeline
+    transformers (or a composed pipeline of ours) already answers to, the processor has the post-processing method,
+    and the loss, output, metric and pipeline are classes of their kind."""
+    taken = set(PIPELINE_REGISTRY.get_supported_tasks()) | set(COMPOSED_PIPELINES)
+    if spec.pipeline_name in taken and spec.pipeline_name not in {other.pipeline_name for other in TASK_SPECS.values()}:
+        raise ValueError(f"The pipeline name {spec.pipeline_name!r} of task {spec.name!r} is already a pipeline; "
+                         "rename the task (or give its spec another pipeline_name).")
+    if not callable(getattr(Sapiens2HFImageProcessor, spec.post_process, None)):
+        methods = sorted(name for name in dir(Sapiens2HFImageProcessor) if name.startswith("post_process_"))
+        raise ValueError(f"TaskSpec.post_process {spec.post_process!r} is no method of the image processor; one of "
+                         f"{methods}.")
+    loss_class = getattr(model_class, "loss_class", None)
+    if not (isinstance(loss_class, type) and issubclass(loss_class, nn.Module)):
+        raise TypeError(f"{model_class.__name__}.loss_class must be a torch.nn.Module subclass, got {loss_class!r}.")
+    output_class = getattr(model_class, "output_class", None)
+    if output_class is not None and not (isinstance(output_class, type) and issubclass(output_class, ModelOutput)):
+        raise TypeError(f"{model_class.__name__}.output_class must be a transformers ModelOutput subclass, got "
+                        f"{output_class!r}.")
+    missing = [name for name in ("statistics", "accumulate", "compute") if not callable(getattr(metric, name, None))]
+    if metric is not None and (not isinstance(metric, type) or missing):
+        raise TypeError(f"metric must be a class with statistics, accumulate and compute methods, got {metric!r}"
+                        + (f" (it lacks {', '.join(missing)})." if missing else "."))
+    if pipeline_class is not None and not (isinstance(pipeline_class, type) and issubclass(pipeline_class, Pipeline)):
+        raise TypeError(f"pipeline_class must be a transformers Pipeline subclass, got {pipeline_class!r}.")
 
 
 def unregister_task(name: str) -> None:

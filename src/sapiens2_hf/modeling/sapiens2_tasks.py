@@ -110,6 +110,11 @@ DEFAULT_DETECTOR = "PekingU/rtdetr_r50vd"
 KEYPOINT_FORMAT_NAMES: tuple[str, ...] = ("coco17", "coco_wholebody133", "body25")
 
 
+#: The `sapiens2-hf` sub-commands that are not tasks: a task of that name would shadow one (tests/test_task_checks.py
+#: checks this list against the parser).
+COMMAND_NAMES: tuple[str, ...] = ("convert", "demo", "merge", "export", "app", "space", "env", "tiny", "pose3d",
+                                  "curate")
+
 #: The entry-point group an installed package declares its tasks in (`sapiens2_hf.tasks.load_installed_tasks`).
 ENTRY_POINT_GROUP = "sapiens2_hf.tasks"
 
@@ -311,6 +316,9 @@ def add_task_spec(spec: TaskSpec) -> None:
         raise ValueError(f"Task {spec.name!r} is already registered; pick another name.")
     if not spec.name.isidentifier() or spec.name == PRETRAIN_TASK:
         raise ValueError(f"A task name must be an identifier other than {PRETRAIN_TASK!r}, got {spec.name!r}.")
+    if spec.name in COMMAND_NAMES:
+        raise ValueError(f"A task named {spec.name!r} would shadow the `sapiens2-hf {spec.name}` command; pick another "
+                         "name.")
     taken = {other.pipeline_name: other.name for other in TASK_SPECS.values()}
     if spec.pipeline_name in taken:
         raise ValueError(f"The pipeline name {spec.pipeline_name!r} is task {taken[spec.pipeline_name]!r}'s; pick "
