@@ -16,7 +16,6 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
-from ._registration import own_auto_class_name, register
 from .modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
 
 __version__ = "0.1.0"
@@ -25,7 +24,7 @@ __version__ = "0.1.0"
 def _task_public_names() -> dict[str, str]:
     """The package's per-task public names, each with the sub-module defining it: every official task's model class,
     its output class when it is ours (`Sapiens2*`; seg returns transformers' `SemanticSegmenterOutput`), and our Auto
-    class of every registered task transformers has none for (`own_auto_class_name`). Torch-free (the catalog). A
+    class of every registered task transformers has none for (`TaskSpec.own_auto_class`). Torch-free (the catalog). A
     registered task's model and output classes live in the user's own code."""
     names = {}
     for spec in TASK_SPECS.values():
@@ -33,9 +32,8 @@ def _task_public_names() -> dict[str, str]:
             names[spec.model_class] = "modeling"
             if spec.output_class.startswith("Sapiens2"):
                 names[spec.output_class] = "modeling.modeling_sapiens2_hf"
-        auto_name = own_auto_class_name(spec)
-        if auto_name is not None:
-            names[auto_name] = "auto"
+        if spec.own_auto_class is not None:
+            names[spec.own_auto_class] = "auto"
     return names
 
 
@@ -126,7 +124,7 @@ def __getattr__(name: str):
             if error.name != f"{__name__}.{name}":  # the sub-module exists but something it imports is missing
                 raise
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    register()  # a no-op unless the CLI deferred it
+    _register()  # a no-op unless the CLI deferred it
     if name in _LAZY_NAMES or module is None:  # not a registered task's name, which unregister_task takes back
         globals()[name] = value
     return value
@@ -139,5 +137,13 @@ def __dir__() -> list[str]:
 # Set by the CLI's console script (see the module docstring): registration waits for the first public name.
 DEFER_REGISTRATION_ENV = "SAPIENS2_HF_DEFER_REGISTRATION"
 
-if os.environ.get(DEFER_REGISTRATION_ENV) != "1":
+def _register() -> None:
+    """Registers with transformers (idempotent), importing the model code: the one import of the face that is not at
+    its top, because the console script's deferral above must keep `sapiens2-hf --help` free of torch."""
+    from ._registration import register
+
     register()
+
+
+if os.environ.get(DEFER_REGISTRATION_ENV) != "1":
+    _register()

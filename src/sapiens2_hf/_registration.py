@@ -1,31 +1,27 @@
-"""The only place that changes transformers' registries (Auto classes, pipelines; `register`, idempotent). Importing it
-imports nothing heavy: `import sapiens2_hf` registers through it, and the console script's deferral (see
-`sapiens2_hf/__init__.py`) postpones `register` to the first use of the model code, so its imports of torch and
-transformers are inside the functions."""
+"""The only place that changes transformers' registries (Auto classes, pipelines; `register`, idempotent). It imports
+the model code: the package face imports it when it registers (at import, or at the first public name when the console
+script deferred that, see `sapiens2_hf/__init__.py`)."""
 
 from __future__ import annotations
 
+import transformers
+from transformers import AutoBackbone, AutoConfig, AutoImageProcessor, AutoModel, AutoModelForPreTraining
+
+from .auto import drop_auto_class, own_auto_class
+from .modeling import TASK_MODEL_CLASSES, Sapiens2Backbone, Sapiens2Config, Sapiens2Model
 from .modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
+from .pipelines import register_pipeline, unregister_pipeline
+from .pretraining import Sapiens2ForPreTraining, Sapiens2PreTrainingConfig
+from .processing import Sapiens2HFImageProcessor
 
 _registered = False
 _registering = False
 
 
-def own_auto_class_name(spec) -> str | None:
-    """Our Auto class for a task transformers has none for (registry `auto_class` "AutoModel", e.g. albedo): the
-    name pattern of transformers' (`Sapiens2ForAlbedoEstimation` -> `AutoModelForAlbedoEstimation`), defined in
-    `sapiens2_hf/auto.py`; `None` for the tasks that register with transformers' own Auto class."""
-    return "AutoModelFor" + spec.model_class.removeprefix("Sapiens2For") if spec.auto_class == "AutoModel" else None
-
-
 def task_auto_class(spec):
     """The Auto class a task model registers with: transformers' (the registry's `auto_class`), or ours
-    (`own_auto_class_name`, in `sapiens2_hf/auto.py`; made there on first use for a registered task)."""
-    import transformers
-
-    from .auto import own_auto_class
-
-    name = own_auto_class_name(spec)
+    (`TaskSpec.own_auto_class`, in `sapiens2_hf/auto.py`; made there on first use for a registered task)."""
+    name = spec.own_auto_class
     return getattr(transformers, spec.auto_class) if name is None else own_auto_class(name, spec.title)
 
 
@@ -57,22 +53,14 @@ def register() -> None:
 
 def _register() -> None:
     global _registered
-    from transformers import AutoBackbone, AutoConfig, AutoImageProcessor, AutoModel, AutoModelForPreTraining
-
-    from .modeling import Sapiens2Backbone, Sapiens2Config, Sapiens2Model
-
     AutoConfig.register(Sapiens2Config.model_type, Sapiens2Config, exist_ok=True)
     AutoModel.register(Sapiens2Config, Sapiens2Model, exist_ok=True)
     AutoBackbone.register(Sapiens2Config, Sapiens2Backbone, exist_ok=True)
-    from .processing import Sapiens2HFImageProcessor
-
     AutoImageProcessor.register(
         Sapiens2Config, image_processor_classes={"torchvision": Sapiens2HFImageProcessor}, exist_ok=True
     )
     for spec in TASK_SPECS.values():
         register_task_model(spec)
-
-    from .pretraining import Sapiens2ForPreTraining, Sapiens2PreTrainingConfig
 
     AutoConfig.register(Sapiens2PreTrainingConfig.model_type, Sapiens2PreTrainingConfig, exist_ok=True)
     AutoModelForPreTraining.register(Sapiens2PreTrainingConfig, Sapiens2ForPreTraining, exist_ok=True)
@@ -82,11 +70,6 @@ def _register() -> None:
 def register_task_model(spec) -> None:
     """Registers one task's model class (`TASK_MODEL_CLASSES`) with its Auto class and its pipeline
     (`PIPELINE_CLASSES`) with transformers' pipeline registry. Idempotent."""
-    import transformers
-
-    from .modeling import TASK_MODEL_CLASSES, Sapiens2Config
-    from .pipelines import register_pipeline
-
     model_class = TASK_MODEL_CLASSES[spec.name]
     task_auto_class(spec).register(Sapiens2Config, model_class, exist_ok=True)
     # transformers' stock pipeline of an official task's Hub tag (image-segmentation, depth-estimation) builds its
@@ -99,12 +82,8 @@ def register_task_model(spec) -> None:
 
 def unregister_task_model(spec) -> None:
     """Undoes `register_task_model` for a task registered from outside the package."""
-    from .auto import drop_auto_class
-    from .modeling import Sapiens2Config
-    from .pipelines import unregister_pipeline
-
     unregister_pipeline(spec.name)
-    name = own_auto_class_name(spec)
+    name = spec.own_auto_class
     if name is not None:
         drop_auto_class(name)
     else:  # transformers' Auto class: its mapping's registered extras are the only way back (no public API)

@@ -18,11 +18,16 @@ import contextlib
 import os
 from pathlib import Path
 
+import torch
+from transformers import pipeline as transformers_pipeline
+
+from .export import load_backend
 from .inference_recipe import prepare_for_inference, resolve_dtype
 from .modeling import Sapiens2Config, model_class_for_task
 from .modeling.loading_sapiens2_hf import looks_local, resolve_checkpoint
 from .modeling.pipeline_sapiens2_hf import check_device, check_dtype
 from .pipelines import COMPOSED_PIPELINES, PIPELINE_TASKS
+from .processing import Sapiens2HFImageProcessor
 
 
 def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend: str = "torch",
@@ -50,9 +55,6 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
         pointmap_model (`sapiens2-pose-3d`): anything `model` takes for a pointmap model; with `segmenter=` it
             becomes the `sapiens2-pointmap` pipeline the 3D pipeline samples (on the same device and dtype).
     """
-    import torch
-    from transformers import pipeline as transformers_pipeline
-
     if "torch_dtype" in kwargs:
         if kwargs.get("dtype") is not None:
             raise ValueError("pass either dtype= or its older name torch_dtype=, not both.")
@@ -128,12 +130,6 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
 
 def _exported_pipeline(task: str, folder, backend: str, fast: bool, compile, **kwargs):
     """The pipeline of `task` around an exported folder run by `backend` (see `pipeline`)."""
-    import torch
-    from transformers import pipeline as transformers_pipeline
-
-    from .export import load_backend
-    from .processing import Sapiens2HFImageProcessor
-
     if fast or compile:
         raise ValueError(f"backend={backend!r} runs a model compiled at export; drop fast=/compile= (they compile the "
                          "torch model).")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 from importlib.metadata import entry_points
 
-from ._registration import own_auto_class_name, register_task_model, unregister_task_model
+from ._registration import register_task_model, unregister_task_model
 from torch import nn
 from transformers import Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
@@ -105,7 +105,7 @@ def register_task(
         raise ValueError(f"{model_class.__name__} has task = {name!r}, but the spec registers {spec.name!r}; set "
                          f"task = {spec.name!r} on the class.")
     _check_parts(spec, model_class, metric, pipeline_class)
-    if own_auto_class_name(spec) is None:
+    if spec.own_auto_class is None:
         users = [other.name for other in TASK_SPECS.values() if other.auto_class == spec.auto_class]
         if users:
             raise ValueError(f"{spec.auto_class} already builds the {users[0]!r} model from a Sapiens2 config; give "

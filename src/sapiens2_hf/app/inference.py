@@ -22,7 +22,6 @@ import math
 import numpy as np
 from PIL import Image
 
-from .._registration import register
 from ..cli.options import check_local_source
 from ..cli.outputs import overlay_suffix, pose_annotations, predict_images, write_outputs
 from ..cli.pose3d import _skeleton
@@ -135,6 +134,8 @@ class AppRunner:
 
     def pipeline(self, task: str, model: str | None):
         """The pipeline for `task` with `model` (`demo`, a folder, Hub id or official file), built on first use."""
+        from .._registration import register  # the model code (torch)
+
         register()  # idempotent; the model classes and pipelines as the command line has them
 
         if task not in task_names():
@@ -196,6 +197,7 @@ class AppRunner:
     def pose3d_pipeline(self, pose_model: str | None, pointmap_model: str | None):
         """The `sapiens2-pose-3d` pipeline of a pose and a pointmap model (each `demo`, a folder, Hub id or official
         file), built on first use and kept while both stay the same."""
+        from .._registration import register
         from ..pipeline_factory import pipeline
 
         register()

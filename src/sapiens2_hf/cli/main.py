@@ -8,7 +8,6 @@ transformers (tests/test_cli_startup.py); each command imports what it needs ins
 import argparse
 import sys
 
-from .._registration import register
 from ..modeling.sapiens2_tasks import installed_task_names
 from .app import add_app_subparser
 from .convert import add_convert_subparser
@@ -42,6 +41,8 @@ def _run(args) -> int:
     """The command's handler, after the registration with transformers that the console script deferred
     (`sapiens2_hf_cli.py`): commands reach the model code through sub-modules, which do not trigger it."""
     from transformers.utils import logging as transformers_logging  # heavy: only once a command runs
+
+    from .._registration import register  # the model code (torch)
 
     bars_were_on = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()  # per-load / per-save weight bars are noise on the command line

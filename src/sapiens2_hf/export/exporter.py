@@ -41,10 +41,12 @@ from types import MethodType
 from typing import Any
 
 import torch
+import transformers
 from torch import nn
 
 from ..modeling import Sapiens2Config, model_class_for_task
-from ..modeling.loading_sapiens2_hf import resolve_checkpoint
+from ..modeling.loading_sapiens2_hf import official_checkpoint_kind, resolve_checkpoint
+from ..processing import image_processor_for_task
 from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
 from ..utils.extras import require
 from ..utils.run_lock import check_run_folder_free, folder_entries, run_folder_lock
@@ -111,8 +113,6 @@ class ExportResult:
 
 
 def _checkpoint_task(source: str) -> str | None:
-    from ..modeling.loading_sapiens2_hf import official_checkpoint_kind
-
     resolved = resolve_checkpoint(source)
     if resolved.kind == "official":
         kind = official_checkpoint_kind(resolved.location)
@@ -423,8 +423,6 @@ def verify_export(folder, model: nn.Module, pixel_values: torch.Tensor | None = 
 
 def _save_processor(folder: Path, task: str | None, height: int, width: int, image_processor=None) -> None:
     if image_processor is None:
-        from ..processing import image_processor_for_task
-
         image_processor = image_processor_for_task(task, size={"height": height, "width": width})
     else:
         image_processor = copy.deepcopy(image_processor)
@@ -590,8 +588,6 @@ def _json_safe(value):
 
 
 def _versions() -> dict[str, str]:
-    import transformers
-
     versions = {"torch": torch.__version__, "transformers": transformers.__version__}
     for name in ("onnx", "onnxscript", "onnxruntime"):
         try:

@@ -18,12 +18,15 @@ Which class runs which format, and the backends' names, are rows of `formats.py`
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import modeling_outputs
 
-from ..modeling import Sapiens2Config
+from ..modeling import TASK_MODEL_CLASSES, Sapiens2Config, modeling_sapiens2_hf
 from ..utils.extras import require
 from .formats import EXPORT_FORMAT_TABLE
 from .info import INFO_FILE, read_export_info
@@ -32,12 +35,6 @@ from .info import INFO_FILE, read_export_info
 def _output_class(name: str, task: str | None = None):
     """The output dataclass named `name`: ours, transformers', or one beside the model class of a task registered
     with `sapiens2_hf.register_task` (the user's module)."""
-    import sys
-
-    from transformers import modeling_outputs
-
-    from ..modeling import TASK_MODEL_CLASSES, modeling_sapiens2_hf
-
     modules = [modeling_sapiens2_hf, modeling_outputs]
     if task in TASK_MODEL_CLASSES:
         modules.append(sys.modules.get(TASK_MODEL_CLASSES[task].__module__))
@@ -256,8 +253,6 @@ class TorchExportSapiens2Model(ExportedSapiens2Model):
         if precision != "fp32":
             raise ValueError("torch-export folders hold a float32 program only; quantize an ONNX export instead.")
         info, config = cls._read(folder)
-        import warnings
-
         with warnings.catch_warnings():
             # torch 2.14 warns when a saved weight shares storage with no other tensor ("No complete tensor found
             # in the group"); it concerns weights saved off the CPU, never the case here

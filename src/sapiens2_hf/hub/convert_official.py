@@ -23,6 +23,7 @@ from .model_card import render_model_card
 from ..utils.atomic_io import replace_into_folder, staging_folder
 from ..utils.run_lock import check_run_folder_free, folder_entries, run_folder_lock
 from ..modeling import Sapiens2Config, model_class_for_task
+from ..processing import image_processor_for_task
 
 logger = logging.getLogger(__name__)
 
@@ -101,14 +102,8 @@ def verify_reload(model, reloaded, source: str) -> dict[str, float]:
 
 
 def _save_image_processor(folder: Path, config: Sapiens2Config) -> None:
-    from .. import processing
-
-    factory = getattr(processing, "image_processor_for_task", None)
-    if factory is None:
-        logger.warning("No image processor available in this build; preprocessor_config.json not written.")
-        return
     height, width = config.image_size_hw
-    factory(config.task, size={"height": height, "width": width}).save_pretrained(folder)
+    image_processor_for_task(config.task, size={"height": height, "width": width}).save_pretrained(folder)
 
 
 def _checkpoint_task(source: str) -> tuple[str | None, str]:

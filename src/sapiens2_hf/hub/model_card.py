@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..modeling import Sapiens2Config
 from ..modeling.sapiens2_tasks import (
@@ -81,8 +81,6 @@ def render_model_card(
             base_model = adapter_base
     eval_kwargs = {}
     if eval_results:
-        from huggingface_hub import EvalResult
-
         eval_kwargs["eval_results"] = [
             EvalResult(task_type=pipeline_tag, dataset_type=eval_dataset or "custom", dataset_name=eval_dataset or "custom",
                        metric_type=name, metric_value=float(value))

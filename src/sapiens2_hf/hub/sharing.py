@@ -17,11 +17,15 @@ import tempfile
 from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard
+from transformers.dynamic_module_utils import get_relative_import_files
 
 from ..utils.atomic_io import replace_into_folder, staging_folder
 from ..utils.run_lock import folder_entries, run_folder_lock
 from ..modeling import Sapiens2PreTrainedModel
+from ..modeling import pipeline_sapiens2_hf as pipeline_module
 from ..modeling.sapiens2_tasks import TASK_SPECS
+from ..pipelines import PIPELINE_CLASSES
+from ..processing import Sapiens2HFImageProcessor
 from .model_card import render_model_card
 
 
@@ -37,8 +41,6 @@ def _as_sapiens2_hf_processor(image_processor, task):
     """Ours for the model's task (see `Sapiens2HFImageProcessor.from_image_processor`): transformers' stock
     `Sapiens2ImageProcessor` (from an official repo's preprocessor_config.json) has no task policy and no remote code,
     so a repo saved with it would not run in the pipelines without sapiens2_hf."""
-    from ..processing import Sapiens2HFImageProcessor
-
     if image_processor is None:
         return None
     return Sapiens2HFImageProcessor.from_image_processor(image_processor, task)
@@ -72,11 +74,6 @@ def ship_pipeline(folder: Path, task: str) -> None:
     The entry is named `<pipeline task>-remote-code`, not `<pipeline task>`: transformers gives a config's custom
     pipeline precedence over a registered one of the same name and then demands `trust_remote_code=True`, which would
     break `pipeline("sapiens2-pose", model=repo)` for users who have sapiens2_hf installed."""
-    from transformers.dynamic_module_utils import get_relative_import_files
-
-    from ..modeling import pipeline_sapiens2_hf as pipeline_module
-    from ..pipelines import PIPELINE_CLASSES
-
     pipeline_task = TASK_SPECS[task].pipeline_name
     # The pipeline file and its siblings from the one model folder, as transformers copies the model's own files.
     for path in (pipeline_module.__file__, *get_relative_import_files(pipeline_module.__file__)):

@@ -11,6 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
+from ..modeling import model_class_for_task, tiny_config
+from ..processing import image_processor_for_task
+from .sharing import save_for_hub
+
 TINY_MODEL_SEED = 0
 
 
@@ -23,12 +29,6 @@ def save_tiny_model(task: str, folder: str | os.PathLike, *, seed: int = TINY_MO
         `Path`: `folder`, loadable with `pipeline(..., model=folder)`, `from_pretrained` and the `sapiens2-hf`
         commands.
     """
-    import torch
-
-    from ..modeling import model_class_for_task, tiny_config
-    from ..processing import image_processor_for_task
-    from .sharing import save_for_hub
-
     config = tiny_config(task)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -98,6 +98,15 @@ class TaskSpec:
         return self.resize == "crop"
 
     @property
+    def own_auto_class(self) -> str | None:
+        """Our Auto class for a task transformers has none for (`auto_class` "AutoModel", e.g. albedo): the name
+        pattern of transformers' (`Sapiens2ForAlbedoEstimation` -> `AutoModelForAlbedoEstimation`), defined in the
+        package's `auto.py`; `None` for the tasks that register with transformers' own Auto class."""
+        if self.auto_class != "AutoModel":
+            return None
+        return "AutoModelFor" + self.model_class.removeprefix("Sapiens2For")
+
+    @property
     def class_map(self) -> bool:
         """The result is one class per pixel (seg): class names label it, and class weights may weight its loss."""
         return self.post_process == "post_process_semantic_segmentation"
