@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from .modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
@@ -38,7 +39,7 @@ def _task_public_names() -> dict[str, str]:
 
 
 # Public name -> sub-module defining it. The generic names are listed here; the per-task ones (model and output
-# classes, our Auto classes) are derived from the task registry, read without importing torch (`task_public_names`).
+# classes, our Auto classes) are derived from the task registry, read without importing torch (`_task_public_names`).
 _GENERIC_NAMES = {
     "HEAD_PRESETS": "modeling",
     "TASKS": "modeling",
@@ -137,9 +138,14 @@ def __dir__() -> list[str]:
 # Set by the CLI's console script (see the module docstring): registration waits for the first public name.
 DEFER_REGISTRATION_ENV = "SAPIENS2_HF_DEFER_REGISTRATION"
 
+
 def _register() -> None:
     """Registers with transformers (idempotent), importing the model code: the one import of the face that is not at
-    its top, because the console script's deferral above must keep `sapiens2-hf --help` free of torch."""
+    its top, because the console script's deferral above must keep `sapiens2-hf --help` free of torch. A public name
+    used while `_registration` itself is being imported waits: the code importing it registers once it is done."""
+    importing = sys.modules.get(f"{__name__}._registration")
+    if importing is not None and not hasattr(importing, "register"):
+        return
     from ._registration import register
 
     register()
