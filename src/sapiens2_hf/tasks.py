@@ -27,12 +27,12 @@ from __future__ import annotations
 import sys
 from importlib.metadata import entry_points
 
-from ._registration import register_task_model, unregister_task_model
 from torch import nn
 from transformers import Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import ModelOutput
 
+from ._registration import register_task_model, unregister_task_model
 from .data.tasks import DATA_TASKS, DataTaskSpec
 from .modeling import HEAD_PRESETS, TASK_MODEL_CLASSES
 from .modeling.modeling_sapiens2_hf import Sapiens2TaskModel
