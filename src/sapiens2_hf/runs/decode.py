@@ -166,3 +166,4 @@ def decode_image(source: Any, name: str | None = None) -> np.ndarray:
 
 
 __all__ = ["ImageDecodeError", "MAX_ASPECT_RATIO", "MAX_DECODED_BYTES", "check_header", "decode_image"]
+
