@@ -195,7 +195,7 @@ def _run_units(options: PredictOptions, todo: list, boxes: dict, report: RunRepo
         except OutputWriteError as error:  # the folder cannot take more: the run stops (cli/predict.py)
             report.skip(str(path), error)
             raise
-        except (ValueError, OSError) as error:  # unreadable, bad boxes, no detector: this input is skipped
+        except Exception as error:  # noqa: BLE001 - unreadable, bad boxes, no detector: this input is skipped
             report.skip(str(path), error)
             continue
         report.processed += 1
