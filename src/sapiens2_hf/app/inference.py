@@ -9,6 +9,7 @@ the app runs with no weights and no network. Its outputs have the real shapes an
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import threading
@@ -17,17 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import math
-
 import numpy as np
 from PIL import Image
 
 from ..cli.options import check_local_source
 from ..cli.outputs import overlay_suffix, pose_annotations, predict_images, write_outputs
-from ..cli.pose3d import _skeleton
 from ..cli.predict import RunReport, build_pipeline, predict_options
 from ..cli.video import process_video
 from ..modeling.sapiens2_tasks import TASK_SPECS, installed_task_names
+from ..pose3d import skeleton_links, write_pose3d_outputs
+from ..runs.decode import decode_image
 from ..video import VideoReader
 
 DEMO_MODEL = "demo"
@@ -218,8 +218,6 @@ class AppRunner:
         """Runs `sapiens2-pose-3d` on one image and writes what `sapiens2-hf pose3d` writes (`<name>_3d.json`,
         `<name>.glb`). `Result.overlay` is the .glb (the 3D viewer's file); blank `boxes`: the whole image is one
         person."""
-        from ..pose3d import write_pose3d_outputs
-
         image, name, source = _uploaded_image(image, name)
         pipe = self.pose3d_pipeline(pose_model, pointmap_model)
         height, width = image.shape[:2]
@@ -227,7 +225,7 @@ class AppRunner:
         out = self._run_folder()
         count = len(result["people"][0]["labels"]) if result["people"] else 0
         json_path, glb_path = write_pose3d_outputs(out, name, result, image, source=source or name,
-                                                   skeleton=_skeleton(pipe, count))
+                                                   skeleton=skeleton_links(getattr(pipe.model.config, "skeleton", None), count))
         valid = sum(int(np.sum(person["keypoint_3d_valid"])) for person in result["people"])
         return Result(glb_path, [json_path, glb_path],
                       f"3D: {len(result['people'])} person(s), {valid} valid 3D keypoint(s), metres, camera frame")
@@ -269,10 +267,8 @@ def _uploaded_image(image: Any, name: str | None) -> tuple[np.ndarray, str, str 
     file name (None for an array); a file is read as the command line reads it (EXIF orientation applied)."""
     source = None
     if isinstance(image, (str, Path)):
-        from ..processing import load_image_rgb
-
         name, source = name or Path(image).stem, Path(image).name
-        image = load_image_rgb(image)
+        image = decode_image(image)  # the run layer's decoder: the command line's limits and EXIF rule
     return np.ascontiguousarray(_rgb_uint8(image)), name or "image", source
 
 

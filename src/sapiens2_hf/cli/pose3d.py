@@ -203,11 +203,3 @@ def _run_units(options: PredictOptions, todo: list, boxes: dict, report: RunRepo
         report.notes["frames"] = report.frames
         report.written += len(files)
         report.finished.add(str(path))
-
-
-def _skeleton(pipe, num_keypoints: int) -> list[tuple[int, int]]:
-    """What the web app calls today (app/inference.py): `sapiens2_hf.pose3d.skeleton_links` of the pipeline's model;
-    to go once the app calls that itself."""
-    from ..pose3d import skeleton_links  # torch
-
-    return skeleton_links(getattr(pipe.model.config, "skeleton", None), num_keypoints)
