@@ -46,6 +46,7 @@ from transformers import Pipeline
 from transformers.pipelines.base import ChunkPipeline
 
 from .lifting_sapiens2_hf import joint_depths_for, lift_keypoints
+from .post_processing_sapiens2_hf import FlippedCropOutputs
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS
 from .sapiens2_tasks import TASK_SPECS
 
@@ -1104,9 +1105,8 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             mirrored = bool(getattr(self.model.config, "flip_pairs", None)) or heatmaps.shape[1] == NUM_POSE_KEYPOINTS \
                 or self.image_processor.flip_indices is not None
             if flip_test and mirrored:
-                extra["outputs_on_flipped_input"] = types.SimpleNamespace(
-                    heatmaps=self.model(pixel_values=crops.flip(-1)).heatmaps)
-                extra["flip_pairs"] = getattr(self.model.config, "flip_pairs", None)
+                extra["outputs_flipped"] = FlippedCropOutputs(self.model(pixel_values=crops.flip(-1)).heatmaps,
+                                                              getattr(self.model.config, "flip_pairs", None))
             boxes = model_inputs["boxes_xyxy"][has_person]
             geometry = {"bbox_center": model_inputs["bbox_center"][has_person], "bbox_scale":
                         model_inputs["bbox_scale"][has_person], "boxes_xyxy": boxes}
