@@ -26,7 +26,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 from transformers import BatchFeature, ImagesKwargs, TorchvisionBackend
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
@@ -40,7 +39,7 @@ except ImportError:  # transformers < 5.24 has no such class
         that name from 5.24 on)."""
 
 from .image_loading_sapiens2_hf import load_image_rgb
-from .post_processing_sapiens2_hf import (
+from .post_processing_sapiens2_hf import (  # noqa: F401 (POSE_DECODE_CHUNK_SIZE: re-exported)
     POSE_DECODE_CHUNK_SIZE,
     DenseLayout,
     FlippedCropOutputs,
@@ -49,6 +48,7 @@ from .post_processing_sapiens2_hf import (
     PoseFlipTest,
     _heatmaps,
     alpha_mattes,
+    mask_background,
     clamped_albedo,
     decode_pose_keypoints,
     matting_maps,
@@ -56,7 +56,7 @@ from .post_processing_sapiens2_hf import (
     segmentation_maps,
     unit_normals,
 )
-from .processing_checks_sapiens2_hf import (
+from .processing_checks_sapiens2_hf import (  # noqa: F401 (CANONICAL_FOCAL_LENGTH, processor_tasks: re-exported)
     BOX_FORMATS,
     CANONICAL_FOCAL_LENGTH,
     _camera_entry,
@@ -100,7 +100,15 @@ PREPROCESS_OVERRIDES = ("task", "box_format", "size", "geometry_backend", "image
 class PreprocessOptions:
     """One `preprocess` call's settings, read once from the processor's fields and the call's overrides
     (`Sapiens2HFImageProcessor.call_options`): the task, the pose `box_format`, the model input `(height, width)`,
-    the geometry backend, the 0-255 mean and std, and how images are read (`do_convert_rgb`, `input_data_format`)."""
+    the geometry backend, the 0-255 mean and std, and how images are read:
+
+    - `do_convert_rgb` (the call's, else the processor's): `True` composites an image's alpha channel over white, as
+      transformers' processors do with `do_convert_rgb=True`; otherwise the alpha channel is dropped, as the official
+      OpenCV reading does (see `load_image_rgb`; transformers' processor refuses 4-channel images then).
+    - `input_data_format` (`str` or `ChannelDimension`): the channel layout of array and tensor inputs,
+      `"channels_last"` or `"channels_first"`, as in transformers' processors; inferred from the shape when not
+      given, and required when both ends of the shape can be the channels (`(3, 100, 3)`).
+    """
 
     task: str
     box_format: str
@@ -176,6 +184,18 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     the pipeline and CLI use `"xyxy"` and say so in each call). `post_process_pose_estimation(boxes=...)` requires
     `box_format=` in the call (or the format-free `bbox_center` / `bbox_scale` / `image_index` from `preprocess`),
     so that the two steps cannot silently read the same numbers in two formats.
+
+    preprocess outputs (a `BatchFeature`):
+    - `pixel_values` (`torch.Tensor` of shape `(num_inputs, 3, height, width)`, float32): one row per image, or per
+      box for pose (boxes of all images concatenated in order);
+    - `original_sizes` (`(num_images, 2)` int64): `(height, width)` of each image;
+    - dense tasks: `padding` (`(num_images, 4)` int64): `(left, right, top, bottom)` (zeros for seg);
+    - pose: `boxes_xyxy` (`(num_boxes, 4)` float32), `bbox_center`, `bbox_scale` (`(num_boxes, 2)` float32,
+      official), `image_index` (`(num_boxes,)` int64), `warp_matrix` (`(num_boxes, 2, 3)` float32);
+    - with `segmentation_maps`: `labels` (`(num_images, height, width)` int64); with `keypoints`: `labels` (one
+      `(num_keypoints, height/4, width/4)` float32 heatmap tensor per box, see `udp_gaussian_heatmaps`) and
+      `label_weights` (one `(num_keypoints,)` tensor per box);
+    - with `return_geometry_images=True`: `geometry_images`, the uint8 RGB crops / resized images.
     """
 
     valid_kwargs = Sapiens2HFImageProcessorKwargs
@@ -370,49 +390,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             fill_value = foreground_fill_value(self.task)
             if fill_value is None:
                 raise ValueError(f"no default background value for task {self.task!r}; pass fill_value=.")
-        is_tensor = isinstance(values, torch.Tensor)
-        if not is_tensor:
-            values = np.asarray(values)
-        if is_tensor and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.ndim == 2:
-            mask_shape = tuple(mask.shape)
-        else:
-            mask = foreground_mask_array(mask)
-            mask_shape = mask.shape
-        shape = tuple(values.shape)
-        fits_last = len(shape) == 3 and shape[:2] == mask_shape
-        fits_first = len(shape) == 3 and shape[1:] == mask_shape
-        mismatch = ValueError(f"values of shape {shape} do not match the mask {mask_shape[0]}x{mask_shape[1]} "
-                              "(height x width); pass a (height, width), (height, width, channels) or (channels, "
-                              "height, width) map of the mask's size.")
-        if len(shape) == 2 and shape == mask_shape:
-            channels_last = True
-        elif fits_last or fits_first:
-            if channels_last is None:
-                if fits_last and fits_first:
-                    raise ValueError(f"values {shape} and mask {mask_shape} fit channels first and last; pass "
-                                     "channels_last=.")
-                channels_last = fits_last
-            elif not (fits_last if channels_last else fits_first):
-                raise mismatch
-        else:
-            raise mismatch
-        if np.isnan(fill_value) and not (values.is_floating_point() if is_tensor
-                                         else np.issubdtype(values.dtype, np.floating)):
-            raise ValueError(f"cannot fill {values.dtype} values with NaN; pass fill_value= a number.")
-        if is_tensor:
-            background = ~torch.as_tensor(mask, device=values.device)
-            out = values.clone()
-            if channels_last:
-                out[background] = fill_value
-            else:
-                out[:, background] = fill_value
-            return out
-        out = values.copy()
-        if channels_last:
-            out[~mask] = fill_value
-        else:
-            out[:, ~mask] = fill_value
-        return out
+        return mask_background(values, mask, fill_value, channels_last)
 
     #: `focal_length` / `intrinsics` for `count` images (one for all, or one per image), checked; pipelines split a
     #: call's camera per image with it.
@@ -461,27 +439,13 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 processor's; read into one `PreprocessOptions` by `call_options`), as transformers' `__call__`
                 kwargs: `task`, `box_format`, `size`, `geometry_backend` replace the processor's for this call;
                 `image_mean`, `image_std`, `do_rescale`, `rescale_factor`, `do_normalize` its normalisation, as in
-                transformers' `Sapiens2ImageProcessor` (see `normalization_constants_255`).
-            do_convert_rgb (`bool`, *optional*): this call's, else the processor's. `True` composites an image's
-                alpha channel over white, as transformers' processors do with `do_convert_rgb=True`; otherwise the
-                alpha channel is dropped, as the official OpenCV reading does (see `load_image_rgb`; transformers'
-                processor refuses 4-channel images then).
-            input_data_format (`str` or `ChannelDimension`, *optional*): the channel layout of array and tensor
-                inputs, `"channels_last"` or `"channels_first"`, as in transformers' processors; inferred from the
-                shape when not given, and required when both ends of the shape can be the channels (`(3, 100, 3)`).
+                transformers' `Sapiens2ImageProcessor` (see `normalization_constants_255`); `do_convert_rgb` and
+                `input_data_format` how images are read (see `PreprocessOptions`).
             return_geometry_images (`bool`): also return the uint8 RGB crops / resized images (`geometry_images`).
 
         Returns:
-            `BatchFeature` with
-            - `pixel_values` (`torch.Tensor` of shape `(num_inputs, 3, height, width)`, float32): one row per image,
-              or per box for pose (boxes of all images concatenated in order);
-            - `original_sizes` (`(num_images, 2)` int64): `(height, width)` of each image;
-            - dense tasks: `padding` (`(num_images, 4)` int64): `(left, right, top, bottom)` (zeros for seg);
-            - pose: `boxes_xyxy` (`(num_boxes, 4)` float32), `bbox_center`, `bbox_scale` (`(num_boxes, 2)` float32,
-              official), `image_index` (`(num_boxes,)` int64), `warp_matrix` (`(num_boxes, 2, 3)` float32);
-            - with `segmentation_maps`: `labels` (`(num_images, height, width)` int64); with `keypoints`: `labels`
-              (one `(num_keypoints, height/4, width/4)` float32 heatmap tensor per box, see `udp_gaussian_heatmaps`)
-              and `label_weights` (one `(num_keypoints,)` tensor per box).
+            `BatchFeature` with `pixel_values` (`(num_inputs, 3, height, width)` float32: one row per image, or per box
+            for pose), `original_sizes` and the task's geometry (the keys: the class docstring, "preprocess outputs").
         """
         options = self.call_options(**overrides)
         if not isinstance(images, (list, tuple)):
@@ -682,31 +646,28 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             threshold: keep only keypoints with a score above it.
             source_sizes / target_sizes: optionally rescale coordinates from source to target image sizes;
                 `source_sizes` also lets `boxes` be checked against their images (see `validate_pose_boxes`).
-            keypoint_format (`str`, optional): `"coco17"`, `"coco_wholebody133"` or `"body25"`: convert the 308
-                keypoints to that format (`sapiens2_keypoint_formats.convert_keypoints`, before `threshold`); points
-                it has no counterpart for are `(0, 0)` with score 0. `num_keypoints` and `labels` are then the
-                format's (names: `keypoint_names(..., keypoint_format)`). Default: the model's own keypoints.
-                A list of 308 keypoint names keeps those keypoints, in that order. Only the heatmap channels the
-                format reads are decoded (`source_keypoint_indices`: 17 of 308 for coco17), with the same results
-                as decoding all 308 and converting.
+            keypoint_format (`str` or list of names, optional): return the keypoints in that format (see
+                `decode_pose_keypoints`); default: the model's own keypoints.
 
         Returns:
-            Per image, a list (one entry per box, in order) of dicts:
-            - `keypoints` (`torch.Tensor` of shape `(num_keypoints, 2)`, float64): `(x, y)` image pixels;
-            - `scores` (`(num_keypoints,)` float32): heatmap maxima (not probabilities; can be <= 0);
-            - `labels` (`(num_keypoints,)` int64): keypoint indices;
-            - `bbox` (`(4,)` float32): the box as `(x_min, y_min, x_max, y_max)`.
+            Per image, a list (one entry per box, in order) of dicts `keypoints` (`(num_keypoints, 2)` float64 image
+            pixels), `scores`, `labels`, `bbox` (see `decode_pose_keypoints`).
         """
         geometry = self.pose_crops(crops, boxes, box_format, source_sizes)
         heatmaps = _heatmaps(outputs)
-        if FlippedCropOutputs.wraps(outputs_flipped):
-            flipped = _heatmaps(outputs_flipped.outputs)
-            flip_test = PoseFlipTest(flipped, self.get_flip_indices(heatmaps.shape[1], outputs_flipped.flip_pairs))
-        else:
-            flip_test = None if outputs_flipped is None else PoseFlipTest(_heatmaps(outputs_flipped))
-        return decode_pose_keypoints(heatmaps, geometry, input_size=self.input_size, flip_test=flip_test,
+        return decode_pose_keypoints(heatmaps, geometry, input_size=self.input_size,
+                                     flip_test=self._flip_test(heatmaps.shape[1], outputs_flipped),
                                      kernel_size=kernel_size or self.blur_kernel_size, threshold=threshold,
                                      target_sizes=target_sizes, keypoint_format=keypoint_format)
+
+    def _flip_test(self, num_keypoints: int, outputs_flipped) -> PoseFlipTest | None:
+        """`outputs_flipped` of either convention as one `PoseFlipTest` (raw ones with their flip permutation)."""
+        if outputs_flipped is None:
+            return None
+        if FlippedCropOutputs.wraps(outputs_flipped):
+            flip_indices = self.get_flip_indices(num_keypoints, outputs_flipped.flip_pairs)
+            return PoseFlipTest(_heatmaps(outputs_flipped.outputs), flip_indices)
+        return PoseFlipTest(_heatmaps(outputs_flipped))
 
 
 

@@ -74,7 +74,8 @@ from .loss_sapiens2 import (
     SEG_CE_CLASS_WEIGHTS,
     SegmentationLoss,
 )
-from .official_format_sapiens2_hf import compute_rope_periods, register_original_format_conversions  # noqa: F401 (re-export)
+# compute_rope_periods: re-exported (its one import path beside the official-format module)
+from .official_format_sapiens2_hf import compute_rope_periods, register_original_format_conversions  # noqa: F401
 from .outputs_sapiens2_hf import (
     Sapiens2AlbedoEstimatorOutput,
     Sapiens2ImageMattingOutput,

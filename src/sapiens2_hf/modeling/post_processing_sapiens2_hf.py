@@ -27,6 +27,7 @@ from .processing_checks_sapiens2_hf import (
     _camera_per_image,
     _check_one_camera_kind,
     _sizes_list,
+    foreground_mask_array,
     validate_pose_boxes,
 )
 from .sapiens2_keypoint_formats import KEYPOINT_FORMATS, convert_keypoints, source_keypoint_indices
@@ -173,8 +174,29 @@ def decode_pose_keypoints(
     flip_test: PoseFlipTest | None = None, threshold: float | None = None, target_sizes: Any = None,
     keypoint_format: Any = None,
 ) -> list[list[dict[str, torch.Tensor]]]:
-    """Pose heatmaps `(num_crops, num_keypoints, h, w)` -> per image, per crop, `keypoints` (float64 image pixels),
-    `scores`, `labels`, `bbox` (see `Sapiens2HFImageProcessor.post_process_pose_estimation`)."""
+    """Pose heatmaps `(num_crops, num_keypoints, h, w)` of crops of `input_size` -> keypoints in image pixels.
+
+    Args:
+        heatmaps: one row per crop of `crops`, in order.
+        crops: the one geometry input (`PoseCrops`).
+        flip_test: heatmaps of the flipped crops (`PoseFlipTest`), averaged with `heatmaps`.
+        kernel_size: the DARK blur kernel; threshold: keep only keypoints with a score above it.
+        target_sizes: per image the size to rescale to (needs `crops.source_sizes`).
+        keypoint_format (`str`, optional): `"coco17"`, `"coco_wholebody133"` or `"body25"`: convert the 308
+            keypoints to that format (`sapiens2_keypoint_formats.convert_keypoints`, before `threshold`); points
+            it has no counterpart for are `(0, 0)` with score 0. `num_keypoints` and `labels` are then the
+            format's (names: `keypoint_names(..., keypoint_format)`). Default: the model's own keypoints.
+            A list of 308 keypoint names keeps those keypoints, in that order. Only the heatmap channels the
+            format reads are decoded (`source_keypoint_indices`: 17 of 308 for coco17), with the same results
+            as decoding all 308 and converting.
+
+    Returns:
+        Per image, a list (one entry per crop, in order) of dicts:
+        - `keypoints` (`torch.Tensor` of shape `(num_keypoints, 2)`, float64): `(x, y)` image pixels;
+        - `scores` (`(num_keypoints,)` float32): heatmap maxima (not probabilities; can be <= 0);
+        - `labels` (`(num_keypoints,)` int64): keypoint indices;
+        - `bbox` (`(4,)` float32): the box as `(x_min, y_min, x_max, y_max)`.
+    """
     channels = _format_channels(keypoint_format, heatmaps.shape[1])
     if len(crops.bbox_center) != heatmaps.shape[0]:
         raise ValueError(f"{heatmaps.shape[0]} heatmaps for {len(crops.bbox_center)} boxes; the outputs must hold one "
@@ -284,7 +306,8 @@ class DenseLayout:
         if maps.shape[0] == 0:
             return []
         paddings, final_sizes = self.paddings, self.final_sizes
-        if all(p == paddings[0] for p in paddings) and (final_sizes is None or all(s == final_sizes[0] for s in final_sizes)):
+        same_sizes = final_sizes is None or all(s == final_sizes[0] for s in final_sizes)
+        if all(p == paddings[0] for p in paddings) and same_sizes:
             cropped = remove_padding(maps, paddings[0])
             return list(resize_fn(cropped, final_sizes[0]) if final_sizes is not None else cropped)
         results = []
@@ -469,3 +492,52 @@ def _is_colour(value: Any) -> bool:
     """Whether a matting background is a colour: three numbers `(red, green, blue)` (not images, not booleans)."""
     return isinstance(value, (list, tuple)) and len(value) == 3 and all(
         isinstance(item, (int, float, np.integer, np.floating)) and not isinstance(item, bool) for item in value)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# person foreground
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def mask_background(values: Any, mask: Any, fill_value: float, channels_last: bool | None = None):
+    """A copy of a `(height, width)`, `(height, width, channels)` or `(channels, height, width)` map (numpy or torch)
+    with the pixels outside the `(height, width)` person `mask` set to `fill_value` (see
+    `Sapiens2HFImageProcessor.apply_foreground_mask`)."""
+    is_tensor = isinstance(values, torch.Tensor)
+    if not is_tensor:
+        values = np.asarray(values)
+    if not (is_tensor and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.ndim == 2):
+        mask = foreground_mask_array(mask)
+    channels_last = _channels_last(tuple(values.shape), tuple(mask.shape), channels_last)
+    if np.isnan(fill_value) and not (values.is_floating_point() if is_tensor
+                                     else np.issubdtype(values.dtype, np.floating)):
+        raise ValueError(f"cannot fill {values.dtype} values with NaN; pass fill_value= a number.")
+    background = ~torch.as_tensor(mask, device=values.device) if is_tensor else ~mask
+    out = values.clone() if is_tensor else values.copy()
+    if channels_last:
+        out[background] = fill_value
+    else:
+        out[:, background] = fill_value
+    return out
+
+
+def _channels_last(shape: tuple, mask_shape: tuple, channels_last: bool | None) -> bool:
+    """Where the channels of a map of `shape` are, given its `(height, width)` mask (read from the shapes unless
+    `channels_last` says; an error when both readings fit or neither does)."""
+    fits_last = len(shape) == 3 and shape[:2] == mask_shape
+    fits_first = len(shape) == 3 and shape[1:] == mask_shape
+    mismatch = ValueError(f"values of shape {shape} do not match the mask {mask_shape[0]}x{mask_shape[1]} "
+                          "(height x width); pass a (height, width), (height, width, channels) or (channels, "
+                          "height, width) map of the mask's size.")
+    if len(shape) == 2 and shape == mask_shape:
+        return True
+    if not (fits_last or fits_first):
+        raise mismatch
+    if channels_last is None:
+        if fits_last and fits_first:
+            raise ValueError(f"values {shape} and mask {mask_shape} fit channels first and last; pass "
+                             "channels_last=.")
+        return fits_last
+    if not (fits_last if channels_last else fits_first):
+        raise mismatch
+    return channels_last

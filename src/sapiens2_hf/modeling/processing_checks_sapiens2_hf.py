@@ -67,48 +67,60 @@ def validate_pose_boxes(
     """
     if box_format not in BOX_FORMATS:
         raise ValueError(f"box_format={box_format!r}; use one of {BOX_FORMATS}.")
-    layout = _BOX_LAYOUT[box_format]
-    other = "xyxy" if box_format == "xywh" else "xywh"  # named in errors: the usual cause of an inverted box
     numbers = list(image_numbers) if image_numbers is not None else list(range(len(boxes)))
     result = []
     for position, image_boxes in enumerate(boxes):
-        image = numbers[position]
-        if isinstance(image_boxes, torch.Tensor):
-            image_boxes = image_boxes.detach().cpu().numpy()
-        try:
-            given = np.asarray(image_boxes, dtype=np.float64)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"the boxes of image {image} are not a list of 4-number boxes ({error}); pass "
-                             f"[{layout}, ...] per image (box_format={box_format!r}).") from None
+        given = _boxes_array(image_boxes, numbers[position], box_format)
         if given.size == 0:
             result.append(np.zeros((0, 4), np.float32))
             continue
-        if given.ndim != 2 or given.shape[1] != 4:
-            raise ValueError(f"the boxes of image {image} have shape {tuple(given.shape)}; pass a list of boxes "
-                             f"[{layout}, ...] per image, i.e. shape (num_boxes, 4) (box_format={box_format!r}).")
         array = given.astype(np.float32)
         if box_format == "xywh":
             array = np.concatenate([array[:, :2], array[:, :2] + array[:, 2:]], axis=1)
+        size = image_sizes[position] if image_sizes is not None else None
         for k in range(len(array)):
-            value = [float(v) for v in given[k]]
-            where = f"box {k} of image {image}, {value} (box_format={box_format!r}, {layout})"
-            x0, y0, x1, y1 = (float(v) for v in array[k])
-            if not np.isfinite(given[k]).all() or not np.isfinite(array[k]).all():
-                raise ValueError(f"{where} is not finite; boxes must be finite pixel coordinates.")
-            if x1 <= x0 or y1 <= y0:
-                rule = ("x_max must exceed x_min and y_max exceed y_min" if box_format == "xyxy"
-                        else "width and height must be > 0")
-                raise ValueError(f"{where} has zero or negative width or height ({rule}); fix or drop the box "
-                                 f"(boxes are read as box_format={box_format!r}; {_BOX_LAYOUT[other]} boxes are "
-                                 f"box_format={other!r}).")
-            if image_sizes is not None:
-                height, width = image_sizes[position]
-                if x1 <= 0 or y1 <= 0 or x0 >= width or y0 >= height:
-                    raise ValueError(f"{where} lies entirely outside the {width}x{height} (width x height) image; a "
-                                     "box may stick out of the image but must overlap it. Check that the box "
-                                     f"belongs to this image and is written as {layout}.")
+            _check_box(given[k], array[k], f"box {k} of image {numbers[position]}", box_format, size)
         result.append(array)
     return result
+
+
+def _boxes_array(image_boxes: Any, image: int, box_format: str) -> np.ndarray:
+    """One image's boxes as a float64 `(num_boxes, 4)` array (or an empty one), or a `ValueError` naming the image."""
+    layout = _BOX_LAYOUT[box_format]
+    if isinstance(image_boxes, torch.Tensor):
+        image_boxes = image_boxes.detach().cpu().numpy()
+    try:
+        given = np.asarray(image_boxes, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"the boxes of image {image} are not a list of 4-number boxes ({error}); pass "
+                         f"[{layout}, ...] per image (box_format={box_format!r}).") from None
+    if given.size and (given.ndim != 2 or given.shape[1] != 4):
+        raise ValueError(f"the boxes of image {image} have shape {tuple(given.shape)}; pass a list of boxes "
+                         f"[{layout}, ...] per image, i.e. shape (num_boxes, 4) (box_format={box_format!r}).")
+    return given
+
+
+def _check_box(given: np.ndarray, xyxy: np.ndarray, name: str, box_format: str, image_size) -> None:
+    """One box (as given, and as float32 xyxy) finite, with a positive size, overlapping its `(height, width)`
+    image when known; else a `ValueError` naming it, its value and `box_format`."""
+    layout = _BOX_LAYOUT[box_format]
+    other = "xyxy" if box_format == "xywh" else "xywh"  # named in errors: the usual cause of an inverted box
+    where = f"{name}, {[float(v) for v in given]} (box_format={box_format!r}, {layout})"
+    x0, y0, x1, y1 = (float(v) for v in xyxy)
+    if not np.isfinite(given).all() or not np.isfinite(xyxy).all():
+        raise ValueError(f"{where} is not finite; boxes must be finite pixel coordinates.")
+    if x1 <= x0 or y1 <= y0:
+        rule = ("x_max must exceed x_min and y_max exceed y_min" if box_format == "xyxy"
+                else "width and height must be > 0")
+        raise ValueError(f"{where} has zero or negative width or height ({rule}); fix or drop the box "
+                         f"(boxes are read as box_format={box_format!r}; {_BOX_LAYOUT[other]} boxes are "
+                         f"box_format={other!r}).")
+    if image_size is not None:
+        height, width = image_size
+        if x1 <= 0 or y1 <= 0 or x0 >= width or y0 >= height:
+            raise ValueError(f"{where} lies entirely outside the {width}x{height} (width x height) image; a "
+                             "box may stick out of the image but must overlap it. Check that the box "
+                             f"belongs to this image and is written as {layout}.")
 
 
 def _as_size_tuple(size: Any) -> tuple[int, int]:
@@ -200,23 +212,7 @@ def foreground_mask_array(mask: Any, image_size: Any = None, name: str = "foregr
         ValueError: for another shape or size, NaN / inf, or values that are not 0 / 1 (a soft matte or
             probabilities: threshold them first, e.g. `alpha > 0.5`).
     """
-    if isinstance(mask, str) or hasattr(mask, "__fspath__"):
-        try:
-            with Image.open(str(mask)) as pil:
-                array = _mask_image_to_bool(pil)
-        except (OSError, SyntaxError) as error:
-            raise ValueError(f"could not read {name} from the image file {str(mask)!r}: {error}") from error
-    elif isinstance(mask, Image.Image):
-        array = _mask_image_to_bool(mask)
-    else:
-        if isinstance(mask, torch.Tensor):
-            mask = mask.detach().cpu()
-            mask = (mask.float() if mask.dtype == torch.bfloat16 else mask).numpy()
-        try:
-            array = np.asarray(mask)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{name} of type {type(mask).__name__} is not a mask; pass a (height, width) bool "
-                             "array, tensor or PIL image.") from error
+    array = _mask_as_array(mask, name)
     if array.ndim == 3 and 1 in (array.shape[0], array.shape[-1]):
         array = array.reshape(array.shape[1:] if array.shape[0] == 1 else array.shape[:2])
     if array.ndim != 2:
@@ -240,6 +236,28 @@ def foreground_mask_array(mask: Any, image_size: Any = None, name: str = "foregr
                              f"{height}x{width}; pass a mask of the image's size (resize it with nearest-neighbour "
                              "interpolation).")
     return np.ascontiguousarray(array)
+
+
+def _mask_as_array(mask: Any, name: str) -> np.ndarray:
+    """A mask given as an image path, a PIL image, a tensor or an array, as a numpy array (not yet checked)."""
+    if isinstance(mask, str) or hasattr(mask, "__fspath__"):
+        try:
+            with Image.open(str(mask)) as pil:
+                array = _mask_image_to_bool(pil)
+        except (OSError, SyntaxError) as error:
+            raise ValueError(f"could not read {name} from the image file {str(mask)!r}: {error}") from error
+    elif isinstance(mask, Image.Image):
+        array = _mask_image_to_bool(mask)
+    else:
+        if isinstance(mask, torch.Tensor):
+            mask = mask.detach().cpu()
+            mask = (mask.float() if mask.dtype == torch.bfloat16 else mask).numpy()
+        try:
+            array = np.asarray(mask)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{name} of type {type(mask).__name__} is not a mask; pass a (height, width) bool "
+                             "array, tensor or PIL image.") from error
+    return array
 
 
 def _is_number(value: Any) -> bool:
