@@ -8,6 +8,10 @@ image (path, URL, PIL, `(H, W, 3)` uint8 RGB array) or a dict `{"image": ..., <t
 per-image option (`foreground_mask=`, `boxes=`, ...) gives one value per image for a batch and one image's value
 for a single image. Each item becomes one numbered record (`_DenseInput`, `_PoseInput`), so that errors name the
 image's position in the call.
+
+Values are read by their array shape, never guessed from how deep a list's first element is nested: one image's
+pose boxes are a `(num_boxes, 4)` array-like (`[]`: none), optionally wrapped once (`[[box, ...]]`, `[[]]`); its
+box scores `(num_boxes,)`, wrapped alike. A batch's boxes hold one such `(num_boxes, 4)` entry per image.
 """
 
 from __future__ import annotations
@@ -83,39 +87,40 @@ class _ImageOptions:
 _XYXY = "[x_min, y_min, x_max, y_max]"
 
 
-def _nesting_depth(value: Any) -> int:
-    """Depth of nested lists / arrays, following first elements: a number is 0, an empty list 1."""
-    if isinstance(value, (np.ndarray, torch.Tensor)):
-        return value.ndim
-    if isinstance(value, (list, tuple)):
-        return 1 + (_nesting_depth(value[0]) if len(value) else 0)
-    return 0
+def _shape(value: Any) -> tuple[int, ...] | None:
+    """The array shape of a list / array / tensor of numbers (`()` for one number); `None` when it has none (ragged
+    lists, non-numbers), which is then left to the value checks (`validate_pose_boxes`) to name."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    try:
+        return np.asarray(value, dtype=np.float64).shape
+    except (TypeError, ValueError):
+        return None
 
 
-def _is_empty(value: Any) -> bool:
-    return isinstance(value, (list, tuple, np.ndarray, torch.Tensor)) and _nesting_depth(value) >= 1 \
-        and len(value) == 0
-
-
-def _one_image(value: Any, depth_of_one: int, name: str, example: str) -> list:
-    """A single image's `value` -> `[value]`, accepting a list of items `example` or the nesting `[example]`."""
-    if not isinstance(value, (list, tuple, np.ndarray, torch.Tensor)) or (
-            _nesting_depth(value) < depth_of_one and not _is_empty(value)):
-        raise ValueError(f"{name}={value!r} is not nested as expected; for one image pass {example} or the "
-                         f"per-image nesting [{example}].")
-    depth = _nesting_depth(value)
-    # `[[...]]` is one image's entry when its only element is itself a list of items (or empty)
-    if len(value) == 1 and (depth > depth_of_one or _is_empty(value[0])):
+def _one_image(value: Any, item_ndim: int, name: str, example: str) -> list:
+    """A single image's `value` -> `[value]`, read by its shape: the image's entry has `item_ndim` dimensions
+    (`(num_boxes, 4)` boxes, `(num_boxes,)` scores; `[]`: none), or comes wrapped once (`[[...]]`, `[[]]`: the
+    per-image nesting of one image)."""
+    shape = _shape(value)
+    if shape is None and isinstance(value, (list, tuple)):
+        return [value]  # ragged: the boxes' own checks name what is wrong
+    shape = () if shape is None else shape
+    if shape == (1, 0) or (len(shape) == item_ndim + 1 and shape[0] == 1):
         return [value[0]]
-    if depth > depth_of_one:
-        raise ValueError(f"{name} for one image is nested {depth} deep with {len(value)} entries at the top; pass "
-                         f"{example} or [{example}] (a single entry: the one image).")
-    return [value]
+    if shape == (0,) or len(shape) == item_ndim:
+        return [value]
+    if len(shape) > item_ndim:
+        raise ValueError(f"{name} for one image is nested {len(shape)} deep with {shape[0]} entries at the top; "
+                         f"pass {example} or [{example}] (a single entry: the one image).")
+    raise ValueError(f"{name}={value!r} is not nested as expected; for one image pass {example} or the "
+                     f"per-image nesting [{example}].")
 
 
 def _boxes_per_image(boxes: Any, box_scores: Any, num_images: int, single: bool,
                      first_number: int = 0) -> tuple[list, list | None]:
-    """The pose pipeline's `boxes` / `box_scores` -> one entry per image (nesting rules: `Sapiens2PosePipeline`).
+    """The pose pipeline's `boxes` / `box_scores` -> one entry per image, read by shape (the rule:
+    `Sapiens2PosePipeline`; one image: `_one_image`; a list of images: one `(num_boxes, 4)` entry per image).
 
     Only the nesting and the scores are checked here; the boxes' values are checked by the image processor
     (`validate_pose_boxes`) once the images' sizes are known. Errors number the images from `first_number`.
@@ -130,7 +135,8 @@ def _boxes_per_image(boxes: Any, box_scores: Any, num_images: int, single: bool,
             raise ValueError(f"boxes has {count} entries for {num_images} images; pass one list of {_XYXY} boxes "
                              "per image (an empty list for an image without people).")
         for i, entry in enumerate(boxes):
-            if _nesting_depth(entry) < 2 and not _is_empty(entry):
+            shape = _shape(entry)
+            if shape is not None and len(shape) < 2 and shape != (0,):
                 raise ValueError(f"boxes[{i}] = {entry!r} is not a list of boxes; with a list of images pass one "
                                  f"list of boxes per image, e.g. [[{_XYXY}], []].")
         if box_scores is not None and (not isinstance(box_scores, (list, tuple, np.ndarray, torch.Tensor))
