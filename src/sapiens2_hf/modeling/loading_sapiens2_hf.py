@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from huggingface_hub import HfApi
+from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from transformers.utils import logging
 
 from .adapter_loading import load_adapter_model
@@ -347,8 +349,7 @@ def _offline_error(repo_id: str, error: Exception) -> OSError:
 
 
 def _resolve_hub(repo_id: str, hub_kwargs: dict) -> ResolvedCheckpoint:
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, OfflineModeIsEnabled
+    from huggingface_hub import hf_hub_download  # read at call time: tests replace it on huggingface_hub
 
     download_kwargs = {
         key: hub_kwargs[key]
@@ -381,6 +382,14 @@ def _resolve_hub(repo_id: str, hub_kwargs: dict) -> ResolvedCheckpoint:
             return _hf(repo_id, (weights,))
         if index is not None:
             return _hf(repo_id, tuple(fetch(shard) for shard in index_shard_names(index)))
+    official = _official_hub_file(repo_id, hub_kwargs)
+    config_folder = str(Path(config_file).parent) if config_file else None
+    return ResolvedCheckpoint("official", fetch(os.path.basename(official)), config_folder=config_folder)
+
+
+def _official_hub_file(repo_id: str, hub_kwargs: dict) -> str:
+    """The one official `sapiens2_<size>_<task>.safetensors` file of a Hub repo without our weights file (its path
+    in the repo), or an `OSError` naming what the repo holds."""
     try:
         files = HfApi().list_repo_files(repo_id, revision=hub_kwargs.get("revision"), token=hub_kwargs.get("token"))
     except (OfflineModeIsEnabled, ConnectionError) as error:
@@ -395,8 +404,7 @@ def _resolve_hub(repo_id: str, hub_kwargs: dict) -> ResolvedCheckpoint:
             f"{repo_id} has no {HF_WEIGHTS_NAME} and {len(official)} official sapiens2_<size>_<task>.safetensors "
             f"files ({official}); pass one file's path."
         )
-    config_folder = str(Path(config_file).parent) if config_file else None
-    return ResolvedCheckpoint("official", fetch(os.path.basename(official[0])), config_folder=config_folder)
+    return official[0]
 
 
 def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = None) -> ResolvedCheckpoint:
