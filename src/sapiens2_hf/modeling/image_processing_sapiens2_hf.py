@@ -51,6 +51,8 @@ from .post_processing_sapiens2_hf import (  # noqa: F401 (POSE_DECODE_CHUNK_SIZE
     mask_background,
     clamped_albedo,
     decode_pose_keypoints,
+    foreground_from_segmentation,
+    keypoint_names,
     matting_maps,
     metric_pointmaps,
     segmentation_maps,
@@ -59,9 +61,7 @@ from .post_processing_sapiens2_hf import (  # noqa: F401 (POSE_DECODE_CHUNK_SIZE
 from .processing_checks_sapiens2_hf import (  # noqa: F401 (CANONICAL_FOCAL_LENGTH, processor_tasks: re-exported)
     BOX_FORMATS,
     CANONICAL_FOCAL_LENGTH,
-    _camera_entry,
     _camera_per_image,
-    _check_one_camera_kind,
     _check_processor_task,
     _check_rescale_factor,
     _letterboxed,
@@ -71,16 +71,16 @@ from .processing_checks_sapiens2_hf import (  # noqa: F401 (CANONICAL_FOCAL_LENG
     foreground_fill_value,
     foreground_mask_array,
     processor_tasks,
+    validate_camera,
     validate_pose_boxes,
 )
-from .sapiens2_keypoint_formats import format_keypoint_names
-from .sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES
+from .sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_FLIP_PAIRS
 from .sapiens2_processing_ops import (
     boxes_to_center_scale,
     flip_pairs_to_indices,
     letterbox,
-    letterbox_geometry,
     normalize_uint8,
+    resize_label_maps,
     resize_uint8,
     resolve_backend,
     stretch_resize,
@@ -324,14 +324,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         raise ValueError(f"no flip pairs known for {num_keypoints} keypoints; pass flip_pairs= (the model config's "
                          "`flip_pairs`) or set the processor's flip_indices.")
 
-    @staticmethod
-    def keypoint_names(num_keypoints: int, keypoint_format: Any = None) -> list[str]:
-        """Official names for 308 keypoints, else `keypoint_<i>`; with `keypoint_format`, that format's names."""
-        if keypoint_format is not None:
-            return list(format_keypoint_names(keypoint_format))
-        if num_keypoints == NUM_POSE_KEYPOINTS:
-            return list(POSE_KEYPOINT_NAMES)
-        return [f"keypoint_{i}" for i in range(num_keypoints)]
+    #: `keypoint_names` as a method, for the same reason.
+    keypoint_names = staticmethod(keypoint_names)
 
     # ------------------------------------------------------------------------------------------------------------
     # person foreground (masking dense outputs)
@@ -340,30 +334,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     #: `foreground_mask_array` as a method, so that pipelines can check masks without importing this module.
     validate_foreground_mask = staticmethod(foreground_mask_array)
 
-    @staticmethod
-    def foreground_mask_from_segmentation(segmentation: Any) -> np.ndarray | torch.Tensor:
-        """The person foreground of a 29-class body-part segmentation: every pixel whose label is not background
-        (label > 0), as the official demos mask normals, pointmaps and albedo.
-
-        Args:
-            segmentation: a `(height, width)` class map (numpy or torch; e.g. `pipeline("sapiens2-segmentation")`'s
-                `"segmentation"`), or a mapping holding it under `"segmentation"` (that pipeline's result dict,
-                `post_process_semantic_segmentation(..., return_segmentation_scores=True)`'s items).
-
-        Returns:
-            A `(height, width)` bool mask of the same kind (numpy, or a torch tensor on the same device).
-        """
-        if isinstance(segmentation, Mapping):  # a result dict, or post_process_semantic_segmentation's BatchFeature
-            if "segmentation" not in segmentation:
-                raise ValueError(f"a dict without 'segmentation' (keys: {sorted(segmentation)}); pass a class map or "
-                                 "a sapiens2-segmentation result.")
-            segmentation = segmentation["segmentation"]
-        if not isinstance(segmentation, torch.Tensor):
-            segmentation = np.asarray(segmentation)
-        if segmentation.ndim != 2:
-            raise ValueError(f"segmentation has shape {tuple(segmentation.shape)}; pass one (height, width) class "
-                             "map.")
-        return segmentation > 0
+    #: `foreground_from_segmentation` as a method (pipelines use the processor's API only).
+    foreground_mask_from_segmentation = staticmethod(foreground_from_segmentation)
 
     def apply_foreground_mask(self, values: Any, mask: Any, fill_value: float | None = None,
                               channels_last: bool | None = None) -> np.ndarray | torch.Tensor:
@@ -396,30 +368,17 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     #: call's camera per image with it.
     camera_per_image = staticmethod(_camera_per_image)
 
-    @staticmethod
-    def validate_camera(focal_length: Any = None, intrinsics: Any = None) -> dict[str, Any]:
-        """One image's `focal_length` / `intrinsics` checked as `post_process_pointmap_estimation` will read them
-        (so that callers can fail before running a model): `{"focal_length": float or None, "intrinsics": (fx,
-        fy, cx, cy) or None}`."""
-        _check_one_camera_kind(focal_length, intrinsics)
-        return {"focal_length": _camera_entry(focal_length, "focal_length"),
-                "intrinsics": _camera_entry(intrinsics, "intrinsics")}
+    #: `validate_camera` as a method, for the same reason.
+    validate_camera = staticmethod(validate_camera)
 
     # ------------------------------------------------------------------------------------------------------------
     # pre-processing
     # ------------------------------------------------------------------------------------------------------------
 
     def preprocess(
-        self,
-        images: Any,
-        segmentation_maps: Any = None,
-        boxes: Any = None,
-        keypoints: Any = None,
-        *,
-        return_tensors: str | None = "pt",
-        device: torch.device | str | None = None,
-        return_geometry_images: bool = False,
-        **overrides,
+        self, images: Any, segmentation_maps: Any = None, boxes: Any = None, keypoints: Any = None, *,
+        return_tensors: str | None = "pt", device: torch.device | str | None = None,
+        return_geometry_images: bool = False, **overrides,
     ) -> BatchFeature:
         r"""
         Pre-process images for the processor's task.
@@ -428,19 +387,13 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             images: one image or a list of images (path, URL, PIL, numpy `(height, width, 3)` uint8 RGB, tensor).
             segmentation_maps: optional label maps `(height, width)` (seg / letterbox tasks), resized with nearest;
                 letterbox padding gets the ignore index 255.
-            boxes: pose only. Per image a list of boxes `(num_boxes, 4)` in `box_format` (this call's, else the
-                processor's, default `"xywh"`: COCO `[x_min, y_min, width, height]`), image pixels. `None` uses the
-                whole image as one box per image (the official demo's fallback). An empty list gives no crop for
-                that image. Boxes are checked with `validate_pose_boxes`: NaN / inf, zero or negative width or
-                height and boxes entirely outside their image raise a `ValueError` naming the box and `box_format`
-                (boxes sticking partly out of the image are fine, as officially).
+            boxes: pose only. Per image a list of boxes `(num_boxes, 4)` in `box_format` (default `"xywh"`, COCO),
+                image pixels, checked by `validate_pose_boxes`; `None`: the whole image as one box per image (the
+                official demo's fallback); an empty list: no crop for that image.
             keypoints: pose only, for training targets: per image, per person, `[[x, y, visibility], ...]`.
-            overrides: this call's values of the processor's fields `PREPROCESS_OVERRIDES` (the rest are the
-                processor's; read into one `PreprocessOptions` by `call_options`), as transformers' `__call__`
-                kwargs: `task`, `box_format`, `size`, `geometry_backend` replace the processor's for this call;
-                `image_mean`, `image_std`, `do_rescale`, `rescale_factor`, `do_normalize` its normalisation, as in
-                transformers' `Sapiens2ImageProcessor` (see `normalization_constants_255`); `do_convert_rgb` and
-                `input_data_format` how images are read (see `PreprocessOptions`).
+            overrides: this call's values of the processor's fields named in `PREPROCESS_OVERRIDES` (transformers'
+                `__call__` kwargs: `task`, `size`, `box_format`, `image_mean`, ...), read once by `call_options`
+                into a `PreprocessOptions` (see there).
             return_geometry_images (`bool`): also return the uint8 RGB crops / resized images (`geometry_images`).
 
         Returns:
@@ -553,34 +506,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 paddings.append(padding)
         data["padding"] = torch.tensor(paddings, dtype=torch.long).reshape(-1, 4)
         if segmentation_maps is not None:
-            data["labels"] = self._resize_label_maps(segmentation_maps, options.task, input_size, paddings)
+            data["labels"] = resize_label_maps(segmentation_maps, _letterboxed(options.task), input_size, paddings)
         return np.stack(crops) if crops else np.zeros((0, *input_size, 3), np.uint8)
 
-    def _resize_label_maps(self, maps, task, input_size, paddings) -> torch.Tensor:
-        if not isinstance(maps, (list, tuple)):
-            maps = [maps]
-        out = []
-        for label_map, padding in zip(maps, paddings):
-            label = torch.as_tensor(np.asarray(label_map)).long()
-            if label.ndim == 3:
-                label = label[..., 0] if label.shape[-1] in (1, 3) else label[0]
-            height, width = label.shape
-            if not _letterboxed(task):
-                target = input_size
-            else:
-                (new_h, new_w), _ = letterbox_geometry((height, width), input_size)
-                target = (new_h, new_w)
-            # nearest, OpenCV convention: source index floor(dst * in / out)
-            rows = torch.clamp((torch.arange(target[0]) * (height / target[0])).floor().long(), max=height - 1)
-            cols = torch.clamp((torch.arange(target[1]) * (width / target[1])).floor().long(), max=width - 1)
-            resized = label[rows][:, cols]
-            if _letterboxed(task):
-                left, _, top, _ = padding
-                canvas = torch.full(input_size, 255, dtype=torch.long)
-                canvas[top : top + target[0], left : left + target[1]] = resized
-                resized = canvas
-            out.append(resized)
-        return torch.stack(out)
 
     # ------------------------------------------------------------------------------------------------------------
     # post-processing: pose
@@ -603,18 +531,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         return geometry
 
     def post_process_pose_estimation(
-        self,
-        outputs,
-        boxes: Any = None,
-        outputs_flipped=None,
-        kernel_size: int | None = None,
-        threshold: float | None = None,
-        source_sizes: Any = None,
-        target_sizes: Any = None,
-        *,
-        crops: Mapping[str, torch.Tensor] | None = None,
-        box_format: str | None = None,
-        keypoint_format: Any = None,
+        self, outputs, boxes: Any = None, outputs_flipped=None, kernel_size: int | None = None,
+        threshold: float | None = None, source_sizes: Any = None, target_sizes: Any = None, *,
+        crops: Mapping[str, torch.Tensor] | None = None, box_format: str | None = None, keypoint_format: Any = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
         r"""
         Decode pose heatmaps into keypoints in original-image pixels, batched over `POSE_DECODE_CHUNK_SIZE` crops at a
@@ -628,15 +547,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             outputs: model output with `heatmaps` (`(num_crops, num_keypoints, height/4, width/4)`).
             boxes: per image, a list of the boxes given to `preprocess`, in the `box_format` named in this call
                 (required with `boxes`, see below): transformers' convention. Or `crops` instead.
-            crops (`Mapping`): what `preprocess` returned (its `BatchFeature`; format-free, recommended): the crop
-                geometry is read from its `bbox_center`, `bbox_scale`, `image_index` (default: all crops of one
-                image) and `boxes_xyxy` (default: the reported `bbox` is the crop window `center -/+ scale / 2`).
+            crops (`Mapping`): what `preprocess` returned (format-free, recommended; see `PoseCrops.from_preprocess`).
                 Given with `boxes`, both must describe the same boxes.
-            box_format (`str`): `"xywh"` (COCO `[x_min, y_min, width, height]`, transformers' convention and the
-                default of `preprocess`) or `"xyxy"` (`[x_min, y_min, x_max, y_max]`, the pipeline's and CLI's
-                convention). Required with `boxes` and never taken from the processor: heatmaps cannot tell which
-                format `preprocess` used, and reading the boxes in the other one moves every keypoint silently (by
-                half the box's offset and more).
+            box_format (`str`): `"xywh"` (COCO, transformers' convention and the default of `preprocess`) or
+                `"xyxy"`. Required with `boxes` and never taken from the processor: heatmaps cannot tell which format
+                `preprocess` used, and the other one moves every keypoint silently.
             outputs_flipped: the flip test, averaged with `outputs`. Outputs on flipped crops ALREADY flipped back
                 (transformers' convention: the model was called with `flip_pairs`), or the raw outputs on the
                 flipped crops wrapped as `FlippedCropOutputs(outputs, flip_pairs)` (the official flip test: flipped

@@ -30,8 +30,13 @@ from .processing_checks_sapiens2_hf import (
     foreground_mask_array,
     validate_pose_boxes,
 )
-from .sapiens2_keypoint_formats import KEYPOINT_FORMATS, convert_keypoints, source_keypoint_indices
-from .sapiens2_label_data import NUM_POSE_KEYPOINTS
+from .sapiens2_keypoint_formats import (
+    KEYPOINT_FORMATS,
+    convert_keypoints,
+    format_keypoint_names,
+    source_keypoint_indices,
+)
+from .sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_KEYPOINT_NAMES
 from .sapiens2_processing_ops import (
     boxes_to_center_scale,
     crop_to_image,
@@ -541,3 +546,37 @@ def _channels_last(shape: tuple, mask_shape: tuple, channels_last: bool | None) 
     if not (fits_last if channels_last else fits_first):
         raise mismatch
     return channels_last
+
+
+def foreground_from_segmentation(segmentation: Any) -> np.ndarray | torch.Tensor:
+    """The person foreground of a 29-class body-part segmentation: every pixel whose label is not background
+    (label > 0), as the official demos mask normals, pointmaps and albedo.
+
+    Args:
+        segmentation: a `(height, width)` class map (numpy or torch; e.g. `pipeline("sapiens2-segmentation")`'s
+            `"segmentation"`), or a mapping holding it under `"segmentation"` (that pipeline's result dict,
+            `post_process_semantic_segmentation(..., return_segmentation_scores=True)`'s items).
+
+    Returns:
+        A `(height, width)` bool mask of the same kind (numpy, or a torch tensor on the same device).
+    """
+    if isinstance(segmentation, Mapping):  # a result dict, or post_process_semantic_segmentation's BatchFeature
+        if "segmentation" not in segmentation:
+            raise ValueError(f"a dict without 'segmentation' (keys: {sorted(segmentation)}); pass a class map or "
+                             "a sapiens2-segmentation result.")
+        segmentation = segmentation["segmentation"]
+    if not isinstance(segmentation, torch.Tensor):
+        segmentation = np.asarray(segmentation)
+    if segmentation.ndim != 2:
+        raise ValueError(f"segmentation has shape {tuple(segmentation.shape)}; pass one (height, width) class "
+                         "map.")
+    return segmentation > 0
+
+
+def keypoint_names(num_keypoints: int, keypoint_format: Any = None) -> list[str]:
+    """Official names for 308 keypoints, else `keypoint_<i>`; with `keypoint_format`, that format's names."""
+    if keypoint_format is not None:
+        return list(format_keypoint_names(keypoint_format))
+    if num_keypoints == NUM_POSE_KEYPOINTS:
+        return list(POSE_KEYPOINT_NAMES)
+    return [f"keypoint_{i}" for i in range(num_keypoints)]

@@ -324,3 +324,12 @@ def _camera_per_image(value: Any, kind: str, count: int) -> list | None:
         raise ValueError(f"{kind} has {got} entries for {count} images; pass {example} for all images, or one per "
                          "image.")
     return [_camera_entry(entry, kind) for entry in value]
+
+
+def validate_camera(focal_length: Any = None, intrinsics: Any = None) -> dict[str, Any]:
+    """One image's `focal_length` / `intrinsics` checked as `post_process_pointmap_estimation` will read them
+    (so that callers can fail before running a model): `{"focal_length": float or None, "intrinsics": (fx,
+    fy, cx, cy) or None}`."""
+    _check_one_camera_kind(focal_length, intrinsics)
+    return {"focal_length": _camera_entry(focal_length, "focal_length"),
+            "intrinsics": _camera_entry(intrinsics, "intrinsics")}

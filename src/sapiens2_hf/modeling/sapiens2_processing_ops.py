@@ -745,3 +745,32 @@ def smooth_and_resize_pointmap(
         for _ in range(num_blurs):
             pointmap = gaussian_blur_reflect(pointmap, 3, sigma)
     return resize_maps_bilinear(pointmap, output_size)
+
+
+def resize_label_maps(maps, letterboxed: bool, input_size: tuple[int, int], paddings) -> torch.Tensor:
+    """Label maps resized as their images were (nearest, OpenCV's index rule), letterbox padding set to the ignore
+    index 255; `(num_images, height, width)` int64."""
+    if not isinstance(maps, (list, tuple)):
+        maps = [maps]
+    out = []
+    for label_map, padding in zip(maps, paddings):
+        label = torch.as_tensor(np.asarray(label_map)).long()
+        if label.ndim == 3:
+            label = label[..., 0] if label.shape[-1] in (1, 3) else label[0]
+        height, width = label.shape
+        if not letterboxed:
+            target = input_size
+        else:
+            (new_h, new_w), _ = letterbox_geometry((height, width), input_size)
+            target = (new_h, new_w)
+        # nearest, OpenCV convention: source index floor(dst * in / out)
+        rows = torch.clamp((torch.arange(target[0]) * (height / target[0])).floor().long(), max=height - 1)
+        cols = torch.clamp((torch.arange(target[1]) * (width / target[1])).floor().long(), max=width - 1)
+        resized = label[rows][:, cols]
+        if letterboxed:
+            left, _, top, _ = padding
+            canvas = torch.full(input_size, 255, dtype=torch.long)
+            canvas[top : top + target[0], left : left + target[1]] = resized
+            resized = canvas
+        out.append(resized)
+    return torch.stack(out)
