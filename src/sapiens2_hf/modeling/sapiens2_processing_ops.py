@@ -671,7 +671,15 @@ def resize_logits_argmax(
         raise ValueError(f"max_chunk_elements must be >= 1, got {max_chunk_elements}.")
     num_labels = logits.shape[0]
     out_h, out_w = (int(v) for v in output_size)
-    group = max(1, min(num_labels, max_chunk_elements // max(1, out_h * out_w)))
+    group = _channel_group(num_labels, out_h * out_w, max_chunk_elements)
+    if group >= num_labels or num_labels <= 3:
+        return resize_maps_bilinear(logits[None], (out_h, out_w))[0].max(dim=0).indices
+    return _running_argmax(logits, group, (out_h, out_w))
+
+
+def _channel_group(num_labels: int, pixels: int, max_chunk_elements: int) -> int:
+    """How many channels `resize_logits_argmax` resizes at once."""
+    group = max(1, min(num_labels, max_chunk_elements // max(1, pixels)))
     # PyTorch's CPU bilinear kernel has its own path for exactly 3 channels (one thread: channels-last, as for RGB
     # images; see upsample_bilinear2d_kernel_impl_float in ATen's UpSampleKernel.cpp), which rounds differently, so
     # no group (nor the last, partial one) may hold 3 channels; every other channel count takes the generic path,
@@ -679,8 +687,12 @@ def resize_logits_argmax(
     # height + width <= 128 take a channels-last path for any count, but they never need chunking.
     while 1 < group < num_labels and (group == 3 or num_labels % group == 3):
         group -= 1
-    if group >= num_labels or num_labels <= 3:
-        return resize_maps_bilinear(logits[None], (out_h, out_w))[0].max(dim=0).indices
+    return group
+
+
+def _running_argmax(logits: torch.Tensor, group: int, size: tuple[int, int]) -> torch.Tensor:
+    """The first maximum over the channels of the resized logits, `group` channels resized at a time."""
+    num_labels, (out_h, out_w) = logits.shape[0], size
     # uint8 / int16 running indices: 1-2 bytes per pixel instead of int64's 8 while looping
     index_dtype = torch.uint8 if num_labels <= 256 else torch.int16 if num_labels <= 32768 else torch.int64
     # bilinear weights are in [0, 1]: finite logits give finite resized values, so the NaN rule costs nothing then
