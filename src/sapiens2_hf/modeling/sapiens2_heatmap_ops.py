@@ -288,6 +288,12 @@ def refine_keypoints_dark_udp(
     blurred_max = _blurred_maxima(maps, row_max, blurred[..., 0].reshape(-1), blur_kernel_size)
     scale = (original_max / blurred_max)[map_index]  # the rescale of the map each value comes from
     values = (blurred * scale).clamp(1e-3, 50.0).log()
+    return _newton_step(locations, values, device)
+
+
+def _newton_step(locations: torch.Tensor, values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`locations - (H + eps I)^-1 grad` from the log-heatmap `values` at the 7 points the official DARK step reads
+    (centre, +-x, +-y, +(x, y), -(x, y)), in float64, rounded to float32 on the heatmaps' `device`."""
     i_, ix1, ix1_, iy1, iy1_, ix1y1, ix1_y1_ = values.unbind(-1)
     dx = 0.5 * (ix1 - ix1_)
     dy = 0.5 * (iy1 - iy1_)
