@@ -689,14 +689,7 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         config, location, dtypes, original_names = _config_for_checkpoint(
             model_class, pretrained_model_name_or_path, config, kwargs)
     kwargs.pop("official_filename", None)
-    head_mapping = original_key_mapping(model_class) if original_names else None
-    if head_mapping is not None:
-        kwargs["key_mapping"] = {**(kwargs.get("key_mapping") or {}), **head_mapping}
-    apply_config_overrides(config, kwargs)
-    # the overrides are checked as the config's own fields are: sizes and values first, in one line each
-    config.validate_sizes_and_values()
-    config.validate()
-    model_class._check_task(config, source)
+    _settle_config(model_class, config, kwargs, original_names, source)
     if kwargs.get("dtype", kwargs.get("torch_dtype")) is None:
         kwargs["dtype"] = torch.float32  # ours: float32 whatever the storage (transformers' default is "auto")
         _float32_note(dtypes, source)
@@ -710,6 +703,19 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         raise_on_loading_problems(model_class, loading_info, source)
     check_finite_tensors(model, source, strict)
     return (model, loading_info) if want_loading_info else model
+
+
+def _settle_config(model_class, config: Sapiens2Config, kwargs: dict, original_names: bool, source: str) -> None:
+    """The config with the call's overrides, checked for the class; the head's official names declared for
+    transformers (`key_mapping`) when the tensors carry them."""
+    head_mapping = original_key_mapping(model_class) if original_names else None
+    if head_mapping is not None:
+        kwargs["key_mapping"] = {**(kwargs.get("key_mapping") or {}), **head_mapping}
+    apply_config_overrides(config, kwargs)
+    # the overrides are checked as the config's own fields are: sizes and values first, in one line each
+    config.validate_sizes_and_values()
+    config.validate()
+    model_class._check_task(config, source)
 
 
 def _as_our_config(config):
