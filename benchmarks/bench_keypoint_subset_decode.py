@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from sapiens2_hf.modeling.post_processing_sapiens2_hf import FlippedCropOutputs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_record  # noqa: E402
 from bench_processing import synthetic_heatmaps, timed  # noqa: E402
@@ -51,13 +53,14 @@ def main(argv=None) -> dict:
     for people in args.people:
         heatmaps = synthetic_heatmaps(people, device=device)
         flipped = synthetic_heatmaps(people, seed=1, device=device)
-        extra = {} if args.no_flip_test else {"outputs_on_flipped_input": types.SimpleNamespace(heatmaps=flipped)}
+        raw_flipped = FlippedCropOutputs(types.SimpleNamespace(heatmaps=flipped))
+        extra = {} if args.no_flip_test else {"outputs_flipped": raw_flipped}
         geometry = {"bbox_center": torch.tensor([[300.0 + 20 * k, 400.0] for k in range(people)]),
                     "bbox_scale": torch.tensor([[450.0, 600.0]] * people)}
         outputs = types.SimpleNamespace(heatmaps=heatmaps)
 
         def decode(keypoint_format):
-            return processor.post_process_pose_estimation(outputs, keypoint_format=keypoint_format, **geometry,
+            return processor.post_process_pose_estimation(outputs, keypoint_format=keypoint_format, crops=geometry,
                                                           **extra)
 
         full_time = timed(lambda: decode(None), device, args.warmup, args.repeats)

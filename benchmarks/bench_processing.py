@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sapiens2_hf.modeling.post_processing_sapiens2_hf import FlippedCropOutputs
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -131,7 +133,7 @@ def bench_tasks(args, device) -> list[dict]:
                 flipped = synthetic_heatmaps(people, (height // 4, width // 4), seed=1, device=device)
                 post = timed(lambda: processor.post_process_pose_estimation(
                     types.SimpleNamespace(heatmaps=heatmaps), crops=inputs,
-                    outputs_on_flipped_input=types.SimpleNamespace(heatmaps=flipped)), device, args.warmup,
+                    outputs_flipped=FlippedCropOutputs(types.SimpleNamespace(heatmaps=flipped))), device, args.warmup,
                     args.repeats)
                 model_t = None
                 if model is not None:

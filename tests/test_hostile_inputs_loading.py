@@ -22,8 +22,9 @@ from safetensors.torch import load_file, save_file
 from transformers.image_utils import load_image
 
 import sapiens2_hf
+from sapiens2_hf.modeling.post_processing_sapiens2_hf import FlippedCropOutputs
 from sapiens2_hf.modeling import image_loading_sapiens2_hf as image_loading
-from sapiens2_hf.modeling import image_processing_sapiens2_hf as processing_module
+from sapiens2_hf.modeling import post_processing_sapiens2_hf as processing_module
 from sapiens2_hf.modeling import pipeline_sapiens2_hf as pipeline_module
 from sapiens2_hf.modeling.configuration_sapiens2_hf import MAX_IMAGE_SIDE, Sapiens2Config, tiny_config
 from sapiens2_hf.processing import image_processor_for_task, load_image_rgb
@@ -491,8 +492,7 @@ def test_processor_pose_decoding_is_chunked_and_chunk_independent(monkeypatch):
 
     def decode():
         (people,) = processor.post_process_pose_estimation(
-            heatmaps, crops={"bbox_center": center, "bbox_scale": scale}, outputs_on_flipped_input=flipped,
-            flip_pairs=flip_pairs)
+            heatmaps, crops={"bbox_center": center, "bbox_scale": scale}, outputs_flipped=FlippedCropOutputs(flipped, flip_pairs))
         return torch.stack([p["keypoints"] for p in people]), torch.stack([p["scores"] for p in people])
 
     sizes = []

@@ -12,6 +12,7 @@ from sapiens2_hf.modeling.sapiens2_keypoint_formats import (
     format_keypoint_names,
     source_keypoint_indices,
 )
+from sapiens2_hf.modeling.post_processing_sapiens2_hf import FlippedCropOutputs
 from sapiens2_hf.modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES
 from sapiens2_hf.modeling.sapiens2_processing_ops import decode_udp_heatmaps, keypoint_subset_maps
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
@@ -76,7 +77,7 @@ def test_processor_subset_equals_full_decode_then_conversion(flip):
     heatmaps = _heatmaps(2)
     extra = {}
     if flip == "raw":
-        extra["outputs_on_flipped_input"] = _heatmaps(3)
+        extra["outputs_flipped"] = FlippedCropOutputs(_heatmaps(3))
     elif flip == "flipped_back":
         extra["outputs_flipped"] = _heatmaps(4)
     native = processor.post_process_pose_estimation(heatmaps, crops=_geometry(), **extra)
@@ -93,7 +94,7 @@ def test_processor_subset_equals_full_decode_then_conversion(flip):
 def test_processor_decodes_only_the_needed_channels(monkeypatch):
     """The decoder sees 17 channels for coco17; 20 for a crop chunk with a maximum <= 0 (the channels before 0, 41
     and 62 too, which the official refinement may read)."""
-    from sapiens2_hf.modeling import image_processing_sapiens2_hf as module
+    from sapiens2_hf.modeling import post_processing_sapiens2_hf as module
 
     seen = []
     real = module.decode_udp_heatmaps

@@ -18,7 +18,7 @@ from task_targets import TARGET_KEYS, pixel_values, task_targets
 
 import sapiens2_hf
 from sapiens2_hf import tiny_config
-from sapiens2_hf.modeling import modeling_sapiens2_hf
+from sapiens2_hf.modeling import layers_sapiens2_hf as modeling_sapiens2_hf  # the attention functions live beside the layers
 from sapiens2_hf.modeling.modeling_sapiens2_hf import Sapiens2Attention
 from sapiens2_hf.modeling.sapiens2_tasks import task_spec
 from sapiens2_hf.training.tasks import default_loss, task_loss

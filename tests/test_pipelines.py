@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoImageProcessor, pipeline
 
 import sapiens2_hf
+from sapiens2_hf.modeling.post_processing_sapiens2_hf import FlippedCropOutputs
 from sapiens2_hf.pipelines import PIPELINE_CLASSES
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
@@ -194,7 +195,7 @@ def test_pose_pipeline_random_model_flip_and_values():
         )
     expected = processor.post_process_pose_estimation(out, boxes=[boxes], box_format="xyxy")[0]
     expected_flip = processor.post_process_pose_estimation(out, boxes=[boxes], box_format="xyxy",
-                                                           outputs_on_flipped_input=out_flipped)[0]
+                                                           outputs_flipped=FlippedCropOutputs(out_flipped))[0]
     for k in range(2):
         np.testing.assert_array_equal(plain[k]["keypoints"], expected[k]["keypoints"].numpy())
         np.testing.assert_array_equal(flipped[k]["keypoints"], expected_flip[k]["keypoints"].numpy())

@@ -27,6 +27,7 @@ from official_cases import FIXTURES
 from safetensors.torch import load_file
 
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, load_image_rgb
+from sapiens2_hf.modeling.post_processing_sapiens2_hf import FlippedCropOutputs
 from sapiens2_hf.modeling import sapiens2_processing_ops as ops
 
 pytestmark = pytest.mark.compat
@@ -170,7 +171,7 @@ def test_processor_pose_post_process_matches_codec():
     outputs = type("Out", (), {"heatmaps": ref["heatmaps"][None]})()
     flipped = type("Out", (), {"heatmaps": ref["heatmaps_flipped_input"][None]})()
     people = processor.post_process_pose_estimation(outputs, boxes=[box], box_format="xyxy",
-                                                    outputs_on_flipped_input=flipped)
+                                                    outputs_flipped=FlippedCropOutputs(flipped))
     person = people[0][0]
     assert _max_abs(person["keypoints"], ref["keypoints_image_flip_test"]) <= 5e-3
     assert torch.equal(person["scores"], ref["scores_flip_test"])

@@ -21,11 +21,11 @@ decoder, batched in torch on the outputs' device. One `task` field selects the p
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 from transformers import BatchFeature, ImagesKwargs, TorchvisionBackend
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
@@ -38,71 +38,86 @@ except ImportError:  # transformers < 5.24 has no such class
         `segmentation_scores` (`(num_labels, height, width)`), read as keys or attributes (transformers' class of
         that name from 5.24 on)."""
 
-from .configuration_sapiens2_hf import check_image_size
 from .image_loading_sapiens2_hf import load_image_rgb
-from .sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES
-from .sapiens2_keypoint_formats import (
-    KEYPOINT_FORMATS,
-    convert_keypoints,
-    format_keypoint_names,
-    source_keypoint_indices,
+from .post_processing_sapiens2_hf import (  # noqa: F401 (POSE_DECODE_CHUNK_SIZE: re-exported)
+    POSE_DECODE_CHUNK_SIZE,
+    DenseLayout,
+    FlippedCropOutputs,
+    PointmapSmoothing,
+    PoseCrops,
+    PoseFlipTest,
+    _heatmaps,
+    alpha_mattes,
+    mask_background,
+    clamped_albedo,
+    decode_pose_keypoints,
+    foreground_from_segmentation,
+    keypoint_names,
+    matting_maps,
+    metric_pointmaps,
+    segmentation_maps,
+    unit_normals,
 )
+from .processing_checks_sapiens2_hf import (  # noqa: F401 (CANONICAL_FOCAL_LENGTH, processor_tasks: re-exported)
+    BOX_FORMATS,
+    CANONICAL_FOCAL_LENGTH,
+    _camera_per_image,
+    _check_processor_task,
+    _check_rescale_factor,
+    _letterboxed,
+    _model_input_size,
+    _normalization_values,
+    _sizes_list,
+    foreground_fill_value,
+    foreground_mask_array,
+    processor_tasks,
+    validate_camera,
+    validate_pose_boxes,
+)
+from .sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_FLIP_PAIRS
 from .sapiens2_processing_ops import (
     boxes_to_center_scale,
-    crop_to_image,
-    decode_udp_heatmaps,
     flip_pairs_to_indices,
-    flip_test_average,
-    keypoint_subset_maps,
     letterbox,
-    letterbox_geometry,
     normalize_uint8,
-    remove_padding,
-    resize_logits_argmax,
-    resize_maps_bilinear,
+    resize_label_maps,
     resize_uint8,
     resolve_backend,
-    smooth_and_resize_pointmap,
     stretch_resize,
     udp_gaussian_heatmaps,
     udp_warp_matrices,
     warp_crops,
 )
-from .sapiens2_tasks import PRETRAIN_TASK, TASK_NAMES, TASK_SPECS, task_spec
+from .sapiens2_tasks import PRETRAIN_TASK, task_spec
 
 
-# The registry's tasks plus the processor-only pretraining / feature-extraction policy; the letterbox tasks keep the
-# aspect ratio and pad (the others crop or stretch).
+#: The processor fields a `preprocess` / `__call__` call may replace for that call (transformers' `__call__` kwargs).
+PREPROCESS_OVERRIDES = ("task", "box_format", "size", "geometry_backend", "image_mean", "image_std", "do_rescale",
+                        "rescale_factor", "do_normalize", "do_convert_rgb", "input_data_format")
 
 
-def processor_tasks() -> tuple[str, ...]:
-    """The tasks a processor takes: every registered task (read at call time), then pretraining."""
-    return (*TASK_NAMES, PRETRAIN_TASK)
+@dataclass(frozen=True)
+class PreprocessOptions:
+    """One `preprocess` call's settings, read once from the processor's fields and the call's overrides
+    (`Sapiens2HFImageProcessor.call_options`): the task, the pose `box_format`, the model input `(height, width)`,
+    the geometry backend, the 0-255 mean and std, and how images are read:
 
+    - `do_convert_rgb` (the call's, else the processor's): `True` composites an image's alpha channel over white, as
+      transformers' processors do with `do_convert_rgb=True`; otherwise the alpha channel is dropped, as the official
+      OpenCV reading does (see `load_image_rgb`; transformers' processor refuses 4-channel images then).
+    - `input_data_format` (`str` or `ChannelDimension`): the channel layout of array and tensor inputs,
+      `"channels_last"` or `"channels_first"`, as in transformers' processors; inferred from the shape when not
+      given, and required when both ends of the shape can be the channels (`(3, 100, 3)`).
+    """
 
-def _check_processor_task(task: str) -> None:
-    if task not in processor_tasks():
-        raise ValueError(f"task={task!r} is not a Sapiens2 task; use one of {processor_tasks()}.")
-
-
-def _letterboxed(task: str) -> bool:
-    """Whether `task` keeps the aspect ratio and pads (the registry's `resize == "letterbox"`)."""
-    spec = TASK_SPECS.get(task)
-    return spec is not None and spec.resize == "letterbox"
-
-
-def foreground_fill_value(task: str) -> float | None:
-    """The background value of `task`'s maps once masked by a person foreground (the registry's `foreground_fill`:
-    normals 0, albedo 0, pointmap and depth NaN); `None` for a task whose output is not masked."""
-    spec = TASK_SPECS.get(task)
-    return None if spec is None else spec.foreground_fill
-
-BOX_FORMATS = ("xyxy", "xywh")
-#: Crops whose heatmaps `post_process_pose_estimation` flip-averages and decodes at once: the DARK refinement works
-#: on whole heatmaps (a few copies of 308x256x192 float32, about 60 MB each, per crop at 1024x768), so its memory is
-#: bounded by this many crops whatever the number of boxes. Each crop decodes independently: the results do not
-#: depend on it.
-POSE_DECODE_CHUNK_SIZE = 16
+    task: str
+    box_format: str
+    input_size: tuple[int, int]
+    backend: str
+    mean: list[float]
+    std: list[float]
+    do_convert_rgb: bool | None = None
+    input_data_format: Any = None
 
 
 class Sapiens2HFImageProcessorKwargs(ImagesKwargs, total=False):
@@ -147,274 +162,6 @@ class Sapiens2HFImageProcessorKwargs(ImagesKwargs, total=False):
     pointmap_blur_sigma: float
 
 
-_BOX_LAYOUT = {"xyxy": "[x_min, y_min, x_max, y_max]", "xywh": "[x_min, y_min, width, height] (COCO)"}
-
-
-def validate_pose_boxes(
-    boxes: Any, box_format: str, image_sizes: Sequence[tuple[int, int]] | None = None,
-    image_numbers: Sequence[int] | None = None,
-) -> list[np.ndarray]:
-    """Check person boxes and convert them to `(x_min, y_min, x_max, y_max)`.
-
-    Args:
-        boxes: one entry per image, each a list (or `(num_boxes, 4)` array / tensor) of boxes in `box_format`, image
-            pixels; an empty entry means no person in that image.
-        box_format (`str`): `"xywh"` (COCO `[x_min, y_min, width, height]`) or `"xyxy"`
-            (`[x_min, y_min, x_max, y_max]`).
-        image_sizes: per image `(height, width)`; when given, a box must overlap its image (it may stick out of it,
-            as in the official demo, but a box entirely outside crops only padding).
-        image_numbers: the image numbers to name in errors (default `0, 1, ...`; pipelines pass their global ones).
-
-    Returns:
-        Per image a float32 `(num_boxes, 4)` xyxy array (xywh is converted in float32 as the official code does).
-
-    Raises:
-        ValueError naming the image, the box, its value and `box_format` when a box is not a 4-number row, is NaN or
-        infinite, has zero or negative width or height (an inverted box), or lies entirely outside its image.
-    """
-    if box_format not in BOX_FORMATS:
-        raise ValueError(f"box_format={box_format!r}; use one of {BOX_FORMATS}.")
-    layout = _BOX_LAYOUT[box_format]
-    other = "xyxy" if box_format == "xywh" else "xywh"  # named in errors: the usual cause of an inverted box
-    numbers = list(image_numbers) if image_numbers is not None else list(range(len(boxes)))
-    result = []
-    for position, image_boxes in enumerate(boxes):
-        image = numbers[position]
-        if isinstance(image_boxes, torch.Tensor):
-            image_boxes = image_boxes.detach().cpu().numpy()
-        try:
-            given = np.asarray(image_boxes, dtype=np.float64)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"the boxes of image {image} are not a list of 4-number boxes ({error}); pass "
-                             f"[{layout}, ...] per image (box_format={box_format!r}).") from None
-        if given.size == 0:
-            result.append(np.zeros((0, 4), np.float32))
-            continue
-        if given.ndim != 2 or given.shape[1] != 4:
-            raise ValueError(f"the boxes of image {image} have shape {tuple(given.shape)}; pass a list of boxes "
-                             f"[{layout}, ...] per image, i.e. shape (num_boxes, 4) (box_format={box_format!r}).")
-        array = given.astype(np.float32)
-        if box_format == "xywh":
-            array = np.concatenate([array[:, :2], array[:, :2] + array[:, 2:]], axis=1)
-        for k in range(len(array)):
-            value = [float(v) for v in given[k]]
-            where = f"box {k} of image {image}, {value} (box_format={box_format!r}, {layout})"
-            x0, y0, x1, y1 = (float(v) for v in array[k])
-            if not np.isfinite(given[k]).all() or not np.isfinite(array[k]).all():
-                raise ValueError(f"{where} is not finite; boxes must be finite pixel coordinates.")
-            if x1 <= x0 or y1 <= y0:
-                rule = ("x_max must exceed x_min and y_max exceed y_min" if box_format == "xyxy"
-                        else "width and height must be > 0")
-                raise ValueError(f"{where} has zero or negative width or height ({rule}); fix or drop the box "
-                                 f"(boxes are read as box_format={box_format!r}; {_BOX_LAYOUT[other]} boxes are "
-                                 f"box_format={other!r}).")
-            if image_sizes is not None:
-                height, width = image_sizes[position]
-                if x1 <= 0 or y1 <= 0 or x0 >= width or y0 >= height:
-                    raise ValueError(f"{where} lies entirely outside the {width}x{height} (width x height) image; a "
-                                     "box may stick out of the image but must overlap it. Check that the box "
-                                     f"belongs to this image and is written as {layout}.")
-        result.append(array)
-    return result
-
-
-def _as_size_tuple(size: Any) -> tuple[int, int]:
-    if isinstance(size, dict):
-        return int(size["height"]), int(size["width"])
-    if hasattr(size, "height") and hasattr(size, "width"):
-        return int(size.height), int(size.width)
-    height, width = size
-    return int(height), int(width)
-
-
-def _model_input_size(size: Any, name: str = "size") -> tuple[int, int]:
-    """A processor `size` (`{"height": h, "width": w}`, `[h, w]` or a `SizeDict`) as `(height, width)`, each side in
-    `[1, MAX_IMAGE_SIDE]` (the bound of the model's `image_size`): a one-line `ValueError` otherwise, before anything
-    is allocated at that size."""
-    try:
-        height_width = size if isinstance(size, int) else _as_size_tuple(size)
-    except (TypeError, ValueError, KeyError):
-        raise ValueError(f"`{name}` must be {{'height': h, 'width': w}} or [height, width], got {size!r}.") from None
-    return check_image_size(height_width, name=name)
-
-
-def _normalization_values(name: str, value: Any) -> list[float]:
-    """`image_mean` / `image_std` (one number, or one per RGB channel) as 3 floats, or a one-line `ValueError`: every
-    value finite, and a std positive (pixels are divided by it: 0 gives inf, a negative one flips the image)."""
-    try:
-        values = np.asarray(value, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r} is not a number or a list of numbers; pass one number, or one per RGB "
-                         "channel.") from None
-    if values.size not in (1, 3):
-        raise ValueError(f"{name} has {values.size} values; pass one number, or one per RGB channel.")
-    if not np.isfinite(values).all() or (name == "image_std" and not (values > 0).all()):
-        need = "positive and finite" if name == "image_std" else "finite"
-        raise ValueError(f"{name}={value!r}: every value must be {need} (the ImageNet {name} is "
-                         f"{list(IMAGENET_DEFAULT_MEAN if name == 'image_mean' else IMAGENET_DEFAULT_STD)}).")
-    return np.broadcast_to(values, (3,)).tolist()
-
-
-def _check_rescale_factor(value: Any) -> float:
-    """`rescale_factor` as a positive finite float (the 0-255 mean and std are divided by it), or a one-line
-    `ValueError`."""
-    try:
-        factor = float(value)
-    except (TypeError, ValueError):
-        factor = float("nan")
-    if not (np.isfinite(factor) and factor > 0):
-        raise ValueError(f"rescale_factor={value!r} must be a positive finite number (1/255 for 8-bit images).")
-    return factor
-
-
-def _sizes_list(sizes: Any, count: int, name: str) -> list[tuple[int, int]] | None:
-    if sizes is None:
-        return None
-    if isinstance(sizes, torch.Tensor):
-        sizes = sizes.tolist()
-    sizes = [_as_size_tuple(s) for s in sizes]
-    if len(sizes) != count:
-        raise ValueError(f"{name} has {len(sizes)} entries but the outputs hold {count} images; pass one "
-                         "(height, width) per image.")
-    return sizes
-
-
-# Focal length (pixels of the model input) of the canonical camera the pointmap models predict in: their `scales` are
-# `CANONICAL_FOCAL_LENGTH / f_x` (the official training targets' canonicalisation).
-CANONICAL_FOCAL_LENGTH = 768.0
-
-
-
-
-def _mask_image_to_bool(pil: Image.Image) -> np.ndarray:
-    if pil.mode == "1":
-        return np.asarray(pil, dtype=bool).copy()
-    # a mask saved as an image is 0 / 255 (or 0 / 1) grey: anything above 0 is foreground
-    return np.asarray(pil.convert("L")) > 0
-
-
-def foreground_mask_array(mask: Any, image_size: Any = None, name: str = "foreground_mask") -> np.ndarray:
-    """A person-foreground mask as a `(height, width)` bool numpy array, checked against the image's size.
-
-    Args:
-        mask: a bool array / tensor; a numeric one holding only 0 and 1 (or, for uint8, 0 and 255: a mask image read
-            as an array); a PIL image (mode `"1"`, or any other mode converted to grey: above 0 is foreground); or
-            the path of such an image. `(height, width, 1)` and `(1, height, width)` are squeezed.
-        image_size: the image's `(height, width)`; the mask must have that size.
-        name: what the mask is called in error messages.
-
-    Raises:
-        ValueError: for another shape or size, NaN / inf, or values that are not 0 / 1 (a soft matte or
-            probabilities: threshold them first, e.g. `alpha > 0.5`).
-    """
-    if isinstance(mask, str) or hasattr(mask, "__fspath__"):
-        try:
-            with Image.open(str(mask)) as pil:
-                array = _mask_image_to_bool(pil)
-        except (OSError, SyntaxError) as error:
-            raise ValueError(f"could not read {name} from the image file {str(mask)!r}: {error}") from error
-    elif isinstance(mask, Image.Image):
-        array = _mask_image_to_bool(mask)
-    else:
-        if isinstance(mask, torch.Tensor):
-            mask = mask.detach().cpu()
-            mask = (mask.float() if mask.dtype == torch.bfloat16 else mask).numpy()
-        try:
-            array = np.asarray(mask)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{name} of type {type(mask).__name__} is not a mask; pass a (height, width) bool "
-                             "array, tensor or PIL image.") from error
-    if array.ndim == 3 and 1 in (array.shape[0], array.shape[-1]):
-        array = array.reshape(array.shape[1:] if array.shape[0] == 1 else array.shape[:2])
-    if array.ndim != 2:
-        raise ValueError(f"{name} has shape {tuple(array.shape)}; pass one (height, width) mask per image.")
-    if array.dtype != bool:
-        if not np.issubdtype(array.dtype, np.number):
-            raise ValueError(f"{name} has dtype {array.dtype}; pass a bool or 0 / 1 mask.")
-        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
-            raise ValueError(f"{name} holds NaN or inf; pass a bool or 0 / 1 mask.")
-        binary = (array == 0) | (array == 1)
-        if not binary.all():
-            if not (array.dtype == np.uint8 and ((array == 0) | (array == 255)).all()):
-                raise ValueError(f"{name} holds values other than 0 and 1 (range [{array.min()}, {array.max()}]); "
-                                 "pass a bool mask (threshold a soft matte or probabilities first, e.g. "
-                                 "alpha > 0.5).")
-        array = array != 0
-    if image_size is not None:
-        height, width = _as_size_tuple(image_size)
-        if tuple(array.shape) != (height, width):
-            raise ValueError(f"{name} is {array.shape[0]}x{array.shape[1]} (height x width) but the image is "
-                             f"{height}x{width}; pass a mask of the image's size (resize it with nearest-neighbour "
-                             "interpolation).")
-    return np.ascontiguousarray(array)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
-def _camera_entry(value: Any, kind: str) -> tuple[float, float, float, float] | float | None:
-    """One image's `focal_length` (a number) or `intrinsics` (`(fx, fy, cx, cy)` or a 3x3 K), checked."""
-    if value is None:
-        return None
-    if kind == "focal_length":
-        if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0:
-            value = value.item()
-        if not _is_number(value) or not np.isfinite(value) or value <= 0:
-            raise ValueError(f"focal_length {value!r} is not a positive finite number of pixels.")
-        return float(value)
-    array = value.detach().cpu().double().numpy() if isinstance(value, torch.Tensor) else value
-    try:
-        array = np.asarray(array, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"intrinsics {value!r} is neither (fx, fy, cx, cy) nor a 3x3 camera matrix.") from error
-    if array.shape == (3, 3):
-        if not np.isfinite(array).all():
-            raise ValueError(f"intrinsics {array.tolist()} holds NaN or inf.")
-        if array[0, 1] != 0 or array[1, 0] != 0 or array[2].tolist() != [0.0, 0.0, 1.0]:
-            raise ValueError(f"intrinsics {array.tolist()} is not a pinhole matrix [[fx, 0, cx], [0, fy, cy], "
-                             "[0, 0, 1]] (skew and a last row other than [0, 0, 1] are not supported).")
-        fx, fy, cx, cy = array[0, 0], array[1, 1], array[0, 2], array[1, 2]
-    elif array.shape == (4,):
-        fx, fy, cx, cy = array
-    else:
-        raise ValueError(f"intrinsics of shape {tuple(array.shape)} is neither (fx, fy, cx, cy) nor a 3x3 camera "
-                         "matrix (per image: one of those per image).")
-    if not all(np.isfinite(v) for v in (fx, fy, cx, cy)) or fx <= 0 or fy <= 0:
-        raise ValueError(f"intrinsics (fx, fy, cx, cy) = {(float(fx), float(fy), float(cx), float(cy))}: the focal "
-                         "lengths must be positive and all four finite numbers (pixels of the original image).")
-    return float(fx), float(fy), float(cx), float(cy)
-
-
-def _check_one_camera_kind(focal_length: Any, intrinsics: Any) -> None:
-    if focal_length is not None and intrinsics is not None:
-        raise ValueError("pass focal_length or intrinsics, not both (intrinsics carry the focal length fx).")
-
-
-def _camera_per_image(value: Any, kind: str, count: int) -> list | None:
-    """`focal_length` / `intrinsics` for `count` images: one for all, or one per image (entries may be `None`)."""
-    if value is None:
-        return None
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        value = value.tolist()
-    if kind == "focal_length":
-        single = not isinstance(value, (list, tuple))
-    else:
-        # one camera is 4 numbers or a 3x3 matrix (rows of 3), so the nesting tells one from one per image
-        single = isinstance(value, (list, tuple)) and (
-            all(_is_number(v) for v in value)  # flat numbers: one camera (its length is checked below)
-            or (len(value) == 3 and all(isinstance(row, (list, tuple)) and len(row) == 3
-                                        and all(_is_number(v) for v in row) for row in value)))
-    if single:
-        return [_camera_entry(value, kind)] * count
-    if not isinstance(value, (list, tuple)) or len(value) != count:
-        got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
-        example = "one number" if kind == "focal_length" else "one (fx, fy, cx, cy) or 3x3 matrix"
-        raise ValueError(f"{kind} has {got} entries for {count} images; pass {example} for all images, or one per "
-                         "image.")
-    return [_camera_entry(entry, kind) for entry in value]
-
-
 class Sapiens2HFImageProcessor(TorchvisionBackend):
     r"""
     Image processor reproducing the official Sapiens2 pre- and post-processing for every task.
@@ -437,6 +184,18 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     the pipeline and CLI use `"xyxy"` and say so in each call). `post_process_pose_estimation(boxes=...)` requires
     `box_format=` in the call (or the format-free `bbox_center` / `bbox_scale` / `image_index` from `preprocess`),
     so that the two steps cannot silently read the same numbers in two formats.
+
+    preprocess outputs (a `BatchFeature`):
+    - `pixel_values` (`torch.Tensor` of shape `(num_inputs, 3, height, width)`, float32): one row per image, or per
+      box for pose (boxes of all images concatenated in order);
+    - `original_sizes` (`(num_images, 2)` int64): `(height, width)` of each image;
+    - dense tasks: `padding` (`(num_images, 4)` int64): `(left, right, top, bottom)` (zeros for seg);
+    - pose: `boxes_xyxy` (`(num_boxes, 4)` float32), `bbox_center`, `bbox_scale` (`(num_boxes, 2)` float32,
+      official), `image_index` (`(num_boxes,)` int64), `warp_matrix` (`(num_boxes, 2, 3)` float32);
+    - with `segmentation_maps`: `labels` (`(num_images, height, width)` int64); with `keypoints`: `labels` (one
+      `(num_keypoints, height/4, width/4)` float32 heatmap tensor per box, see `udp_gaussian_heatmaps`) and
+      `label_weights` (one `(num_keypoints,)` tensor per box);
+    - with `return_geometry_images=True`: `geometry_images`, the uint8 RGB crops / resized images.
     """
 
     valid_kwargs = Sapiens2HFImageProcessorKwargs
@@ -565,14 +324,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         raise ValueError(f"no flip pairs known for {num_keypoints} keypoints; pass flip_pairs= (the model config's "
                          "`flip_pairs`) or set the processor's flip_indices.")
 
-    @staticmethod
-    def keypoint_names(num_keypoints: int, keypoint_format: Any = None) -> list[str]:
-        """Official names for 308 keypoints, else `keypoint_<i>`; with `keypoint_format`, that format's names."""
-        if keypoint_format is not None:
-            return list(format_keypoint_names(keypoint_format))
-        if num_keypoints == NUM_POSE_KEYPOINTS:
-            return list(POSE_KEYPOINT_NAMES)
-        return [f"keypoint_{i}" for i in range(num_keypoints)]
+    #: `keypoint_names` as a method, for the same reason.
+    keypoint_names = staticmethod(keypoint_names)
 
     # ------------------------------------------------------------------------------------------------------------
     # person foreground (masking dense outputs)
@@ -581,30 +334,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     #: `foreground_mask_array` as a method, so that pipelines can check masks without importing this module.
     validate_foreground_mask = staticmethod(foreground_mask_array)
 
-    @staticmethod
-    def foreground_mask_from_segmentation(segmentation: Any) -> np.ndarray | torch.Tensor:
-        """The person foreground of a 29-class body-part segmentation: every pixel whose label is not background
-        (label > 0), as the official demos mask normals, pointmaps and albedo.
-
-        Args:
-            segmentation: a `(height, width)` class map (numpy or torch; e.g. `pipeline("sapiens2-segmentation")`'s
-                `"segmentation"`), or a mapping holding it under `"segmentation"` (that pipeline's result dict,
-                `post_process_semantic_segmentation(..., return_segmentation_scores=True)`'s items).
-
-        Returns:
-            A `(height, width)` bool mask of the same kind (numpy, or a torch tensor on the same device).
-        """
-        if isinstance(segmentation, Mapping):  # a result dict, or post_process_semantic_segmentation's BatchFeature
-            if "segmentation" not in segmentation:
-                raise ValueError(f"a dict without 'segmentation' (keys: {sorted(segmentation)}); pass a class map or "
-                                 "a sapiens2-segmentation result.")
-            segmentation = segmentation["segmentation"]
-        if not isinstance(segmentation, torch.Tensor):
-            segmentation = np.asarray(segmentation)
-        if segmentation.ndim != 2:
-            raise ValueError(f"segmentation has shape {tuple(segmentation.shape)}; pass one (height, width) class "
-                             "map.")
-        return segmentation > 0
+    #: `foreground_from_segmentation` as a method (pipelines use the processor's API only).
+    foreground_mask_from_segmentation = staticmethod(foreground_from_segmentation)
 
     def apply_foreground_mask(self, values: Any, mask: Any, fill_value: float | None = None,
                               channels_last: bool | None = None) -> np.ndarray | torch.Tensor:
@@ -631,89 +362,23 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             fill_value = foreground_fill_value(self.task)
             if fill_value is None:
                 raise ValueError(f"no default background value for task {self.task!r}; pass fill_value=.")
-        is_tensor = isinstance(values, torch.Tensor)
-        if not is_tensor:
-            values = np.asarray(values)
-        if is_tensor and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.ndim == 2:
-            mask_shape = tuple(mask.shape)
-        else:
-            mask = foreground_mask_array(mask)
-            mask_shape = mask.shape
-        shape = tuple(values.shape)
-        fits_last = len(shape) == 3 and shape[:2] == mask_shape
-        fits_first = len(shape) == 3 and shape[1:] == mask_shape
-        mismatch = ValueError(f"values of shape {shape} do not match the mask {mask_shape[0]}x{mask_shape[1]} "
-                              "(height x width); pass a (height, width), (height, width, channels) or (channels, "
-                              "height, width) map of the mask's size.")
-        if len(shape) == 2 and shape == mask_shape:
-            channels_last = True
-        elif fits_last or fits_first:
-            if channels_last is None:
-                if fits_last and fits_first:
-                    raise ValueError(f"values {shape} and mask {mask_shape} fit channels first and last; pass "
-                                     "channels_last=.")
-                channels_last = fits_last
-            elif not (fits_last if channels_last else fits_first):
-                raise mismatch
-        else:
-            raise mismatch
-        if np.isnan(fill_value) and not (values.is_floating_point() if is_tensor
-                                         else np.issubdtype(values.dtype, np.floating)):
-            raise ValueError(f"cannot fill {values.dtype} values with NaN; pass fill_value= a number.")
-        if is_tensor:
-            background = ~torch.as_tensor(mask, device=values.device)
-            out = values.clone()
-            if channels_last:
-                out[background] = fill_value
-            else:
-                out[:, background] = fill_value
-            return out
-        out = values.copy()
-        if channels_last:
-            out[~mask] = fill_value
-        else:
-            out[:, ~mask] = fill_value
-        return out
+        return mask_background(values, mask, fill_value, channels_last)
 
     #: `focal_length` / `intrinsics` for `count` images (one for all, or one per image), checked; pipelines split a
     #: call's camera per image with it.
     camera_per_image = staticmethod(_camera_per_image)
 
-    @staticmethod
-    def validate_camera(focal_length: Any = None, intrinsics: Any = None) -> dict[str, Any]:
-        """One image's `focal_length` / `intrinsics` checked as `post_process_pointmap_estimation` will read them
-        (so that callers can fail before running a model): `{"focal_length": float or None, "intrinsics": (fx,
-        fy, cx, cy) or None}`."""
-        _check_one_camera_kind(focal_length, intrinsics)
-        return {"focal_length": _camera_entry(focal_length, "focal_length"),
-                "intrinsics": _camera_entry(intrinsics, "intrinsics")}
+    #: `validate_camera` as a method, for the same reason.
+    validate_camera = staticmethod(validate_camera)
 
     # ------------------------------------------------------------------------------------------------------------
     # pre-processing
     # ------------------------------------------------------------------------------------------------------------
 
     def preprocess(
-        self,
-        images: Any,
-        segmentation_maps: Any = None,
-        boxes: Any = None,
-        keypoints: Any = None,
-        *,
-        task: str | None = None,
-        box_format: str | None = None,
-        size: Any = None,
-        return_tensors: str | None = "pt",
-        device: torch.device | str | None = None,
-        geometry_backend: str | None = None,
-        return_geometry_images: bool = False,
-        image_mean: Any = None,
-        image_std: Any = None,
-        do_rescale: bool | None = None,
-        rescale_factor: float | None = None,
-        do_normalize: bool | None = None,
-        do_convert_rgb: bool | None = None,
-        input_data_format: str | None = None,
-        **kwargs,
+        self, images: Any, segmentation_maps: Any = None, boxes: Any = None, keypoints: Any = None, *,
+        return_tensors: str | None = "pt", device: torch.device | str | None = None,
+        return_geometry_images: bool = False, **overrides,
     ) -> BatchFeature:
         r"""
         Pre-process images for the processor's task.
@@ -722,375 +387,211 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             images: one image or a list of images (path, URL, PIL, numpy `(height, width, 3)` uint8 RGB, tensor).
             segmentation_maps: optional label maps `(height, width)` (seg / letterbox tasks), resized with nearest;
                 letterbox padding gets the ignore index 255.
-            boxes: pose only. Per image a list of boxes `(num_boxes, 4)` in `box_format` (this call's, else the
-                processor's, default `"xywh"`: COCO `[x_min, y_min, width, height]`), image pixels. `None` uses the
-                whole image as one box per image (the official demo's fallback). An empty list gives no crop for
-                that image. Boxes are checked with `validate_pose_boxes`: NaN / inf, zero or negative width or
-                height and boxes entirely outside their image raise a `ValueError` naming the box and `box_format`
-                (boxes sticking partly out of the image are fine, as officially).
+            boxes: pose only. Per image a list of boxes `(num_boxes, 4)` in `box_format` (default `"xywh"`, COCO),
+                image pixels, checked by `validate_pose_boxes`; `None`: the whole image as one box per image (the
+                official demo's fallback); an empty list: no crop for that image.
             keypoints: pose only, for training targets: per image, per person, `[[x, y, visibility], ...]`.
-            task, box_format, size, geometry_backend: override the processor's fields for this call.
-            image_mean, image_std, do_rescale, rescale_factor, do_normalize: override the processor's normalisation
-                for this call, as in transformers' `Sapiens2ImageProcessor` (see `normalization_constants_255`).
-            do_convert_rgb (`bool`, *optional*): this call's, else the processor's. `True` composites an image's
-                alpha channel over white, as transformers' processors do with `do_convert_rgb=True`; otherwise the
-                alpha channel is dropped, as the official OpenCV reading does (see `load_image_rgb`; transformers'
-                processor refuses 4-channel images then).
-            input_data_format (`str` or `ChannelDimension`, *optional*): the channel layout of array and tensor
-                inputs, `"channels_last"` or `"channels_first"`, as in transformers' processors; inferred from the
-                shape when not given, and required when both ends of the shape can be the channels (`(3, 100, 3)`).
+            overrides: this call's values of the processor's fields named in `PREPROCESS_OVERRIDES` (transformers'
+                `__call__` kwargs: `task`, `size`, `box_format`, `image_mean`, ...), read once by `call_options`
+                into a `PreprocessOptions` (see there).
             return_geometry_images (`bool`): also return the uint8 RGB crops / resized images (`geometry_images`).
 
         Returns:
-            `BatchFeature` with
-            - `pixel_values` (`torch.Tensor` of shape `(num_inputs, 3, height, width)`, float32): one row per image,
-              or per box for pose (boxes of all images concatenated in order);
-            - `original_sizes` (`(num_images, 2)` int64): `(height, width)` of each image;
-            - dense tasks: `padding` (`(num_images, 4)` int64): `(left, right, top, bottom)` (zeros for seg);
-            - pose: `boxes_xyxy` (`(num_boxes, 4)` float32), `bbox_center`, `bbox_scale` (`(num_boxes, 2)` float32,
-              official), `image_index` (`(num_boxes,)` int64), `warp_matrix` (`(num_boxes, 2, 3)` float32);
-            - with `segmentation_maps`: `labels` (`(num_images, height, width)` int64); with `keypoints`: `labels`
-              (one `(num_keypoints, height/4, width/4)` float32 heatmap tensor per box, see `udp_gaussian_heatmaps`)
-              and `label_weights` (one `(num_keypoints,)` tensor per box).
+            `BatchFeature` with `pixel_values` (`(num_inputs, 3, height, width)` float32: one row per image, or per box
+            for pose), `original_sizes` and the task's geometry (the keys: the class docstring, "preprocess outputs").
         """
-        if kwargs:
-            raise ValueError(f"unsupported argument(s) {sorted(kwargs)} for Sapiens2HFImageProcessor.preprocess (its "
-                             "geometry is the task's); set other fields on the processor (e.g. "
-                             "from_pretrained(..., resample=...)).")
-        task = task or self.task
-        _check_processor_task(task)
-        input_size = _model_input_size(size) if size is not None else self.input_size
-        backend = resolve_backend(geometry_backend or self.geometry_backend)
+        options = self.call_options(**overrides)
         if not isinstance(images, (list, tuple)):
             images = [images]
-        if do_convert_rgb is None:
-            do_convert_rgb = getattr(self, "do_convert_rgb", None)
-        arrays = [load_image_rgb(image, do_convert_rgb, input_data_format) for image in images]
-        original_sizes = torch.tensor([a.shape[:2] for a in arrays], dtype=torch.long).reshape(-1, 2)
-        mean, std = self.normalization_constants_255(image_mean, image_std, do_rescale, rescale_factor, do_normalize)
-        data: dict[str, Any] = {"original_sizes": original_sizes}
-        if task == "pose":
+        arrays = [load_image_rgb(image, options.do_convert_rgb, options.input_data_format) for image in images]
+        data: dict[str, Any] = {
+            "original_sizes": torch.tensor([a.shape[:2] for a in arrays], dtype=torch.long).reshape(-1, 2)}
+        if options.task == "pose":
             if segmentation_maps is not None:
                 raise ValueError("segmentation_maps are not used by the pose task; use task='seg'.")
-            geometry = self._preprocess_pose(arrays, boxes, box_format or self.box_format, input_size, backend)
-            crops = geometry.pop("crops")
-            data.update(geometry)
-            if keypoints is not None:
-                xywh = []
-                for image_boxes in _split_boxes(geometry["boxes_xyxy"], geometry["image_index"], len(arrays)):
-                    xywh.append([[b[0], b[1], b[2] - b[0], b[3] - b[1]] for b in image_boxes.tolist()])
-                heatmaps, weights = udp_gaussian_heatmaps(
-                    xywh, keypoints, input_size, downscale_factor=self.keypoint_heatmap_downscale_factor,
-                    sigma=self.keypoint_heatmap_sigma, padding=self.bbox_padding,
-                )
-                data["labels"], data["label_weights"] = heatmaps, weights
+            crops = self._preprocess_pose(arrays, boxes, keypoints, options, data)
         else:
             if boxes is not None:
-                raise ValueError(f"boxes are only used by the pose task, not by task={task!r}.")
+                raise ValueError(f"boxes are only used by the pose task, not by task={options.task!r}.")
             if keypoints is not None:
                 raise ValueError("keypoints are only used by the pose task.")
-            crops, paddings = [], []
-            for array in arrays:
-                if task == "matting":
-                    # The official matting test resize: INTER_AREA when the width shrinks, else INTER_LINEAR (the
-                    # segmentation stretch enlarges with INTER_CUBIC).
-                    interpolation = "area" if input_size[1] < array.shape[1] else "linear"
-                    crops.append(resize_uint8(array, input_size, interpolation, backend))
-                    paddings.append((0, 0, 0, 0))
-                elif not _letterboxed(task):  # the registry's other "stretch" task (seg) and pretraining
-                    crops.append(stretch_resize(array, input_size, backend))
-                    paddings.append((0, 0, 0, 0))
-                else:
-                    resized, padding = letterbox(array, input_size, backend)
-                    crops.append(resized)
-                    paddings.append(padding)
-            crops = np.stack(crops) if crops else np.zeros((0, *input_size, 3), np.uint8)
-            data["padding"] = torch.tensor(paddings, dtype=torch.long).reshape(-1, 4)
-            if segmentation_maps is not None:
-                data["labels"] = self._resize_label_maps(segmentation_maps, task, input_size, paddings)
-        data["pixel_values"] = normalize_uint8(crops, mean, std, device=device)
+            crops = self._preprocess_dense(arrays, segmentation_maps, options, data)
+        data["pixel_values"] = normalize_uint8(crops, options.mean, options.std, device=device)
         if return_geometry_images:
             data["geometry_images"] = torch.from_numpy(crops)
         return BatchFeature(data=data, tensor_type=None if return_tensors in (None, "pt") else return_tensors)
 
-    def _preprocess_pose(self, arrays, boxes, box_format, input_size, backend) -> dict[str, Any]:
+    def call_options(self, **overrides) -> PreprocessOptions:
+        """One call's settings: each of `PREPROCESS_OVERRIDES` given (not `None`) replaces the processor's field of
+        that name, checked; any other keyword is refused (the geometry is the task's)."""
+        unknown = sorted(set(overrides) - set(PREPROCESS_OVERRIDES))
+        if unknown:
+            raise ValueError(f"unsupported argument(s) {unknown} for Sapiens2HFImageProcessor.preprocess (its "
+                             "geometry is the task's); set other fields on the processor (e.g. "
+                             "from_pretrained(..., resample=...)).")
+        task = overrides.get("task") or self.task
+        _check_processor_task(task)
+        size = overrides.get("size")
+        input_size = _model_input_size(size) if size is not None else self.input_size
+        backend = resolve_backend(overrides.get("geometry_backend") or self.geometry_backend)
+        normalization = {key: overrides.get(key) for key in
+                         ("image_mean", "image_std", "do_rescale", "rescale_factor", "do_normalize")}
+        mean, std = self.normalization_constants_255(**normalization)
+        do_convert_rgb = overrides.get("do_convert_rgb")
+        return PreprocessOptions(
+            task=task, box_format=overrides.get("box_format") or self.box_format, input_size=input_size,
+            backend=backend, mean=mean, std=std, input_data_format=overrides.get("input_data_format"),
+            do_convert_rgb=getattr(self, "do_convert_rgb", None) if do_convert_rgb is None else do_convert_rgb)
+
+    def _preprocess_pose(self, arrays, boxes, keypoints, options: PreprocessOptions, data: dict) -> np.ndarray:
+        """Top-down UDP crops of every box (whole images without boxes), their geometry into `data` (and training
+        heatmaps for `keypoints`); returns the uint8 crops."""
+        input_size = options.input_size
         if boxes is None:
             per_image = [np.array([[0, 0, a.shape[1], a.shape[0]]], dtype=np.float32) for a in arrays]
         else:
             if len(boxes) != len(arrays):
                 raise ValueError(f"boxes has {len(boxes)} entries for {len(arrays)} images; pass one list of "
                                  "boxes per image (an empty list for an image without people).")
-            per_image = validate_pose_boxes(boxes, box_format, [a.shape[:2] for a in arrays])
-        all_boxes, image_index, centers, scales, matrices, crops = [], [], [], [], [], []
+            per_image = validate_pose_boxes(boxes, options.box_format, [a.shape[:2] for a in arrays])
+        parts = {key: [] for key in ("crops", "boxes_xyxy", "bbox_center", "bbox_scale", "warp_matrix")}
+        image_index = []
         for i, (array, image_boxes) in enumerate(zip(arrays, per_image)):
             if len(image_boxes) == 0:
                 continue
             center, scale = boxes_to_center_scale(image_boxes, input_size, self.bbox_padding)
-            mats = udp_warp_matrices(center, scale, input_size)
-            crops.append(warp_crops(array, mats, input_size, backend))
-            all_boxes.append(image_boxes)
+            matrices = udp_warp_matrices(center, scale, input_size)
+            for key, value in zip(parts, (warp_crops(array, matrices, input_size, options.backend), image_boxes,
+                                          center, scale, matrices)):
+                parts[key].append(value)
             image_index.extend([i] * len(image_boxes))
-            centers.append(center)
-            scales.append(scale)
-            matrices.append(mats)
+        shapes = {"crops": (0, *input_size, 3), "boxes_xyxy": (0, 4), "bbox_center": (0, 2), "bbox_scale": (0, 2),
+                  "warp_matrix": (0, 2, 3)}
+        arrays_out = {key: np.concatenate(items) if items else np.zeros(shapes[key], np.float32)
+                      for key, items in parts.items()}
+        crops = arrays_out.pop("crops").astype(np.uint8)
+        data.update({key: torch.from_numpy(value) for key, value in arrays_out.items()})
+        data["image_index"] = torch.tensor(image_index, dtype=torch.long)
+        if keypoints is not None:
+            data["labels"], data["label_weights"] = self._pose_targets(data, keypoints, len(arrays), input_size)
+        return crops
 
-        def cat(items, shape):
-            return np.concatenate(items) if items else np.zeros(shape, np.float32)
+    def _pose_targets(self, data: dict, keypoints: Any, num_images: int, input_size: tuple[int, int]):
+        """UDP Gaussian training heatmaps and weights of `keypoints` for the crops in `data`."""
+        xywh = []
+        for image_boxes in _split_boxes(data["boxes_xyxy"], data["image_index"], num_images):
+            xywh.append([[b[0], b[1], b[2] - b[0], b[3] - b[1]] for b in image_boxes.tolist()])
+        return udp_gaussian_heatmaps(
+            xywh, keypoints, input_size, downscale_factor=self.keypoint_heatmap_downscale_factor,
+            sigma=self.keypoint_heatmap_sigma, padding=self.bbox_padding,
+        )
 
-        return {
-            "crops": cat(crops, (0, *input_size, 3)).astype(np.uint8),
-            "boxes_xyxy": torch.from_numpy(cat(all_boxes, (0, 4))),
-            "bbox_center": torch.from_numpy(cat(centers, (0, 2))),
-            "bbox_scale": torch.from_numpy(cat(scales, (0, 2))),
-            "warp_matrix": torch.from_numpy(cat(matrices, (0, 2, 3))),
-            "image_index": torch.tensor(image_index, dtype=torch.long),
-        }
-
-    def _resize_label_maps(self, maps, task, input_size, paddings) -> torch.Tensor:
-        if not isinstance(maps, (list, tuple)):
-            maps = [maps]
-        out = []
-        for label_map, padding in zip(maps, paddings):
-            label = torch.as_tensor(np.asarray(label_map)).long()
-            if label.ndim == 3:
-                label = label[..., 0] if label.shape[-1] in (1, 3) else label[0]
-            height, width = label.shape
-            if not _letterboxed(task):
-                target = input_size
+    def _preprocess_dense(self, arrays, segmentation_maps, options: PreprocessOptions, data: dict) -> np.ndarray:
+        """Each image resized as the task does (matting / stretch / letterbox), its padding (and resized
+        `segmentation_maps`) into `data`; returns the uint8 images."""
+        input_size, crops, paddings = options.input_size, [], []
+        for array in arrays:
+            if options.task == "matting":
+                # The official matting test resize: INTER_AREA when the width shrinks, else INTER_LINEAR (the
+                # segmentation stretch enlarges with INTER_CUBIC).
+                interpolation = "area" if input_size[1] < array.shape[1] else "linear"
+                crops.append(resize_uint8(array, input_size, interpolation, options.backend))
+                paddings.append((0, 0, 0, 0))
+            elif not _letterboxed(options.task):  # the registry's other "stretch" task (seg) and pretraining
+                crops.append(stretch_resize(array, input_size, options.backend))
+                paddings.append((0, 0, 0, 0))
             else:
-                (new_h, new_w), _ = letterbox_geometry((height, width), input_size)
-                target = (new_h, new_w)
-            # nearest, OpenCV convention: source index floor(dst * in / out)
-            rows = torch.clamp((torch.arange(target[0]) * (height / target[0])).floor().long(), max=height - 1)
-            cols = torch.clamp((torch.arange(target[1]) * (width / target[1])).floor().long(), max=width - 1)
-            resized = label[rows][:, cols]
-            if _letterboxed(task):
-                left, _, top, _ = padding
-                canvas = torch.full(input_size, 255, dtype=torch.long)
-                canvas[top : top + target[0], left : left + target[1]] = resized
-                resized = canvas
-            out.append(resized)
-        return torch.stack(out)
+                resized, padding = letterbox(array, input_size, options.backend)
+                crops.append(resized)
+                paddings.append(padding)
+        data["padding"] = torch.tensor(paddings, dtype=torch.long).reshape(-1, 4)
+        if segmentation_maps is not None:
+            data["labels"] = resize_label_maps(segmentation_maps, _letterboxed(options.task), input_size, paddings)
+        return np.stack(crops) if crops else np.zeros((0, *input_size, 3), np.uint8)
+
 
     # ------------------------------------------------------------------------------------------------------------
     # post-processing: pose
     # ------------------------------------------------------------------------------------------------------------
 
+    def pose_crops(self, crops: Mapping[str, torch.Tensor] | None = None, boxes: Any = None,
+                   box_format: str | None = None, source_sizes: Any = None) -> PoseCrops:
+        """The one geometry input of pose decoding: `crops` (what `preprocess` returned), else `boxes` in
+        `box_format` (transformers' convention, converted here); both given, they must describe the same crops."""
+        from_boxes = None if boxes is None else PoseCrops.from_boxes(boxes, box_format, self.input_size,
+                                                                     self.bbox_padding, source_sizes)
+        given = {} if crops is None else crops
+        if from_boxes is not None and (not isinstance(given, Mapping) or given.get("bbox_center") is None
+                                       or given.get("bbox_scale") is None):
+            return from_boxes
+        geometry = PoseCrops.from_preprocess(given, source_sizes)
+        if from_boxes is not None and not geometry.agrees_with(from_boxes):
+            raise ValueError(f"boxes= read with box_format={box_format!r} do not match the crops given (those "
+                             "preprocess cropped); pass the box_format preprocess used, or only one of the two.")
+        return geometry
+
     def post_process_pose_estimation(
-        self,
-        outputs,
-        boxes: Any = None,
-        outputs_flipped=None,
-        kernel_size: int | None = None,
-        threshold: float | None = None,
-        source_sizes: Any = None,
-        target_sizes: Any = None,
-        *,
-        box_format: str | None = None,
-        crops: Mapping[str, torch.Tensor] | None = None,
-        outputs_on_flipped_input=None,
-        flip_pairs: Sequence[Sequence[int]] | None = None,
-        input_size: tuple[int, int] | None = None,
-        keypoint_format: Any = None,
+        self, outputs, boxes: Any = None, outputs_flipped=None, kernel_size: int | None = None,
+        threshold: float | None = None, source_sizes: Any = None, target_sizes: Any = None, *,
+        crops: Mapping[str, torch.Tensor] | None = None, box_format: str | None = None, keypoint_format: Any = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
         r"""
         Decode pose heatmaps into keypoints in original-image pixels, batched over `POSE_DECODE_CHUNK_SIZE` crops at a
-        time (the memory of the decoding is bounded by that chunk; the results do not depend on it).
+        time (the memory of the decoding is bounded by that chunk; the results do not depend on it). The crops are
+        the processor's `size`.
+
+        The edge of `decode_pose_keypoints`, which reads one geometry input: `crops` (what `preprocess` returned),
+        or transformers' `boxes=` convention, converted once by `pose_crops`.
 
         Args:
             outputs: model output with `heatmaps` (`(num_crops, num_keypoints, height/4, width/4)`).
             boxes: per image, a list of the boxes given to `preprocess`, in the `box_format` named in this call
                 (required with `boxes`, see below): transformers' convention. Or `crops` instead.
-            crops (`Mapping`): what `preprocess` returned (its `BatchFeature`; format-free, recommended): the crop
-                geometry is read from its `bbox_center`, `bbox_scale`, `image_index` (default: all crops of one
-                image) and `boxes_xyxy` (default: the reported `bbox` is the crop window `center -/+ scale / 2`).
+            crops (`Mapping`): what `preprocess` returned (format-free, recommended; see `PoseCrops.from_preprocess`).
                 Given with `boxes`, both must describe the same boxes.
-            box_format (`str`): `"xywh"` (COCO `[x_min, y_min, width, height]`, transformers' convention and the
-                default of `preprocess`) or `"xyxy"` (`[x_min, y_min, x_max, y_max]`, the pipeline's and CLI's
-                convention). Required with `boxes` and never taken from the processor: heatmaps cannot tell which
-                format `preprocess` used, and reading the boxes in the other one moves every keypoint silently (by
-                half the box's offset and more).
-            outputs_flipped: transformers' convention: outputs on flipped crops ALREADY flipped back
-                (the model was called with `flip_pairs`); averaged with `outputs`.
-            outputs_on_flipped_input: raw outputs on horizontally flipped crops; flipped back here with
-                `flip_pairs` (the model config's; default: the processor's `flip_indices`, else the official 308
-                table) and averaged (official flip test).
+            box_format (`str`): `"xywh"` (COCO, transformers' convention and the default of `preprocess`) or
+                `"xyxy"`. Required with `boxes` and never taken from the processor: heatmaps cannot tell which format
+                `preprocess` used, and the other one moves every keypoint silently.
+            outputs_flipped: the flip test, averaged with `outputs`. Outputs on flipped crops ALREADY flipped back
+                (transformers' convention: the model was called with `flip_pairs`), or the raw outputs on the
+                flipped crops wrapped as `FlippedCropOutputs(outputs, flip_pairs)` (the official flip test: flipped
+                back here with `flip_pairs`, the model config's; default: the processor's `flip_indices`, else the
+                official 308 table).
             kernel_size: DARK blur kernel (default `blur_kernel_size`, 11).
             threshold: keep only keypoints with a score above it.
             source_sizes / target_sizes: optionally rescale coordinates from source to target image sizes;
                 `source_sizes` also lets `boxes` be checked against their images (see `validate_pose_boxes`).
-            input_size: crop `(height, width)`; defaults to the processor size.
-            keypoint_format (`str`, optional): `"coco17"`, `"coco_wholebody133"` or `"body25"`: convert the 308
-                keypoints to that format (`sapiens2_keypoint_formats.convert_keypoints`, before `threshold`); points
-                it has no counterpart for are `(0, 0)` with score 0. `num_keypoints` and `labels` are then the
-                format's (names: `keypoint_names(..., keypoint_format)`). Default: the model's own keypoints.
-                A list of 308 keypoint names keeps those keypoints, in that order. Only the heatmap channels the
-                format reads are decoded (`source_keypoint_indices`: 17 of 308 for coco17), with the same results
-                as decoding all 308 and converting.
+            keypoint_format (`str` or list of names, optional): return the keypoints in that format (see
+                `decode_pose_keypoints`); default: the model's own keypoints.
 
         Returns:
-            Per image, a list (one entry per box, in order) of dicts:
-            - `keypoints` (`torch.Tensor` of shape `(num_keypoints, 2)`, float64): `(x, y)` image pixels;
-            - `scores` (`(num_keypoints,)` float32): heatmap maxima (not probabilities; can be <= 0);
-            - `labels` (`(num_keypoints,)` int64): keypoint indices;
-            - `bbox` (`(4,)` float32): the box as `(x_min, y_min, x_max, y_max)`.
+            Per image, a list (one entry per box, in order) of dicts `keypoints` (`(num_keypoints, 2)` float64 image
+            pixels), `scores`, `labels`, `bbox` (see `decode_pose_keypoints`).
         """
-        input_size = self.input_size if input_size is None else _model_input_size(input_size, "input_size")
-        heatmaps = outputs.heatmaps if hasattr(outputs, "heatmaps") else outputs
-        if isinstance(keypoint_format, str) and keypoint_format not in KEYPOINT_FORMATS:
-            raise ValueError(f"keypoint_format={keypoint_format!r} is not known; use one of "
-                             f"{sorted(KEYPOINT_FORMATS)}, a list of Sapiens2 keypoint names or None (the model's own "
-                             "keypoints).")
-        channels = None
-        if keypoint_format is not None:
-            channels = list(source_keypoint_indices(keypoint_format))  # validates a list of names too
-        if keypoint_format is not None and heatmaps.shape[1] != NUM_POSE_KEYPOINTS:
-            raise ValueError(f"keypoint_format converts the {NUM_POSE_KEYPOINTS} Sapiens2 keypoints, but the heatmaps "
-                             f"hold {heatmaps.shape[1]}; use keypoint_format=None for this model.")
-        device = heatmaps.device
-        other, raw, indices = self._flip_test_inputs(outputs_flipped, outputs_on_flipped_input, flip_pairs,
-                                                     heatmaps.shape[1])
-        bbox_center, bbox_scale, boxes_xyxy, image_index, num_images = self._pose_crop_geometry(
-            boxes, box_format, source_sizes, input_size, crops)
-        if len(bbox_center) != heatmaps.shape[0]:
-            raise ValueError(f"{heatmaps.shape[0]} heatmaps for {len(bbox_center)} boxes; the outputs must hold one "
-                             "row per box, in the order given to preprocess.")
-        results: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(num_images)]
-        if heatmaps.shape[0] == 0:
-            return results
-        keypoints_input, scores = _decode_pose_heatmaps(heatmaps, other, raw, indices, channels, input_size,
-                                                        kernel_size or self.blur_kernel_size)
-        keypoints = crop_to_image(keypoints_input, bbox_center, bbox_scale, input_size)
-        boxes_xyxy = boxes_xyxy.to(keypoints.device)
-        source_sizes = _sizes_list(source_sizes, num_images, "source_sizes")
-        target_sizes = _sizes_list(target_sizes, num_images, "target_sizes")
-        if target_sizes is not None:
-            if source_sizes is None:
-                raise ValueError("source_sizes must be given with target_sizes.")
-            factors = torch.tensor([[t[1] / s[1], t[0] / s[0]] for s, t in zip(source_sizes, target_sizes)],
-                                   dtype=torch.float64, device=keypoints.device)[image_index.to(keypoints.device)]
-            keypoints = keypoints * factors[:, None, :]
-            boxes_xyxy = (boxes_xyxy.double() * factors[:, [0, 1, 0, 1]]).float()
-        if keypoint_format is not None:
-            # before the threshold: a mean needs both of its sources
-            keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format, source_indices=channels)
-        labels = torch.arange(keypoints.shape[1], device=device)
-        for row, image in enumerate(image_index.tolist()):
-            person = {"keypoints": keypoints[row], "scores": scores[row], "labels": labels, "bbox": boxes_xyxy[row]}
-            if threshold is not None:
-                keep = person["scores"] > threshold
-                person.update(keypoints=person["keypoints"][keep.to(keypoints.device)], scores=person["scores"][keep],
-                              labels=labels[keep])
-            results[image].append(person)
-        return results
+        geometry = self.pose_crops(crops, boxes, box_format, source_sizes)
+        heatmaps = _heatmaps(outputs)
+        return decode_pose_keypoints(heatmaps, geometry, input_size=self.input_size,
+                                     flip_test=self._flip_test(heatmaps.shape[1], outputs_flipped),
+                                     kernel_size=kernel_size or self.blur_kernel_size, threshold=threshold,
+                                     target_sizes=target_sizes, keypoint_format=keypoint_format)
 
-    def _flip_test_inputs(self, outputs_flipped, outputs_on_flipped_input, flip_pairs, num_keypoints: int):
-        """`(flipped back, raw flipped, flip indices)` heatmaps of `post_process_pose_estimation`'s two flip-test
-        conventions (None where not given)."""
-        if outputs_flipped is not None and outputs_on_flipped_input is not None:
-            raise ValueError("pass either outputs_flipped (already flipped back) or outputs_on_flipped_input "
-                             "(raw), not both.")
-        other = raw = indices = None
-        if outputs_flipped is not None:
-            other = outputs_flipped.heatmaps if hasattr(outputs_flipped, "heatmaps") else outputs_flipped
-        if outputs_on_flipped_input is not None:
-            raw = outputs_on_flipped_input.heatmaps if hasattr(outputs_on_flipped_input, "heatmaps") \
-                else outputs_on_flipped_input
-            indices = self.get_flip_indices(num_keypoints, flip_pairs)
-        return other, raw, indices
+    def _flip_test(self, num_keypoints: int, outputs_flipped) -> PoseFlipTest | None:
+        """`outputs_flipped` of either convention as one `PoseFlipTest` (raw ones with their flip permutation)."""
+        if outputs_flipped is None:
+            return None
+        if FlippedCropOutputs.wraps(outputs_flipped):
+            flip_indices = self.get_flip_indices(num_keypoints, outputs_flipped.flip_pairs)
+            return PoseFlipTest(_heatmaps(outputs_flipped.outputs), flip_indices)
+        return PoseFlipTest(_heatmaps(outputs_flipped))
 
-    def _pose_crop_geometry(self, boxes, box_format, source_sizes, input_size, crops):
-        """`(bbox_center, bbox_scale, boxes_xyxy, image_index, num_images)` of the crops, from `boxes` in
-        `box_format` or from `preprocess`'s geometry outputs `crops` (both given: they must agree)."""
-        crops = {} if crops is None else crops
-        if not isinstance(crops, Mapping):
-            raise TypeError(f"crops must be what preprocess returned (a mapping with bbox_center and bbox_scale), got "
-                            f"{type(crops).__name__}.")
-        bbox_center, bbox_scale = crops.get("bbox_center"), crops.get("bbox_scale")
-        image_index, boxes_xyxy = crops.get("image_index"), crops.get("boxes_xyxy")
-        from_boxes = None
-        if boxes is not None:
-            if box_format is None:
-                raise ValueError(
-                    "post_process_pose_estimation got boxes= without box_format=. Name the format the boxes were "
-                    "given to preprocess in: box_format='xywh' (COCO [x_min, y_min, width, height], preprocess's "
-                    "default) or box_format='xyxy' ([x_min, y_min, x_max, y_max], as in the pipeline and README); "
-                    "decoding in the other format shifts the keypoints without any error. Or pass crops= (what "
-                    "preprocess returned) instead of boxes.")
-            sizes = None if source_sizes is None else _sizes_list(source_sizes, len(boxes), "source_sizes")
-            per_image = validate_pose_boxes(boxes, box_format, sizes)
-            flat = np.concatenate(per_image) if per_image else np.zeros((0, 4), np.float32)
-            center, scale = boxes_to_center_scale(flat, input_size, self.bbox_padding)
-            from_boxes = (torch.from_numpy(center), torch.from_numpy(scale), torch.from_numpy(flat),
-                          torch.tensor([i for i, b in enumerate(per_image) for _ in range(len(b))], dtype=torch.long),
-                          len(per_image))
-            if bbox_center is not None and bbox_scale is not None and not (
-                    bbox_center.shape == from_boxes[0].shape and bbox_scale.shape == from_boxes[1].shape
-                    and torch.allclose(bbox_center.cpu().float(), from_boxes[0], rtol=1e-5, atol=1e-3)
-                    and torch.allclose(bbox_scale.cpu().float(), from_boxes[1], rtol=1e-5, atol=1e-3)):
-                raise ValueError(f"boxes= read with box_format={box_format!r} do not match the crops given (those "
-                                 "preprocess cropped); pass the box_format preprocess used, or only one of the two.")
-        if bbox_center is None or bbox_scale is None:
-            if from_boxes is None:
-                raise ValueError("pass the boxes given to preprocess (boxes= with box_format=) or what it returned "
-                                 "(crops=, with its bbox_center and bbox_scale).")
-            return from_boxes
-        if image_index is None:
-            image_index = torch.zeros(len(bbox_center), dtype=torch.long)
-        num_images = int(image_index.max()) + 1 if len(image_index) else 0
-        if source_sizes is not None:
-            num_images = max(num_images, len(source_sizes))
-        if boxes_xyxy is None:
-            boxes_xyxy = torch.cat([bbox_center - bbox_scale / 2, bbox_center + bbox_scale / 2], dim=1)
-        return bbox_center, bbox_scale, boxes_xyxy.float(), image_index, num_images
+
 
     # ------------------------------------------------------------------------------------------------------------
     # post-processing: dense tasks
     # ------------------------------------------------------------------------------------------------------------
 
-    def _paddings(self, maps: torch.Tensor, source_sizes, paddings, do_remove_padding: bool) -> list:
-        if not do_remove_padding:
-            return [(0, 0, 0, 0)] * maps.shape[0]
-        if paddings is not None:
-            paddings = paddings.tolist() if isinstance(paddings, torch.Tensor) else list(paddings)
-            if len(paddings) != maps.shape[0]:
-                raise ValueError(f"{len(paddings)} paddings for {maps.shape[0]} outputs.")
-            paddings = [tuple(int(v) for v in p) for p in paddings]
-            input_height, input_width = self.input_size
-            map_height, map_width = maps.shape[-2:]
-            if (map_height, map_width) != (input_height, input_width):
-                # Heads that decode below the input resolution (the 4K models' heads decode to half of it): the
-                # padding, recorded in input pixels, is scaled to the map.
-                sy, sx = map_height / input_height, map_width / input_width
-                paddings = [(round(l * sx), round(r * sx), round(t * sy), round(b * sy)) for l, r, t, b in paddings]
-            return paddings
-        if source_sizes is None:
-            raise ValueError("source_sizes (or the paddings returned by preprocess) are needed to remove the "
-                             "letterbox padding.")
-        return [letterbox_geometry(size, tuple(maps.shape[-2:]))[1] for size in source_sizes]
 
-    def _finish_maps(self, maps: torch.Tensor, paddings: list, final_sizes: list | None, resize_fn) -> list:
-        """Unpad and resize `(batch, channels, height, width)` maps; batched when all items share the geometry."""
-        if maps.shape[0] == 0:
-            return []
-        if all(p == paddings[0] for p in paddings) and (final_sizes is None or all(s == final_sizes[0] for s in final_sizes)):
-            cropped = remove_padding(maps, paddings[0])
-            out = resize_fn(cropped, final_sizes[0]) if final_sizes is not None else cropped
-            return list(out)
-        results = []
-        for i in range(maps.shape[0]):
-            cropped = remove_padding(maps[i : i + 1], paddings[i])
-            results.append((resize_fn(cropped, final_sizes[i]) if final_sizes is not None else cropped)[0])
-        return results
 
-    def _dense_sizes(self, maps, source_sizes, target_sizes, do_remove_padding):
-        count = maps.shape[0]
-        source_sizes = _sizes_list(source_sizes, count, "source_sizes")
-        target_sizes = _sizes_list(target_sizes, count, "target_sizes")
-        if do_remove_padding is None:
-            do_remove_padding = source_sizes is not None
-        final_sizes = target_sizes if target_sizes is not None else source_sizes
-        return source_sizes, final_sizes, do_remove_padding
 
     def post_process_semantic_segmentation(
         self, outputs, target_sizes: Any = None, return_segmentation_scores: bool = False
@@ -1117,15 +618,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             map) and `segmentation_scores` (the resized logits, `(num_labels, height, width)` float).
         """
         logits = outputs.logits if hasattr(outputs, "logits") else outputs
-        sizes = _sizes_list(target_sizes, logits.shape[0], "target_sizes")
-        if return_segmentation_scores:
-            paddings = [(0, 0, 0, 0)] * logits.shape[0]
-            resized = self._finish_maps(logits, paddings, sizes, resize_maps_bilinear)
-            # max(dim).indices: the first maximum like argmax, but ~2x faster over the channel axis on CPU
-            return [SemanticSegmentationPostProcessorOutput(
-                data={"segmentation": scores.max(dim=0).indices, "segmentation_scores": scores}) for scores in resized]
-        return [resize_logits_argmax(logits[i], sizes[i] if sizes is not None else tuple(logits.shape[-2:]))
-                for i in range(logits.shape[0])]
+        results = segmentation_maps(logits, target_sizes, return_segmentation_scores)
+        if not return_segmentation_scores:
+            return results
+        return [SemanticSegmentationPostProcessorOutput(data={"segmentation": labels, "segmentation_scores": scores})
+                for labels, scores in results]
 
     def post_process_normal_estimation(
         self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
@@ -1146,10 +643,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             Per image `{"normals": (3, height, width) float32}`, camera frame, values in [-1, 1].
         """
         normals = outputs.normals if hasattr(outputs, "normals") else outputs
-        normals = normals / normals.norm(dim=1, keepdim=True).clamp(min=1e-8)
-        source_sizes, final_sizes, remove = self._dense_sizes(normals, source_sizes, target_sizes, do_remove_padding)
-        pads = self._paddings(normals, source_sizes, paddings, remove)
-        return [{"normals": n} for n in self._finish_maps(normals, pads, final_sizes, resize_maps_bilinear)]
+        layout = DenseLayout.resolve(normals, self.input_size, source_sizes, target_sizes, do_remove_padding, paddings)
+        return [{"normals": n} for n in unit_normals(normals, layout)]
 
     def post_process_pointmap_estimation(
         self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
@@ -1192,52 +687,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 intrinsics of another shape or with non-finite values, or a wrong number of entries.
         """
         pointmaps = outputs.pointmaps if hasattr(outputs, "pointmaps") else outputs
-        scales = getattr(outputs, "scales", None)
-        count = pointmaps.shape[0]
-        source_sizes, final_sizes, remove = self._dense_sizes(pointmaps, source_sizes, target_sizes,
-                                                              do_remove_padding)
-        _check_one_camera_kind(focal_length, intrinsics)
-        cameras = _camera_per_image(intrinsics, "intrinsics", count)
-        focals = _camera_per_image(focal_length, "focal_length", count)
-        if cameras is not None:
-            focals = [None if camera is None else camera[0] for camera in cameras]
-        # model-input pixels per original pixel along x: the letterbox resize (the scale's f_x is in model-input pixels)
-        factors = [1.0] * count if source_sizes is None else [
-            letterbox_geometry(size, self.input_size)[0][1] / size[1] for size in source_sizes]
-        if focals is not None and any(f is not None for f in focals):
-            # computed in float64 and rounded once to float32; an image without a camera keeps its predicted scale
-            # (or 1: the canonical camera, for a model without a scale branch)
-            scales = torch.tensor(
-                [[CANONICAL_FOCAL_LENGTH / (f * r) if f is not None else (1.0 if scales is None else
-                                                                          float(scales[i, 0]))]
-                 for i, (f, r) in enumerate(zip(focals, factors))], dtype=torch.float32, device=pointmaps.device)
-            predicted = [f is None for f in focals] if getattr(outputs, "scales", None) is not None else None
-        else:
-            focals, predicted = None, ([True] * count if scales is not None else None)
-        if scales is not None:
-            pointmaps = pointmaps / scales[:, :, None, None]
-        pads = self._paddings(pointmaps, source_sizes, paddings, remove)
-
-        def resize(maps, size):
-            if do_smooth:
-                return smooth_and_resize_pointmap(maps, size, self.pointmap_num_blurs, self.pointmap_blur_sigma)
-            return resize_maps_bilinear(maps, size)
-
-        maps = self._finish_maps(pointmaps, pads, final_sizes, resize)
-        results = []
-        for i, m in enumerate(maps):
-            if cameras is not None and cameras[i] is not None:
-                reference = source_sizes[i] if source_sizes is not None else self.input_size
-                m = _reproject_pointmap(m, cameras[i], reference)
-            if focals is not None and focals[i] is not None:
-                focal, scale = torch.tensor(focals[i], dtype=torch.float32), scales[i, 0]
-            elif predicted is not None and predicted[i]:
-                scale = scales[i, 0]
-                focal = CANONICAL_FOCAL_LENGTH / (scale * factors[i])
-            else:
-                focal = scale = None
-            results.append({"pointmap": m, "depth": m[2], "scale": scale, "focal_length": focal})
-        return results
+        layout = DenseLayout.resolve(pointmaps, self.input_size, source_sizes, target_sizes, do_remove_padding,
+                                     paddings)
+        smoothing = PointmapSmoothing(self.pointmap_num_blurs, self.pointmap_blur_sigma) if do_smooth else None
+        return metric_pointmaps(pointmaps, getattr(outputs, "scales", None), layout, self.input_size, smoothing,
+                                focal_length=focal_length, intrinsics=intrinsics)
 
     def post_process_depth_estimation(
         self, outputs, target_sizes: Any = None, focal_length: Any = None
@@ -1305,10 +759,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         albedos = getattr(outputs, "albedos", None)
         if albedos is None:
             albedos = getattr(outputs, "albedo", outputs)
-        albedos = albedos.clamp(0.0, 1.0)
-        source_sizes, final_sizes, remove = self._dense_sizes(albedos, source_sizes, target_sizes, do_remove_padding)
-        pads = self._paddings(albedos, source_sizes, paddings, remove)
-        return [{"albedo": a} for a in self._finish_maps(albedos, pads, final_sizes, resize_maps_bilinear)]
+        layout = DenseLayout.resolve(albedos, self.input_size, source_sizes, target_sizes, do_remove_padding, paddings)
+        return [{"albedo": a} for a in clamped_albedo(albedos, layout)]
 
 
     def post_process_dense_maps(
@@ -1335,9 +787,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         key = spec.result_maps[0] if spec.result_maps else spec.name
         if do_remove_padding is None and not _letterboxed(self.task):
             do_remove_padding = False
-        source_sizes, final_sizes, remove = self._dense_sizes(maps, source_sizes, target_sizes, do_remove_padding)
-        pads = self._paddings(maps, source_sizes, paddings, remove)
-        return [{key: m} for m in self._finish_maps(maps, pads, final_sizes, resize_maps_bilinear)]
+        layout = DenseLayout.resolve(maps, self.input_size, source_sizes, target_sizes, do_remove_padding, paddings)
+        return [{key: m} for m in layout.finish(maps)]
 
     def post_process_image_matting(
         self, outputs, target_sizes: Any = None, backgrounds: Any = None, source_sizes: Any = None,
@@ -1374,112 +825,19 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             pre-multiplied RGB in [0, 1], "composite": (3, height, width) uint8 or None}` (`alpha[0]` is the
             `(height, width)` matte that `pipeline("sapiens2-matting")` returns).
         """
-        alphas = getattr(outputs, "alphas", None)
-        if alphas is None and isinstance(outputs, torch.Tensor) and outputs.ndim == 4 and outputs.shape[1] == 4:
-            maps = outputs
-        elif alphas is not None:
-            foregrounds = getattr(outputs, "foregrounds", None)
-            if foregrounds is None:
-                raise ValueError("post_process_image_matting needs `foregrounds` beside `alphas` (a Sapiens2 matting "
-                                 "model's output).")
-            maps = torch.cat([foregrounds, alphas], dim=1)
-        else:
-            raise ValueError(f"post_process_image_matting needs a matting model's output (`alphas`, `foregrounds`), "
-                             f"got a {type(outputs).__name__}.")
-        maps = maps.float()
+        maps = matting_maps(outputs)
         count = maps.shape[0]
-        source_list = _sizes_list(source_sizes, count, "source_sizes")
-        target_list = _sizes_list(target_sizes, count, "target_sizes")
-        final_sizes = target_list if target_list is not None else source_list
         if do_remove_padding is None:
-            do_remove_padding = paddings is not None or (_letterboxed(self.task) and source_list is not None)
-        pads = self._paddings(maps, source_list, paddings, do_remove_padding)
-        results = self._finish_maps(maps, pads, final_sizes, resize_maps_bilinear)
-        background_list = None
-        if backgrounds is not None:
-            one = _is_colour(backgrounds) or not isinstance(backgrounds, (list, tuple))
-            background_list = [backgrounds] if one else backgrounds
-            if len(background_list) not in (1, count):
-                raise ValueError(f"{len(background_list)} backgrounds for {count} images; pass one, or one per image.")
-        out = []
-        for index, item in enumerate(results):
-            item = item.clamp(0.0, 1.0)
-            foreground, alpha = item[:3], item[3:]
-            composite = None
-            if background_list is not None:
-                background = background_list[0 if len(background_list) == 1 else index]
-                if _is_colour(background):
-                    if not all(0 <= value <= 255 for value in background):
-                        raise ValueError(f"A background colour is (red, green, blue) in [0, 255], got {background}.")
-                    rgb = torch.tensor([float(value) / 255.0 for value in background], device=item.device)
-                    rgb = rgb[:, None, None].expand(3, *alpha.shape[-2:])
-                else:
-                    rgb = torch.from_numpy(load_image_rgb(background)).to(item.device).permute(2, 0, 1).float() / 255.0
-                    rgb = resize_maps_bilinear(rgb[None], tuple(alpha.shape[-2:]))[0]
-                blended = (foreground + (1.0 - alpha) * rgb).clamp(0.0, 1.0)
-                composite = (blended * 255.0).round().to(torch.uint8)
-            out.append({"alpha": alpha, "foreground": foreground, "composite": composite})
-        return out
+            do_remove_padding = paddings is not None or (
+                _letterboxed(self.task) and _sizes_list(source_sizes, count, "source_sizes") is not None)
+        layout = DenseLayout.resolve(maps, self.input_size, source_sizes, target_sizes, do_remove_padding, paddings)
+        return alpha_mattes(maps, layout, backgrounds)
 
 
-def _is_colour(value: Any) -> bool:
-    """Whether a matting background is a colour: three numbers `(red, green, blue)` (not images, not booleans)."""
-    return isinstance(value, (list, tuple)) and len(value) == 3 and all(
-        isinstance(item, (int, float, np.integer, np.floating)) and not isinstance(item, bool) for item in value)
 
 
-def _reproject_pointmap(pointmap: torch.Tensor, camera: tuple[float, float, float, float],
-                        reference_size: tuple[int, int]) -> torch.Tensor:
-    """`(3, height, width)` metric pointmap -> X, Y re-projected from its Z through the pinhole camera `(fx, fy, cx,
-    cy)` given in pixels of an image of `reference_size` `(height, width)`: `X = (u - cx) Z / fx`, `Y = (v - cy) Z /
-    fy` at each map pixel's position `(u, v)` in that image (its column and row when the sizes agree)."""
-    fx, fy, cx, cy = camera
-    height, width = pointmap.shape[-2:]
-    reference_height, reference_width = reference_size
-    # pixel centres matched between the map's grid and the reference grid (align_corners=False, like the resize);
-    # the ray slopes in float64, rounded once to the map's dtype
-    u = (torch.arange(width, dtype=torch.float64) + 0.5) * (reference_width / width) - 0.5
-    v = (torch.arange(height, dtype=torch.float64) + 0.5) * (reference_height / height) - 0.5
-    slope_x = ((u - cx) / fx).to(pointmap.device, pointmap.dtype)
-    slope_y = ((v - cy) / fy).to(pointmap.device, pointmap.dtype)
-    z = pointmap[2]
-    return torch.stack([slope_x[None, :] * z, slope_y[:, None] * z, z])
 
 
-def _decode_pose_heatmaps(heatmaps, flipped_back, flipped_raw, flip_indices, channels, input_size, kernel_size):
-    """`(keypoints in crop pixels, scores)` of every crop, decoded `POSE_DECODE_CHUNK_SIZE` crops at a time (memory
-    bounded by the chunk; results independent of it), with the flip test of either convention, and only the
-    `channels` a keypoint format reads when given."""
-    num_channels = heatmaps.shape[1]
-
-    def decode(rows: slice, maps: list[int] | None, previous_map: list[int] | None) -> dict[str, torch.Tensor]:
-        """Decode the channels `maps` (all when None) of the crops `rows`."""
-        select = (lambda t: t) if maps is None else (
-            lambda t: t.index_select(1, torch.tensor(maps, dtype=torch.long, device=t.device)))
-        chunk = select(heatmaps[rows]).float()
-        if flipped_back is not None:
-            chunk = (chunk + select(flipped_back[rows]).float()) * 0.5
-        if flipped_raw is not None:
-            chunk = flip_test_average(chunk, flipped_raw[rows].float(), flip_indices, channels=maps)
-        return decode_udp_heatmaps(chunk, input_size, kernel_size, previous_map=previous_map)
-
-    keypoints_input, scores = [], []
-    for start in range(0, heatmaps.shape[0], POSE_DECODE_CHUNK_SIZE):
-        rows = slice(start, start + POSE_DECODE_CHUNK_SIZE)
-        if channels is None:
-            decoded = decode(rows, None, None)
-        else:
-            # decode only the channels the format reads; a maximum <= 0 makes the official refinement read the
-            # previous channel too (refine_keypoints_dark_udp), so then that one is decoded as well
-            maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=False)
-            decoded = decode(rows, maps, previous_map)
-            if not bool((decoded["scores"] > 0).all()):
-                maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=True)
-                decoded = decode(rows, maps, previous_map)
-            decoded = {key: value[:, positions] for key, value in decoded.items()}
-        keypoints_input.append(decoded["keypoints_input"])
-        scores.append(decoded["scores"])
-    return torch.cat(keypoints_input), torch.cat(scores)
 
 
 def image_processor_for_task(task: str | None, **kwargs) -> Sapiens2HFImageProcessor:

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from huggingface_hub import HfApi
+from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from transformers.utils import logging
 
 from .adapter_loading import load_adapter_model
@@ -347,8 +349,7 @@ def _offline_error(repo_id: str, error: Exception) -> OSError:
 
 
 def _resolve_hub(repo_id: str, hub_kwargs: dict) -> ResolvedCheckpoint:
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, OfflineModeIsEnabled
+    from huggingface_hub import hf_hub_download  # read at call time: tests replace it on huggingface_hub
 
     download_kwargs = {
         key: hub_kwargs[key]
@@ -381,6 +382,14 @@ def _resolve_hub(repo_id: str, hub_kwargs: dict) -> ResolvedCheckpoint:
             return _hf(repo_id, (weights,))
         if index is not None:
             return _hf(repo_id, tuple(fetch(shard) for shard in index_shard_names(index)))
+    official = _official_hub_file(repo_id, hub_kwargs)
+    config_folder = str(Path(config_file).parent) if config_file else None
+    return ResolvedCheckpoint("official", fetch(os.path.basename(official)), config_folder=config_folder)
+
+
+def _official_hub_file(repo_id: str, hub_kwargs: dict) -> str:
+    """The one official `sapiens2_<size>_<task>.safetensors` file of a Hub repo without our weights file (its path
+    in the repo), or an `OSError` naming what the repo holds."""
     try:
         files = HfApi().list_repo_files(repo_id, revision=hub_kwargs.get("revision"), token=hub_kwargs.get("token"))
     except (OfflineModeIsEnabled, ConnectionError) as error:
@@ -395,8 +404,7 @@ def _resolve_hub(repo_id: str, hub_kwargs: dict) -> ResolvedCheckpoint:
             f"{repo_id} has no {HF_WEIGHTS_NAME} and {len(official)} official sapiens2_<size>_<task>.safetensors "
             f"files ({official}); pass one file's path."
         )
-    config_folder = str(Path(config_file).parent) if config_file else None
-    return ResolvedCheckpoint("official", fetch(os.path.basename(official[0])), config_folder=config_folder)
+    return official[0]
 
 
 def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = None) -> ResolvedCheckpoint:
@@ -654,68 +662,21 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         return adapted
     strict = kwargs.pop("strict", True)
     want_loading_info = kwargs.pop("output_loading_info", False)
-    filename = kwargs.pop("official_filename", None)
-    config = kwargs.pop("config", None)
-    state_dict = kwargs.get("state_dict")
-    if config is not None and not isinstance(config, Sapiens2Config):
-        # transformers' pipeline factory reads config.json with its own config class: read it as ours (the official
-        # RoPE dtype, no RoPE rescale, the task from `architectures`).
-        attn_implementation = config._attn_implementation_internal
-        config = Sapiens2Config.from_dict(config.to_dict())
-        config._attn_implementation_internal = attn_implementation
-    hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if kwargs.get(key) is not None}
-    image_size = kwargs.get("image_size")
-    location, dtypes, original_names = pretrained_model_name_or_path, {}, False
+    config = _as_our_config(kwargs.pop("config", None))
     # `None` with `state_dict={}`: no checkpoint at all, every weight initialised by `_init_weights` (what
     # transformers' `test_can_init_all_missing_weights` does); nothing was given, so nothing can be missing.
+    state_dict = kwargs.get("state_dict")
     initialise_only = pretrained_model_name_or_path is None and isinstance(state_dict, dict) and not state_dict
     if pretrained_model_name_or_path is None:
-        source = filename or "the state dict"
-        if state_dict is None:
-            raise ValueError("Pass a checkpoint (file, folder or Hub id), or `state_dict=` with `config=`.")
-        dtypes = {key: _TORCH_FLOATING_DTYPES.get(t.dtype, str(t.dtype).replace("torch.", "")) for key, t in state_dict.items()}
-        check_tensor_dtypes(dtypes, source)
-        original_names = uses_original_names(state_dict)
-        if original_names:
-            config = config_for_original_tensors(model_class, state_dict, source, config, filename=filename,
-                                                 image_size=image_size)
-        elif config is None:
-            raise ValueError(f"Loading {source} in our module layout needs `config=`.")
+        source = kwargs.get("official_filename") or "the state dict"
+        config, dtypes, original_names = _config_for_state_dict(model_class, config, kwargs)
+        location = None
     else:
         source = str(pretrained_model_name_or_path)
-        resolved = resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs)
-        if resolved.kind == "official":
-            if config is None and resolved.config_folder is not None:
-                config = Sapiens2Config.from_pretrained(resolved.config_folder)
-            tensors, files, dtypes, metadata = read_safetensors_header([resolved.location])
-            check_tensor_dtypes(dtypes, source)
-            config = config_for_original_tensors(
-                model_class, tensors, source, config, filename=os.path.basename(resolved.location), metadata=metadata,
-                image_size=image_size, read_periods=lambda key: read_tensor(files[key], key),
-            )
-            location, original_names = _staged_official_file(resolved.location), True
-            for key in ("subfolder", "revision"):  # they named the repo's file; the staged folder has neither
-                kwargs.pop(key, None)
-        else:
-            location, dtypes = resolved.location, resolved.tensor_dtypes
-            check_tensor_dtypes(dtypes, source)
-            if config is None:
-                config = Sapiens2Config.from_pretrained(location, **hub_kwargs)
-            original_names = resolved.original_names
-            if original_names:
-                tensors, files, _, metadata = read_safetensors_header(resolved.weights_files)
-                config = config_for_original_tensors(
-                    model_class, tensors, source, config, metadata=metadata, image_size=image_size,
-                    read_periods=lambda key: read_tensor(files[key], key),
-                )
-    head_mapping = original_key_mapping(model_class) if original_names else None
-    if head_mapping is not None:
-        kwargs["key_mapping"] = {**(kwargs.get("key_mapping") or {}), **head_mapping}
-    apply_config_overrides(config, kwargs)
-    # the overrides are checked as the config's own fields are: sizes and values first, in one line each
-    config.validate_sizes_and_values()
-    config.validate()
-    model_class._check_task(config, source)
+        config, location, dtypes, original_names = _config_for_checkpoint(
+            model_class, pretrained_model_name_or_path, config, kwargs)
+    kwargs.pop("official_filename", None)
+    _settle_config(model_class, config, kwargs, original_names, source)
     if kwargs.get("dtype", kwargs.get("torch_dtype")) is None:
         kwargs["dtype"] = torch.float32  # ours: float32 whatever the storage (transformers' default is "auto")
         _float32_note(dtypes, source)
@@ -729,3 +690,76 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         raise_on_loading_problems(model_class, loading_info, source)
     check_finite_tensors(model, source, strict)
     return (model, loading_info) if want_loading_info else model
+
+
+def _settle_config(model_class, config: Sapiens2Config, kwargs: dict, original_names: bool, source: str) -> None:
+    """The config with the call's overrides, checked for the class; the head's official names declared for
+    transformers (`key_mapping`) when the tensors carry them."""
+    head_mapping = original_key_mapping(model_class) if original_names else None
+    if head_mapping is not None:
+        kwargs["key_mapping"] = {**(kwargs.get("key_mapping") or {}), **head_mapping}
+    apply_config_overrides(config, kwargs)
+    # the overrides are checked as the config's own fields are: sizes and values first, in one line each
+    config.validate_sizes_and_values()
+    config.validate()
+    model_class._check_task(config, source)
+
+
+def _as_our_config(config):
+    """`config=` as ours: transformers' pipeline factory reads config.json with its own config class, read here as
+    ours (the official RoPE dtype, no RoPE rescale, the task from `architectures`)."""
+    if config is None or isinstance(config, Sapiens2Config):
+        return config
+    attn_implementation = config._attn_implementation_internal
+    config = Sapiens2Config.from_dict(config.to_dict())
+    config._attn_implementation_internal = attn_implementation
+    return config
+
+
+def _config_for_state_dict(model_class, config, kwargs: dict):
+    """`(config, tensor dtypes, original names?)` for `from_pretrained(None, state_dict=...)`."""
+    filename, state_dict = kwargs.get("official_filename"), kwargs.get("state_dict")
+    source = filename or "the state dict"
+    if state_dict is None:
+        raise ValueError("Pass a checkpoint (file, folder or Hub id), or `state_dict=` with `config=`.")
+    dtypes = {key: _TORCH_FLOATING_DTYPES.get(t.dtype, str(t.dtype).replace("torch.", ""))
+              for key, t in state_dict.items()}
+    check_tensor_dtypes(dtypes, source)
+    original_names = uses_original_names(state_dict)
+    if original_names:
+        config = config_for_original_tensors(model_class, state_dict, source, config, filename=filename,
+                                             image_size=kwargs.get("image_size"))
+    elif config is None:
+        raise ValueError(f"Loading {source} in our module layout needs `config=`.")
+    return config, dtypes, original_names
+
+
+def _config_for_checkpoint(model_class, name, config, kwargs: dict):
+    """`(config, location to hand to transformers, tensor dtypes, original names?)` for a file, folder or Hub id:
+    an official file is staged as a folder and its architecture read from the tensor shapes."""
+    source, image_size = str(name), kwargs.get("image_size")
+    hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if kwargs.get(key) is not None}
+    resolved = resolve_checkpoint(name, hub_kwargs)
+    if resolved.kind == "official":
+        if config is None and resolved.config_folder is not None:
+            config = Sapiens2Config.from_pretrained(resolved.config_folder)
+        tensors, files, dtypes, metadata = read_safetensors_header([resolved.location])
+        check_tensor_dtypes(dtypes, source)
+        config = config_for_original_tensors(
+            model_class, tensors, source, config, filename=os.path.basename(resolved.location), metadata=metadata,
+            image_size=image_size, read_periods=lambda key: read_tensor(files[key], key),
+        )
+        for key in ("subfolder", "revision"):  # they named the repo's file; the staged folder has neither
+            kwargs.pop(key, None)
+        return config, _staged_official_file(resolved.location), dtypes, True
+    location, dtypes = resolved.location, resolved.tensor_dtypes
+    check_tensor_dtypes(dtypes, source)
+    if config is None:
+        config = Sapiens2Config.from_pretrained(location, **hub_kwargs)
+    if resolved.original_names:
+        tensors, files, _, metadata = read_safetensors_header(resolved.weights_files)
+        config = config_for_original_tensors(
+            model_class, tensors, source, config, metadata=metadata, image_size=image_size,
+            read_periods=lambda key: read_tensor(files[key], key),
+        )
+    return config, location, dtypes, resolved.original_names

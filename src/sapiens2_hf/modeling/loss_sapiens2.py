@@ -579,6 +579,26 @@ def pointmap_normal_loss(
     return per_pixel.sum() / target_valid.sum().clamp(min=1)
 
 
+def _pointmap_loss_inputs(pointmaps, scales, target_pointmaps, target_scales, mask, intrinsics):
+    """`PointmapLoss`'s inputs in float32, checked: the prediction resized to the target's grid, one scale per
+    sample, `(batch_size, 3, 3)` intrinsics; the target zeroed off the valid mask, returned with that mask."""
+    pointmaps = pointmaps.float()
+    target_pointmaps = target_pointmaps.float()
+    if pointmaps.dim() == 4 and pointmaps.shape[2:] != target_pointmaps.shape[2:]:
+        pointmaps = F.interpolate(pointmaps, size=target_pointmaps.shape[2:], mode="bilinear", align_corners=False)
+    check_same_shape(pointmaps, target_pointmaps, "pointmaps", "target_pointmaps")
+    batch_size = pointmaps.shape[0]
+    if intrinsics.shape != (batch_size, 3, 3):
+        raise ValueError(f"`intrinsics` must have shape {(batch_size, 3, 3)}, got {tuple(intrinsics.shape)}.")
+    scales = scales.float().reshape(batch_size, -1)
+    target_scales = target_scales.float().reshape(batch_size, -1)
+    if scales.shape[1] != 1 or target_scales.shape[1] != 1:
+        raise ValueError("`scales` and `target_scales` must hold one value per sample, shape (batch_size, 1).")
+    valid = as_valid_mask(mask, target_pointmaps)
+    target_pointmaps = torch.where(valid.bool(), target_pointmaps, torch.zeros_like(target_pointmaps))
+    return pointmaps, scales, target_pointmaps, target_scales, valid
+
+
 class PointmapLoss(nn.Module):
     """Official Sapiens2 pointmap loss, seven terms in the canonical camera (focal length 768 px):
 
@@ -657,21 +677,9 @@ class PointmapLoss(nn.Module):
         Returns:
             `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and the seven weighted terms.
         """
-        pointmaps = pointmaps.float()
-        target_pointmaps = target_pointmaps.float()
-        if pointmaps.dim() == 4 and pointmaps.shape[2:] != target_pointmaps.shape[2:]:
-            pointmaps = F.interpolate(pointmaps, size=target_pointmaps.shape[2:], mode="bilinear", align_corners=False)
-        check_same_shape(pointmaps, target_pointmaps, "pointmaps", "target_pointmaps")
+        pointmaps, scales, target_pointmaps, target_scales, valid = _pointmap_loss_inputs(
+            pointmaps, scales, target_pointmaps, target_scales, mask, intrinsics)
         batch_size = pointmaps.shape[0]
-        if intrinsics.shape != (batch_size, 3, 3):
-            raise ValueError(f"`intrinsics` must have shape {(batch_size, 3, 3)}, got {tuple(intrinsics.shape)}.")
-        scales = scales.float().reshape(batch_size, -1)
-        target_scales = target_scales.float().reshape(batch_size, -1)
-        if scales.shape[1] != 1 or target_scales.shape[1] != 1:
-            raise ValueError("`scales` and `target_scales` must hold one value per sample, shape (batch_size, 1).")
-        valid = as_valid_mask(mask, target_pointmaps)
-        target_pointmaps = torch.where(valid.bool(), target_pointmaps, torch.zeros_like(target_pointmaps))
-
         if target_mean_depth is None:
             target_mean_depth = (target_pointmaps[:, 2:3] * valid).sum(dim=(1, 2, 3)) / valid.sum(dim=(1, 2, 3)).clamp(
                 min=1
@@ -855,6 +863,27 @@ def _masked_mean_abs(error: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.where(valid, error.abs(), torch.zeros_like(error)).sum() / count
 
 
+def _alpha_gradient_l1(error: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean absolute horizontal and vertical differences of the matte error, over pairs of valid pixels."""
+    pairs_x = valid[..., :, 1:] & valid[..., :, :-1]
+    pairs_y = valid[..., 1:, :] & valid[..., :-1, :]
+    return 0.5 * (_masked_mean_abs(error[..., :, 1:] - error[..., :, :-1], pairs_x)
+                  + _masked_mean_abs(error[..., 1:, :] - error[..., :-1, :], pairs_y))
+
+
+def _foreground_l1(foregrounds, target_foregrounds, valid: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
+    """Masked L1 of the foreground colours (resized to the target's grid); zero (on the graph) without them."""
+    if foregrounds is None or target_foregrounds is None:
+        return zero_like_graph(alphas)
+    foregrounds = foregrounds.float()
+    target_foregrounds = target_foregrounds.float()
+    if foregrounds.shape[2:] != target_foregrounds.shape[2:]:
+        foregrounds = F.interpolate(foregrounds, size=target_foregrounds.shape[2:], mode="bilinear",
+                                    align_corners=False)
+    check_same_shape(foregrounds, target_foregrounds, "foregrounds", "target_foregrounds")
+    return _masked_mean_abs(foregrounds - target_foregrounds, valid)
+
+
 class MattingLoss(nn.Module):
     """Matting loss (see the section comment above): `l1 + gradient + laplacian` on alpha, plus `foreground` L1.
 
@@ -921,11 +950,7 @@ class MattingLoss(nn.Module):
         target_alphas = torch.where(valid, target_alphas, torch.zeros_like(target_alphas))
 
         l1 = _masked_mean_abs(alphas - target_alphas, valid)
-        error = alphas - target_alphas
-        pairs_x = valid[..., :, 1:] & valid[..., :, :-1]
-        pairs_y = valid[..., 1:, :] & valid[..., :-1, :]
-        gradient = 0.5 * (_masked_mean_abs(error[..., :, 1:] - error[..., :, :-1], pairs_x)
-                          + _masked_mean_abs(error[..., 1:, :] - error[..., :-1, :], pairs_y))
+        gradient = _alpha_gradient_l1(alphas - target_alphas, valid)
         # Masked-out pixels take the target's value so that they add no error to any pyramid level.
         filled = torch.where(valid, alphas, target_alphas)
         laplacian = sum(
@@ -933,16 +958,7 @@ class MattingLoss(nn.Module):
             for level, (pred, target) in enumerate(zip(laplacian_pyramid(filled, self.laplacian_levels),
                                                        laplacian_pyramid(target_alphas, self.laplacian_levels)))
         )
-        if foregrounds is not None and target_foregrounds is not None:
-            foregrounds = foregrounds.float()
-            target_foregrounds = target_foregrounds.float()
-            if foregrounds.shape[2:] != target_foregrounds.shape[2:]:
-                foregrounds = F.interpolate(foregrounds, size=target_foregrounds.shape[2:], mode="bilinear",
-                                            align_corners=False)
-            check_same_shape(foregrounds, target_foregrounds, "foregrounds", "target_foregrounds")
-            foreground = _masked_mean_abs(foregrounds - target_foregrounds, valid)
-        else:
-            foreground = zero_like_graph(alphas)
+        foreground = _foreground_l1(foregrounds, target_foregrounds, valid, alphas)
         terms = {
             "alpha_l1_loss": self.l1_weight * l1,
             "alpha_gradient_loss": self.gradient_weight * gradient,

@@ -214,16 +214,7 @@ def infer_backbone_config_kwargs(backbone_state: dict[str, torch.Tensor]) -> dic
     fused_rows = _require(backbone_state, "blocks.0.ffn.w12.weight", "SwiGLU input projection").shape[0]
     if "blocks.0.attn.gamma.weight" not in backbone_state:
         raise OfficialCheckpointError("The blocks have no attention LayerScale (`attn.gamma.weight`); unsupported layout.")
-    tokenizer_kwargs = {"num_tokenizer_layers": 0}
-    if any(key.startswith("tokenizer.") for key in backbone_state):
-        window_positions = _require(backbone_state, "tokenizer.local_pos_embed", "4K tokenizer position embedding").shape[1] - 1
-        window = math.isqrt(window_positions)
-        if window * window != window_positions:
-            raise OfficialCheckpointError(f"The 4K tokenizer has {window_positions} local positions, not a square window.")
-        tokenizer_layers = {int(m[1]) for key in backbone_state if (m := re.match(r"^tokenizer\.blocks\.(\d+)\.", key))}
-        if "tokenizer.blocks.0.attn.q_norm.weight" in backbone_state or "tokenizer.blocks.0.attn.gamma.weight" in backbone_state:
-            raise OfficialCheckpointError("The 4K tokenizer blocks have QK-norm or LayerScale weights; unsupported layout.")
-        tokenizer_kwargs = {"num_tokenizer_layers": len(tokenizer_layers), "tokenizer_window_size": window}
+    tokenizer_kwargs = _tokenizer_config_kwargs(backbone_state)
     return {
         **tokenizer_kwargs,
         "hidden_size": hidden_size,
@@ -242,6 +233,21 @@ def infer_backbone_config_kwargs(backbone_state: dict[str, torch.Tensor]) -> dic
         "mlp_bias": "blocks.0.ffn.w12.bias" in backbone_state,
         "use_gated_mlp": True,
     }
+
+
+def _tokenizer_config_kwargs(backbone_state: dict[str, torch.Tensor]) -> dict:
+    """The 4K tokenizer's hyper-parameters from an official backbone state dict (`num_tokenizer_layers` 0 without
+    one)."""
+    if not any(key.startswith("tokenizer.") for key in backbone_state):
+        return {"num_tokenizer_layers": 0}
+    positions = _require(backbone_state, "tokenizer.local_pos_embed", "4K tokenizer position embedding").shape[1] - 1
+    window = math.isqrt(positions)
+    if window * window != positions:
+        raise OfficialCheckpointError(f"The 4K tokenizer has {positions} local positions, not a square window.")
+    tokenizer_layers = {int(m[1]) for key in backbone_state if (m := re.match(r"^tokenizer\.blocks\.(\d+)\.", key))}
+    if "tokenizer.blocks.0.attn.q_norm.weight" in backbone_state or "tokenizer.blocks.0.attn.gamma.weight" in backbone_state:
+        raise OfficialCheckpointError("The 4K tokenizer blocks have QK-norm or LayerScale weights; unsupported layout.")
+    return {"num_tokenizer_layers": len(tokenizer_layers), "tokenizer_window_size": window}
 
 
 def _indexed_weights(head_state, pattern):
@@ -347,6 +353,28 @@ def infer_image_size(kwargs: dict, metadata: dict | None = None) -> list[int]:
     return fitting[-1]
 
 
+def _check_filename(filename: str, kind: str, variant: str | None, kwargs: dict) -> None:
+    """An official file's name `sapiens2_<size>_<task>.safetensors`, when it names a known size or task, must agree
+    with what its tensors are (`kind`, the `variant` matched from the inferred `kwargs`)."""
+    match = OFFICIAL_FILENAME_PATTERN.match(filename)
+    if not match:
+        return
+    named_variant, named_task = match["variant"].replace("_", "-"), match["task"]
+    if named_task != kind:
+        raise OfficialCheckpointError(
+            f"The file name {filename} says `{named_task}` but its tensors are a `{kind}` checkpoint."
+        )
+    if named_variant in VARIANTS and named_variant != variant:
+        arch = VARIANTS[named_variant]
+        raise OfficialCheckpointError(
+            f"The file name {filename} says Sapiens2-{named_variant} (hidden {arch['hidden_size']}, "
+            f"{arch['num_hidden_layers']} layers, {arch['num_attention_heads']} heads, "
+            f"{arch['num_tokenizer_layers']} tokenizer layers) but its tensors have hidden "
+            f"{kwargs['hidden_size']}, {kwargs['num_hidden_layers']} layers, {kwargs['num_attention_heads']} "
+            f"heads, {kwargs['num_tokenizer_layers']} tokenizer layers."
+        )
+
+
 def infer_config_kwargs(
     state_dict: dict[str, torch.Tensor],
     filename: str | None = None,
@@ -366,22 +394,7 @@ def infer_config_kwargs(
     kwargs = infer_backbone_config_kwargs(backbone_state)
     variant = match_variant(kwargs)
     if filename is not None:
-        match = OFFICIAL_FILENAME_PATTERN.match(filename)
-        if match:
-            named_variant, named_task = match["variant"].replace("_", "-"), match["task"]
-            if named_task != kind:
-                raise OfficialCheckpointError(
-                    f"The file name {filename} says `{named_task}` but its tensors are a `{kind}` checkpoint."
-                )
-            if named_variant in VARIANTS and named_variant != variant:
-                arch = VARIANTS[named_variant]
-                raise OfficialCheckpointError(
-                    f"The file name {filename} says Sapiens2-{named_variant} (hidden {arch['hidden_size']}, "
-                    f"{arch['num_hidden_layers']} layers, {arch['num_attention_heads']} heads, "
-                    f"{arch['num_tokenizer_layers']} tokenizer layers) but its tensors have hidden "
-                    f"{kwargs['hidden_size']}, {kwargs['num_hidden_layers']} layers, {kwargs['num_attention_heads']} "
-                    f"heads, {kwargs['num_tokenizer_layers']} tokenizer layers."
-                )
+        _check_filename(filename, kind, variant, kwargs)
     kwargs["variant"] = variant
     if kind != "pretrain":
         head_state = {k[len("decode_head."):]: v for k, v in state_dict.items() if k.startswith("decode_head.")}

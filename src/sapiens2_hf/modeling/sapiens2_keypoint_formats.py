@@ -298,46 +298,10 @@ def convert_keypoints(keypoints: Any, scores: Any = None, target: Any = "coco17"
     if not is_torch and not isinstance(keypoints, np.ndarray):
         raise TypeError(f"keypoints must be a numpy array or a torch tensor, got {type(keypoints).__name__}; wrap "
                         "lists with np.asarray(..., dtype=np.float64).")
-    plan = _plan(key)
-    expected = len(POSE_KEYPOINT_NAMES)
-    if source_indices is not None:
-        position = {int(c): k for k, c in enumerate(source_indices)}
-        needed = source_keypoint_indices(key)
-        if len(position) != len(source_indices) or not set(needed) <= set(position):
-            raise ValueError(f"source_indices must be distinct and hold every 308 channel the format reads "
-                             f"(source_keypoint_indices: {list(needed)}), got {list(source_indices)}.")
-
-        def remap(indices: np.ndarray) -> np.ndarray:  # missing points keep a dummy 0
-            return np.asarray([position.get(int(c), 0) for c in indices], np.int64)
-
-        plan = plan._replace(first=remap(plan.first), second=remap(plan.second))
-        expected = len(position)
-    if keypoints.ndim < 2 or keypoints.shape[-2] != expected:
-        raise ValueError(f"keypoints must have shape (..., {expected}, D) (the Sapiens2 keypoints in "
-                         f"channel order, coordinates last), got {tuple(keypoints.shape)}.")
-    floating = keypoints.is_floating_point() if is_torch else np.issubdtype(keypoints.dtype, np.floating)
-    if not floating:
-        raise TypeError(f"keypoints must be floating point (means of two points are fractional), got "
-                        f"{keypoints.dtype}; convert them first, e.g. keypoints.astype(np.float64) or .double().")
-    if scores is not None:
-        if isinstance(scores, torch.Tensor) != is_torch or not (is_torch or isinstance(scores, np.ndarray)):
-            raise TypeError(f"scores must be of the same type as keypoints ({type(keypoints).__name__}), got "
-                            f"{type(scores).__name__}.")
-        if tuple(scores.shape) != tuple(keypoints.shape[:-1]):
-            raise ValueError(f"scores must have shape {tuple(keypoints.shape[:-1])} (the keypoints' shape without "
-                             f"the coordinate axis), got {tuple(scores.shape)}.")
-
+    plan, expected = _plan_for_sources(key, source_indices)
+    _check_keypoints_and_scores(keypoints, scores, expected, is_torch)
     if is_torch:
-        device = keypoints.device
-        first, second = torch.from_numpy(plan.first).to(device), torch.from_numpy(plan.second).to(device)
-        mean, missing = torch.from_numpy(plan.mean).to(device), torch.from_numpy(plan.missing).to(device)
-        a, b = keypoints.index_select(-2, first), keypoints.index_select(-2, second)
-        # `where`, not a weight matrix: a NaN anywhere in the 308 must not leak into unrelated target points
-        out = torch.where(mean[:, None], (a + b) / 2, a).masked_fill(missing[:, None], missing_value)
-        if scores is None:
-            return out, None
-        sa, sb = scores.index_select(-1, first), scores.index_select(-1, second)
-        return out, torch.where(mean, torch.minimum(sa, sb), sa).masked_fill(missing, 0)
+        return _convert_torch(plan, keypoints, scores, missing_value)
     a, b = keypoints[..., plan.first, :], keypoints[..., plan.second, :]
     out = np.where(plan.mean[:, None], (a + b) / 2, a).astype(keypoints.dtype, copy=False)
     out[..., plan.missing, :] = missing_value
@@ -347,6 +311,56 @@ def convert_keypoints(keypoints: Any, scores: Any = None, target: Any = "coco17"
     out_scores = np.where(plan.mean, np.minimum(sa, sb), sa).astype(scores.dtype, copy=False)
     out_scores[..., plan.missing] = 0
     return out, out_scores
+
+
+def _plan_for_sources(key, source_indices):
+    """`(plan, number of input keypoints)`: the format's plan over the 308 channels, or over `source_indices`."""
+    plan = _plan(key)
+    if source_indices is None:
+        return plan, len(POSE_KEYPOINT_NAMES)
+    position = {int(c): k for k, c in enumerate(source_indices)}
+    needed = source_keypoint_indices(key)
+    if len(position) != len(source_indices) or not set(needed) <= set(position):
+        raise ValueError(f"source_indices must be distinct and hold every 308 channel the format reads "
+                         f"(source_keypoint_indices: {list(needed)}), got {list(source_indices)}.")
+
+    def remap(indices: np.ndarray) -> np.ndarray:  # missing points keep a dummy 0
+        return np.asarray([position.get(int(c), 0) for c in indices], np.int64)
+
+    return plan._replace(first=remap(plan.first), second=remap(plan.second)), len(position)
+
+
+def _check_keypoints_and_scores(keypoints, scores, expected: int, is_torch: bool) -> None:
+    """`(..., expected, D)` floating keypoints, and scores of the same type and shape without the coordinates."""
+    if keypoints.ndim < 2 or keypoints.shape[-2] != expected:
+        raise ValueError(f"keypoints must have shape (..., {expected}, D) (the Sapiens2 keypoints in "
+                         f"channel order, coordinates last), got {tuple(keypoints.shape)}.")
+    floating = keypoints.is_floating_point() if is_torch else np.issubdtype(keypoints.dtype, np.floating)
+    if not floating:
+        raise TypeError(f"keypoints must be floating point (means of two points are fractional), got "
+                        f"{keypoints.dtype}; convert them first, e.g. keypoints.astype(np.float64) or .double().")
+    if scores is None:
+        return
+    if isinstance(scores, torch.Tensor) != is_torch or not (is_torch or isinstance(scores, np.ndarray)):
+        raise TypeError(f"scores must be of the same type as keypoints ({type(keypoints).__name__}), got "
+                        f"{type(scores).__name__}.")
+    if tuple(scores.shape) != tuple(keypoints.shape[:-1]):
+        raise ValueError(f"scores must have shape {tuple(keypoints.shape[:-1])} (the keypoints' shape without "
+                         f"the coordinate axis), got {tuple(scores.shape)}.")
+
+
+def _convert_torch(plan, keypoints: torch.Tensor, scores, missing_value: float):
+    """`convert_keypoints` on tensors, on their device."""
+    device = keypoints.device
+    first, second = torch.from_numpy(plan.first).to(device), torch.from_numpy(plan.second).to(device)
+    mean, missing = torch.from_numpy(plan.mean).to(device), torch.from_numpy(plan.missing).to(device)
+    a, b = keypoints.index_select(-2, first), keypoints.index_select(-2, second)
+    # `where`, not a weight matrix: a NaN anywhere in the 308 must not leak into unrelated target points
+    out = torch.where(mean[:, None], (a + b) / 2, a).masked_fill(missing[:, None], missing_value)
+    if scores is None:
+        return out, None
+    sa, sb = scores.index_select(-1, first), scores.index_select(-1, second)
+    return out, torch.where(mean, torch.minimum(sa, sb), sa).masked_fill(missing, 0)
 
 
 def describe_sources(target: str) -> list[dict[str, Any]]:

@@ -1,0 +1,124 @@
+# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
+"""The Sapiens2 task models' outputs (Hub-shippable, the modeling file's sibling): `ModelOutput` dataclasses in
+transformers' style, one per task that transformers has no output class for."""
+
+from dataclasses import dataclass
+
+import torch
+from transformers.modeling_outputs import ModelOutput
+
+
+# ----------------------------------------------------------------------------------------------------------- outputs
+
+
+@dataclass
+class Sapiens2PoseEstimatorOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForPoseEstimation`] (the fields of transformers' class of the same name).
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            The official pose loss (`PoseHeatmapLoss`: keypoint-weighted heatmap MSE x 10), returned when `labels`
+            (and `label_weights`) are given.
+        heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`):
+            Raw keypoint heatmaps (training targets peak at 1); decode them with the image processor.
+        hidden_states (`tuple(torch.Tensor)`, *optional*, returned with `output_hidden_states=True`):
+            The encoder input and the output of each encoder layer, each of shape
+            `(batch_size, sequence_length, hidden_size)`.
+        attentions (`tuple(torch.Tensor)`, *optional*, returned with `output_attentions=True`):
+            Attention weights of each layer, of shape `(batch_size, num_heads, sequence_length, sequence_length)`;
+            empty with attention backends that do not return weights (sdpa).
+    """
+
+    loss: torch.Tensor | None = None
+    heatmaps: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Sapiens2NormalEstimatorOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForNormalEstimation`] (the fields of transformers' class of the same name).
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            The official normal loss (`NormalLoss`: 10 cosine + L1 + 10 finite-difference), returned when `labels` is
+            given.
+        normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+            Camera-frame normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
+        hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
+    """
+
+    loss: torch.Tensor | None = None
+    normals: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Sapiens2PointmapEstimatorOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForPointmapEstimation`] (the fields of transformers' class of the same name).
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            The official pointmap loss (`PointmapLoss`, seven terms), returned when `labels` (with `target_scales`
+            and `intrinsics`) is given.
+        pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+            XYZ in the canonical camera (focal length 768 px; X right, Y down, Z forward).
+        scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
+            Canonical focal / actual focal length of the network input (metric XYZ = pointmaps / scales); `None` for
+            a head without the scale branch.
+        hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
+    """
+
+    loss: torch.Tensor | None = None
+    pointmaps: torch.Tensor | None = None
+    scales: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Sapiens2AlbedoEstimatorOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForAlbedoEstimation`].
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            The official albedo loss (`AlbedoLoss`: 2 L1 + 2 finite-difference + chromaticity), returned when
+            `labels` is given.
+        albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+            Raw RGB albedo as the official head returns it, with no activation or clamp: the training target range is
+            `[0, 1]` and values slightly outside it occur. Post-processing clamps to `[0, 1]`.
+        hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
+    """
+
+    loss: torch.Tensor | None = None
+    albedos: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Sapiens2ImageMattingOutput(ModelOutput):
+    r"""
+    Output of [`Sapiens2ForImageMatting`] (the fields of transformers' class of the same name, in its order).
+
+    Args:
+        loss (`torch.Tensor` of shape `()`, *optional*):
+            The matting loss (`MattingLoss`: alpha L1 + gradient + Laplacian + foreground L1), returned when
+            `labels` is given.
+        alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)`):
+            Alpha matte in `[0, 1]` (the head's channel 3 after a sigmoid).
+        hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
+        foregrounds (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
+            Pre-multiplied RGB foreground (`alpha * F`) in `[0, 1]` (the head's channels 0-2 after a sigmoid).
+    """
+
+    loss: torch.Tensor | None = None
+    alphas: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    foregrounds: torch.Tensor | None = None
