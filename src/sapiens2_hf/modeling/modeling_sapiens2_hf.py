@@ -39,6 +39,7 @@ from transformers.modeling_outputs import (
     BackboneOutput,
     BaseModelOutput,
     BaseModelOutputWithPooling,
+    ModelOutput,
     SemanticSegmenterOutput,
 )
 from transformers.processing_utils import Unpack
