@@ -99,6 +99,48 @@ def _affine_at(offsets: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.
     return np.median(values, axis=0), None
 
 
+def check_lifting_options(*, score_threshold: float = 0.3, window_radius=None, depth_jump: float = 0.1,
+                          min_person_fraction: float = 0.25, joint_depths=None, num_keypoints: int | None = None):
+    """Refuses lifting parameters that would silently mislabel keypoints (a NaN threshold passes every score, a
+    negative `depth_jump` flags every point): each must be finite and in range, and `joint_depths` one finite,
+    non-negative number or one per keypoint. Called where the values enter (`lift_keypoints`, the 3D pipeline)."""
+
+    def number(name, value, low, high=np.inf, low_open=False):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number, got {value!r}.") from None
+        if not (np.isfinite(value) and (value > low if low_open else value >= low) and value <= high):
+            bound = f"> {low}" if low_open else f">= {low}"
+            accepted = f"a finite number {bound}" + (f" and <= {high}" if np.isfinite(high) else "")
+            raise ValueError(f"{name} must be {accepted}, got {value!r}.")
+
+    number("score_threshold", score_threshold, 0.0, 1.0)
+    number("depth_jump", depth_jump, 0.0, low_open=True)
+    number("min_person_fraction", min_person_fraction, 0.0, 1.0)
+    if window_radius is not None:
+        number("window_radius", window_radius, 0.0)
+        if float(window_radius) != int(window_radius):
+            raise ValueError(f"window_radius is in whole pixels, got {window_radius!r}.")
+    if joint_depths is None:
+        return
+    if isinstance(joint_depths, str):
+        if joint_depths == "auto" and num_keypoints is None:  # the 3D pipeline resolves "auto" by keypoint name
+            return
+        raise ValueError(f"joint_depths must be metres: one number or one per keypoint, got {joint_depths!r}"
+                         + (" (or \"auto\" in the 3D pipeline)." if num_keypoints is not None else "."))
+    try:
+        depths = np.asarray(joint_depths, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"joint_depths must be metres: one number or one per keypoint, got {joint_depths!r}.") \
+            from None
+    if depths.ndim > 1 or (depths.ndim == 1 and num_keypoints is not None and len(depths) != num_keypoints):
+        raise ValueError(f"joint_depths has shape {depths.shape}; pass one number or {num_keypoints or 'one'} "
+                         "per keypoint (metres below the skin).")
+    if not (np.isfinite(depths).all() and (depths >= 0).all()):
+        raise ValueError(f"joint_depths must be finite metres >= 0, got {joint_depths!r}.")
+
+
 def lift_keypoints(keypoints, scores, pointmap, person_mask=None, *, score_threshold: float = 0.3,
                    window_radius: int | None = None, depth_jump: float = 0.1, min_person_fraction: float = 0.25,
                    joint_depths=None, box=None) -> LiftedKeypoints:
@@ -132,11 +174,11 @@ def lift_keypoints(keypoints, scores, pointmap, person_mask=None, *, score_thres
             raise ValueError(f"person_mask has shape {person_mask.shape}, the pointmap {(height, width)}.")
         usable &= person_mask
     count = len(keypoints)
+    check_lifting_options(score_threshold=score_threshold, window_radius=window_radius, depth_jump=depth_jump,
+                          min_person_fraction=min_person_fraction, joint_depths=joint_depths, num_keypoints=count)
     depths = np.zeros(count) if joint_depths is None else np.broadcast_to(
         np.asarray(joint_depths, dtype=np.float64), (count,))
     radius = int(window_radius) if window_radius is not None else default_window_radius(box, pointmap.shape)
-    if radius < 0:
-        raise ValueError(f"window_radius must be >= 0, got {radius}.")
     window_size = (2 * radius + 1) ** 2
 
     lifted = np.full((count, 3), np.nan)
@@ -214,5 +256,5 @@ def pa_mpjpe(predicted, target, valid=None) -> float:
     return mpjpe(procrustes_align(predicted[valid], target[valid]), target[valid])
 
 
-__all__ = ["JOINT_DEPTHS_M", "LiftedKeypoints", "STATUSES", "default_window_radius", "joint_depths_for",
+__all__ = ["JOINT_DEPTHS_M", "LiftedKeypoints", "STATUSES", "check_lifting_options", "default_window_radius", "joint_depths_for",
            "lift_keypoints", "mpjpe", "pa_mpjpe", "procrustes_align"]

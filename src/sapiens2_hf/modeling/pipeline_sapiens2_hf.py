@@ -43,7 +43,7 @@ from torch.utils.data import Dataset
 from transformers.pipelines.base import ChunkPipeline
 
 from .foreground_sapiens2_hf import SEGMENTER_PREFIX, load_segmenter, segmenter_part
-from .lifting_sapiens2_hf import joint_depths_for, lift_keypoints
+from .lifting_sapiens2_hf import check_lifting_options, joint_depths_for, lift_keypoints
 from .person_detection_sapiens2_hf import DEFAULT_DETECTOR, _nms, detect_people, load_detector  # noqa: F401 (re-export)
 from .pipeline_base_sapiens2_hf import (  # noqa: F401 (the public names re-exported from here)
     PIPELINE_DTYPES,
@@ -601,10 +601,14 @@ class Sapiens2Pose3DPipeline(Sapiens2PosePipeline):
         if args:
             raise TypeError(f"{type(self).__name__} takes the inputs as its only positional argument; pass the "
                             "options by name.")
+        check_lifting_options(score_threshold=score_threshold, window_radius=window_radius, depth_jump=depth_jump,
+                              min_person_fraction=min_person_fraction, joint_depths=joint_depths)  # before inference
         single = not isinstance(inputs, (list, tuple, types.GeneratorType, Dataset)) and not hasattr(inputs, "__next__")
         items = [inputs] if single else list(inputs)
         if not items:
             return []
+        if foreground_mask is not None and not isinstance(foreground_mask, (list, tuple)):
+            foreground_mask = [foreground_mask] * len(items)  # one mask for all images (the docstring's promise)
         people = super().__call__(items[0] if single else items, boxes=boxes, box_scores=box_scores,
                                   batch_size=batch_size, crop_batch_size=crop_batch_size, num_workers=num_workers,
                                   **kwargs)

@@ -367,8 +367,8 @@ def data_labels(data_args: DataArguments, task: str, seed: int, stages: Stages) 
         return None
     source = datasets_source(data_args)
     rows = columns = None
-    needs_rows = data_args.keypoint_set == "auto" if is_top_down(task) else not (data_args.class_names or
-                                                                                  data_args.labels_file)
+    # pose reads the first rows also for a named set: their keypoint count is checked against it before training
+    needs_rows = is_top_down(task) or (data_args.class_names is None and not data_args.labels_file)
     if source is not None and source != SYNTHETIC and needs_rows:
         wanted = [split for split, on in zip(_SPLITS, (stages.train, stages.eval, stages.predict)) if on]
         splits, _ = load_hf_splits(data_args, source, task, seed, wanted)

@@ -47,16 +47,44 @@ def _set_for_count(count: int, where: str) -> KeypointSet:
     return KeypointSet.build(f"{count} keypoints", [f"keypoint_{i}" for i in range(count)], flip_pairs=())
 
 
-def _coco_file_set(path: Path) -> KeypointSet:
+def _coco_file_set(path: Path, named: KeypointSet | None = None, source: str | None = None) -> KeypointSet:
+    """The set a COCO file trains (`named`: the one `--keypoint_set` gave), checked against every annotation's
+    keypoint count, so that a file whose people do not have the set's keypoints is refused before the model is built
+    (not with an index error mid-training). `source` says where `named` came from (default: `--keypoint_set`)."""
     data = load_coco_keypoint_file(path)
     annotation = next(iter(data["annotations"]), None)
-    if annotation is not None and ("lefthand_kpts" in annotation or len(annotation["keypoints"]) // 3 in (308, 344)):
-        return KEYPOINT_SET_PRESETS[OFFICIAL_SET]
+    official = annotation is not None and ("lefthand_kpts" in annotation
+                                           or len(annotation["keypoints"]) // 3 in (308, 344))
     category = next((c for c in data.get("categories", []) if c.get("keypoints")), None)
-    if category is not None:
-        return KeypointSet.from_coco_category(category, name=path.name)
-    count = len(annotation["keypoints"]) // 3 if annotation is not None else 0
-    return _set_for_count(count, str(path))
+    if named is not None:
+        kset, source = named, source or f"--keypoint_set {named.name}"
+    elif official:
+        return KEYPOINT_SET_PRESETS[OFFICIAL_SET]
+    elif category is not None:
+        kset, source = KeypointSet.from_coco_category(category, name=path.name), "its person category"
+    else:
+        return _set_for_count(len(annotation["keypoints"]) // 3 if annotation is not None else 0, str(path))
+    if not (official and is_official(kset)):  # the official layouts are mapped into the 308 by the readers
+        _check_coco_counts(path, data["annotations"], len(kset), source)
+    return kset
+
+
+def _check_coco_counts(path: Path, annotations: list, expected: int, source: str) -> None:
+    for annotation in annotations:
+        values = annotation["keypoints"]
+        count = len(values) // 3 if isinstance(values, list) else -1
+        if count != expected or len(values) % 3:
+            found = (f"{len(values)} numbers (not keypoint triples x, y, v)" if count >= 0 and len(values) % 3
+                     else f"{count} keypoints" if count >= 0 else f"a {type(values).__name__}")
+            raise ValueError(f"{path}: annotation id {annotation.get('id', '?')} has {found}, but {source} names "
+                             f"{expected}. Every annotation needs {expected} x 3 numbers; fix the file, or pass "
+                             "--keypoint_set with the data's own set (a preset or a JSON layout file).")
+
+
+def _check_row_count(count: int, kset: KeypointSet) -> None:
+    if count and count != len(kset) and not (count in _OFFICIAL_COUNTS and is_official(kset)):
+        raise ValueError(f"The dataset has {count} keypoints per person but --keypoint_set {kset.name} names "
+                         f"{len(kset)}; pass the data's own set (--keypoint_set auto reads it from the data).")
 
 
 def _row_keypoint_count(rows, column: str, visibility_column: str | None) -> int:
@@ -78,18 +106,23 @@ def _row_keypoint_count(rows, column: str, visibility_column: str | None) -> int
 def requested_keypoint_set(data_args, rows=None, columns=None) -> KeypointSet | None:
     """The keypoint set the run's data asks for: `--keypoint_set`, else (auto) read from the data (a COCO file or the
     first `datasets` row); None when nothing says (synthetic humans, no data yet: the model's own set)."""
-    if data_args.keypoint_set != "auto":
-        return keypoint_set(data_args.keypoint_set)
+    named = None if data_args.keypoint_set == "auto" else keypoint_set(data_args.keypoint_set)
     if data_args.dataset == "coco" and data_args.dataset_name is None:
-        for split in ("train", "eval", "test"):
-            targets = getattr(data_args, f"{split}_targets")
-            if targets is not None:
-                return _coco_file_set(Path(targets))
-        return None
+        files = [Path(t) for t in (getattr(data_args, f"{split}_targets") for split in ("train", "eval", "test"))
+                 if t is not None]
+        if not files:
+            return named
+        kset = _coco_file_set(files[0], named)
+        for other in files[1:]:  # every split's file is read with the first one's set
+            _coco_file_set(other, kset, None if named is not None else f"the set of {files[0].name}")
+        return kset
+    count = 0
     if rows is not None and columns is not None and columns.keypoints is not None:
         count = _row_keypoint_count(rows, columns.keypoints, columns.keypoint_visibility)
-        return _set_for_count(count, "The dataset") if count else None
-    return None
+    if named is not None:
+        _check_row_count(count, named)
+        return named
+    return _set_for_count(count, "The dataset") if count else None
 
 
 def check_model_keypoints(model_set: KeypointSet, wanted: KeypointSet | None) -> None:
@@ -153,11 +186,15 @@ def _names_from_file(path: str) -> list[str]:
 def requested_class_names(data_args, rows=None, columns=None) -> list[str] | None:
     """The segmentation classes the run trains: `--class_names`, `--labels_file`, else the `datasets` label column's
     `ClassLabel` names; None: the model's own (the 29 official body parts for a new one)."""
-    if data_args.class_names and data_args.labels_file:
+    if data_args.class_names is not None and data_args.labels_file:
         raise ValueError("Pass either --class_names or --labels_file, not both.")
     names = None
-    if data_args.class_names:
+    if data_args.class_names is not None:  # an empty --class_names is a mistake to name, not "no classes given"
         names = [name.strip() for name in data_args.class_names.split(",")]
+        if len(names) < 2 or len(set(names)) != len(names) or not all(names):
+            raise ValueError(f"--class_names {data_args.class_names!r} gives {names}: the class names must be at "
+                             "least two, unique and non-empty, comma-separated in id order (background first); or "
+                             "leave --class_names out.")
     elif data_args.labels_file:
         names = _names_from_file(data_args.labels_file)
     elif rows is not None and columns is not None and columns.label is not None:
