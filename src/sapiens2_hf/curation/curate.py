@@ -41,9 +41,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..utils.atomic_io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from ..utils.atomic_io import atomic_write, atomic_write_json, atomic_write_text
 from ..utils.extras import require
-from . import measures
+from . import global_stages as stages
+from . import measures, store
 from .measures import STAGES, decode_image
 from .report import write_report
 
@@ -302,21 +303,34 @@ class BackboneEmbedder:
 
 @dataclass
 class CurationResult:
-    """What a run produced: `kept` indices, every image's `records`, the output paths and per-stage timings."""
+    """What a run produced: the `kept` indices (an int64 array), every image's `records` (read back from
+    `records.jsonl` each time they are iterated: never all in memory), the output paths and the summary."""
 
-    kept: list[int]
-    records: list[dict]
+    kept: np.ndarray
+    records: "RecordsFile | list"
     dataset_path: Path | None
     report_path: Path | None
     summary: dict = field(default_factory=dict)
 
 
-def _chunk_paths(state: Path, chunk: int) -> tuple[Path, Path]:
-    return state / f"chunk_{chunk:06d}.json", state / f"chunk_{chunk:06d}.npy"
+class RecordsFile:
+    """The records of `records.jsonl`, one dict per image, streamed from the file on every iteration."""
+
+    def __init__(self, path: Path, count: int):
+        self.path, self.count = Path(path), count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        with open(self.path, encoding="utf-8") as file:
+            for line in file:
+                yield json.loads(line)
 
 
 def _process_chunk(rows: list, config: CurationConfig, segmenter, embedder, timings: dict,
-                   rank: int = 0) -> tuple[list, np.ndarray]:
+                   rank: int = 0) -> tuple[dict, np.ndarray]:
+    """One chunk's per-image stages: its records as columns (`store.COLUMNS`) and its embeddings."""
     records, images = [], []
     for index, name, load in rows:
         begin = time.perf_counter()
@@ -350,7 +364,48 @@ def _process_chunk(rows: list, config: CurationConfig, segmenter, embedder, timi
         embeddings = np.full((len(records), width), np.nan, np.float16)
         if len(alive):
             embeddings[alive] = vectors.astype(np.float16)
-    return records, embeddings
+    columns = {
+        "index": [r["index"] for r in records], "source": [r["source"] for r in records],
+        "computed_by": [rank] * len(records),
+        "decoded": [r["stages"]["decode"]["verdict"] == "keep" for r in records],
+        "image_kept": [all(stage.get("verdict") != "drop" for stage in r["stages"].values()) for r in records],
+        "phash": [int(r.get("phash", "0"), 16) for r in records], "rank": [quality_rank(r) for r in records],
+        "stages": [r["stages"] for r in records]}
+    return columns, embeddings
+
+
+def _needs_embeddings(config: CurationConfig, reference) -> list[str]:
+    """The stages switched on that read embeddings (hash-only duplicates read none)."""
+    return [stage for stage, needs in (
+        ("duplicates", config.min_duplicate_cosine is not None), ("domain", reference is not None),
+        ("balance", True)) if needs and config.on(stage)]
+
+
+def _embedder(config, reference, person_model, segmenter, embedding_model, device):
+    """The embedding model, only when a stage switched on reads embeddings; None otherwise."""
+    readers = _needs_embeddings(config, reference)
+    if not readers:
+        return None
+    chosen = embedding_model
+    if chosen is None:  # the person model's backbone (loaded already when its stage is on)
+        chosen = segmenter.pipe.model if isinstance(segmenter, PersonSegmenter) else person_model
+        chosen = None if callable(chosen) and not hasattr(chosen, "config") and not hasattr(chosen, "model") \
+            else getattr(chosen, "model", chosen)
+    if chosen is None:
+        raise ValueError(f"the {', '.join(readers)} stage(s) need image embeddings: pass embedding_model= (a "
+                         "Sapiens2 checkpoint; CLI --embedding-model) or a person model to borrow its backbone from, "
+                         f"or switch them off (CLI --skip {' '.join(readers)}). Hash-only duplicates need no model.")
+    is_function = callable(chosen) and not hasattr(chosen, "config")
+    return chosen if is_function else BackboneEmbedder(chosen, device)
+
+
+def _describe_model(model) -> str | None:
+    if model is None:
+        return None
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    return getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None) \
+        or getattr(model, "__qualname__", type(model).__qualname__)
 
 
 def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: CurationConfig | None = None,
@@ -364,8 +419,9 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
         config (`CurationConfig`, *optional*): stages and thresholds (default: all on, the defaults).
         person_model: the `person` stage's segmentation model (folder, Hub id, official file, pipeline or a callable
             `images -> masks`); required while the stage is on.
-        embedding_model: a Sapiens2 checkpoint (its backbone) or a callable `images -> (n, d)` unit vectors, for
-            `duplicates` (with the hash), `domain` and `balance`; default: the person model's backbone.
+        embedding_model: a Sapiens2 checkpoint (its backbone) or a callable `images -> (n, d)` unit vectors, for the
+            stages that read embeddings (`balance`, `domain`, `duplicates` with `min_duplicate_cosine`); default: the
+            person model's backbone. Not loaded when no such stage is on.
         reference (`list[str]`, *optional*): images of the wanted domain (folders or datasets as `inputs`); turns
             the `domain` stage on.
         max_chunks (`int`, *optional*): stop after computing this many chunks (the rest on a later call).
@@ -377,6 +433,8 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     state.mkdir(parents=True, exist_ok=True)
     rank, world_size, wait = _distributed()
     source = inputs if isinstance(inputs, ImageSource) else open_inputs(list(inputs), image_column)
+    if not (config.on("domain") and reference):
+        reference = None
     if config.on("person") and person_model is None:
         raise ValueError("the person stage needs a segmentation model: pass person_model= (CLI --person-model), or "
                          "switch the stage off (stages without 'person'; CLI --skip person).")
@@ -386,39 +444,24 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
         is_function = callable(person_model) and not hasattr(person_model, "config") \
             and not hasattr(person_model, "model")
         segmenter = person_model if is_function else PersonSegmenter(person_model, device)
-    global_stages = [s for s in ("duplicates", "domain", "balance") if config.on(s)]
-    embedder = None
-    if global_stages:
-        chosen = embedding_model
-        if chosen is None:  # the person model's backbone (loaded already when its stage is on)
-            chosen = segmenter.pipe.model if isinstance(segmenter, PersonSegmenter) else person_model
-            chosen = None if callable(chosen) and not hasattr(chosen, "config") and not hasattr(chosen, "model") \
-                else getattr(chosen, "model", chosen)
-        if chosen is None:
-            raise ValueError("the duplicates, domain and balance stages need image embeddings: pass embedding_model= "
-                             "(a Sapiens2 checkpoint; CLI --embedding-model) or a person model to borrow its "
-                             "backbone from.")
-        is_function = callable(chosen) and not hasattr(chosen, "config")
-        embedder = chosen if is_function else BackboneEmbedder(chosen, device)
+    embedder = _embedder(config, reference, person_model, segmenter, embedding_model, device)
     timings = {"decode": 0.0, "size+quality": 0.0, "person": 0.0, "embedding": 0.0}
     computed, rows = 0, []
-    _check_same_run(state, source.description, config)
-    done_chunks = {int(p.stem.split("_")[1]) for p in state.glob("chunk_*.json")}
+    _check_same_run(state, source.description, config,
+                    _describe_model(embedding_model if embedding_model is not None else person_model)
+                    if embedder is not None else None)
+    finished = set(store.done_chunks(state))
 
     def flush(chunk_rows, number):
         nonlocal computed
-        records, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings, rank)
-        records_path, embeddings_path = _chunk_paths(state, number)
-        buffer = __import__("io").BytesIO()
-        np.save(buffer, embeddings)
-        atomic_write_bytes(embeddings_path, buffer.getvalue())
-        atomic_write_json(records_path, records)  # last: its presence marks the chunk done
+        columns, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings, rank)
+        store.write_chunk(state, number, columns, embeddings, rank)
         computed += 1
         if on_chunk is not None:
             on_chunk(number)
 
     stopped = False
-    for index, name, load in _rows_from(source, done_chunks, config.chunk_size, rank, world_size):
+    for index, name, load in _rows_from(source, finished, config.chunk_size, rank, world_size):
         number = index // config.chunk_size
         if rows and rows[0][0] // config.chunk_size != number:
             flush(rows, rows[0][0] // config.chunk_size)
@@ -430,43 +473,44 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     if rows and not stopped:
         flush(rows, rows[0][0] // config.chunk_size)
     if stopped:
-        return CurationResult([], [], None, None, {"stopped_after_chunks": computed})
+        return CurationResult(np.zeros(0, np.int64), [], None, None, {"stopped_after_chunks": computed})
     wait()
     if rank != 0:
-        return CurationResult([], [], None, None, {"rank": rank})
-    records, embeddings = _load_chunks(state)
-    reference_vectors = None
-    if reference and config.on("domain") and embedder is not None:
-        reference_vectors = _embed_reference(reference, embedder, image_column)
+        return CurationResult(np.zeros(0, np.int64), [], None, None, {"rank": rank})
+    reference_vectors = _embed_reference(reference, embedder, image_column) if reference else None
     begin = time.perf_counter()
-    global_timings = _global_stages(records, embeddings, config, reference_vectors)
-    kept = [record["index"] for record in records if record["verdict"] == "keep"]
-    summary = _summary(records, config, {**timings, **global_timings}, source.description, time.perf_counter() - begin)
-    summary["chunks_computed_this_run"] = computed
-    _write_records(out / "records.jsonl", records)
-    dataset_path = None
-    if write_dataset:
-        dataset_path = _write_dataset(source, kept, records, out / "dataset")
-    report_path = write_report(out, records, summary, source)
+    verdicts = _global_stages(state, config, reference_vectors, timings)
+    records_path = out / "records.jsonl"
+    summary, sample = _write_records(state, records_path, verdicts, config)
+    summary.update(input=source.description, config=dataclasses.asdict(config),
+                   seconds={key: round(value, 3) for key, value in timings.items()},
+                   images_per_second={key: round(summary["images"] / value, 1) for key, value in timings.items()
+                                      if value > 0},
+                   global_seconds=round(time.perf_counter() - begin, 3), chunks_computed_this_run=computed)
+    kept = np.flatnonzero(verdicts.kept) if len(verdicts.kept) else np.zeros(0, np.int64)
+    kept = verdicts.index[kept]
+    dataset_path = _write_dataset(source, verdicts, records_path, out / "dataset") if write_dataset else None
+    report_path = write_report(out, sample, summary, source)
     atomic_write_json(out / "summary.json", summary, indent=2)
     if progress:
         print(f"curated {summary['images']} image(s): kept {summary['kept']}; {out}")
-    return CurationResult(kept, records, dataset_path, report_path, summary)
+    return CurationResult(kept, RecordsFile(records_path, summary["images"]), dataset_path, report_path, summary)
 
 
-def _check_same_run(state: Path, description: str, config: CurationConfig) -> None:
-    """Finished chunks are reused only by a run of the same inputs and per-image settings (`run.json` records
-    them): another run's chunks would give its verdicts to these images."""
+def _check_same_run(state: Path, description: str, config: CurationConfig, embedding: str | None) -> None:
+    """Finished chunks are reused only by a run of the same inputs, per-image settings and embedding model
+    (`run.json` records them): another run's chunks would give its verdicts (or its embeddings) to these images."""
     settings = {key: value for key, value in dataclasses.asdict(config).items()
                 if key not in ("clusters", "cluster_cap", "reference_k", "min_reference_similarity",
                                "min_duplicate_cosine", "max_hash_distance")}  # global stages: recomputed each run
-    wanted = {"inputs": description, "settings": json.loads(json.dumps(settings))}
+    wanted = {"inputs": description, "settings": json.loads(json.dumps(settings)), "embedding_model": embedding}
     recorded = state / "run.json"
     if recorded.is_file():
         previous = json.loads(recorded.read_text())
         if previous != wanted:
-            raise ValueError(f"{state.parent} holds the finished chunks of another curation run (other inputs or "
-                             f"settings: {recorded}); use another --out, or delete {state} to start again.")
+            raise ValueError(f"{state.parent} holds the finished chunks of another curation run (other inputs, "
+                             f"settings or embedding model: {recorded}); use another --out, or delete {state} to "
+                             "start again.")
     elif int(os.environ.get("RANK", "0")) == 0:
         atomic_write_json(recorded, wanted)
 
@@ -498,18 +542,6 @@ def _rows_from(source: ImageSource, done: set[int], chunk_size: int, rank: int, 
         yield index, name, load
 
 
-def _load_chunks(state: Path) -> tuple[list[dict], np.ndarray]:
-    records, blocks = [], []
-    for records_path in sorted(state.glob("chunk_*.json")):
-        chunk_records = json.loads(records_path.read_text())
-        vectors = np.load(records_path.with_suffix(".npy"))
-        records += chunk_records
-        blocks.append(vectors if vectors.shape[1] else np.full((len(chunk_records), 0), np.nan, np.float16))
-    width = max((b.shape[1] for b in blocks), default=0)
-    blocks = [b if b.shape[1] == width else np.full((len(b), width), np.nan, np.float16) for b in blocks]
-    return records, (np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, 0), np.float32))
-
-
 def _embed_reference(reference: list[str], embedder, image_column: str) -> np.ndarray:
     source = open_inputs(reference, image_column)
     images = []
@@ -523,148 +555,172 @@ def _embed_reference(reference: list[str], embedder, image_column: str) -> np.nd
     return np.asarray(embedder(images), np.float32)
 
 
-class _UnionFind:
-    def __init__(self, count: int):
-        self.parent = list(range(count))
+# ------------------------------------------------------------------------------------------------ global stages
 
-    def find(self, a: int) -> int:
-        while self.parent[a] != a:
-            self.parent[a] = self.parent[self.parent[a]]
-            a = self.parent[a]
-        return a
-
-    def union(self, a: int, b: int) -> None:
-        a, b = self.find(a), self.find(b)
-        if a != b:
-            self.parent[max(a, b)] = min(a, b)
+_UNMEASURED, _DROP, _KEEP = -1, 0, 1
 
 
-def _global_stages(records: list[dict], embeddings: np.ndarray, config: CurationConfig,
-                   reference: np.ndarray | None) -> dict[str, float]:
-    timings = {}
-    alive = [k for k, record in enumerate(records) if _alive(record, config, "duplicates")]
+@dataclass
+class GlobalVerdicts:
+    """The global stages' results, one entry per image in index order (small arrays, no Python object per image):
+    `verdict[stage]` is -1 (not measured), 0 (drop) or 1 (keep); `scores[stage]` the figures each record shows."""
+
+    index: np.ndarray
+    verdict: dict[str, np.ndarray]
+    scores: dict[str, dict[str, np.ndarray]]
+    kept: np.ndarray
+
+
+def _global_stages(state: Path, config: CurationConfig, reference: np.ndarray | None,
+                   timings: dict) -> GlobalVerdicts:
+    """The duplicates, domain and balance stages over the chunks' columns (`global_stages` has the indexes)."""
+    chunks = store.done_chunks(state)
+    parts = {name: [] for name in ("index", "decoded", "image_kept", "phash", "rank")}
+    for _, columns in store.read_columns(state, chunks, tuple(parts)):
+        for name, values in columns.items():
+            parts[name].append(values)
+    index, decoded, image_kept, phash, rank = (np.concatenate(parts[name]) if parts[name] else np.zeros(0) for name
+                                               in ("index", "decoded", "image_kept", "phash", "rank"))
+    decoded, image_kept = decoded.astype(bool), image_kept.astype(bool)
+    count = len(index)
+    verdict = {stage: np.full(count, _UNMEASURED, np.int8) for stage in ("duplicates", "domain", "balance")}
+    scores: dict[str, dict[str, np.ndarray]] = {}
+    width = store.embedding_width(state, chunks)
+    embeddings = None
+    if width and _needs_embeddings(config, reference):
+        embeddings = stages.Embeddings(store.gather_embeddings(state, chunks, count, width))
+
+    def alive() -> np.ndarray:  # what the stage measures: decoded, and (cascade) kept by every stage so far
+        if not config.cascade:
+            return decoded.copy()
+        return decoded & image_kept & np.all([v != _DROP for v in verdict.values()], axis=0)
+
+    embedded = np.zeros(count, bool)
+    if embeddings is not None:  # rows with an embedding (the chunks' rows follow each other in index order)
+        offset = 0
+        for chunk in chunks:
+            vectors = np.load(store.chunk_paths(state, chunk)[2], mmap_mode="r")
+            if vectors.shape[1] == width:
+                embedded[offset:offset + len(vectors)] = ~np.isnan(vectors[:, 0])
+            offset += len(vectors)
+            del vectors
     if config.on("duplicates"):
         begin = time.perf_counter()
-        _duplicates(records, embeddings, alive, config)
+        rows = np.flatnonzero(alive())
+        pairs = stages.hash_pairs(phash[rows], config.max_hash_distance, config.seed)
+        if config.min_duplicate_cosine is not None and embeddings is not None:
+            with_vectors = np.flatnonzero(embedded[rows])
+            vectors_rows = rows[with_vectors]
+            if len(vectors_rows) > 1:
+                hierarchy = stages.hierarchical_kmeans(embeddings, vectors_rows, _leaves(config, len(vectors_rows)),
+                                                       config.seed)
+                mean = stages.streaming_mean(embeddings, vectors_rows)
+                near = stages.embedding_pairs(embeddings, vectors_rows, hierarchy.leaf, config.min_duplicate_cosine,
+                                              mean)
+                pairs = np.concatenate([pairs, with_vectors[near]])
+        found = stages.near_duplicates(len(rows), pairs, rank[rows])
+        verdict["duplicates"][rows] = np.where(found.best == np.arange(len(rows)), _KEEP, _DROP)
+        scores["duplicates"] = {"cluster": _full(count, index[rows[found.component]], rows),
+                                "cluster_size": _full(count, found.size, rows),
+                                "duplicate_of": _full(count, index[rows[found.best]], rows)}
         timings["duplicates"] = time.perf_counter() - begin
-    if config.on("domain") and reference is not None:
+    if reference is not None and embeddings is not None:
         begin = time.perf_counter()
-        alive = [k for k, record in enumerate(records) if _alive(record, config, "domain")]
-        for start in range(0, len(alive), 1024):
-            block = alive[start:start + 1024]
-            similarity = np.nan_to_num(embeddings[block]) @ reference.T
-            k = min(config.reference_k, reference.shape[0])
-            top = -np.sort(-similarity, axis=1)[:, :k].mean(axis=1)
-            for row, score in zip(block, top):
-                records[row]["stages"]["domain"] = {"reference_similarity": round(float(score), 4),
-                                                    "verdict": _verdict(score >= config.min_reference_similarity)}
+        rows = np.flatnonzero(alive() & embedded)
+        similarity = stages.reference_similarity(embeddings, rows, reference, config.reference_k)
+        verdict["domain"][rows] = np.where(similarity >= config.min_reference_similarity, _KEEP, _DROP)
+        scores["domain"] = {"reference_similarity": _full(count, similarity, rows, np.float32)}
         timings["domain"] = time.perf_counter() - begin
-    if config.on("balance"):
+    if config.on("balance") and embeddings is not None:
         begin = time.perf_counter()
-        _balance(records, embeddings, config)
+        # balance measures only what no stage dropped, cascade or not
+        rows = np.flatnonzero(decoded & image_kept & embedded & np.all([v != _DROP for v in verdict.values()], axis=0))
+        if len(rows):
+            hierarchy = stages.hierarchical_kmeans(embeddings, rows, _leaves(config, len(rows)), config.seed)
+            result = stages.balanced_sample(hierarchy, rank[rows], config.cluster_cap)
+            verdict["balance"][rows] = np.where(result.keep, _KEEP, _DROP)
+            scores["balance"] = {"cluster": _full(count, result.leaf, rows),
+                                 "parent": _full(count, hierarchy.parent_of_leaf[result.leaf], rows),
+                                 "cluster_size": _full(count, result.leaf_size, rows),
+                                 "share": _full(count, result.share, rows), "cap": result.cap}
         timings["balance"] = time.perf_counter() - begin
-    for record in records:
-        stages = record["stages"]
-        record["verdict"] = "drop" if any(stage.get("verdict") == "drop" for stage in stages.values()) else "keep"
-        record["dropped_by"] = next((name for name in STAGES if stages.get(name, {}).get("verdict") == "drop"), None)
-    return timings
+    kept = decoded & image_kept & np.all([v != _DROP for v in verdict.values()], axis=0)
+    return GlobalVerdicts(index, verdict, scores, kept)
 
 
-def _duplicates(records, embeddings, alive: list[int], config: CurationConfig) -> None:
-    """Clusters near-duplicates among `alive` (hash distance or embedding cosine) and keeps each cluster's best."""
-    union = _UnionFind(len(alive))
-    hashes = np.array([int(records[k]["phash"], 16) for k in alive], dtype=np.uint64)
-    for start in range(0, len(alive), 256):  # all pairs, in blocks: Hamming distances by bit counts of the XORs
-        block = hashes[start:start + 256, None] ^ hashes[None, :]
-        distance = np.unpackbits(block.view(np.uint8), axis=-1).reshape(*block.shape, 64).sum(-1)
-        for a, b in zip(*np.nonzero(distance <= config.max_hash_distance)):
-            if start + a < b:
-                union.union(start + int(a), int(b))
-    if config.min_duplicate_cosine is not None and embeddings.shape[1] and len(alive) > 1:
-        # centred on the set's mean: what all images share (a backbone's pooled outputs have a large common part,
-        # a random backbone's almost only that) does not make two images near-duplicates
-        vectors = np.nan_to_num(embeddings[alive])
-        vectors = vectors - vectors.mean(axis=0, keepdims=True)
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        for start in range(0, len(alive), 1024):
-            similarity = vectors[start:start + 1024] @ vectors.T
-            for a, b in zip(*np.nonzero(similarity >= config.min_duplicate_cosine)):
-                if start + a < b:
-                    union.union(start + int(a), int(b))
-    clusters: dict[int, list[int]] = {}
-    for position in range(len(alive)):
-        clusters.setdefault(union.find(position), []).append(position)
-    for members in clusters.values():
-        best = max(members, key=lambda m: (quality_rank(records[alive[m]]), -m))
-        for member in members:
-            record = records[alive[member]]
-            record["stages"]["duplicates"] = {
-                "cluster": int(records[alive[min(members)]]["index"]), "cluster_size": len(members),
-                "verdict": _verdict(member == best)}
-            if member != best:
-                record["stages"]["duplicates"]["duplicate_of"] = int(records[alive[best]]["index"])
+def _leaves(config: CurationConfig, count: int) -> int:
+    return config.clusters or max(1, round(math.sqrt(count / 2)))
 
 
-def kmeans(vectors: np.ndarray, clusters: int, seed: int = 0, iterations: int = 30) -> np.ndarray:
-    """Seeded k-means (k-means++ start, Lloyd's iterations) on rows of `vectors`; returns each row's cluster."""
-    rng = np.random.default_rng(seed)
-    count = len(vectors)
-    clusters = max(1, min(clusters, count))
-    centres = [vectors[rng.integers(count)]]
-    for _ in range(1, clusters):
-        distance = np.min(((vectors[:, None] - np.asarray(centres)[None]) ** 2).sum(-1), axis=1)
-        total = distance.sum()
-        centres.append(vectors[rng.choice(count, p=distance / total) if total > 0 else rng.integers(count)])
-    centres = np.asarray(centres)
-    labels = np.zeros(count, dtype=np.int64)
-    for _ in range(iterations):
-        labels = np.argmin(((vectors[:, None] - centres[None]) ** 2).sum(-1), axis=1)
-        moved = np.array([vectors[labels == c].mean(0) if (labels == c).any() else centres[c]
-                          for c in range(clusters)])
-        if np.allclose(moved, centres):
-            break
-        centres = moved
-    return labels
+def _full(count: int, values, rows: np.ndarray, dtype=np.int64) -> np.ndarray:
+    out = np.full(count, -1, dtype)
+    out[rows] = values
+    return out
 
 
-def _balance(records, embeddings, config: CurationConfig) -> None:
-    alive = [k for k, record in enumerate(records) if _alive(record, config, "balance")
-             and all(stage.get("verdict") != "drop" for stage in record["stages"].values())]
-    if not alive or not embeddings.shape[1]:
-        return
-    clusters = config.clusters or max(1, round(math.sqrt(len(alive) / 2)))
-    labels = kmeans(np.nan_to_num(embeddings[alive]), clusters, seed=config.seed)
-    cap = config.cluster_cap or max(1, math.ceil(2 * len(alive) / max(1, len(set(labels.tolist())))))
-    for cluster in set(labels.tolist()):
-        members = [alive[k] for k in np.nonzero(labels == cluster)[0]]
-        members.sort(key=lambda k: -quality_rank(records[k]))
-        for rank, member in enumerate(members):
-            records[member]["stages"]["balance"] = {"cluster": int(cluster), "cluster_size": len(members),
-                                                    "cap": cap, "verdict": _verdict(rank < cap)}
+def _global_record(verdicts: GlobalVerdicts, position: int, stage: str) -> dict | None:
+    verdict = int(verdicts.verdict[stage][position])
+    if verdict == _UNMEASURED:
+        return None
+    record = {}
+    for key, values in verdicts.scores.get(stage, {}).items():
+        value = values if np.isscalar(values) else values[position]
+        record[key] = round(float(value), 4) if isinstance(value, np.floating) else int(value)
+    if stage == "duplicates" and verdict == _KEEP:
+        record.pop("duplicate_of", None)
+    record["verdict"] = "keep" if verdict == _KEEP else "drop"
+    return record
 
 
-def _summary(records, config, timings, description, global_seconds) -> dict:
-    per_stage = {}
-    for stage in STAGES:
-        seen = [r["stages"][stage]["verdict"] for r in records if "verdict" in r["stages"].get(stage, {})]
-        per_stage[stage] = {"on": config.on(stage), "measured": len(seen), "kept": seen.count("keep"),
-                            "dropped": seen.count("drop")}
-    images = len(records)
-    return {"input": description, "images": images, "kept": sum(r["verdict"] == "keep" for r in records),
-            "stages": per_stage, "config": dataclasses.asdict(config),
-            "seconds": {key: round(value, 3) for key, value in timings.items()},
-            "images_per_second": {key: round(images / value, 1) for key, value in timings.items() if value > 0},
-            "global_seconds": round(global_seconds, 3)}
+def _write_records(state: Path, path: Path, verdicts: GlobalVerdicts, config: CurationConfig,
+                   report_rows: int = 20000) -> tuple[dict, list[dict]]:
+    """Streams every chunk's records, with the global stages' verdicts, into `records.jsonl` (atomically); returns
+    the summary's counts and the records the report shows (every `n / report_rows`-th, and the first dropped ones
+    of each stage)."""
+    counts = {stage: {"on": config.on(stage), "measured": 0, "kept": 0, "dropped": 0} for stage in STAGES}
+    count = len(verdicts.index)
+    step = max(1, math.ceil(count / report_rows))
+    sample: list[dict] = []
+    examples = {stage: 0 for stage in STAGES}
+
+    def write(file):
+        position = 0
+        for _, columns in store.read_columns(state, store.done_chunks(state),
+                                             ("index", "source", "computed_by", "stages")):
+            for index, source, computed_by, text in zip(columns["index"], columns["source"],
+                                                        columns["computed_by"], columns["stages"]):
+                record_stages = json.loads(text)
+                for stage in ("duplicates", "domain", "balance"):
+                    found = _global_record(verdicts, position, stage)
+                    if found is not None:
+                        record_stages[stage] = found
+                dropped_by = next((name for name in STAGES if record_stages.get(name, {}).get("verdict") == "drop"),
+                                  None)
+                record = {"index": int(index), "source": source, "computed_by": int(computed_by),
+                          "stages": record_stages, "verdict": "drop" if dropped_by else "keep",
+                          "dropped_by": dropped_by}
+                for stage, measured in record_stages.items():
+                    if "verdict" in measured:
+                        counts[stage]["measured"] += 1
+                        counts[stage]["kept" if measured["verdict"] == "keep" else "dropped"] += 1
+                file.write(json.dumps(record) + "\n")
+                if position % step == 0 or (dropped_by and examples[dropped_by] < 4):
+                    sample.append(record)
+                    if dropped_by:
+                        examples[dropped_by] += 1
+                position += 1
+
+    atomic_write(path, write, mode="w")
+    summary = {"images": count, "kept": int(verdicts.kept.sum()), "stages": counts}
+    return summary, sample
 
 
-def _write_records(path: Path, records: list[dict]) -> None:
-    atomic_write_text(path, "".join(json.dumps(record) + "\n" for record in records))
-
-
-def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], folder: Path) -> Path:
+def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: Path, folder: Path) -> Path:
     """The kept images as a `datasets.Dataset` (`image` and `source` columns, the scores as JSON in `curation`),
-    written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed)."""
+    written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed). Streamed: the
+    source's rows and `records.jsonl` are read side by side, both in index order."""
     import shutil
+    import tempfile
 
     datasets = require("datasets", feature="curation")
     ours = folder.parent / STATE_FOLDER / "dataset_written"
@@ -672,12 +728,14 @@ def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], fo
         raise ValueError(f"{folder} exists and was not written by a curation run: it is left as it is; move it or "
                          "pass another --out.")
 
-    wanted = set(kept)
-    by_index = {record["index"]: record for record in records}
-
     def rows():
-        for index, name, load in source.rows(0):
-            if index in wanted:
+        with open(records_path, encoding="utf-8") as lines:
+            for index, name, load in source.rows(0):
+                record = json.loads(next(lines))
+                if record["index"] != index:
+                    raise RuntimeError(f"records.jsonl is out of step with the input at row {index}")
+                if record["verdict"] != "keep":
+                    continue
                 value = load()
                 if isinstance(value, dict):
                     value = value.get("bytes") or Path(value["path"]).read_bytes()
@@ -688,17 +746,17 @@ def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], fo
                     value.convert("RGB").save(buffer, format="PNG")
                     value = buffer.getvalue()
                 yield {"image": {"bytes": bytes(value), "path": None}, "source": name,
-                       "curation": json.dumps(by_index[index]["stages"])}
-
-    import tempfile
+                       "curation": json.dumps(record["stages"])}
 
     features = datasets.Features({"image": datasets.Image(), "source": datasets.Value("string"),
                                   "curation": datasets.Value("string")})
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    # a cache of its own: `from_generator` keys its cache by the generator's code, which is the same for every run
+    # a cache of its own: `from_generator` keys its cache by the generator's code, which is the same for every run;
+    # `from_generator` writes Arrow shards as the generator yields: the kept images are never all in memory
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".curation-cache-") as cache:
-        dataset = datasets.Dataset.from_generator(rows, features=features, cache_dir=cache) if wanted else \
+        dataset = datasets.Dataset.from_generator(rows, features=features, cache_dir=cache) \
+            if verdicts.kept.any() else \
             datasets.Dataset.from_dict({"image": [], "source": [], "curation": []}, features=features)
         dataset.save_to_disk(str(partial))
         del dataset
@@ -709,5 +767,10 @@ def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], fo
     return folder
 
 
-__all__ = ["BackboneEmbedder", "CurationConfig", "CurationResult", "ImageSource", "PersonSegmenter", "STAGES",
-           "curate", "decode_image", "kmeans", "measure_image", "open_inputs", "quality_rank"]
+def kmeans(vectors: np.ndarray, clusters: int, seed: int = 0) -> np.ndarray:
+    """Each row's cluster by faiss k-means (`global_stages.kmeans`), seeded."""
+    return stages.kmeans(vectors, clusters, seed)
+
+
+__all__ = ["BackboneEmbedder", "CurationConfig", "CurationResult", "ImageSource", "PersonSegmenter", "RecordsFile",
+           "STAGES", "curate", "decode_image", "kmeans", "measure_image", "open_inputs", "quality_rank"]
