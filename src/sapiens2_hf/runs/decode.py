@@ -1,0 +1,168 @@
+"""The one image decoder for files (layer 1): a path, encoded bytes, a `datasets` image cell or a PIL image ->
+`(height, width, 3)` uint8 RGB, on PIL. Every command that reads image files (predict, pose3d, curate, the web app)
+reads them here; the pipelines' own input normalisation (arrays, tensors, URLs: `processing.load_image_rgb`) is what
+a Hub repo ships.
+
+Guarantees, each with its test (tests/test_runs_layer.py):
+
+- nothing is decoded before the header is checked: the pixel cap (`2 * PIL.Image.MAX_IMAGE_PIXELS`, PIL's
+  decompression-bomb limit), the memory bound (`MAX_DECODED_BYTES` for the decoded pixels in the file's own mode)
+  and the aspect limit (`MAX_ASPECT_RATIO`, longer side over shorter side);
+- EXIF orientation applied; every PIL mode made RGB by the rules of `load_image_rgb` (16-bit scaled, not clipped;
+  float; palette, alpha dropped);
+- a file's pixels are never ambiguous: a 1x1 or a 300x3 image is that image (nothing is guessed from array shapes);
+- a zero-byte, truncated (a JPEG cut before its end-of-image marker included) or non-image file, a folder, FIFO or
+  device is refused with one line naming the file (`ImageDecodeError`, a `ValueError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from ..modeling.image_loading_sapiens2_hf import _pil_to_rgb, check_image_pixels
+
+#: The decoded pixels of one image, in the file's own mode, may take at most this many bytes (1 GiB).
+MAX_DECODED_BYTES = 1 << 30
+#: Longer side over shorter side: a 20000x2 strip is no photo, and the models' resizing and the curation measures
+#: would blow it up to gigabytes.
+MAX_ASPECT_RATIO = 200
+
+
+class ImageDecodeError(ValueError):
+    """An image that cannot be decoded or is over a limit; the message is one line naming it."""
+
+
+def _jpeg_is_complete(data: bytes) -> bool:
+    """Whether JPEG bytes reach the end-of-image marker of the main image.
+
+    Decoders fill a JPEG cut short (an interrupted download or copy) with grey rows and only print a warning, so the
+    file is checked here: marker segments are skipped by their length and entropy-coded scans byte by byte (a 0xFF
+    there is followed by a stuffed 0x00 or a restart marker) until the end-of-image marker. Data appended after it
+    (motion photos, maker trailers) is ignored; an embedded EXIF thumbnail sits inside the APP1 segment.
+    """
+    size, pos = len(data), 2  # after the start-of-image marker
+    while pos + 1 < size:
+        if data[pos] != 0xFF:  # stray bytes before a marker: decoders skip them (with a warning), so do we
+            pos = data.find(b"\xff", pos)
+            if pos < 0:
+                return False
+            continue
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+            continue
+        if marker == 0xD9:  # end of image
+            return True
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
+            pos += 2
+            continue
+        if pos + 4 > size:
+            return False
+        pos += 2 + int.from_bytes(data[pos + 2: pos + 4], "big")
+        if pos > size:
+            return False
+        if marker == 0xDA:  # start of scan: entropy-coded data runs to the next marker that is not a restart
+            while True:
+                pos = data.find(b"\xff", pos)
+                if pos < 0 or pos + 1 >= size:
+                    return False
+                following = data[pos + 1]
+                if following == 0x00 or 0xD0 <= following <= 0xD7:
+                    pos += 2
+                elif following == 0xFF:
+                    pos += 1
+                else:
+                    break
+    return False
+
+
+def _bytes_per_pixel(mode: str) -> int:
+    if mode in ("I", "F", "I;32", "I;32B", "I;32L"):
+        return 4
+    if mode.startswith("I;16"):
+        return 2
+    try:
+        return Image.getmodebands(mode)
+    except (KeyError, ValueError):
+        return 4
+
+
+def check_header(width: int, height: int, mode: str, name: str) -> None:
+    """The limits checked from an image's header, before it is decoded (see the module docstring)."""
+    if width < 1 or height < 1:
+        raise ImageDecodeError(f"{name} has no pixels ({width}x{height}); pass an image of at least 1x1 pixels.")
+    check_image_pixels(height, width, name)
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise ImageDecodeError(f"{name} is {width}x{height}, an aspect ratio over the limit of {MAX_ASPECT_RATIO}:1 "
+                               "(sapiens2_hf.runs.decode.MAX_ASPECT_RATIO); crop or pad it.")
+    needed = width * height * _bytes_per_pixel(mode)
+    if needed > MAX_DECODED_BYTES:
+        raise ImageDecodeError(f"{name} ({width}x{height}, mode {mode}) needs {needed:,} bytes decoded, over the "
+                               f"limit of {MAX_DECODED_BYTES:,} (sapiens2_hf.runs.decode.MAX_DECODED_BYTES); "
+                               "downscale it.")
+
+
+def _open(data: bytes, name: str) -> Image.Image:
+    if not data:
+        raise ImageDecodeError(f"could not read an image from {name}: the file is empty (0 bytes).")
+    if data[:2] == b"\xff\xd8" and not _jpeg_is_complete(data):
+        raise ImageDecodeError(f"{name} is a truncated or corrupt JPEG (it ends before its end-of-image marker); "
+                               "re-download or re-export the file.")
+    try:
+        return Image.open(io.BytesIO(data))  # the header only; PIL refuses over 2 x MAX_IMAGE_PIXELS itself
+    except Image.DecompressionBombError as error:
+        raise ImageDecodeError(f"{name}: {error} Downscale it, or raise the limit (2 x PIL.Image.MAX_IMAGE_PIXELS) "
+                               "with `PIL.Image.MAX_IMAGE_PIXELS = <pixels>` (None: no limit).") from error
+    except (OSError, SyntaxError, ValueError) as error:
+        raise ImageDecodeError(f"could not read an image from {name}: {error}".rstrip(".") + "; pass an image file "
+                               "(.jpg, .png, .webp, .bmp, .tif).") from error
+
+
+def _read_file(path: Path, name: str) -> bytes:
+    if not path.exists():
+        raise ImageDecodeError(f"could not read an image from {name}: no such file.")
+    if not path.is_file():
+        raise ImageDecodeError(f"could not read an image from {name}: it is not a regular file (a folder, FIFO or "
+                               "device); pass an image file.")
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ImageDecodeError(f"could not read an image from {name}: {error.strerror or error}.") from error
+
+
+def decode_image(source: Any, name: str | None = None) -> np.ndarray:
+    """A path, encoded bytes, a `datasets` image cell (`{"bytes", "path"}`) or a PIL image -> `(H, W, 3)` uint8 RGB,
+    upright by its EXIF orientation (see the module docstring). `name` is how messages call it (default: the path,
+    or the kind of input)."""
+    if isinstance(source, dict):  # a datasets Image(decode=False) cell
+        source = source.get("bytes") or source.get("path")
+    if isinstance(source, (str, os.PathLike)):
+        name = name or repr(str(source))
+        source = _read_file(Path(source), name)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        name = name or "(encoded image bytes)"
+        pil = _open(bytes(source), name)
+    elif isinstance(source, Image.Image):
+        pil = source
+        name = name or repr(getattr(pil, "filename", "") or f"(PIL {pil.mode} image)")
+    else:
+        raise ImageDecodeError(f"{name or 'input'}: unsupported image type {type(source).__name__}; pass a path, "
+                               "encoded bytes or a PIL image.")
+    with pil if pil is not source else contextlib.nullcontext():  # a caller's PIL image stays open
+        check_header(pil.width, pil.height, pil.mode, name)
+        try:
+            return _pil_to_rgb(pil, name)
+        except ImageDecodeError:
+            raise
+        except (OSError, SyntaxError, ValueError) as error:
+            raise ImageDecodeError(" ".join(str(error).split())) from error
+
+
+__all__ = ["ImageDecodeError", "MAX_ASPECT_RATIO", "MAX_DECODED_BYTES", "check_header", "decode_image"]
