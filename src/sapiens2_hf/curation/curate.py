@@ -44,12 +44,13 @@ import numpy as np
 from ..utils.atomic_io import atomic_write, atomic_write_json, atomic_write_text
 from ..utils.extras import require
 from . import global_stages as stages
-from . import measures, store
-from .measures import STAGES, decode_image
+from . import measures
+from ..runs.decode import decode_image
+from ..runs.inputs import image_files, is_dataset_folder, is_image_file
+from ..runs.shard import Shard
+from .measures import STAGES
 from .report import write_report
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
-STATE_FOLDER = ".curation"
+from .store import STATE_FOLDER, ChunkStore
 
 
 @dataclass
@@ -131,22 +132,22 @@ def open_inputs(inputs: list[str], image_column: str = "image", split: str = "tr
 
 def _open_one(entry: str, image_column: str, split: str) -> ImageSource:
     path = Path(entry)
-    if path.is_dir() and (path / "dataset_info.json").is_file() or path.is_dir() and (path / "dataset_dict.json").is_file():
+    if is_dataset_folder(path):
         datasets = require("datasets", feature="curation of datasets inputs")
 
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
             loaded = loaded[split]
         return _dataset_source(loaded, image_column, str(path))
-    if path.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in path.iterdir()):
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    files = image_files(path) if path.is_dir() else []
+    if files:
 
         def rows(start: int):
             for index in range(start, len(files)):
                 yield index, str(files[index]), files[index].read_bytes
 
         return ImageSource(len(files), rows, f"{path} ({len(files)} image files)")
-    if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
+    if path.is_file() and is_image_file(path):
         return ImageSource(1, lambda start: iter([(0, str(path), path.read_bytes)][start:]), str(path))
     tars = sorted(path.glob("*.tar")) if path.is_dir() else [path] if path.suffix == ".tar" else []
     datasets = require("datasets", feature="curation")
@@ -335,7 +336,7 @@ def _process_chunk(rows: list, config: CurationConfig, segmenter, embedder, timi
     for index, name, load in rows:
         begin = time.perf_counter()
         try:
-            image, error = decode_image(load()), None
+            image, error = decode_image(load(), name=name), None
         except Exception as problem:  # noqa: BLE001 - any decoding failure is this image's verdict, named
             image, error = None, f"{type(problem).__name__}: {problem}"[:300]
         timings["decode"] += time.perf_counter() - begin
@@ -429,9 +430,8 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     """
     config = config or CurationConfig()
     out = Path(out)
-    state = out / STATE_FOLDER
-    state.mkdir(parents=True, exist_ok=True)
-    rank, world_size, wait = _distributed()
+    shard = Shard(device="cpu" if device == "cpu" else "auto", feature="curation across processes")
+    rank = shard.index
     source = inputs if isinstance(inputs, ImageSource) else open_inputs(list(inputs), image_column)
     if not (config.on("domain") and reference):
         reference = None
@@ -447,21 +447,23 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     embedder = _embedder(config, reference, person_model, segmenter, embedding_model, device)
     timings = {"decode": 0.0, "size+quality": 0.0, "person": 0.0, "embedding": 0.0}
     computed, rows = 0, []
-    _check_same_run(state, source.description, config,
-                    _describe_model(embedding_model if embedding_model is not None else person_model)
-                    if embedder is not None else None)
-    finished = set(store.done_chunks(state))
+    fingerprint = _run_fingerprint(source.description, config,
+                                   _describe_model(embedding_model if embedding_model is not None else person_model)
+                                   if embedder is not None else None)
+    chunks = ChunkStore(out, fingerprint)
+    _check_same_run(chunks.folder, fingerprint, shard.is_main)
+    finished = set(chunks.done())
 
     def flush(chunk_rows, number):
         nonlocal computed
         columns, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings, rank)
-        store.write_chunk(state, number, columns, embeddings, rank)
+        chunks.write(number, columns, embeddings)
         computed += 1
         if on_chunk is not None:
             on_chunk(number)
 
     stopped = False
-    for index, name, load in _rows_from(source, finished, config.chunk_size, rank, world_size):
+    for index, name, load in _rows_from(source, finished, config.chunk_size, shard):
         number = index // config.chunk_size
         if rows and rows[0][0] // config.chunk_size != number:
             flush(rows, rows[0][0] // config.chunk_size)
@@ -474,14 +476,14 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
         flush(rows, rows[0][0] // config.chunk_size)
     if stopped:
         return CurationResult(np.zeros(0, np.int64), [], None, None, {"stopped_after_chunks": computed})
-    wait()
-    if rank != 0:
+    shard.wait()
+    if not shard.is_main:
         return CurationResult(np.zeros(0, np.int64), [], None, None, {"rank": rank})
     reference_vectors = _embed_reference(reference, embedder, image_column) if reference else None
     begin = time.perf_counter()
-    verdicts = _global_stages(state, config, reference_vectors, timings)
+    verdicts = _global_stages(chunks, config, reference_vectors, timings)
     records_path = out / "records.jsonl"
-    summary, sample = _write_records(state, records_path, verdicts, config)
+    summary, sample = _write_records(chunks, records_path, verdicts, config)
     summary.update(input=source.description, config=dataclasses.asdict(config),
                    seconds={key: round(value, 3) for key, value in timings.items()},
                    images_per_second={key: round(summary["images"] / value, 1) for key, value in timings.items()
@@ -497,47 +499,35 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     return CurationResult(kept, RecordsFile(records_path, summary["images"]), dataset_path, report_path, summary)
 
 
-def _check_same_run(state: Path, description: str, config: CurationConfig, embedding: str | None) -> None:
-    """Finished chunks are reused only by a run of the same inputs, per-image settings and embedding model
-    (`run.json` records them): another run's chunks would give its verdicts (or its embeddings) to these images."""
+def _run_fingerprint(description: str, config: CurationConfig, embedding: str | None) -> dict:
+    """What a chunk's records depend on: the inputs, the per-image settings and the embedding model."""
     settings = {key: value for key, value in dataclasses.asdict(config).items()
                 if key not in ("clusters", "cluster_cap", "reference_k", "min_reference_similarity",
                                "min_duplicate_cosine", "max_hash_distance")}  # global stages: recomputed each run
-    wanted = {"inputs": description, "settings": json.loads(json.dumps(settings)), "embedding_model": embedding}
+    return json.loads(json.dumps({"inputs": description, "settings": settings, "embedding_model": embedding}))
+
+
+def _check_same_run(state: Path, fingerprint: dict, is_main: bool) -> None:
+    """Finished chunks are reused only by a run of the same inputs, per-image settings and embedding model
+    (`run.json` records them): another run's chunks would give its verdicts (or its embeddings) to these images."""
     recorded = state / "run.json"
     if recorded.is_file():
-        previous = json.loads(recorded.read_text())
-        if previous != wanted:
+        if json.loads(recorded.read_text()) != fingerprint:
             raise ValueError(f"{state.parent} holds the finished chunks of another curation run (other inputs, "
                              f"settings or embedding model: {recorded}); use another --out, or delete {state} to "
                              "start again.")
-    elif int(os.environ.get("RANK", "0")) == 0:
-        atomic_write_json(recorded, wanted)
+    elif is_main:
+        atomic_write_json(recorded, fingerprint)
 
 
-def _distributed() -> tuple[int, int, Callable[[], None]]:
-    """(rank, world size, barrier) of an `accelerate launch`, or of one process."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return 0, 1, lambda: None
-    import datetime
-
-    import torch
-
-    PartialState = require("accelerate", feature="curation across processes").PartialState
-    # `cpu=` on a machine without GPUs (accelerate would otherwise see one process); a long timeout: the processes
-    # meet only once their chunks are done, which may take hours and differ in length
-    state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(days=7))
-    return state.process_index, state.num_processes, state.wait_for_everyone
-
-
-def _rows_from(source: ImageSource, done: set[int], chunk_size: int, rank: int, world_size: int):
-    """The rows of the chunks this process computes: not done yet, and `chunk % world_size == rank`."""
+def _rows_from(source: ImageSource, done: set[int], chunk_size: int, shard: Shard):
+    """The rows of the chunks this process computes: not done yet, and the shard's (round robin)."""
     first = 0
     while first in done:
         first += 1
     for index, name, load in source.rows(first * chunk_size):
         number = index // chunk_size
-        if number in done or number % world_size != rank:
+        if number in done or not shard.owns(number):
             continue
         yield index, name, load
 
@@ -545,9 +535,9 @@ def _rows_from(source: ImageSource, done: set[int], chunk_size: int, rank: int, 
 def _embed_reference(reference: list[str], embedder, image_column: str) -> np.ndarray:
     source = open_inputs(reference, image_column)
     images = []
-    for _, _, load in source.rows(0):
+    for _, name, load in source.rows(0):
         try:
-            images.append(decode_image(load()))
+            images.append(decode_image(load(), name=name))
         except Exception:  # noqa: BLE001 - a broken reference image is left out
             continue
     if not images:
@@ -571,81 +561,108 @@ class GlobalVerdicts:
     kept: np.ndarray
 
 
-def _global_stages(state: Path, config: CurationConfig, reference: np.ndarray | None,
-                   timings: dict) -> GlobalVerdicts:
-    """The duplicates, domain and balance stages over the chunks' columns (`global_stages` has the indexes)."""
-    chunks = store.done_chunks(state)
+@dataclass
+class _Columns:
+    """The columns the global stages read, one entry per image in index order, and the embeddings file."""
+
+    index: np.ndarray
+    decoded: np.ndarray
+    image_kept: np.ndarray
+    phash: np.ndarray
+    rank: np.ndarray
+    embedded: np.ndarray
+    embeddings: "stages.Embeddings | None"
+
+
+def _read_columns(store: ChunkStore, chunks: list[int], embeddings_needed: bool) -> _Columns:
     parts = {name: [] for name in ("index", "decoded", "image_kept", "phash", "rank")}
-    for _, columns in store.read_columns(state, chunks, tuple(parts)):
+    for _, columns in store.columns(chunks, tuple(parts)):
         for name, values in columns.items():
             parts[name].append(values)
     index, decoded, image_kept, phash, rank = (np.concatenate(parts[name]) if parts[name] else np.zeros(0) for name
                                                in ("index", "decoded", "image_kept", "phash", "rank"))
-    decoded, image_kept = decoded.astype(bool), image_kept.astype(bool)
     count = len(index)
+    shapes = [store.embedding_shape(chunk) for chunk in chunks]
+    width = max((shape[1] for shape in shapes), default=0)
+    embedded, embeddings = np.zeros(count, bool), None
+    if width and embeddings_needed:
+        embeddings = stages.Embeddings(store.gather_embeddings(chunks, count, width))
+        offset = 0  # rows with an embedding (the chunks' rows follow each other in index order)
+        for chunk, (rows, chunk_width) in zip(chunks, shapes):
+            if chunk_width == width:
+                vectors = np.load(store.paths(chunk)[1], mmap_mode="r")
+                embedded[offset:offset + rows] = ~np.isnan(vectors[:, 0])
+                del vectors
+            offset += rows
+    return _Columns(index.astype(np.int64), decoded.astype(bool), image_kept.astype(bool), phash.astype(np.uint64),
+                    rank.astype(np.float64), embedded, embeddings)
+
+
+def _global_stages(store: ChunkStore, config: CurationConfig, reference: np.ndarray | None,
+                   timings: dict) -> GlobalVerdicts:
+    """The duplicates, domain and balance stages over the chunks' columns (`global_stages` has the indexes)."""
+    data = _read_columns(store, store.done(), bool(_needs_embeddings(config, reference)))
+    count = len(data.index)
     verdict = {stage: np.full(count, _UNMEASURED, np.int8) for stage in ("duplicates", "domain", "balance")}
-    scores: dict[str, dict[str, np.ndarray]] = {}
-    width = store.embedding_width(state, chunks)
-    embeddings = None
-    if width and _needs_embeddings(config, reference):
-        embeddings = stages.Embeddings(store.gather_embeddings(state, chunks, count, width))
+    scores: dict[str, dict] = {}
 
-    def alive() -> np.ndarray:  # what the stage measures: decoded, and (cascade) kept by every stage so far
-        if not config.cascade:
-            return decoded.copy()
-        return decoded & image_kept & np.all([v != _DROP for v in verdict.values()], axis=0)
+    def undropped() -> np.ndarray:
+        return data.decoded & data.image_kept & np.all([v != _DROP for v in verdict.values()], axis=0)
 
-    embedded = np.zeros(count, bool)
-    if embeddings is not None:  # rows with an embedding (the chunks' rows follow each other in index order)
-        offset = 0
-        for chunk in chunks:
-            vectors = np.load(store.chunk_paths(state, chunk)[2], mmap_mode="r")
-            if vectors.shape[1] == width:
-                embedded[offset:offset + len(vectors)] = ~np.isnan(vectors[:, 0])
-            offset += len(vectors)
-            del vectors
-    if config.on("duplicates"):
+    # what a stage measures: decoded, and (cascade) kept by every stage so far; balance only what none dropped
+    runs = [("duplicates", config.on("duplicates"), _duplicate_stage),
+            ("domain", reference is not None and data.embeddings is not None, _domain_stage),
+            ("balance", config.on("balance") and data.embeddings is not None, _balance_stage)]
+    for stage, on, run in runs:
+        if not on:
+            continue
         begin = time.perf_counter()
-        rows = np.flatnonzero(alive())
-        pairs = stages.hash_pairs(phash[rows], config.max_hash_distance, config.seed)
-        if config.min_duplicate_cosine is not None and embeddings is not None:
-            with_vectors = np.flatnonzero(embedded[rows])
-            vectors_rows = rows[with_vectors]
-            if len(vectors_rows) > 1:
-                hierarchy = stages.hierarchical_kmeans(embeddings, vectors_rows, _leaves(config, len(vectors_rows)),
-                                                       config.seed)
-                mean = stages.streaming_mean(embeddings, vectors_rows)
-                near = stages.embedding_pairs(embeddings, vectors_rows, hierarchy.leaf, config.min_duplicate_cosine,
-                                              mean)
-                pairs = np.concatenate([pairs, with_vectors[near]])
-        found = stages.near_duplicates(len(rows), pairs, rank[rows])
-        verdict["duplicates"][rows] = np.where(found.best == np.arange(len(rows)), _KEEP, _DROP)
-        scores["duplicates"] = {"cluster": _full(count, index[rows[found.component]], rows),
-                                "cluster_size": _full(count, found.size, rows),
-                                "duplicate_of": _full(count, index[rows[found.best]], rows)}
-        timings["duplicates"] = time.perf_counter() - begin
-    if reference is not None and embeddings is not None:
-        begin = time.perf_counter()
-        rows = np.flatnonzero(alive() & embedded)
-        similarity = stages.reference_similarity(embeddings, rows, reference, config.reference_k)
-        verdict["domain"][rows] = np.where(similarity >= config.min_reference_similarity, _KEEP, _DROP)
-        scores["domain"] = {"reference_similarity": _full(count, similarity, rows, np.float32)}
-        timings["domain"] = time.perf_counter() - begin
-    if config.on("balance") and embeddings is not None:
-        begin = time.perf_counter()
-        # balance measures only what no stage dropped, cascade or not
-        rows = np.flatnonzero(decoded & image_kept & embedded & np.all([v != _DROP for v in verdict.values()], axis=0))
+        alive = undropped() if config.cascade or stage == "balance" else data.decoded.copy()
+        if stage != "duplicates":
+            alive &= data.embedded
+        rows = np.flatnonzero(alive)
         if len(rows):
-            hierarchy = stages.hierarchical_kmeans(embeddings, rows, _leaves(config, len(rows)), config.seed)
-            result = stages.balanced_sample(hierarchy, rank[rows], config.cluster_cap)
-            verdict["balance"][rows] = np.where(result.keep, _KEEP, _DROP)
-            scores["balance"] = {"cluster": _full(count, result.leaf, rows),
-                                 "parent": _full(count, hierarchy.parent_of_leaf[result.leaf], rows),
-                                 "cluster_size": _full(count, result.leaf_size, rows),
-                                 "share": _full(count, result.share, rows), "cap": result.cap}
-        timings["balance"] = time.perf_counter() - begin
-    kept = decoded & image_kept & np.all([v != _DROP for v in verdict.values()], axis=0)
-    return GlobalVerdicts(index, verdict, scores, kept)
+            verdict[stage][rows], scores[stage] = run(data, rows, config, reference)
+        timings[stage] = time.perf_counter() - begin
+    return GlobalVerdicts(data.index, verdict, scores, undropped())
+
+
+def _duplicate_stage(data: _Columns, rows: np.ndarray, config: CurationConfig, reference) -> tuple:
+    """Hash pairs through the binary index, and (with `min_duplicate_cosine`) SemDeDup's pairs; one per component."""
+    pairs = stages.hash_pairs(data.phash[rows], config.max_hash_distance, config.seed)
+    if config.min_duplicate_cosine is not None and data.embeddings is not None:
+        with_vectors = np.flatnonzero(data.embedded[rows])
+        if len(with_vectors) > 1:
+            vector_rows = rows[with_vectors]
+            hierarchy = stages.hierarchical_kmeans(data.embeddings, vector_rows, _leaves(config, len(vector_rows)),
+                                                   config.seed)
+            mean = stages.streaming_mean(data.embeddings, vector_rows)
+            near = stages.embedding_pairs(data.embeddings, vector_rows, hierarchy.leaf, config.min_duplicate_cosine,
+                                          mean)
+            pairs = np.concatenate([pairs, with_vectors[near]])
+    found = stages.near_duplicates(len(rows), pairs, data.rank[rows])
+    count = len(data.index)
+    scores = {"cluster": _full(count, data.index[rows[found.component]], rows),
+              "cluster_size": _full(count, found.size, rows),
+              "duplicate_of": _full(count, data.index[rows[found.best]], rows)}
+    return np.where(found.best == np.arange(len(rows)), _KEEP, _DROP), scores
+
+
+def _domain_stage(data: _Columns, rows: np.ndarray, config: CurationConfig, reference) -> tuple:
+    similarity = stages.reference_similarity(data.embeddings, rows, reference, config.reference_k)
+    scores = {"reference_similarity": _full(len(data.index), similarity, rows, np.float32)}
+    return np.where(similarity >= config.min_reference_similarity, _KEEP, _DROP), scores
+
+
+def _balance_stage(data: _Columns, rows: np.ndarray, config: CurationConfig, reference) -> tuple:
+    hierarchy = stages.hierarchical_kmeans(data.embeddings, rows, _leaves(config, len(rows)), config.seed)
+    result = stages.balanced_sample(hierarchy, data.rank[rows], config.cluster_cap)
+    count = len(data.index)
+    scores = {"cluster": _full(count, result.leaf, rows),
+              "parent": _full(count, hierarchy.parent_of_leaf[result.leaf], rows),
+              "cluster_size": _full(count, result.leaf_size, rows), "share": _full(count, result.share, rows),
+              "cap": result.cap}
+    return np.where(result.keep, _KEEP, _DROP), scores
 
 
 def _leaves(config: CurationConfig, count: int) -> int:
@@ -672,7 +689,7 @@ def _global_record(verdicts: GlobalVerdicts, position: int, stage: str) -> dict 
     return record
 
 
-def _write_records(state: Path, path: Path, verdicts: GlobalVerdicts, config: CurationConfig,
+def _write_records(store: ChunkStore, path: Path, verdicts: GlobalVerdicts, config: CurationConfig,
                    report_rows: int = 20000) -> tuple[dict, list[dict]]:
     """Streams every chunk's records, with the global stages' verdicts, into `records.jsonl` (atomically); returns
     the summary's counts and the records the report shows (every `n / report_rows`-th, and the first dropped ones
@@ -685,8 +702,7 @@ def _write_records(state: Path, path: Path, verdicts: GlobalVerdicts, config: Cu
 
     def write(file):
         position = 0
-        for _, columns in store.read_columns(state, store.done_chunks(state),
-                                             ("index", "source", "computed_by", "stages")):
+        for _, columns in store.columns(store.done(), ("index", "source", "computed_by", "stages")):
             for index, source, computed_by, text in zip(columns["index"], columns["source"],
                                                         columns["computed_by"], columns["stages"]):
                 record_stages = json.loads(text)
