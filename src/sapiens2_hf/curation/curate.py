@@ -690,7 +690,7 @@ def _global_record(verdicts: GlobalVerdicts, position: int, stage: str) -> dict 
 
 
 def _write_records(store: ChunkStore, path: Path, verdicts: GlobalVerdicts, config: CurationConfig,
-                   report_rows: int = 20000) -> tuple[dict, list[dict]]:
+                   report_rows: int = 2000) -> tuple[dict, list[dict]]:
     """Streams every chunk's records, with the global stages' verdicts, into `records.jsonl` (atomically); returns
     the summary's counts and the records the report shows (every `n / report_rows`-th, and the first dropped ones
     of each stage)."""

@@ -9,7 +9,7 @@ block, the index and a few bytes per image, never by `n x d`:
 | hash near-duplicates | `faiss.IndexBinaryFlat` (exact) up to `EXACT_HASHES` hashes, `faiss.IndexBinaryIVF` above (`sqrt(n)` lists, an eighth of them probed: planted copies within 10 bits are found at >= 0.95 recall, `benchmarks/bench_curation_scale.py`) | exact: n^2 XOR-popcounts in C; IVF: about n^1.5 | Hamming <= `max_hash_distance` (10 of 64 bits) |
 | embedding near-duplicates | SemDeDup (Abbas et al. 2023): the balance stage's k-means clusters, then `faiss.IndexFlatIP` range search inside each cluster | about n^2 / clusters | cosine (after centring on the set's mean) >= `min_duplicate_cosine` (off by default) |
 | domain | `faiss.IndexFlatIP` of the reference embeddings | n x references | mean cosine of the `reference_k` nearest >= `min_reference_similarity` |
-| balance | hierarchical k-means (Vo et al. 2024): `faiss.Kmeans` on the embeddings (`clusters` leaves), then on the leaf centroids (`sqrt(clusters)` parents); balanced sampling top-down | k-means trained on at most `TRAIN_POINTS_PER_CENTROID` points per centroid, then one assignment pass | `cluster_cap`: the most a parent keeps (default twice the mean parent size); its leaves share that evenly |
+| balance | hierarchical k-means (Vo et al. 2024): `faiss.Kmeans` on the embeddings (`clusters` leaves), then on the leaf centroids (`sqrt(clusters)` parents); balanced sampling top-down | k-means trained on at most `TRAIN_POINTS_PER_CENTROID` points per centroid, then one assignment pass | `cluster_cap`: the most a parent keeps (default the mean parent size); its leaves share that evenly |
 
 Balanced sampling: each parent keeps at most `cluster_cap` images, and shares what it keeps among its leaves by
 water-filling (each leaf gets an equal share; a leaf smaller than its share keeps everything and the rest is shared
@@ -32,7 +32,7 @@ import numpy as np
 
 from ..utils.extras import MissingExtraError
 
-BLOCK_ROWS = 16384
+BLOCK_ROWS = 4096
 EXACT_HASHES = 65536
 TRAIN_POINTS_PER_CENTROID = 128
 
@@ -56,26 +56,45 @@ def _gpu(faiss) -> bool:
 
 
 class Embeddings:
-    """An `(n, d)` float16 `.npy` file read in float32 blocks; rows of NaN are images without an embedding."""
+    """An `(n, d)` float16 `.npy` file read in float32 blocks through memory-mapped windows (only the rows a block
+    spans are mapped, and unmapped after it); rows of NaN are images without an embedding."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        probe = np.load(self.path, mmap_mode="r")
-        self.shape = probe.shape
-        del probe
+        with open(self.path, "rb") as file:
+            version = np.lib.format.read_magic(file)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            self.shape, _, dtype = read_header(file)
+            self.offset = file.tell()
+        if dtype != np.float16 or len(self.shape) != 2:
+            raise ValueError(f"{self.path}: expected a 2-d float16 array, got {dtype} {self.shape}")
 
     def rows(self, indices: np.ndarray) -> np.ndarray:
-        """The rows `indices` (sorted or not) as float32, NaN as 0; the mapping is closed again afterwards."""
-        mapped = np.load(self.path, mmap_mode="r")
-        try:
-            order = np.argsort(indices, kind="stable")
-            out = np.empty((len(indices), self.shape[1]), np.float32)
-            for start in range(0, len(indices), BLOCK_ROWS):
-                chosen = order[start:start + BLOCK_ROWS]
-                out[chosen] = mapped[indices[chosen]]
-            return np.nan_to_num(out, copy=False)
-        finally:
-            del mapped
+        """The rows `indices` (sorted or not) as float32, NaN as 0."""
+        indices = np.asarray(indices, np.int64)
+        width = self.shape[1]
+        out = np.empty((len(indices), width), np.float32)
+        if not len(indices) or not width:
+            return out
+        order = np.argsort(indices, kind="stable")
+        wanted = indices[order]
+        # windows: runs of wanted rows with gaps of at most 64 rows, each spanning at most BLOCK_ROWS rows
+        breaks = [0]
+        for position in np.flatnonzero(np.diff(wanted) > 64) + 1:
+            breaks.append(int(position))
+        breaks.append(len(wanted))
+        for begin, end in zip(breaks[:-1], breaks[1:]):
+            while begin < end:
+                first = wanted[begin]
+                stop = begin + int(np.searchsorted(wanted[begin:end], first + BLOCK_ROWS))
+                span = int(wanted[stop - 1] - first) + 1
+                window = np.memmap(self.path, np.float16, "r", offset=self.offset + int(first) * width * 2,
+                                   shape=(span, width))
+                out[order[begin:stop]] = window[wanted[begin:stop] - first]
+                del window
+                begin = stop
+        return np.nan_to_num(out, copy=False)
 
     def blocks(self, indices: np.ndarray):
         """`(positions, float32 rows)` of `indices`, in blocks of `BLOCK_ROWS`."""
@@ -200,18 +219,18 @@ def reference_similarity(embeddings: Embeddings, rows: np.ndarray, reference: np
 # ---------------------------------------------------------------------------------------------------- balance
 
 
-def _train_kmeans(vectors: np.ndarray, clusters: int, seed: int):
+def _train_kmeans(vectors: np.ndarray, clusters: int, seed: int, restarts: int = 1):
     faiss = _faiss()
     clusters = max(1, min(clusters, len(vectors)))
-    kmeans = faiss.Kmeans(vectors.shape[1], clusters, niter=20, seed=seed, spherical=False, gpu=_gpu(faiss),
+    kmeans = faiss.Kmeans(vectors.shape[1], clusters, niter=20, nredo=restarts, seed=seed, gpu=_gpu(faiss),
                           max_points_per_centroid=TRAIN_POINTS_PER_CENTROID, min_points_per_centroid=1)
     kmeans.train(np.ascontiguousarray(vectors, np.float32))
     return kmeans
 
 
-def kmeans(vectors: np.ndarray, clusters: int, seed: int = 0) -> np.ndarray:
-    """Each row's cluster by faiss k-means (seeded)."""
-    trained = _train_kmeans(np.asarray(vectors, np.float32), clusters, seed)
+def kmeans(vectors: np.ndarray, clusters: int, seed: int = 0, restarts: int = 1) -> np.ndarray:
+    """Each row's cluster by faiss k-means (seeded; the best of `restarts` starts)."""
+    trained = _train_kmeans(np.asarray(vectors, np.float32), clusters, seed, restarts)
     return trained.index.search(np.ascontiguousarray(vectors, np.float32), 1)[1][:, 0].astype(np.int64)
 
 
@@ -240,7 +259,8 @@ def hierarchical_kmeans(embeddings: Embeddings, rows: np.ndarray, clusters: int,
     if parents >= len(used):
         parent_of_leaf = np.arange(len(used))
     else:
-        parent_of_leaf = kmeans(trained.centroids[used], parents, seed)
+        # few points (the leaf centroids): many starts are cheap, and one bad start merges two modes
+        parent_of_leaf = kmeans(trained.centroids[used], parents, seed, restarts=20)
     return Hierarchy(leaf, parent_of_leaf)
 
 
@@ -282,7 +302,7 @@ def balanced_sample(hierarchy: Hierarchy, rank: np.ndarray, cluster_cap: int | N
     leaf_sizes = np.bincount(leaf, minlength=leaves)
     parent = hierarchy.parent_of_leaf
     parent_sizes = np.bincount(parent, weights=leaf_sizes, minlength=parent.max() + 1).astype(np.int64)
-    cap = cluster_cap or max(1, math.ceil(2 * len(leaf) / max(1, int((parent_sizes > 0).sum()))))
+    cap = cluster_cap or max(1, math.ceil(len(leaf) / max(1, int((parent_sizes > 0).sum()))))
     parent_share = water_fill(parent_sizes, int(np.minimum(parent_sizes, cap).sum()))
     leaf_share = np.zeros(leaves, np.int64)
     for group in np.flatnonzero(parent_share):
