@@ -43,7 +43,7 @@ def _faiss():
     except ModuleNotFoundError as error:
         if error.name != "faiss":
             raise
-        raise MissingExtraError("curation's global stages need faiss: pip install 'sapiens2_hf[train]'",
+        raise MissingExtraError("curation's global stages need faiss: pip install 'sapiens2_hf[train,curation]'",
                                 name="faiss") from None
     return faiss
 
