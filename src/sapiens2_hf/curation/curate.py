@@ -9,23 +9,27 @@ verdict per image:
 | `size` | height, width, aspect = height / width | the short side is under `min_short_side` (256), or the aspect is outside [`min_aspect`, `max_aspect`] ([0.5, 2.5]; the pretraining input is 1024x768, aspect 1.33) |
 | `quality` | sharpness (Laplacian variance of a 256-px-short-side copy), exposure (mean luminance, clipped fraction), JPEG blockiness | sharpness < `min_sharpness`, luminance outside [`min_luminance`, `max_luminance`], clipped > `max_clipped`, or blockiness > `max_blockiness` |
 | `person` | a Sapiens2 segmentation model's person pixels (label > 0): their fraction, the largest component's box height and area | person fraction < `min_person_fraction` or the largest component's height < `min_person_height` (a prominent person: no outside detector) |
-| `duplicates` | 64-bit DCT perceptual hash (and, with `min_duplicate_cosine` set, the cosine of the backbone embeddings after centring on the set's mean) | it is a near-duplicate (Hamming <= `max_hash_distance` (10), or cosine >= `min_duplicate_cosine`) of a kept image of higher quality: one per cluster. The embedding test is off by default: the tiny backbone measurable here does not separate copies from other people (copies 0.62-0.996, distinct pairs up to 0.991), and no real weights could be measured offline |
-| `domain` | mean cosine of its `reference_k` nearest reference embeddings (`reference=`: images of your domain) | the similarity is under `min_reference_similarity` |
-| `balance` | k-means of the embeddings (`clusters`, default sqrt(n / 2)) | its cluster already holds `cluster_cap` better images (default: twice the mean cluster size) |
+| `duplicates` | 64-bit DCT perceptual hash (and, with `min_duplicate_cosine` set, the cosine of the backbone embeddings after centring on the set's mean) | it is a near-duplicate (Hamming <= `max_hash_distance` (10), or cosine >= `min_duplicate_cosine`) of a kept image of higher quality: one per connected group. Hashes go through a binary faiss index, embeddings are compared within k-means clusters (SemDeDup). The embedding test is off by default (and then needs no model): the tiny backbone measurable here does not separate copies from other people (copies 0.62-0.996, distinct pairs up to 0.991), and no real weights could be measured offline |
+| `domain` | mean cosine of its `reference_k` nearest reference embeddings (`reference=`: images of your domain), by a faiss inner-product index | the similarity is under `min_reference_similarity` |
+| `balance` | hierarchical k-means of the embeddings (faiss: `clusters` leaves, default sqrt(n / 2); their centroids clustered again into sqrt(leaves) parents), then balanced sampling (Vo et al. 2024) | its parent keeps at most `cluster_cap` images (default: the mean parent size), shared evenly among the parent's leaves, each leaf keeping its best images |
+
+The indexes, their costs and the measured recall are in `global_stages.py`; `benchmarks/bench_curation_scale.py`
+measures them to a million records.
 
 Thresholds were chosen on the mixed set of `benchmarks/bench_curation.py` (synthetic humans, blurred, JPEG-crushed,
 tiny, duplicated and person-free copies), whose table gives each stage's precision and recall.
 
 Execution: the per-image stages (`decode` to `person`, plus the hash and the embedding) run over the input in chunks
-of `chunk_size` images; each chunk's records and embeddings are written atomically under `<out>/.curation/` before the
-next starts, so a killed run resumes at the first missing chunk and never recomputes a finished one, and memory is
-bounded by a chunk (plus the embeddings, `n x hidden_size` float16, for the global stages). The duplicate stage
-compares all pairs, in blocks (quadratic time: for millions of images, curate shards separately, then their kept
-images together). Under `accelerate launch`
-chunk `k` is computed by process `k % world_size`; the main process then runs the global stages (`duplicates`,
-`domain`, `balance`) and writes the curated `datasets.Dataset` (`save_to_disk`, readable by `pretrain.py
---dataset_name`), `records.jsonl` (every image: source, per-stage scores and verdicts, the final verdict), the report
-(`report.html`, `report.png`) and `summary.json`.
+of `chunk_size` images on the run layer (`sapiens2_hf.runs`: its decoder, its suffix list, its sharder, its resume
+markers). Each chunk's records (Parquet, in columns) and embeddings (float16 `.npy`) are written atomically under
+`<out>/.curation/` (`store.py`), then its done-marker, so a killed run resumes at the first unfinished chunk and never
+recomputes a finished one. Under `accelerate launch` (one machine or several on shared storage) chunk `k` is computed
+by the process that owns it (round robin); the main process then runs the global stages (`duplicates`, `domain`,
+`balance`) over the columns, streaming: a few bytes per image, the index, and blocks of embeddings read through
+memory-mapped windows, never a Python object per image. It writes `records.jsonl` (every image: source, per-stage
+scores and verdicts, the final verdict), the curated `datasets.Dataset` (`save_to_disk`, readable by `pretrain.py
+--dataset_name`, written by a generator as it goes), the report (`report.html`, `report.png`, drawn from a sample of
+the records) and `summary.json`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import dataclasses
 import json
 import math
 import os
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +51,7 @@ from ..utils.extras import require
 from . import global_stages as stages
 from . import measures
 from ..runs.decode import decode_image
-from ..runs.inputs import image_files, is_dataset_folder, is_image_file
+from ..runs.inputs import check_out_not_in_inputs, image_files, is_dataset_folder, is_image_file
 from ..runs.shard import Shard
 from .measures import STAGES
 from .report import write_report
@@ -87,11 +92,38 @@ class CurationConfig:
         if "decode" not in self.stages:
             raise ValueError("the decode stage cannot be switched off: an image that does not decode has nothing to "
                              "measure.")
-        if self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}.")
+        _check_thresholds(self)
 
     def on(self, stage: str) -> bool:
         return stage in self.stages
+
+
+# each threshold: its kind and the range it must lie in (None: unbounded); checked where a config is made
+_RANGES = {
+    "min_short_side": (int, 1, None), "min_aspect": (float, 0.0, None), "max_aspect": (float, 0.0, None),
+    "min_sharpness": (float, 0.0, None), "min_luminance": (float, 0.0, 1.0), "max_luminance": (float, 0.0, 1.0),
+    "max_clipped": (float, 0.0, 1.0), "max_blockiness": (float, 0.0, None), "min_person_fraction": (float, 0.0, 1.0),
+    "min_person_height": (float, 0.0, 1.0), "max_hash_distance": (int, 0, 64), "min_duplicate_cosine": (float, -1.0, 1.0),
+    "reference_k": (int, 1, None), "min_reference_similarity": (float, -1.0, 1.0), "clusters": (int, 1, None),
+    "cluster_cap": (int, 1, None), "chunk_size": (int, 1, None), "seed": (int, 0, None)}
+
+
+def _check_thresholds(config) -> None:
+    """Every threshold finite, of its kind and in its range (one line naming it, its value and what is accepted)."""
+    for name, (kind, low, high) in _RANGES.items():
+        value = getattr(config, name)
+        if value is None and name in ("min_duplicate_cosine", "clusters", "cluster_cap"):
+            continue
+        accepted = f"{'an integer' if kind is int else 'a number'}" + (
+            f" in [{low:g}, {high:g}]" if high is not None else f" >= {low:g}")
+        is_number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        if not is_number or (kind is int and float(value) != int(value)) or not math.isfinite(float(value)) \
+                or value < low or (high is not None and value > high):
+            raise ValueError(f"curation threshold {name}={value!r}: expected {accepted}.")
+    if config.min_aspect > config.max_aspect or config.min_luminance > config.max_luminance:
+        raise ValueError(f"curation thresholds: min_aspect ({config.min_aspect}) and min_luminance "
+                         f"({config.min_luminance}) must not exceed max_aspect ({config.max_aspect}) and max_luminance "
+                         f"({config.max_luminance}).")
 
 
 # ------------------------------------------------------------------------------------------------------------- input
@@ -186,11 +218,19 @@ def _dataset_source(dataset, image_column: str, where: str) -> ImageSource:
 
 def _stream_source(stream, image_column: str, where: str) -> ImageSource:
     def rows(start: int):
-        key = None
-        for index, row in enumerate(stream):
+        key, index, reading = None, 0, iter(stream)
+        while True:
+            try:
+                row = next(reading)
+            except StopIteration:
+                return
+            except (OSError, ValueError, EOFError, tarfile.TarError) as error:  # a corrupt or truncated shard
+                raise ValueError(f"{where}: could not read the shards after row {index} ({type(error).__name__}: "
+                                 f"{' '.join(str(error).split())[:200]}); check or re-download them.") from error
             key = key or _image_key(list(row), image_column, where)
             if index >= start:
                 yield index, f"{where}#{row.get('__key__', index)}", (lambda value=row[key]: value)
+            index += 1
 
     return ImageSource(None, rows, where)
 
@@ -432,6 +472,8 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     out = Path(out)
     shard = Shard(device="cpu" if device == "cpu" else "auto", feature="curation across processes")
     rank = shard.index
+    if not isinstance(inputs, ImageSource):
+        check_out_not_in_inputs(out, list(inputs), [Path(entry) for entry in inputs if Path(entry).is_file()])
     source = inputs if isinstance(inputs, ImageSource) else open_inputs(list(inputs), image_column)
     if not (config.on("domain") and reference):
         reference = None
@@ -491,7 +533,12 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
                    global_seconds=round(time.perf_counter() - begin, 3), chunks_computed_this_run=computed)
     kept = np.flatnonzero(verdicts.kept) if len(verdicts.kept) else np.zeros(0, np.int64)
     kept = verdicts.index[kept]
-    dataset_path = _write_dataset(source, verdicts, records_path, out / "dataset") if write_dataset else None
+    dataset_path = None
+    if write_dataset and summary["kept"]:
+        dataset_path = _write_dataset(source, verdicts, records_path, out / "dataset")
+    elif write_dataset:  # nothing kept: no dataset (an empty one is nothing pretraining can read), and no stale one
+        _remove_our_dataset(out / "dataset")
+        summary["dataset"] = "none: no image was kept"
     report_path = write_report(out, sample, summary, source)
     atomic_write_json(out / "summary.json", summary, indent=2)
     if progress:
@@ -731,6 +778,15 @@ def _write_records(store: ChunkStore, path: Path, verdicts: GlobalVerdicts, conf
     return summary, sample
 
 
+def _remove_our_dataset(folder: Path) -> None:
+    import shutil
+
+    ours = folder.parent / STATE_FOLDER / "dataset_written"
+    if folder.exists() and ours.is_file():
+        shutil.rmtree(folder)
+        ours.unlink()
+
+
 def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: Path, folder: Path) -> Path:
     """The kept images as a `datasets.Dataset` (`image` and `source` columns, the scores as JSON in `curation`),
     written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed). Streamed: the
@@ -771,9 +827,7 @@ def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: 
     # a cache of its own: `from_generator` keys its cache by the generator's code, which is the same for every run;
     # `from_generator` writes Arrow shards as the generator yields: the kept images are never all in memory
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".curation-cache-") as cache:
-        dataset = datasets.Dataset.from_generator(rows, features=features, cache_dir=cache) \
-            if verdicts.kept.any() else \
-            datasets.Dataset.from_dict({"image": [], "source": [], "curation": []}, features=features)
+        dataset = datasets.Dataset.from_generator(rows, features=features, cache_dir=cache)
         dataset.save_to_disk(str(partial))
         del dataset
     if folder.exists():

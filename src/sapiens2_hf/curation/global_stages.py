@@ -6,7 +6,7 @@ block, the index and a few bytes per image, never by `n x d`:
 
 | stage | index | cost | threshold (`CurationConfig`) |
 |---|---|---|---|
-| hash near-duplicates | `faiss.IndexBinaryFlat` (exact) up to `EXACT_HASHES` hashes, `faiss.IndexBinaryIVF` above (`sqrt(n)` lists, an eighth of them probed: planted copies within 10 bits are found at >= 0.95 recall, `benchmarks/bench_curation_scale.py`) | exact: n^2 XOR-popcounts in C; IVF: about n^1.5 | Hamming <= `max_hash_distance` (10 of 64 bits) |
+| hash near-duplicates | `faiss.IndexBinaryFlat` (exact) up to `EXACT_HASHES` hashes; above, multi-index hashing (`faiss.IndexBinaryMultiHash`, 3 x 21 bits, one flip), on the hashes and on a permutation of their bits: every pair within 5 bits, and (measured) >= 0.95 of planted copies 1-8 bits apart | exact: n^2 XOR-popcounts in C; multi-index: about 130 candidates per image, so n | Hamming <= `max_hash_distance` (10 of 64 bits) |
 | embedding near-duplicates | SemDeDup (Abbas et al. 2023): the balance stage's k-means clusters, then `faiss.IndexFlatIP` range search inside each cluster | about n^2 / clusters | cosine (after centring on the set's mean) >= `min_duplicate_cosine` (off by default) |
 | domain | `faiss.IndexFlatIP` of the reference embeddings | n x references | mean cosine of the `reference_k` nearest >= `min_reference_similarity` |
 | balance | hierarchical k-means (Vo et al. 2024): `faiss.Kmeans` on the embeddings (`clusters` leaves), then on the leaf centroids (`sqrt(clusters)` parents); balanced sampling top-down | k-means trained on at most `TRAIN_POINTS_PER_CENTROID` points per centroid, then one assignment pass | `cluster_cap`: the most a parent keeps (default the mean parent size); its leaves share that evenly |
@@ -25,6 +25,7 @@ otherwise; the results are the same up to floating-point ties.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from ..utils.extras import MissingExtraError
 
 BLOCK_ROWS = 4096
 EXACT_HASHES = 65536
-TRAIN_POINTS_PER_CENTROID = 128
+TRAIN_POINTS_PER_CENTROID = 64
 
 
 def _faiss():
@@ -56,8 +57,8 @@ def _gpu(faiss) -> bool:
 
 
 class Embeddings:
-    """An `(n, d)` float16 `.npy` file read in float32 blocks through memory-mapped windows (only the rows a block
-    spans are mapped, and unmapped after it); rows of NaN are images without an embedding."""
+    """An `(n, d)` float16 `.npy` file (memory-mappable: `np.load(path, mmap_mode="r")`) read in float32 blocks of
+    the rows asked for; rows of NaN are images without an embedding."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -71,7 +72,8 @@ class Embeddings:
             raise ValueError(f"{self.path}: expected a 2-d float16 array, got {dtype} {self.shape}")
 
     def rows(self, indices: np.ndarray) -> np.ndarray:
-        """The rows `indices` (sorted or not) as float32, NaN as 0."""
+        """The rows `indices` (sorted or not) as float32, NaN as 0: runs of nearby rows are read as one span,
+        scattered rows one by one (by offset: nothing beyond the rows asked for is held)."""
         indices = np.asarray(indices, np.int64)
         width = self.shape[1]
         out = np.empty((len(indices), width), np.float32)
@@ -79,21 +81,19 @@ class Embeddings:
             return out
         order = np.argsort(indices, kind="stable")
         wanted = indices[order]
-        # windows: runs of wanted rows with gaps of at most 64 rows, each spanning at most BLOCK_ROWS rows
-        breaks = [0]
-        for position in np.flatnonzero(np.diff(wanted) > 64) + 1:
-            breaks.append(int(position))
-        breaks.append(len(wanted))
-        for begin, end in zip(breaks[:-1], breaks[1:]):
-            while begin < end:
-                first = wanted[begin]
-                stop = begin + int(np.searchsorted(wanted[begin:end], first + BLOCK_ROWS))
-                span = int(wanted[stop - 1] - first) + 1
-                window = np.memmap(self.path, np.float16, "r", offset=self.offset + int(first) * width * 2,
-                                   shape=(span, width))
-                out[order[begin:stop]] = window[wanted[begin:stop] - first]
-                del window
-                begin = stop
+        breaks = np.concatenate([[0], np.flatnonzero(np.diff(wanted) > 64) + 1, [len(wanted)]]).tolist()
+        row_bytes = width * 2
+        with open(self.path, "rb", buffering=0) as file:
+            descriptor = file.fileno()
+            for begin, end in zip(breaks[:-1], breaks[1:]):
+                while begin < end:  # spans of at most BLOCK_ROWS rows
+                    first = int(wanted[begin])
+                    stop = begin + int(np.searchsorted(wanted[begin:end], first + BLOCK_ROWS))
+                    span = int(wanted[stop - 1]) - first + 1
+                    data = os.pread(descriptor, span * row_bytes, self.offset + first * row_bytes)
+                    window = np.frombuffer(data, np.float16).reshape(span, width)
+                    out[order[begin:stop]] = window[wanted[begin:stop] - first]
+                    begin = stop
         return np.nan_to_num(out, copy=False)
 
     def blocks(self, indices: np.ndarray):
@@ -111,29 +111,44 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------- duplicates
 
 
+def _permute_bits(codes: np.ndarray, permutation: np.ndarray) -> np.ndarray:
+    out = np.empty_like(codes)
+    for start in range(0, len(codes), BLOCK_ROWS * 16):
+        bits = np.unpackbits(codes[start:start + BLOCK_ROWS * 16], axis=1)
+        out[start:start + BLOCK_ROWS * 16] = np.packbits(bits[:, permutation], axis=1)
+    return out
+
+
 def hash_pairs(hashes: np.ndarray, max_distance: int, seed: int = 0) -> np.ndarray:
-    """`(m, 2)` pairs `a < b` of positions in `hashes` (uint64) within `max_distance` bits, by a binary index."""
+    """`(m, 2)` pairs `a < b` of positions in `hashes` (uint64) within `max_distance` bits, by a binary index: exact
+    (`IndexBinaryFlat`) up to `EXACT_HASHES` hashes; above, multi-index hashing (`IndexBinaryMultiHash`: 3 substrings
+    of 21 bits, each probed with up to one bit flipped, so every pair within 5 bits is found), twice: on the hashes
+    and on a fixed permutation of their bits, which finds most pairs further apart (measured in the benchmark)."""
     faiss = _faiss()
     count = len(hashes)
     if count < 2:
         return np.zeros((0, 2), np.int64)
     codes = np.ascontiguousarray(hashes.astype("<u8")).view(np.uint8).reshape(count, 8)
     if count <= EXACT_HASHES:
-        index = faiss.IndexBinaryFlat(64)
+        views = [codes]
     else:
-        lists = int(math.sqrt(count))
-        index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(64), 64, lists)
-        rng = np.random.default_rng(seed)
-        index.train(codes[np.sort(rng.choice(count, min(count, 64 * lists), replace=False))])
-        index.nprobe = max(1, lists // 8)
-    index.add(codes)
+        views = [codes, _permute_bits(codes, np.random.default_rng(seed).permutation(64))]
     found = []
-    for start in range(0, count, BLOCK_ROWS):
-        limits, _, neighbours = index.range_search(codes[start:start + BLOCK_ROWS], max_distance + 1)  # strict <
-        queries = np.repeat(np.arange(start, start + len(limits) - 1), np.diff(limits).astype(np.int64))
-        keep = queries < neighbours
-        found.append(np.stack([queries[keep], neighbours[keep]], axis=1))
-    return np.concatenate(found).astype(np.int64)
+    for view in views:
+        if count <= EXACT_HASHES:
+            index = faiss.IndexBinaryFlat(64)
+        else:
+            index = faiss.IndexBinaryMultiHash(64, 3, 21)
+            index.nflip = 1
+        index.add(view)
+        for start in range(0, count, BLOCK_ROWS):
+            limits, _, neighbours = index.range_search(view[start:start + BLOCK_ROWS], max_distance + 1)  # strict <
+            queries = np.repeat(np.arange(start, start + len(limits) - 1), np.diff(limits).astype(np.int64))
+            keep = queries < neighbours
+            found.append(np.stack([queries[keep], neighbours[keep]], axis=1))
+        del index
+    pairs = np.concatenate(found).astype(np.int64)
+    return np.unique(pairs, axis=0) if len(views) > 1 else pairs
 
 
 def embedding_pairs(embeddings: Embeddings, rows: np.ndarray, clusters: np.ndarray, min_cosine: float,
