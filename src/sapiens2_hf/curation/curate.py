@@ -185,8 +185,12 @@ def _open_one(entry: str, image_column: str, split: str) -> ImageSource:
     datasets = require("datasets", feature="curation")
 
     if tars:
-        stream = datasets.load_dataset("webdataset", data_files={"train": [str(t) for t in tars]}, split="train",
-                                       streaming=True)
+        try:  # the builder reads the first shard's head already
+            stream = datasets.load_dataset("webdataset", data_files={"train": [str(t) for t in tars]}, split="train",
+                                           streaming=True)
+        except (OSError, ValueError, EOFError, tarfile.TarError) as error:
+            raise ValueError(f"{entry}: could not read the WebDataset shards ({type(error).__name__}: "
+                             f"{' '.join(str(error).split())[:200]}); check or re-download them.") from error
         return _stream_source(stream, image_column, f"{entry} ({len(tars)} WebDataset shard(s))")
     if path.exists():
         raise ValueError(f"{entry}: no images, save_to_disk dataset or .tar shards found there.")
@@ -685,7 +689,7 @@ def _duplicate_stage(data: _Columns, rows: np.ndarray, config: CurationConfig, r
                                                    config.seed)
             mean = stages.streaming_mean(data.embeddings, vector_rows)
             near = stages.embedding_pairs(data.embeddings, vector_rows, hierarchy.leaf, config.min_duplicate_cosine,
-                                          mean)
+                                          mean, hierarchy.second)
             pairs = np.concatenate([pairs, with_vectors[near]])
     found = stages.near_duplicates(len(rows), pairs, data.rank[rows])
     count = len(data.index)

@@ -7,7 +7,7 @@ block, the index and a few bytes per image, never by `n x d`:
 | stage | index | cost | threshold (`CurationConfig`) |
 |---|---|---|---|
 | hash near-duplicates | `faiss.IndexBinaryFlat` (exact) up to `EXACT_HASHES` hashes; above, multi-index hashing (`faiss.IndexBinaryMultiHash`, 3 x 21 bits, one flip), on the hashes and on a permutation of their bits: every pair within 5 bits, and (measured) >= 0.95 of planted copies 1-8 bits apart | exact: n^2 XOR-popcounts in C; multi-index: about 130 candidates per image, so n | Hamming <= `max_hash_distance` (10 of 64 bits) |
-| embedding near-duplicates | SemDeDup (Abbas et al. 2023): the balance stage's k-means clusters, then `faiss.IndexFlatIP` range search inside each cluster | about n^2 / clusters | cosine (after centring on the set's mean) >= `min_duplicate_cosine` (off by default) |
+| embedding near-duplicates | SemDeDup (Abbas et al. 2023): k-means clusters, then `faiss.IndexFlatIP` range search inside each cluster, each image also searched in its second-nearest cluster (pairs split by a border) | about 2 n^2 / clusters | cosine (after centring on the set's mean) >= `min_duplicate_cosine` (off by default) |
 | domain | `faiss.IndexFlatIP` of the reference embeddings | n x references | mean cosine of the `reference_k` nearest >= `min_reference_similarity` |
 | balance | hierarchical k-means (Vo et al. 2024): `faiss.Kmeans` on the embeddings (`clusters` leaves), then on the leaf centroids (`sqrt(clusters)` parents); balanced sampling top-down | k-means trained on at most `TRAIN_POINTS_PER_CENTROID` points per centroid, then one assignment pass | `cluster_cap`: the most a parent keeps (default the mean parent size); its leaves share that evenly |
 
@@ -152,23 +152,33 @@ def hash_pairs(hashes: np.ndarray, max_distance: int, seed: int = 0) -> np.ndarr
 
 
 def embedding_pairs(embeddings: Embeddings, rows: np.ndarray, clusters: np.ndarray, min_cosine: float,
-                    mean: np.ndarray) -> np.ndarray:
-    """SemDeDup: pairs `a < b` of positions in `rows` in one k-means cluster whose centred cosine >= `min_cosine`."""
+                    mean: np.ndarray, second: np.ndarray | None = None) -> np.ndarray:
+    """SemDeDup: pairs `a < b` of positions in `rows` in one k-means cluster whose centred cosine >= `min_cosine`.
+    With `second` (each row's second-nearest cluster), a row is also searched against that cluster's members, so a
+    pair split by a cluster border is found too (twice the work)."""
     faiss = _faiss()
     found = []
     order = np.argsort(clusters, kind="stable")
     bounds = np.flatnonzero(np.diff(clusters[order])) + 1
+    visitors = {}
+    if second is not None:
+        by_second = np.argsort(second, kind="stable")
+        second_bounds = np.flatnonzero(np.diff(second[by_second])) + 1
+        visitors = {int(second[group[0]]): group for group in np.split(by_second, second_bounds) if len(group)}
     for members in np.split(order, bounds):
-        if len(members) < 2:
+        if not len(members):
             continue
-        vectors = _normalise(embeddings.rows(rows[members]) - mean)
+        queries = np.concatenate([members, visitors.get(int(clusters[members[0]]), members[:0])])
+        if len(queries) < 2:
+            continue
+        vectors = _normalise(embeddings.rows(rows[queries]) - mean)
         index = faiss.IndexFlatIP(vectors.shape[1])
-        index.add(vectors)
+        index.add(vectors[:len(members)])
         limits, _, neighbours = index.range_search(vectors, float(min_cosine) - 1e-6)
-        queries = np.repeat(np.arange(len(members)), np.diff(limits).astype(np.int64))
-        keep = queries != neighbours
-        a, b = members[queries[keep]], members[neighbours[keep]]
-        found.append(np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1))
+        asking = np.repeat(np.arange(len(queries)), np.diff(limits).astype(np.int64))
+        a, b = queries[asking], members[neighbours]
+        keep = a != b
+        found.append(np.stack([np.minimum(a, b)[keep], np.maximum(a, b)[keep]], axis=1))
     return np.unique(np.concatenate(found), axis=0) if found else np.zeros((0, 2), np.int64)
 
 
@@ -251,10 +261,12 @@ def kmeans(vectors: np.ndarray, clusters: int, seed: int = 0, restarts: int = 1)
 
 @dataclass
 class Hierarchy:
-    """Leaf cluster per position and the parent of each leaf (k-means of the leaf centroids)."""
+    """Leaf cluster per position, its second-nearest leaf, and the parent of each leaf (k-means of the leaf
+    centroids)."""
 
     leaf: np.ndarray
     parent_of_leaf: np.ndarray
+    second: np.ndarray | None = None
 
 
 def hierarchical_kmeans(embeddings: Embeddings, rows: np.ndarray, clusters: int, seed: int = 0) -> Hierarchy:
@@ -266,17 +278,21 @@ def hierarchical_kmeans(embeddings: Embeddings, rows: np.ndarray, clusters: int,
         np.sort(rng.choice(rows, clusters * TRAIN_POINTS_PER_CENTROID, replace=False))
     trained = _train_kmeans(embeddings.rows(sample), clusters, seed)
     leaf = np.zeros(len(rows), np.int64)
+    second = np.zeros(len(rows), np.int64)
+    neighbours = min(2, trained.centroids.shape[0])
     for positions, vectors in embeddings.blocks(rows):
-        leaf[positions] = trained.index.search(vectors, 1)[1][:, 0]
+        _, nearest = trained.index.search(vectors, neighbours)
+        leaf[positions], second[positions] = nearest[:, 0], nearest[:, -1]
     used = np.unique(leaf)
     leaf = np.searchsorted(used, leaf)  # leaves numbered 0.. in use
+    second = np.where(np.isin(second, used), np.searchsorted(used, second), leaf)  # an empty leaf: none
     parents = math.ceil(math.sqrt(len(used)))
     if parents >= len(used):
         parent_of_leaf = np.arange(len(used))
     else:
         # few points (the leaf centroids): many starts are cheap, and one bad start merges two modes
         parent_of_leaf = kmeans(trained.centroids[used], parents, seed, restarts=20)
-    return Hierarchy(leaf, parent_of_leaf)
+    return Hierarchy(leaf, parent_of_leaf, second)
 
 
 def water_fill(sizes: np.ndarray, budget: int) -> np.ndarray:
