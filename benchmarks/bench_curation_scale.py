@@ -114,7 +114,7 @@ def one_size(count: int, copies: float, true_clusters: int, cosine: float) -> di
         peaks["hierarchical k-means"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
         begin = time.perf_counter()
         mean = stages.streaming_mean(embeddings, rows)
-        embedding_found = stages.embedding_pairs(embeddings, rows, hierarchy.leaf, cosine, mean)
+        embedding_found = stages.embedding_pairs(embeddings, rows, hierarchy.leaf, cosine, mean, hierarchy.second)
         seconds["SemDeDup"] = time.perf_counter() - begin
         peaks["SemDeDup"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
         begin = time.perf_counter()
