@@ -19,6 +19,8 @@ LAYERS = {
     # the public import paths of the processor and the pipelines, which live in the one model folder
     "processing": 1, "pipelines": 1,
     "data": 1, "losses": 1, "metrics": 1, "visualization": 1, "utils": 1, "serialization": 1,
+    # the run layer: input enumeration, the file decoder, shards, resume markers, records
+    "runs": 1,
     "pretraining": 2, "training": 2, "hub": 2, "export": 2, "video": 2,
     # humans in 3D: the files of `sapiens2-pose-3d` results and 3D tracks, over video smoothing
     "pose3d": 2,

@@ -57,8 +57,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import is_flash_attn_2_available
 
 from .modeling.modeling_sapiens2_hf import Sapiens2RopePositionEmbedding
+from .utils.atomic_io import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -165,8 +168,6 @@ class CompileCache:
 
     def save(self) -> bool:
         """Writes every artefact this process compiled or loaded so far; False when torch had none."""
-        from .utils.atomic_io import atomic_write_bytes
-
         saved = torch.compiler.save_cache_artifacts()
         if saved is None:
             return False
@@ -284,14 +285,10 @@ def _set_attention(model: torch.nn.Module, attention: str) -> str:
         # would only draw a warning.
         model.set_attn_implementation({"": attention})
     elif config._attn_implementation != attention:
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
         if attention != "eager" and attention not in ALL_ATTENTION_FUNCTIONS:
             raise ValueError(f"unknown attention implementation {attention!r}; choose 'sdpa', 'eager' or one of "
                              f"{sorted(ALL_ATTENTION_FUNCTIONS)}.")
         if attention.startswith("flash_attention"):
-            from transformers.utils import is_flash_attn_2_available
-
             if not is_flash_attn_2_available():
                 raise ImportError(f"attention={attention!r} needs the flash-attn package; use attention='sdpa', "
                                   "which runs PyTorch's own FlashAttention kernel on GPUs that have it.")

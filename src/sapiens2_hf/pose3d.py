@@ -6,8 +6,8 @@
 - `write_pose3d_outputs`: that JSON and `<name>.glb` (the people's pointmap mesh and 3D skeletons,
   `visualization.gltf`).
 - `Keypoint3DSmoother`: per track, the One-Euro filter of `sapiens2_hf.video.smoothing` (the temporal filters' one
-  home) on camera-frame metres; `write_track_file` and `write_skeleton_animation` write a clip's tracks as `.npz` and
-  as an animated glTF skeleton.
+  home) on camera-frame metres; `lift_video` runs a clip frame by frame (IoU tracks, boxes carried by keypoints);
+  `write_video_tracks` writes its tracks as `.npz` (`write_track_file`) and as an animated glTF skeleton.
 
 Why an animated glTF and not BVH for the video skeleton: BVH stores joint rotations in a fixed-length bone
 hierarchy, which 3D keypoints do not give without an inverse-kinematics fit to a rig (and bone lengths would be
@@ -17,16 +17,23 @@ the format of the per-image result.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from .modeling.lifting_sapiens2_hf import joint_depths_for, lift_keypoints
 from .modeling.pipeline_sapiens2_hf import POSE_3D_FRAME
-from .utils.atomic_io import atomic_write_json
+from .modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES
+from .utils.atomic_io import atomic_write_bytes, atomic_write_json
+from .video.io import VideoReader
 from .video.smoothing import DEFAULT_D_CUTOFF, OneEuroFilter
+from .video.tracking import IouTracker, box_from_keypoints
+from .visualization import SKELETON_LINKS
+from .visualization.gltf import write_people_glb, write_skeleton_animation
 
 # One-Euro filter on metres: 1 Hz at rest like the 2D filter; the speed coefficient per metre is the 2D one per pixel
 # (0.02) at a person 3 m away under a 1000 px focal length (1 px ~ 3 mm), so the filter opens alike for the same
@@ -77,8 +84,6 @@ def write_pose3d_outputs(folder: str | os.PathLike, name: str, result: dict, ima
                          skeleton=(), lifting: dict | None = None, glb: bool = True,
                          max_vertices: int = 250_000) -> list[Path]:
     """Writes `<folder>/<name>_3d.json` and (with `glb`) `<folder>/<name>.glb` atomically; returns their paths."""
-    from .visualization.gltf import write_people_glb
-
     folder = Path(folder)
     written = [folder / f"{name}_3d.json"]
     record = pose3d_record(result, source, image.shape, skeleton=skeleton, lifting=lifting)
@@ -133,10 +138,6 @@ def write_track_file(path: str | os.PathLike, frames: list[dict[str, Any]], name
         frames: per processed frame `{"frame_index", "time_s", "track_ids" (P_t,), "keypoints_3d" (P_t, K, 3) raw,
             "smoothed" (P_t, K, 3), "confidence" (P_t, K), "valid" (P_t, K)}`.
     """
-    import io
-
-    from .utils.atomic_io import atomic_write_bytes
-
     track_ids = sorted({int(i) for frame in frames for i in frame["track_ids"]})
     column = {track: k for k, track in enumerate(track_ids)}
     count, people, joints = len(frames), len(track_ids), len(names)
@@ -167,9 +168,6 @@ def ground_truth_result(sample: dict, *, scores=None, **lifting) -> dict:
     """The `sapiens2-pose-3d` result of perfect models on a synthetic human (`data.synthetic.render_sample`): its
     true 2D keypoints (score 1, or `scores` `(num_people, 308)`) lifted with its true pointmap, masked to its people.
     What the benchmark and the tests measure the lifting rule on; `lifting` as `lift_keypoints` takes it."""
-    from .modeling.lifting_sapiens2_hf import joint_depths_for, lift_keypoints
-    from .modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES
-
     mask = np.asarray(sample["mask"], bool)
     pointmap = np.where(mask[..., None], sample["pointmap"], np.nan).astype(np.float32)
     lifting.setdefault("joint_depths", joint_depths_for(POSE_KEYPOINT_NAMES))
@@ -187,6 +185,70 @@ def ground_truth_result(sample: dict, *, scores=None, **lifting) -> dict:
             "focal_length": float(sample["camera_intrinsics"][0, 0]), **POSE_3D_FRAME}
 
 
+def skeleton_links(own, num_keypoints: int) -> list[tuple[int, int]]:
+    """A model's keypoint links (its config's `skeleton`, else the official 308 skeleton) within `num_keypoints`."""
+    links = own if own else SKELETON_LINKS
+    return [(int(a), int(b)) for a, b in links if int(a) < num_keypoints and int(b) < num_keypoints]
+
+
+def lift_video(path: str | os.PathLike, predict: Callable[[np.ndarray, Any], dict], listed: Callable[[int], Any], *,
+               kpt_threshold: float, track_iou: float, video_stride: int = 1, max_frames: int | None = None,
+               smoother: Keypoint3DSmoother | None = None) -> tuple[list[dict], list[str]]:
+    """A clip's 3D keypoint tracks, frame by frame: `predict(image, boxes or None)` is one frame's
+    `sapiens2-pose-3d` result (None: the caller's fallback, whole image or detector); `listed(frame index)` the
+    given boxes of a frame, or None. People keep their track id by IoU matching (`IouTracker`); between given or
+    detected boxes each person's box follows their keypoints of the previous frame. Returns the frames as
+    `write_track_file` takes them and the keypoint names."""
+    tracker = IouTracker(track_iou)
+    frames, names, previous = [], None, None
+    with VideoReader(path) as reader:
+        for frame in reader:
+            if frame.index % video_stride:
+                continue
+            if max_frames is not None and len(frames) >= max_frames:
+                break
+            given = listed(frame.index)
+            result = predict(frame.image, given if given is not None or previous is None else previous)
+            people = result["people"]
+            if people and names is None:
+                names = list(people[0]["labels"])
+            tracks = tracker.update([person["bbox"] for person in people], [person["bbox_score"] for person in people])
+            raw = np.stack([p["keypoints_3d"] for p in people]) if people else np.zeros((0, len(names or []), 3))
+            valid = np.stack([p["keypoint_3d_valid"] for p in people]) if people else np.zeros(raw.shape[:2], bool)
+            track_ids = [track.track_id for track in tracks]
+            smoothed = smoother.filter(track_ids, raw, valid, frame.time) if smoother is not None else \
+                np.where(valid[..., None], raw, np.nan)
+            frames.append({"frame_index": frame.index, "time_s": frame.time, "track_ids": track_ids,
+                           "keypoints_3d": raw, "smoothed": smoothed, "valid": valid,
+                           "confidence": np.stack([p["keypoint_3d_confidence"] for p in people]) if people
+                           else np.zeros(raw.shape[:2], np.float32)})
+            # the next frame's boxes follow each person's keypoints (the detector, or given boxes, only when lost)
+            carried = [box_from_keypoints(p["keypoints"], p["scores"], kpt_threshold, frame.image.shape[:2])
+                       for p in people]
+            previous = [box.tolist() for box in carried if box is not None] or None
+    if not frames:
+        raise ValueError(f"{path}: no frame was processed")
+    return frames, names or []
+
+
+def write_video_tracks(folder: str | os.PathLike, name: str, frames: list[dict], names: list[str], *,
+                       smoothing: dict | None, links, glb: bool = True) -> list[Path]:
+    """Writes `<name>_3d.npz` (`write_track_file`) and, with `glb`, `<name>_3d.glb` (each track an animated
+    skeleton of `links`) atomically; returns their paths."""
+    folder = Path(folder)
+    files = [write_track_file(folder / f"{name}_3d.npz", frames, names, smoothing=smoothing)]
+    if glb and names:
+        with np.load(files[0]) as tracks:
+            positions, track_ids, times = tracks["keypoints_3d"], tracks["track_ids"], tracks["time_s"]
+        count = len(names)
+        joints = [(a + k * count, b + k * count) for k in range(len(track_ids)) for a, b in links]
+        joint_names = [f"track{track}_{label}" for track in track_ids for label in names]
+        write_skeleton_animation(folder / f"{name}_3d.glb", times - times[0], positions.reshape(len(times), -1, 3),
+                                 joints, joint_names)
+        files.append(folder / f"{name}_3d.glb")
+    return files
+
+
 def jitter_mm(tracks: np.ndarray) -> float:
     """Mean length of the second difference of `(T, K, 3)` metre tracks (NaN skipped), in millimetres per frame^2:
     the frame-to-frame shake that smoothing removes."""
@@ -198,5 +260,5 @@ def jitter_mm(tracks: np.ndarray) -> float:
 
 
 __all__ = ["DEFAULT_BETA_3D", "DEFAULT_MIN_CUTOFF_3D", "Keypoint3DSmoother", "ground_truth_result", "jitter_mm",
-           "pose3d_record",
-           "write_pose3d_outputs", "write_track_file"]
+           "lift_video", "pose3d_record", "skeleton_links", "write_pose3d_outputs", "write_track_file",
+           "write_video_tracks"]

@@ -171,7 +171,7 @@ def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) ->
                             "not explained by motion pass sooner)")
 
 
-__all__ = ["ForegroundOptions", "OutputOptions", "PredictOptions", "RuntimeOptions", "VideoOptions",
+__all__ = ["ForegroundOptions", "LiftingOptions", "OutputOptions", "PredictOptions", "RuntimeOptions", "VideoOptions",
            "add_temporal_filter_arguments", "check_local_source", "check_regular_file", "device_name", "finite_float",
            "looks_local", "non_negative_float", "positive_float", "positive_int", "probability",
            "temporal_filter_tasks"]
@@ -275,6 +275,20 @@ class ForegroundOptions(_OptionGroup):
 
 
 @dataclass(frozen=True)
+class LiftingOptions(_OptionGroup):
+    """`sapiens2-hf pose3d`: the pointmap model the pose is lifted with, the lifting's parameters and the 3D files
+    (`--pointmap-model`, `--window-radius`, `--depth-jump`, `--surface`, `--no-glb`, `--max-vertices`); unset in the
+    predict commands."""
+
+    pointmap_model: str | None = _set_only()
+    window_radius: int | None = _set_only()
+    depth_jump: float | None = _set_only()
+    surface: bool | None = _set_only()
+    no_glb: bool | None = _set_only()
+    max_vertices: int | None = _set_only()
+
+
+@dataclass(frozen=True)
 class PredictOptions:
     """A predict command (`sapiens2-hf <task> ...`) as typed, frozen groups: what the image and video loops, the
     writers and the web app read. `from_args` builds it from the parsed command line; the app builds it directly.
@@ -282,7 +296,7 @@ class PredictOptions:
     Attributes:
         task (`str`): the registry task.
         inputs (`tuple[str, ...]`), out (`str`): the inputs and the output folder.
-        runtime, output, video, foreground: the option groups.
+        runtime, output, video, foreground, lifting: the option groups (lifting: pose3d only).
         boxes (`str`, *optional*): the `--boxes` file (pose).
         whole_image (`bool`): pose: an input without a `--boxes` entry is one person filling the image.
         overwrite, quiet (`bool`): recompute finished inputs; no progress bar.
@@ -293,6 +307,7 @@ class PredictOptions:
     output: OutputOptions = field(default_factory=OutputOptions)
     video: VideoOptions = field(default_factory=VideoOptions)
     foreground: ForegroundOptions = field(default_factory=ForegroundOptions)
+    lifting: LiftingOptions = field(default_factory=LiftingOptions)
     inputs: tuple[str, ...] = ()
     out: str = ""
     boxes: str | None = None
@@ -304,6 +319,7 @@ class PredictOptions:
     def from_args(cls, args: argparse.Namespace) -> "PredictOptions":
         return cls(task=args.task, runtime=RuntimeOptions.from_args(args), output=OutputOptions.from_args(args),
                    video=VideoOptions.from_args(args), foreground=ForegroundOptions.from_args(args),
+                   lifting=LiftingOptions.from_args(args),
                    inputs=tuple(getattr(args, "inputs", ()) or ()), out=str(getattr(args, "out", "") or ""),
                    boxes=getattr(args, "boxes", None), whole_image=bool(getattr(args, "whole_image", False)),
                    overwrite=bool(getattr(args, "overwrite", False)),
@@ -314,7 +330,7 @@ class PredictOptions:
         input size, then the output, video and foreground groups; device, batch size and threads are not."""
         whole_image = {"whole_image": True} if self.whole_image else {}  # absent when off: older markers match
         return {**self.runtime.fingerprint(), **self.output.fingerprint(), **self.video.fingerprint(),
-                **self.foreground.fingerprint(), **whole_image}
+                **self.foreground.fingerprint(), **self.lifting.fingerprint(), **whole_image}
 
     def replace(self, **changes) -> "PredictOptions":
         """A copy with top-level fields or whole groups replaced (`dataclasses.replace`)."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from PIL import Image
+
 from .._registration import task_registry
 
 if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
@@ -352,10 +354,6 @@ def _save_json(data: Any, path: Path, indent: int | None = None) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def _reason(error: BaseException) -> str:
-    return str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"
-
-
 def _boxes_for(source: str, boxes: dict) -> Any:
     return boxes.get(Path(source).name, boxes.get(source))
 
@@ -384,4 +382,6 @@ def predict_images(options: PredictOptions, pipe, images: list, boxes: list | No
     if options.output.intrinsics is not None:
         kwargs["intrinsics"] = tuple(options.output.intrinsics)
     kwargs.update(extra)
+    # decoded (H, W, 3) arrays as PIL images: their layout is stated, not guessed from the shape (a 1x1 image)
+    images = [Image.fromarray(image) if getattr(image, "ndim", 0) == 3 else image for image in images]
     return pipe(images, batch_size=len(images), **kwargs)

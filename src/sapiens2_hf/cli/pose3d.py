@@ -14,22 +14,33 @@ People: `--boxes FILE.json` (the pose command's format; a video's key `<file nam
 `--whole-image` (the image is one person), else the person detector (`--detector`). In a video, each person's box
 follows their keypoints from frame to frame, and track ids come from IoU matching (`sapiens2_hf.video.tracking`).
 `--foreground-model SEG_MODEL` masks the pointmap to the people, so keypoints off the body are flagged
-`outside_mask`; `--focal-length` / `--intrinsics` give the camera.
+`outside_mask`; `--focal-length` / `--intrinsics` give the camera; `--input-size` (alias `--image-size`) the
+pointmap model's input size (an official pointmap file trained at another size).
+
+A composed task on the predict commands' machinery (`cli.predict.predict`): the same inputs, `--out` rule, run
+lock, shards under `accelerate launch`, resume markers (`--overwrite` recomputes) and records (this run's own:
+`.sapiens2-hf/runs/pose3d.json`); its options are typed (`PredictOptions` with task `pose` and the `lifting`
+group).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 from pathlib import Path
 
-from .options import (check_local_source, device_name, finite_float, non_negative_float, positive_float, positive_int,
-                      probability)
+from ..runs.records import RunReport
+from ..runs.resume import ResumeMarkers
+from .options import (ForegroundOptions, PredictOptions, check_local_source, device_name, finite_float,
+                      non_negative_float, positive_float, positive_int, probability)
+from .outputs import OutputWriteError, _boxes_for, predict_images, writing_outputs
+from .predict import DEFAULT_DETECTOR, _check_intrinsics, build_pipeline, predict
+from .threads import add_threads_argument
+
+COMMAND = "pose3d"
 
 
 def add_pose3d_subparser(subparsers) -> None:
-    from .threads import add_threads_argument
-
     parser = subparsers.add_parser("pose3d", help="3D keypoints in metres (pose lifted with a pointmap) on images "
                                    "and videos, with .glb scenes", description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders (not recursive), videos")
@@ -41,12 +52,18 @@ def add_pose3d_subparser(subparsers) -> None:
                              "the body)")
     parser.add_argument("--device", type=device_name, default="auto", help="'auto', 'cpu', 'cuda:0', ...")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--input-size", "--image-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"),
+                        default=None, help="the pointmap model's input size (default: the model's / its saved "
+                                           "processor's), e.g. for an official file trained at another size")
     parser.add_argument("--boxes", default=None, metavar="FILE.json",
                         help="person boxes, xyxy pixels, as the pose command takes them")
     parser.add_argument("--whole-image", action="store_true",
                         help="an input without a --boxes entry is one person filling the image")
     parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
                         help="object-detection model for inputs without boxes (default PekingU/rtdetr_r50vd)")
+    parser.add_argument("--detector-threshold", type=probability, default=0.3,
+                        help="least detector score of a person box, in [0, 1] (default 0.3)")
+    parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
     camera = parser.add_mutually_exclusive_group()
     camera.add_argument("--focal-length", type=positive_float, default=None, metavar="F",
                         help="the camera's horizontal focal length in pixels of the inputs")
@@ -72,6 +89,8 @@ def add_pose3d_subparser(subparsers) -> None:
                        help="One-Euro cutoff at rest, Hz (default 1.0)")
     video.add_argument("--smooth-beta", type=non_negative_float, default=7.0,
                        help="One-Euro speed coefficient per metre/second (default 7.0)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="recompute inputs whose outputs a previous run completed (default: skip them)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     add_threads_argument(parser)
     parser.set_defaults(handler=run_pose3d, precheck=check_pose3d_arguments, task="pose3d")
@@ -80,7 +99,6 @@ def add_pose3d_subparser(subparsers) -> None:
 def check_pose3d_arguments(args: argparse.Namespace) -> None:
     """Paths and values, before torch is imported (as the predict commands' precheck)."""
     from .hub_access import hub_ids, prepare_hub_access
-    from .predict import DEFAULT_DETECTOR, _check_intrinsics
 
     _check_intrinsics(args.intrinsics)
     for option, value in (("--model", args.model), ("--pointmap-model", args.pointmap_model),
@@ -90,183 +108,106 @@ def check_pose3d_arguments(args: argparse.Namespace) -> None:
     prepare_hub_access("pose3d", hub_ids(args.model, args.pointmap_model, args.foreground_model, detector))
 
 
+def pose3d_options(args: argparse.Namespace) -> PredictOptions:
+    """The parsed command line as typed options: a pose run (task `pose`) with the `lifting` group set."""
+    return PredictOptions.from_args(argparse.Namespace(**{**vars(args), "task": "pose"}))
+
+
 def run_pose3d(args: argparse.Namespace) -> int:
-    import sys
-
-    from ..utils.run_lock import run_folder_lock
-    from .predict import RunReport, _check_out, _collect, _load_boxes, check_boxes_keys, output_names
-    from .sharding import write_summary
-
     check_pose3d_arguments(args)
-    report = RunReport()
-    images, videos = _collect(args.inputs, report)
-    out = Path(args.out)
-    _check_out(out, args.inputs, images + videos)
-    boxes = _load_boxes(args.boxes)
-    check_boxes_keys(args.boxes, boxes, images, videos)
-    with run_folder_lock(out):
-        pipe = _build_pipeline(args)
-        image_names, video_names = output_names(images, videos)
-        written: list[str] = []
-        for path, name in zip(images, image_names):
-            with _skipping(report, str(path)):
-                written += [str(p) for p in _one_image(args, pipe, path, name, boxes, out)]
-                report.processed += 1
-                report.finished.add(str(path))
-        for path, name in zip(videos, video_names):
-            with _skipping(report, str(path)):
-                files, frames = _one_video(args, pipe, path, name, boxes, out)
-                written += [str(p) for p in files]
-                report.processed += 1
-                report.frames += frames
-                report.finished.add(str(path))
-        record = {"command": "pose3d", "processed": report.processed, "frames": report.frames,
-                  "skipped": report.skipped, "written": written}
-        write_summary(record, out / "summary.json", [str(p) for p in images + videos])
-    for entry in report.skipped:
-        print(f"sapiens2-hf pose3d: skipped {entry['input']}: {entry['reason']}", file=sys.stderr)
-    if not args.quiet:
-        print(f"sapiens2-hf pose3d: processed {report.processed} input(s), wrote {len(written)} file(s) to {out}")
-    return 1 if report.skipped else 0
+    check_local_source("--pointmap-model", args.pointmap_model)
+    return predict(pose3d_options(args), command=COMMAND, run_units=_run_units)
 
 
-@contextlib.contextmanager
-def _skipping(report, source: str):
-    """An input that fails for a reason of its own (unreadable, bad boxes, no detector) is reported and skipped."""
-    from .outputs import OutputWriteError
+def _build_pipeline(options: PredictOptions, device: str):
+    """`sapiens2-pose-3d` composed of the predict commands' pipelines: the pose model (with the detector) and the
+    pointmap model (at `--input-size`, masked by `--foreground-model`), each loaded as `build_pipeline` loads it."""
+    from ..pipeline_factory import pipeline  # torch
 
-    try:
-        yield
-    except OutputWriteError:
-        raise
-    except (ValueError, OSError) as error:
-        report.skip(source, error)
+    runtime = options.runtime
+    pose = build_pipeline(options.replace(foreground=ForegroundOptions(), runtime=dataclasses.replace(
+        runtime, input_size=None)), device)
+    pointmap = build_pipeline(options.replace(task="pointmap", runtime=dataclasses.replace(
+        runtime, model=options.lifting.pointmap_model)), device)
+    detector = {"detector": options.output.detector} if options.output.detector else {}
+    return pipeline("sapiens2-pose-3d", model=pose.model, image_processor=pose.image_processor,
+                    pointmap_model=pointmap, device=pose.device, **detector)
 
 
-def _build_pipeline(args):
-    from .. import pipeline
+def _lifting(options: PredictOptions) -> dict:
+    lifting = {"score_threshold": options.output.kpt_threshold, "window_radius": options.lifting.window_radius,
+               "depth_jump": options.lifting.depth_jump}
+    if options.lifting.surface:
+        lifting["joint_depths"] = 0.0
+    return lifting
 
-    kwargs = {"pointmap_model": args.pointmap_model, "segmenter": args.foreground_model, "dtype": args.dtype}
-    if args.device != "auto":
-        kwargs["device"] = args.device
-    if args.detector is not None:
-        kwargs["detector"] = args.detector
-    return pipeline("sapiens2-pose-3d", model=args.model, **kwargs)
+
+def _run_units(options: PredictOptions, todo: list, boxes: dict, report: RunReport, out: Path, shard) -> None:
+    """Compute and write this process's inputs (`todo`: (kind, name, path, fingerprint or None); see
+    `cli.predict.predict`)."""
+    from .. import pose3d as lifted  # torch
+    from ..runs.decode import decode_image
+
+    report.notes.update(command=COMMAND, frames=0)
+    if not todo:
+        return
+    pipe = _build_pipeline(options, shard.device(options.runtime.device))
+    options = options.with_model_labels(pipe.model.config)
+    lifting = _lifting(options)
+    recorded = {**lifting, "joint_depths": lifting.get("joint_depths", "JOINT_DEPTHS_M by keypoint name")}
+
+    def predict_one(image, people_boxes):
+        (result,) = predict_images(options, pipe, [image], None if people_boxes is None else [people_boxes],
+                                   **lifting)
+        return result
+
+    for kind, name, path, expected in todo:
+        try:
+            if kind == "images":
+                image = decode_image(path)
+                result = predict_one(image, _boxes_for(str(path), boxes))
+                links = lifted.skeleton_links(options.output.skeleton, len(result["people"][0]["labels"])
+                                              if result["people"] else 0)
+                with writing_outputs():
+                    files = lifted.write_pose3d_outputs(out, name, result, image, source=str(path), skeleton=links,
+                                                        lifting=recorded, glb=not options.lifting.no_glb,
+                                                        max_vertices=options.lifting.max_vertices)
+                frames = 0
+            else:
+                video = options.video
+                smoother = None if video.no_smooth else lifted.Keypoint3DSmoother(video.smooth_min_cutoff,
+                                                                                   video.smooth_beta)
+                tracks, names = lifted.lift_video(
+                    path, predict_one, lambda index: _boxes_for(f"{path}#{index}", boxes),
+                    kpt_threshold=options.output.kpt_threshold, track_iou=video.track_iou,
+                    video_stride=video.video_stride, max_frames=video.max_frames, smoother=smoother)
+                smoothing = None if smoother is None else {"min_cutoff": video.smooth_min_cutoff,
+                                                           "beta": video.smooth_beta}
+                with writing_outputs():
+                    files = lifted.write_video_tracks(out, name, tracks, names, smoothing=smoothing,
+                                                      links=lifted.skeleton_links(options.output.skeleton,
+                                                                                  len(names)),
+                                                      glb=not options.lifting.no_glb)
+                frames = len(tracks)
+            if expected is not None:
+                with writing_outputs():
+                    ResumeMarkers(out, kind, COMMAND).mark_done(name, expected, files)
+        except OutputWriteError as error:  # the folder cannot take more: the run stops (cli/predict.py)
+            report.skip(str(path), error)
+            raise
+        except Exception as error:  # noqa: BLE001 - unreadable, bad boxes, no detector: this input is skipped
+            report.skip(str(path), error)
+            continue
+        report.processed += 1
+        report.frames += frames
+        report.notes["frames"] = report.frames
+        report.written += len(files)
+        report.finished.add(str(path))
 
 
 def _skeleton(pipe, num_keypoints: int) -> list[tuple[int, int]]:
-    from ..visualization import SKELETON_LINKS
+    """What the web app calls today (app/inference.py): `sapiens2_hf.pose3d.skeleton_links` of the pipeline's model;
+    to go once the app calls that itself."""
+    from ..pose3d import skeleton_links  # torch
 
-    own = getattr(pipe.model.config, "skeleton", None)
-    links = own if own else SKELETON_LINKS
-    return [(int(a), int(b)) for a, b in links if int(a) < num_keypoints and int(b) < num_keypoints]
-
-
-def _lifting_options(args) -> dict:
-    options = {"score_threshold": args.kpt_threshold, "window_radius": args.window_radius,
-               "depth_jump": args.depth_jump}
-    if args.surface:
-        options["joint_depths"] = 0.0
-    return options
-
-
-def _camera(args) -> dict:
-    if args.focal_length is not None:
-        return {"focal_length": args.focal_length}
-    if args.intrinsics is not None:
-        return {"intrinsics": tuple(args.intrinsics)}
-    return {}
-
-
-def _people_boxes(args, key_sources: tuple[str, ...], boxes: dict, image_shape) -> list | None:
-    """The --boxes entry of the first key found, or the whole image with --whole-image, else None (the detector)."""
-    for key in key_sources:
-        found = boxes.get(key)
-        if found is not None:
-            return found
-    if args.whole_image:
-        return [[0.0, 0.0, float(image_shape[1]), float(image_shape[0])]]
-    return None
-
-
-def _one_image(args, pipe, path: Path, name: str, boxes: dict, out: Path) -> list[Path]:
-    from ..pose3d import write_pose3d_outputs
-    from ..processing import load_image_rgb
-    from .outputs import writing_outputs
-
-    image = load_image_rgb(path)
-    people_boxes = _people_boxes(args, (path.name, str(path)), boxes, image.shape)
-    lifting = _lifting_options(args)
-    result = pipe(image, **({} if people_boxes is None else {"boxes": people_boxes}), **_camera(args), **lifting)
-    num_keypoints = len(result["people"][0]["labels"]) if result["people"] else 0
-    with writing_outputs():
-        return write_pose3d_outputs(out, name, result, image, source=str(path),
-                                    skeleton=_skeleton(pipe, num_keypoints), lifting=_recorded(lifting),
-                                    glb=not args.no_glb, max_vertices=args.max_vertices)
-
-
-def _recorded(lifting: dict) -> dict:
-    recorded = dict(lifting)
-    recorded.setdefault("joint_depths", "JOINT_DEPTHS_M by keypoint name")
-    return recorded
-
-
-def _one_video(args, pipe, path: Path, name: str, boxes: dict, out: Path) -> tuple[list[Path], int]:
-    import numpy as np
-
-    from ..pose3d import Keypoint3DSmoother, write_track_file
-    from ..video.io import VideoReader
-    from ..video.tracking import IouTracker, box_from_keypoints
-    from ..visualization.gltf import write_skeleton_animation
-    from .outputs import writing_outputs
-
-    tracker = IouTracker(args.track_iou)
-    smoother = None if args.no_smooth else Keypoint3DSmoother(args.smooth_min_cutoff, args.smooth_beta)
-    lifting = _lifting_options(args)
-    frames, names, previous = [], None, None
-    with VideoReader(path) as reader:
-        for frame in reader:
-            if frame.index % args.video_stride:
-                continue
-            if args.max_frames is not None and len(frames) >= args.max_frames:
-                break
-            keys = (f"{path.name}#{frame.index}", f"{path}#{frame.index}")
-            people_boxes = _people_boxes(args, keys, boxes, frame.image.shape) if previous is None or any(
-                key in boxes for key in keys) else previous
-            result = pipe(frame.image, **({} if people_boxes is None else {"boxes": people_boxes}), **_camera(args),
-                          **lifting)
-            people = result["people"]
-            if people and names is None:
-                names = list(people[0]["labels"])
-            tracks = tracker.update([person["bbox"] for person in people], [person["bbox_score"] for person in people])
-            raw = np.stack([p["keypoints_3d"] for p in people]) if people else np.zeros((0, len(names or []), 3))
-            valid = np.stack([p["keypoint_3d_valid"] for p in people]) if people else np.zeros(raw.shape[:2], bool)
-            track_ids = [track.track_id for track in tracks]
-            smoothed = smoother.filter(track_ids, raw, valid, frame.time) if smoother is not None else \
-                np.where(valid[..., None], raw, np.nan)
-            frames.append({"frame_index": frame.index, "time_s": frame.time, "track_ids": track_ids,
-                           "keypoints_3d": raw, "smoothed": smoothed, "valid": valid,
-                           "confidence": np.stack([p["keypoint_3d_confidence"] for p in people]) if people
-                           else np.zeros(raw.shape[:2], np.float32)})
-            # the next frame's boxes follow each person's keypoints (the detector, or --boxes, only when lost)
-            carried = [box_from_keypoints(p["keypoints"], p["scores"], args.kpt_threshold, frame.image.shape[:2])
-                       for p in people]
-            carried = [box.tolist() for box in carried if box is not None]
-            previous = carried or None
-    if not frames:
-        raise ValueError(f"{path}: no frame was processed")
-    names = names or []
-    smoothing = None if args.no_smooth else {"min_cutoff": args.smooth_min_cutoff, "beta": args.smooth_beta}
-    with writing_outputs():
-        files = [write_track_file(out / f"{name}_3d.npz", frames, names, smoothing=smoothing)]
-        if not args.no_glb and names:
-            with np.load(files[0]) as tracks:
-                positions, track_ids, times = tracks["keypoints_3d"], tracks["track_ids"], tracks["time_s"]
-            count = len(names)
-            links = [(a + k * count, b + k * count) for k in range(len(track_ids))
-                     for a, b in _skeleton(pipe, count)]
-            joint_names = [f"track{track}_{label}" for track in track_ids for label in names]
-            write_skeleton_animation(out / f"{name}_3d.glb", times - times[0],
-                                     positions.reshape(len(times), -1, 3), links, joint_names)
-            files.append(out / f"{name}_3d.glb")
-    return files, len(frames)
+    return skeleton_links(getattr(pipe.model.config, "skeleton", None), num_keypoints)

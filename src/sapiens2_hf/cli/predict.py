@@ -58,7 +58,10 @@ FIFOs and other non-regular files are not read (skipped with the reason; as `--b
 
 Resuming and sharding: inputs whose outputs a previous run completed with the same options are skipped
 (`already_done` in the summary; `--overwrite` recomputes them); under `accelerate launch --num_processes N -m
-sapiens2_hf.cli.main <task> ...` each process takes its share of the inputs. See cli/sharding.py.
+sapiens2_hf.cli.main <task> ...` each process takes its share of the inputs (`sapiens2_hf.runs.shard`); each
+input's done marker (`sapiens2_hf.runs.resume`) records a fingerprint of the input file, the model and the options
+that change outputs (`PredictOptions.fingerprint`, the input's --boxes entry). Each run's own record is also kept
+under its task's name, `<out>/.sapiens2-hf/runs/<task>.json`, so runs of two tasks into one --out keep both.
 
 Pose boxes (`--boxes FILE.json`): `{key: [[x_min, y_min, x_max, y_max], ...]}` in image pixels (xyxy, like the
 pipeline), `[]` for no people. Keys are image file names (`a.jpg`) or the paths as given; a video frame's key is
@@ -74,22 +77,33 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
+import difflib
+import functools
 import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from tqdm.auto import tqdm
+
 from .._registration import task_registry
+from ..runs.inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, check_out_not_in_inputs, collect_files
+from ..runs.inputs import output_names as _unit_names
+from ..runs.records import RunReport, merge_summaries, part_path, write_summary
+from ..runs.resume import STATE_FOLDER, ResumeMarkers, file_fingerprint
+from ..runs.shard import Shard
 from ..utils.run_lock import run_folder_lock
-from .options import (ForegroundOptions, PredictOptions, check_local_source, check_regular_file, device_name,
-                      finite_float, non_negative_float, positive_float, positive_int, probability)
-from .outputs import (OutputWriteError, _boxes_for, _reason, image_output_suffixes, pose_annotations,
-                      predict_images, write_outputs, writing_outputs)
-from .sharding import STATE_FOLDER, write_summary
+from .export import add_backend_argument
+from .hub_access import hub_ids, prepare_hub_access
+from .options import (ForegroundOptions, PredictOptions, add_temporal_filter_arguments, check_local_source,
+                      check_regular_file, device_name, finite_float, non_negative_float, positive_float, positive_int,
+                      probability)
+from .outputs import (OutputWriteError, _boxes_for, image_output_suffixes, pose_annotations, predict_images,
+                      write_outputs, writing_outputs)
+from .threads import add_threads_argument
 
 if TYPE_CHECKING:  # numpy is imported where it is used, so that building the parser (`--help`) stays cheap
     import numpy as np
@@ -98,8 +112,6 @@ if TYPE_CHECKING:  # numpy is imported where it is used, so that building the pa
 # The task registry, read without importing torch (`--help` must not: tests/test_cli_startup.py) and at each use, so
 # that a task registered after import has its sub-command, pipeline and help (the registry's title).
 _TASK_SPECS = task_registry().TASK_SPECS
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
-VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 # The entries of a video named `v` in --out (its frame folder and its annotated video); an image's files are
 # `image_output_suffixes()` (cli/outputs.py). `output_names` keeps them apart.
 VIDEO_OUTPUT_SUFFIXES = ("", ".mp4")
@@ -156,8 +168,6 @@ def _check_option_value(action: argparse.Action, value: Any) -> None:
 
 def add_predict_subparsers(subparsers) -> None:
     """Register one sub-command per task (`pose`, `seg`, `normal`, `pointmap`, `albedo`, `matting`)."""
-    from .threads import add_threads_argument
-
     for task in _TASK_SPECS:
         parser = subparsers.add_parser(task, help=f"run {task_help(task)} on images, folders and videos",
                                        description=__doc__.split("\n\n")[0])
@@ -169,7 +179,7 @@ def add_predict_subparsers(subparsers) -> None:
                             help="'auto' (cuda when available; under accelerate launch each process's GPU), 'cpu', "
                                  "'cuda:0', ...")
         parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-        from .export import add_backend_argument; add_backend_argument(parser)  # noqa: E702
+        add_backend_argument(parser)
         parser.add_argument("--compile", action="store_true",
                             help="the GPU recipe: torch.compile with SDPA attention (with --dtype bfloat16 on CUDA; "
                                  "the first batch compiles)")
@@ -242,7 +252,7 @@ def add_predict_subparsers(subparsers) -> None:
                                     help="keep only the person: one mask image for every input, or a folder with "
                                          "<input name>.png per image (non-zero = person)")
         add_threads_argument(parser)
-        from .options import add_temporal_filter_arguments; add_temporal_filter_arguments(parser, task)  # noqa: E702
+        add_temporal_filter_arguments(parser, task)
         parser.set_defaults(handler=run_predict, task=task, precheck=check_predict_arguments)
 
 
@@ -262,92 +272,9 @@ class _Item:
     marker: tuple[str, dict] | None = None  # (name, fingerprint) of the done marker written after its outputs
 
 
-@dataclass
-class RunReport:
-    processed: int = 0
-    frames: int = 0
-    already_done: int = 0
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    written: int = 0
-    finished: set[str] = field(default_factory=set)  # inputs processed or skipped (the others: not processed)
-
-    def skip(self, source: str, error: BaseException | str) -> None:
-        reason = error if isinstance(error, str) else _reason(error)
-        self.skipped.append({"input": source, "reason": reason})
-        self.finished.add(source)
-
-
-def _read_image(path: Path) -> Callable[[], np.ndarray]:
-    def load() -> np.ndarray:
-        from ..processing import load_image_rgb
-
-        return load_image_rgb(path)
-
-    return load
-
-
 def _collect(inputs: list[str], report: RunReport) -> tuple[list[Path], list[Path]]:
-    """The image and video files of the inputs, each once (a file given twice, or in a folder and by name, is
-    processed once). Missing inputs, URLs and inputs that are not regular files (a FIFO, socket or device: reading
-    one blocks until another process writes to it) are reported as skipped; other files inside a folder (notes,
-    json, ...) are ignored."""
-    images, videos, seen = [], [], set()
-    for entry in inputs:
-        if entry.startswith(("http://", "https://")):
-            report.skip(entry, "a URL: the command reads local files only (download it first)")
-            continue
-        path = Path(entry)
-        candidates = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-        if path.is_dir() and not any(p.suffix.lower() in (*IMAGE_SUFFIXES, *VIDEO_SUFFIXES) for p in candidates):
-            report.skip(entry, _empty_folder_reason(path))
-            continue
-        for candidate in candidates:
-            suffix = candidate.suffix.lower()
-            if not candidate.exists():
-                report.skip(str(candidate), "no such file or folder")
-            elif not candidate.is_file():
-                report.skip(str(candidate), "not a regular file (a FIFO, socket or device): not read")
-            elif candidate.resolve() in seen:
-                continue
-            elif suffix in VIDEO_SUFFIXES or suffix in IMAGE_SUFFIXES or not path.is_dir():
-                seen.add(candidate.resolve())
-                (videos if suffix in VIDEO_SUFFIXES else images).append(candidate)
-    return images, videos
-
-
-def _empty_folder_reason(folder: Path) -> str:
-    """Why an input folder gives no input: none of its files is an image or video; folders are not read
-    recursively, so its subfolders (named, up to 3) are the likely inputs."""
-    subfolders = sorted(p.name for p in folder.iterdir() if p.is_dir())
-    if not subfolders:
-        return "a folder without image or video files"
-    shown = ", ".join(subfolders[:3]) + (", ..." if len(subfolders) > 3 else "")
-    return (f"no images in {folder}; it has subfolders ({shown}), which are not read: pass them as inputs "
-            f"(e.g. {folder / subfolders[0]})")
-
-
-def _check_out(out: Path, inputs: list[str], files: list[Path]) -> None:
-    """Refuses an --out that is an input folder or the folder of an input file: outputs written among the inputs
-    would be read back as inputs by the next run (`x_seg_seg.png`, ...), and their names can be those of the user's
-    own files (`x_seg.png`), which would be replaced. A subfolder of an input folder is fine: folders are not read
-    recursively."""
-    if not out.is_dir():
-        return
-    holders = [(Path(entry), "an input folder") for entry in inputs if Path(entry).is_dir()]
-    holders += [(path.parent, f"the folder of the input {path}") for path in files]
-    for holder, what in holders:
-        if os.path.samefile(out, holder):
-            raise ValueError(f"--out {out} is {what}: the outputs would mix with the inputs (a rerun reads them back "
-                             "as inputs, and they could replace files of yours); use another folder, e.g. --out "
-                             f"{holder / 'sapiens2-hf-out'} (folders are not read recursively).")
-
-
-def _output_name(path: Path, level: int) -> str:
-    if level == 0:
-        return path.stem
-    if level == 1:
-        return path.name
-    return f"{path.name}-{hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:10]}"
+    """The image and video files of the inputs (`runs.inputs.collect_files`); the others are reported skipped."""
+    return collect_files(inputs, report.skip)
 
 
 def output_names(images: list[Path], videos: list[Path]) -> tuple[list[str], list[str]]:
@@ -359,22 +286,10 @@ def output_names(images: list[Path], videos: list[Path]) -> tuple[list[str], lis
     `name + image_output_suffixes()` for an image and `name + VIDEO_OUTPUT_SUFFIXES` for a video, compared without
     letter case (case-insensitive file systems); `RESERVED_ENTRIES` (the run's summary and state folder) clash with
     every input. All inputs of a clash move on together, so a name does not depend on the order of the inputs, only
-    on which inputs clash; a run computes every name before sharding."""
+    on which inputs clash; a run computes every name before sharding (the rule: `runs.inputs.output_names`)."""
     units = [(path, image_output_suffixes()) for path in images] + [(path, VIDEO_OUTPUT_SUFFIXES) for path in videos]
-    reserved = {entry.casefold() for entry in RESERVED_ENTRIES}
-    levels = [0] * len(units)
-    while True:
-        names = [_output_name(path, level) for (path, _), level in zip(units, levels)]
-        owners: dict[str, set[int]] = {}
-        for k, (name, (_, suffixes)) in enumerate(zip(names, units)):
-            for suffix in suffixes:
-                owners.setdefault((name + suffix).casefold(), set()).add(k)
-        clashing = {k for entry, ks in owners.items() if len(ks) > 1 or entry in reserved for k in ks}
-        moving = [k for k in clashing if levels[k] < 2]  # hashed names end in hex digits: they never clash
-        if not moving:
-            return names[:len(images)], names[len(images):]
-        for k in moving:
-            levels[k] += 1
+    names = _unit_names(units, RESERVED_ENTRIES)
+    return names[:len(images)], names[len(images):]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -486,7 +401,6 @@ def check_boxes_keys(path: str | None, boxes: dict, images: list[Path], videos: 
     missing += [str(path) for path in videos if not _video_boxes(path, boxes)]
     if not unmatched or not missing:
         return
-    import difflib
 
     def closest(key: str) -> str:
         video, hash_sign, index = key.rpartition("#")
@@ -519,8 +433,6 @@ def _run_batch(options, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict
                out: Path) -> None:
     """Process one batch. A failing input is skipped and reported, the others are processed: a failed batch is
     retried one input at a time to find which input failed."""
-    from .sharding import mark_done
-
     per_image = [_boxes_for(item.source, boxes) for item, _ in batch] if options.task == "pose" else []
     listed = [b is not None for b in per_image]
     if len(batch) > 1 and any(listed) and not all(listed):  # some use --boxes, some the detector: one at a time
@@ -551,7 +463,7 @@ def _run_batch(options, pipe, batch: list[tuple[_Item, np.ndarray]], boxes: dict
             with writing_outputs():
                 files, _ = write_outputs(options, base, image, result, pose_json=pose_json)
                 if item.marker is not None:
-                    mark_done(out, "images", item.marker[0], item.marker[1], files)
+                    ResumeMarkers(out, "images").mark_done(item.marker[0], item.marker[1], files)
         except OutputWriteError as error:  # the folder cannot take more: stop the run (run_predict)
             report.skip(item.source, error)
             raise
@@ -579,8 +491,6 @@ def check_predict_arguments(args: argparse.Namespace) -> None:
     """The values and model-like paths of a predict command, checked before torch and transformers are imported
     (`main`'s precheck): a mistyped `--model` answers at once, not after seconds of imports. `predict` checks them
     again for callers without a command line (the web app)."""
-    from .hub_access import hub_ids, prepare_hub_access
-
     _check_intrinsics(getattr(args, "intrinsics", None))
     check_local_source("--model", args.model)
     check_local_source("--foreground-model", getattr(args, "foreground_model", None))
@@ -601,16 +511,26 @@ def run_predict(args: argparse.Namespace) -> int:
     return predict(PredictOptions.from_args(args))
 
 
-def predict(options: PredictOptions) -> int:
+def predict(options: PredictOptions, command: str | None = None, run_units: Callable | None = None) -> int:
     """Runs a predict command (see the module docstring); returns its exit code. The run holds --out while it writes
-    (`sapiens2_hf.utils.run_lock`): a second run into it meanwhile is refused in one line naming this one."""
+    (`sapiens2_hf.utils.run_lock`): a second run into it meanwhile is refused in one line naming this one.
+
+    A composed command runs on the same machinery (inputs, --out rule, lock, shards, resume markers, records, exit
+    codes) with its own `command` name (its messages and its run record) and `run_units(options, todo, boxes,
+    report, out, shard)`, which computes and writes this process's units (`_run_units` is the predict commands').
+    """
     with contextlib.ExitStack() as out_lock:
-        return _predict(options, out_lock)
+        return _predict(options, out_lock, command or options.task, run_units or _run_units)
 
 
-def _predict(options: PredictOptions, out_lock: contextlib.ExitStack) -> int:
-    from . import sharding
+def fingerprint(options: PredictOptions, path: Path, boxes: Any) -> dict[str, Any]:
+    """What an input's outputs depend on: the file, the task, the model, the options that change outputs, its
+    --boxes entry (its done marker records it: `runs.resume`)."""
+    return {**file_fingerprint(path), "task": options.task, "model": str(options.runtime.model),
+            "options": options.fingerprint(), "boxes": boxes}
 
+
+def _predict(options: PredictOptions, out_lock: contextlib.ExitStack, command: str, run_units: Callable) -> int:
     if options.runtime.batch_size < 1 or options.video.video_stride < 1:
         raise ValueError("--batch-size and --video-stride must be >= 1.")
     if options.video.max_frames is not None and options.video.max_frames < 1:
@@ -623,7 +543,7 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack) -> int:
     report = RunReport()
     start = time.perf_counter()
     image_paths, videos = _collect(options.inputs, report)
-    _check_out(out, options.inputs, image_paths + videos)
+    check_out_not_in_inputs(out, options.inputs, image_paths + videos)
     boxes = _load_boxes(options.boxes)
     check_boxes_keys(options.boxes, boxes, image_paths, videos)
     mask_option = options.foreground.foreground_mask
@@ -635,7 +555,7 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack) -> int:
             raise ValueError(f"--foreground-mask {mask_option} is a folder of per-image masks, which video frames do "
                              "not have; pass one mask file for every frame, or --foreground-model.")
     out.mkdir(parents=True, exist_ok=True)
-    shard = sharding.Shard(options.runtime.device)
+    shard = Shard(options.runtime.device, feature="multi-process prediction")
     out_lock.enter_context(run_folder_lock(out, enabled=shard.is_main))  # the other processes write the main's share
     if not shard.is_main:  # every process finds the same missing inputs: the main process reports them
         report.skipped.clear()
@@ -649,21 +569,22 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack) -> int:
     for kind, name, path in shard.split(units):
         try:
             entry = _boxes_for(str(path), boxes) if kind == "images" else _video_boxes(path, boxes)
-            expected = sharding.fingerprint(options, path, entry if options.task == "pose" else None)
+            expected = fingerprint(options, path, entry if options.task == "pose" else None)
         except OSError:  # unreadable: processed, and reported, as usual
             todo.append((kind, name, path, None))
             continue
-        if not options.overwrite and sharding.is_done(out, kind, name, expected):
+        markers = ResumeMarkers(out, kind, None if command == options.task else command)  # a composed command's own
+        if not options.overwrite and markers.is_done(name, expected):
             report.already_done += 1
             continue
-        sharding.clear_marker(out, kind, name)
+        markers.clear(name)
         todo.append((kind, name, path, expected))
 
     def summary(stopped: OutputWriteError | None = None) -> dict[str, Any]:
         record = {
-            "task": options.task, "model": str(options.runtime.model), "processed": report.processed,
+            "task": command, "model": str(options.runtime.model), "processed": report.processed,
             "video_frames": report.frames, "already_done": report.already_done, "skipped": report.skipped,
-            "files_written": report.written, "seconds": round(time.perf_counter() - start, 3),
+            "files_written": report.written, "seconds": round(time.perf_counter() - start, 3), **report.notes,
         }
         if renamed:  # inputs whose outputs are not named by their stem (output_names)
             record["output_names"] = renamed
@@ -672,53 +593,53 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack) -> int:
             record["not_processed"] = [str(path) for _, _, path, _ in todo if str(path) not in report.finished]
         return record
 
-    summary_path = sharding.part_path(out, shard.index) if shard.count > 1 else out / "summary.json"
+    summary_path = part_path(out, shard.index) if shard.count > 1 else out / "summary.json"
     try:
-        _run_units(options, todo, boxes, report, out, shard)
+        run_units(options, todo, boxes, report, out, shard)
     except OutputWriteError as error:
-        _stop(options, out, summary(error), summary_path, error)
+        _stop(command, options, out, summary(error), summary_path, error)
     except BaseException:  # interrupted, or a bug: what was done and skipped is still put on record
         with contextlib.suppress(Exception):
-            sharding.write_summary(summary(), summary_path, options.inputs)
+            write_summary(summary(), summary_path, options.inputs, run=command)
         raise
     record = summary()
     try:
-        sharding.write_summary(record, summary_path, options.inputs)
+        write_summary(record, summary_path, options.inputs, run=command)
     except OSError as error:
-        _stop(options, out, record, None, error)
+        _stop(command, options, out, record, None, error)
     if shard.count > 1:
         shard.wait()  # every share is done and its part written
         if not shard.is_main:
             return 0  # the main process reports for the launch
-        parts = [json.loads(sharding.part_path(out, k).read_text()) for k in range(shard.count)]
-        record = sharding.merge_summaries(parts)
+        parts = [json.loads(part_path(out, k).read_text()) for k in range(shard.count)]
+        record = merge_summaries(parts)
         record["seconds"] = round(time.perf_counter() - start, 3)
-        sharding.write_summary(record, out / "summary.json", options.inputs)  # merged with an earlier run's
+        write_summary(record, out / "summary.json", options.inputs, run=command)  # merged with an earlier run's
         for k in range(shard.count):
-            sharding.part_path(out, k).unlink()
+            part_path(out, k).unlink()
         report.skipped = record["skipped"]
-    print(f"sapiens2-hf {options.task}: processed {record['processed']} image(s)"
+    print(f"sapiens2-hf {command}: processed {record['processed']} image(s)"
           + (f" ({record['video_frames']} video frame(s))" if record["video_frames"] else "")
           + (f", {record['already_done']} input(s) already done" if record["already_done"] else "")
           + f", wrote {record['files_written']} file(s) to {out} in {record['seconds']:.1f} s"
           + (f" with {shard.count} processes" if shard.count > 1 else ""))
     if report.skipped:
-        _print_skipped(options, report.skipped, f"listed in {out / 'summary.json'}")
+        _print_skipped(command, report.skipped, f"listed in {out / 'summary.json'}")
         return 1
     return 0
 
 
 def _run_units(options, todo: list, boxes: dict, report: RunReport, out: Path, shard) -> None:
     """Compute and write this process's inputs (`todo`: (kind, name, path, fingerprint or None))."""
-    from tqdm.auto import tqdm
-
-    from .video import count_frames, process_video
+    from ..runs.decode import decode_image  # torch: the pipelines' input rules
+    from .video import count_frames, process_video  # torch (tracking)
 
     if not todo:
         return
     pipe = build_pipeline(options, shard.device(options.runtime.device))
     options = options.with_model_labels(pipe.model.config)
-    items = [_Item(name, str(path), out, _read_image(path), None if expected is None else (name, expected))
+    items = [_Item(name, str(path), out, functools.partial(decode_image, path),
+                   None if expected is None else (name, expected))
              for kind, name, path, expected in todo if kind == "images"]
     video_units = [(name, path, expected) for kind, name, path, expected in todo if kind == "videos"]
     total = len(items) + sum(count_frames(path, options.video.video_stride, options.video.max_frames)
@@ -746,24 +667,24 @@ def _run_units(options, todo: list, boxes: dict, report: RunReport, out: Path, s
             report.finished.add(str(path))
 
 
-def _print_skipped(options, entries: list[dict], where: str) -> None:
-    print(f"sapiens2-hf {options.task}: skipped {len(entries)} input(s) ({where}):", file=sys.stderr)
+def _print_skipped(command: str, entries: list[dict], where: str) -> None:
+    print(f"sapiens2-hf {command}: skipped {len(entries)} input(s) ({where}):", file=sys.stderr)
     for entry in entries:
         print(f"  skipped {entry['input']}: {entry['reason']}", file=sys.stderr)
 
 
-def _stop(options, out: Path, record: dict, summary_path: Path | None, error: OSError) -> None:
+def _stop(command: str, options, out: Path, record: dict, summary_path: Path | None, error: OSError) -> None:
     """End a run whose outputs cannot be written: the summary (skipped and not processed inputs) is written when it
     can be, else listed on stderr; then one `OutputWriteError` line (exit code 2)."""
     written = None
     if summary_path is not None:
         with contextlib.suppress(OSError):
-            write_summary(record, summary_path, options.inputs)
+            write_summary(record, summary_path, options.inputs, run=command)
             written = summary_path
     pending = record.get("not_processed", [])
     if written is None:
         if record["skipped"]:
-            _print_skipped(options, record["skipped"], "the summary could not be written")
+            _print_skipped(command, record["skipped"], "the summary could not be written")
         for source in pending:
             print(f"  not processed {source}", file=sys.stderr)
     where = f"listed in {written}" if written else "listed above; the summary could not be written"

@@ -40,16 +40,18 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+from PIL import ImageDraw
 
+from ..runs.records import reason as _reason
+from ..runs.resume import ResumeMarkers
+from ..video import (DenseResultFilter, IouTracker, OneEuroFilter, VideoReader, VideoWriter,
+                     box_from_keypoints)
 from .options import PredictOptions
-from .outputs import (OutputWriteError, _boxes_for, _reason, pose_annotations, predict_images, write_outputs,
-                      writing_outputs)
+from .outputs import OutputWriteError, _boxes_for, pose_annotations, predict_images, write_outputs, writing_outputs
 
 
 def count_frames(path: Path, stride: int, max_frames: int | None) -> int:
     """Frames that will be processed, from the container's frame count (0 when unknown; for progress bars)."""
-    from ..video import VideoReader
-
     try:
         with VideoReader(path) as reader:
             count = reader.frame_count
@@ -147,8 +149,6 @@ def _frames(reader, stride: int, max_frames: int | None):
 
 
 def _draw_track_ids(overlay, people: list[dict], track_ids: list[int]):
-    from PIL import ImageDraw
-
     draw = ImageDraw.Draw(overlay)
     for person, track_id in zip(people, track_ids):
         x0, y0 = (float(v) for v in person["bbox"][:2])
@@ -160,8 +160,6 @@ class _PoseState:
     """Tracks, their keypoint filters and the detection schedule of one video."""
 
     def __init__(self, options: PredictOptions, listed_frames: bool):
-        from ..video import IouTracker, OneEuroFilter
-
         self.options = options
         self.tracker = IouTracker(options.video.track_iou)
         self.filters: dict[int, OneEuroFilter] = {}
@@ -185,8 +183,6 @@ class _PoseState:
 
     def follow(self, people: list[dict], image_shape) -> None:
         """Carry each track's box to the next frame from its keypoints in this one."""
-        from ..video import box_from_keypoints
-
         for track, person in zip(self.tracker.tracks, people):
             box = box_from_keypoints(person["keypoints"], person["scores"], self.options.output.kpt_threshold,
                                      image_shape[:2])
@@ -221,9 +217,6 @@ def _run_frames(options, pipe, frames: list, boxes: list | None = None, **extra)
 def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, report, progress,
                   expected: dict | None) -> None:
     """Run one video (see the module docstring); failures are added to `report`."""
-    from ..video import VideoReader, VideoWriter
-    from .sharding import mark_done
-
     frame_folder = out / name
     files: list[Path] = []
     failed_frames = decoded = 0
@@ -233,8 +226,6 @@ def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, 
         state = _PoseState(options, listed)
     smoother = None
     if options.task != "pose" and options.video.temporal_filter:
-        from ..video import DenseResultFilter
-
         smoother = DenseResultFilter(options.task, options.video.temporal_min_cutoff,
                                      options.video.temporal_beta)
 
@@ -379,7 +370,7 @@ def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, 
         return
     if expected is not None and failed_frames == 0:
         with writing_outputs():
-            mark_done(out, "videos", name, expected, files)
+            ResumeMarkers(out, "videos").mark_done(name, expected, files)
 
 
 __all__ = ["count_frames", "process_video"]

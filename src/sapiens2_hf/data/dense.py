@@ -27,12 +27,12 @@ import numpy as np
 import torch
 
 from . import augment
+from ..runs.inputs import IMAGE_SUFFIXES
 from .images import load_image, normalize_image
 from .label_tables import SEG_FLIP_SWAP_PAIRS, SEG_IGNORE_INDEX
 from .tasks import DATA_TASKS
 
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 CANONICAL_FOCAL_LENGTH = 768.0
 
 

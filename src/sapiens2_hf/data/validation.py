@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..runs.inputs import IMAGE_SUFFIXES
 from ..utils.atomic_io import atomic_write_json
 from .tasks import DATA_TASKS, is_top_down
 
@@ -65,7 +66,6 @@ class SkippedSample:
 # The last bytes of a complete file of each format (PNG: the IEND chunk with its CRC; JPEG: the EOI marker).
 _END_MARKERS = {"PNG": b"IEND\xaeB`\x82", "JPEG": b"\xff\xd9"}
 _TAIL_BYTES = 64
-_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif")
 
 
 def image_file_problem(path: str | os.PathLike) -> str | None:
@@ -108,7 +108,7 @@ def _target_file_problem(path: Path) -> str | None:
     if path.stat().st_size == 0:
         return "empty file"
     suffix = path.suffix.lower()
-    if suffix in _IMAGE_SUFFIXES:
+    if suffix in IMAGE_SUFFIXES:
         return image_file_problem(path)
     try:
         if suffix == ".npy":

@@ -221,7 +221,8 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_fo
       about 13,000 x 13,000 by default) raises a `ValueError` naming its size, before it is decoded (files and URLs:
       from the header) or converted; see `check_image_pixels`. `PIL.Image.MAX_IMAGE_PIXELS = None` lifts it.
     - Arrays: `(height, width)`, `(height, width, 1|3|4)` or channels-first `(1|3|4, height, width)`, assumed
-      RGB(A); a shape that is both (`(3, 100, 3)`) raises a `ValueError` unless `input_data_format`
+      RGB(A); torch tensors follow torch's convention, `(1|3|4, height, width)` is channels first; for a numpy
+      array a shape that is both (`(3, 100, 3)`) raises a `ValueError` unless `input_data_format`
       (`"channels_first"` or `"channels_last"`, transformers' argument) says which, and so does an array without
       pixels (`(0, 0, 3)`). uint8 is used as is; uint16 is 16-bit data scaled to 8 bit,
       `round(value * 255 / 65535)`; floating arrays with a maximum <= 1 are taken as [0, 1] and scaled to 0-255,
@@ -265,6 +266,8 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_fo
         return _pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)", do_convert_rgb)
     if isinstance(image, torch.Tensor):
         image = image.detach().cpu()
+        if not channels_last_known and image.ndim == 3 and image.shape[0] in (1, 3, 4):
+            image, channels_last_known = image.permute(1, 2, 0), True  # torch's convention: channels first
         if image.ndim in (2, 3):
             check_image_pixels(*_array_height_width(image.shape), "image tensor")
         image = (image.float() if image.dtype == torch.bfloat16 else image).numpy()  # numpy has no bfloat16

@@ -323,8 +323,9 @@ class _Sapiens2DensePipeline(_Sapiens2PipelineBase):
     #: Model-output fields this task's post-processing reads, first the one always present.
     output_fields: tuple[str, ...] = ()
 
-    def preprocess(self, image, **params):
-        return self.image_processor(image, task=self.task_name)
+    def preprocess(self, image, input_data_format=None, **params):
+        # `input_data_format`: set by a pipeline that hands over an array it decoded (its layout is known)
+        return self.image_processor(image, task=self.task_name, input_data_format=input_data_format)
 
     def _forward(self, model_inputs, **params):
         pixel_values = model_inputs["pixel_values"].to(self.device, self.model.dtype)
@@ -552,14 +553,14 @@ class _Sapiens2MaskableDensePipeline(_Sapiens2DensePipeline):
     def preprocess(self, item, segmenter=None, **params):
         item = _dense_input(0, item)
         image = item.image
-        segmenter_inputs = {}
+        segmenter_inputs, layout = {}, None
         if segmenter is not None:
             if item.foreground_mask is not None:
                 raise ValueError(f"input {item.number} has a foreground_mask and a segmenter is set; pass one of them "
                                  "(segmenter=False uses the given masks).")
-            image = self.image_processor.load_image_rgb(image)  # read once, for both models
-            segmenter_inputs = segmenter.preprocess(image)
-        model_inputs = self.image_processor(image, task=self.task_name)
+            image, layout = self.image_processor.load_image_rgb(image), "channels_last"  # read once, for both models
+            segmenter_inputs = segmenter.preprocess(image, input_data_format=layout)
+        model_inputs = self.image_processor(image, task=self.task_name, input_data_format=layout)
         size = model_inputs["original_sizes"][0].tolist()
         mask = None
         if item.foreground_mask is not None:
@@ -1073,7 +1074,8 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
         # Cropped POSE_CROP_CHUNK_SIZE boxes at a time, as the rows are consumed: 1,000 boxes never hold 1,000 crops.
         for start in range(0, count, POSE_CROP_CHUNK_SIZE):
             chunk = list(boxes[start : start + POSE_CROP_CHUNK_SIZE])
-            inputs = self.image_processor([array], boxes=[chunk], box_format="xyxy", task="pose")
+            inputs = self.image_processor([array], boxes=[chunk], box_format="xyxy", task="pose",
+                                          input_data_format="channels_last" if load is not None else None)
             rows = {key: inputs[key] for key in ("pixel_values", "bbox_center", "bbox_scale", "boxes_xyxy")}
             rows["box_score"] = torch.tensor(scores[start : start + len(chunk)], dtype=torch.float64).reshape(-1)
             for k in range(len(chunk)):

@@ -1093,7 +1093,9 @@ def gaussian_blur_reflect(maps: torch.Tensor, kernel_size: int = 3, sigma: float
     channels = maps.shape[1]
     weight = kernel2d.expand(channels, 1, kernel_size, kernel_size)
     pad = kernel_size // 2
-    return F.conv2d(F.pad(maps, [pad, pad, pad, pad], mode="reflect"), weight, groups=channels)
+    # reflection needs more than `pad` pixels per side: a map 1 pixel high (a 1x1 or a 20000x10 image) is replicated
+    mode = "reflect" if min(maps.shape[-2:]) > pad else "replicate"
+    return F.conv2d(F.pad(maps, [pad, pad, pad, pad], mode=mode), weight, groups=channels)
 
 
 def smooth_and_resize_pointmap(

@@ -52,10 +52,11 @@ from ..data.validation import (
     validate_image_files,
 )
 from ..modeling.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
+from ..runs.inputs import IMAGE_SUFFIXES
 from .masking import num_kept_patches, random_patch_masks
 
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+IMAGE_EXTENSIONS = tuple(sorted(IMAGE_SUFFIXES))  # the house's one list (sapiens2_hf.runs.inputs)
 # DINOv2's local/global crop side ratio (96 / 224 px), applied to the global crop size by `from_config`.
 LOCAL_CROP_SIDE_RATIO = 96 / 224
 _GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601 luma, as PIL and torchvision

@@ -14,11 +14,12 @@ The face imports nothing; import the modules:
 - `runs.shard`: `Shard(device="auto", feature=...)`: the one `accelerate.PartialState`; `.index`, `.count`,
   `.is_main`, `.split(units)` (contiguous share), `.owns(k)` (round robin), `.wait()`, `.device(requested)`;
   `world_size()`.
-- `runs.resume`: `ResumeMarkers(out, kind)`: `.is_done(name, fingerprint)`, `.mark_done(name, fingerprint,
-  files)`, `.clear(name)`, `.path(name)`; `file_fingerprint(path)`; `STATE_FOLDER` (`.sapiens2-hf`).
-- `runs.records`: `RunReport` (processed, skipped with reasons, finished), `reason(error)`, `write_summary(record,
-  path, inputs, run=NAME)` (`summary.json` merged across runs, and the run's own record under its name),
-  `merge_summaries`, `part_path`.
+- `runs.resume`: `ResumeMarkers(out, kind, run=None)` (run: a composed command's name): `.is_done(name, fingerprint)`,
+  `.mark_done(name, fingerprint, files)`, `.clear(name)`, `.path(name)`; `file_fingerprint(path)`;
+  `STATE_FOLDER` (`.sapiens2-hf`).
+- `runs.records`: `RunReport` (processed, skipped with reasons, finished, a command's own `notes`),
+  `reason(error)`, `write_summary(record, path, inputs, run=NAME)` (`summary.json` merged across runs, and the
+  run's own record under its name), `merge_summaries`, `part_path`.
 - The exclusive run lock: `sapiens2_hf.utils.run_lock.run_folder_lock(folder, enabled=shard.is_main)`; atomic
   outputs: `sapiens2_hf.utils.atomic_io`.
 """

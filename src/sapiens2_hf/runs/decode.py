@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ..modeling.image_loading_sapiens2_hf import _pil_to_rgb, check_image_pixels
+from ..modeling.image_loading_sapiens2_hf import _jpeg_is_complete, _pil_to_rgb, check_image_pixels
 
 #: The decoded pixels of one image, in the file's own mode, may take at most this many bytes (1 GiB).
 MAX_DECODED_BYTES = 1 << 30
@@ -37,50 +37,6 @@ MAX_ASPECT_RATIO = 200
 
 class ImageDecodeError(ValueError):
     """An image that cannot be decoded or is over a limit; the message is one line naming it."""
-
-
-def _jpeg_is_complete(data: bytes) -> bool:
-    """Whether JPEG bytes reach the end-of-image marker of the main image.
-
-    Decoders fill a JPEG cut short (an interrupted download or copy) with grey rows and only print a warning, so the
-    file is checked here: marker segments are skipped by their length and entropy-coded scans byte by byte (a 0xFF
-    there is followed by a stuffed 0x00 or a restart marker) until the end-of-image marker. Data appended after it
-    (motion photos, maker trailers) is ignored; an embedded EXIF thumbnail sits inside the APP1 segment.
-    """
-    size, pos = len(data), 2  # after the start-of-image marker
-    while pos + 1 < size:
-        if data[pos] != 0xFF:  # stray bytes before a marker: decoders skip them (with a warning), so do we
-            pos = data.find(b"\xff", pos)
-            if pos < 0:
-                return False
-            continue
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte before a marker
-            pos += 1
-            continue
-        if marker == 0xD9:  # end of image
-            return True
-        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
-            pos += 2
-            continue
-        if pos + 4 > size:
-            return False
-        pos += 2 + int.from_bytes(data[pos + 2: pos + 4], "big")
-        if pos > size:
-            return False
-        if marker == 0xDA:  # start of scan: entropy-coded data runs to the next marker that is not a restart
-            while True:
-                pos = data.find(b"\xff", pos)
-                if pos < 0 or pos + 1 >= size:
-                    return False
-                following = data[pos + 1]
-                if following == 0x00 or 0xD0 <= following <= 0xD7:
-                    pos += 2
-                elif following == 0xFF:
-                    pos += 1
-                else:
-                    break
-    return False
 
 
 def _bytes_per_pixel(mode: str) -> int:
@@ -166,3 +122,4 @@ def decode_image(source: Any, name: str | None = None) -> np.ndarray:
 
 
 __all__ = ["ImageDecodeError", "MAX_ASPECT_RATIO", "MAX_DECODED_BYTES", "check_header", "decode_image"]
+

@@ -10,6 +10,7 @@ Under a launch each process writes its part (`part_path`); the main process merg
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -92,13 +93,16 @@ def write_summary(record: dict[str, Any], path: Path, inputs: Sequence[str], run
     (`with_previous_summary`) and, with `run`, the run's own record beside it (see the module docstring); a
     process's part file as it is."""
     path = Path(path)
-    if path.name == SUMMARY:
-        if run is not None:
-            own = run_record_path(path.parent, run)
+    if path.name != SUMMARY:
+        atomic_write_json(path, record, indent=2, allow_nan=False)
+        return
+    own = None if run is None else run_record_path(path.parent, run)
+    merged = with_previous_summary(path, record if own is None else {
+        **record, "run_records": {run: str(own.relative_to(path.parent))}}, inputs)
+    atomic_write_json(path, merged, indent=2, allow_nan=False)
+    if own is not None:
+        with contextlib.suppress(OSError):  # the folder's record is written: a full disk stops the run there
             atomic_write_json(own, record, indent=2, allow_nan=False)
-            record = {**record, "run_records": {run: str(own.relative_to(path.parent))}}
-        record = with_previous_summary(path, record, inputs)
-    atomic_write_json(path, record, indent=2, allow_nan=False)
 
 
 __all__ = ["COUNTS", "SUMMARY", "merge_summaries", "part_path", "run_record_path", "with_previous_summary",
@@ -121,6 +125,7 @@ class RunReport:
     skipped: list[dict[str, str]] = field(default_factory=list)
     written: int = 0
     finished: set[str] = field(default_factory=set)  # inputs processed or skipped (the others: not processed)
+    notes: dict[str, Any] = field(default_factory=dict)  # a command's own entries of its record
 
     def skip(self, source: str, error: BaseException | str) -> None:
         self.skipped.append({"input": source, "reason": error if isinstance(error, str) else reason(error)})

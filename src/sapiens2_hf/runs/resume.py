@@ -1,10 +1,12 @@
 """Per-input resume markers with fingerprints (layer 1): the one resume scheme.
 
-Outputs are written atomically (a file is absent or complete); when all of a unit's outputs are written, a marker
-`<out>/.sapiens2-hf/done/<kind>/<name>.json` records them (paths relative to `<out>`) and a fingerprint of what they
-depend on (`file_fingerprint` of the input, plus the caller's facts: task, model, options). A later run skips a unit
+Outputs are written atomically (a file is absent or complete); when all of a unit's outputs are written, a
+marker `<out>/.sapiens2-hf/done/[<run>/]<kind>/<name>.json` records them (paths relative to `<out>`) and a
+fingerprint of what they depend on (`file_fingerprint` of the input, plus the caller's facts: task, model,
+options). A later run skips a unit
 whose marker's fingerprint equals the expected one and whose files all exist; anything else is computed again
 (`clear` first). Markers are per unit, so an interrupted run resumes where it stopped, whatever process held it.
+A composed command (pose3d) keeps its markers under its name, apart from those of the task it composes.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ def _jsonable(value: Any) -> Any:
 
 
 class ResumeMarkers:
-    """The markers of one kind of unit (`"images"`, `"videos"`, `"chunks"`) of the run folder `out`."""
+    """The markers of one kind of unit (`"images"`, `"videos"`, `"chunks"`) in the folder `out` (of the run `run`,
+    when given)."""
 
-    def __init__(self, out: str | os.PathLike, kind: str):
-        self.out, self.kind = Path(out), kind
+    def __init__(self, out: str | os.PathLike, kind: str, run: str | None = None):
+        self.folder = Path(out) / STATE_FOLDER / "done" / (run or "") / kind
+        self.out = Path(out)
 
     def path(self, name: str) -> Path:
-        return self.out / STATE_FOLDER / "done" / self.kind / f"{name}.json"
+        return self.folder / f"{name}.json"
 
     def is_done(self, name: str, fingerprint: dict[str, Any]) -> bool:
         """The unit's marker exists, its fingerprint equals `fingerprint` and every file it lists exists."""

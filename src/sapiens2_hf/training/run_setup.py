@@ -27,7 +27,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from transformers import TrainingArguments, enable_full_determinism, set_seed
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..data.validation import NoUsableSamplesError, write_skipped_samples
 from ..hub.sharing import ADAPTER_FILE_NAMES, WEIGHT_FILE_PATTERNS
@@ -142,10 +142,12 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
 def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """The newest complete `checkpoint-<step>` folder of `output_dir` (`checkpoint_problem`), or `None`.
 
-    Newer incomplete ones (a save interrupted by a kill or a full disk) are skipped with a warning naming them; the
-    resumed run writes them again when it reaches their step.
+    The newest is transformers' `get_last_checkpoint`; the completeness check is on top: newer incomplete ones (a
+    save interrupted by a kill or a full disk) are skipped with a warning naming them, and the resumed run writes them
+    again when it reaches their step.
     """
-    for path in _checkpoints(Path(output_dir)):
+    newest = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    for path in [Path(newest)] + _checkpoints(Path(output_dir))[1:] if newest else []:
         problem = checkpoint_problem(path)
         if problem is None:
             return str(path)

@@ -2,14 +2,15 @@
 
 Every entry point that writes a folder (the predict commands' `--out`, `finetune.py` / `pretrain.py`'s
 `--output_dir`, `save_for_hub`, `export_model`, `convert_official_checkpoint`) holds `run_folder_lock(folder)` while
-it writes. The lock is a file
-in the folder, `LOCK_FILE` (`_sapiens2_run.lock`: `_*` files are never pushed to the Hub, by transformers or by this
-package), created atomically (`O_CREAT | O_EXCL`) and holding JSON: `pid`, `host`, `started` (local ISO time),
-`command` and a random `token`. It is removed on exit, including on an exception.
+it writes. The lock is a file in the folder, `LOCK_FILE` (`_sapiens2_run.lock`: `_*` files are never pushed to the
+Hub, by transformers or by this package), locked with the `filelock` package (`FileLock`: the system's exclusive
+file lock, which the system releases when the process dies) and holding JSON: `pid`, `host`, `started` (local ISO
+time), `command` and a random `token`. It is removed on exit, including on an exception.
 
 A second run into a held folder is refused with `RunFolderLockedError`, one line naming the holder (pid, host,
-command, since when) and the fix. A lock whose process is gone (same host, no such pid) is stale: it is taken over,
-with a logged warning. A lock from another host is never taken over (its process cannot be checked from here): the
+command, since when) and the fix. On top of filelock, a lock file that is already there when the lock is taken (a
+killed run's, or one that this host cannot lock against) is read: a lock whose process is gone (same host, no such
+pid) is stale: it is taken over, with a logged warning. A lock from another host is never taken over (its process cannot be checked from here): the
 message says to delete the file once that run is over. A lock whose pid a new process reused looks alive; the same
 message names its command, so a user sees that it is not the run.
 
@@ -34,18 +35,19 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = "_sapiens2_run.lock"
-# A lock file is written right after its exclusive creation; one still empty (or cut short) after this long was left
-# by a process that died in between, and counts as stale.
+# A lock file is written right after it is locked; one still empty (or cut short) after this long was left by a
+# process that died in between, and counts as stale.
 _UNFINISHED_LOCK_S = 30.0
-_TAKEOVER_ATTEMPTS = 5
 _COMMAND_SHOWN = 200
 
-# The folders this process holds: `[hold count, lock record]`; the lock file is created by the first hold and removed
-# by the last. Process state by nature (a lock belongs to a process); guarded for threads (the web app).
+# The folders this process holds: `[hold count, (filelock, lock record)]`; the lock is taken by the first hold and
+# released by the last. Process state by nature (a lock belongs to a process); guarded for threads (the web app).
 _held: dict[Path, list] = {}
 _held_guard = threading.Lock()
 
@@ -140,65 +142,44 @@ def check_run_folder_free(folder: str | os.PathLike) -> None:
         raise _refusal(folder, record)
 
 
-def _create(path: Path, command: str | None) -> dict | None:
-    """Creates the lock file at `path` with this process's record; `None` when one exists."""
-    record = _lock_record(command)
+def _acquire(folder: Path, command: str | None) -> tuple[FileLock, dict]:
+    """Takes `folder`'s lock: filelock's exclusive lock on `LOCK_FILE` (released by the system when the process
+    dies), then the record check on top for a lock file that was already there (left by a run that was killed, or
+    held by a process this host cannot lock against: another host, a run of an earlier version): a live holder's is
+    refused, a stale one taken over with a logged warning. Then this run's record is written into it."""
+    path = folder / LOCK_FILE
+    existed = path.exists()
+    lock = FileLock(str(path), timeout=0, thread_local=False)
     try:
-        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    except FileExistsError:
-        return None
+        lock.acquire()
+    except Timeout:
+        raise _refusal(folder, read_lock(folder) or {}) from None
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(json.dumps(record, indent=1))
+        held = read_lock(folder) if existed else None
+        if held is not None:
+            if not _is_stale(held, path):
+                raise _refusal(folder, held)
+            logger.warning("Took over the lock of %s left by a run that is no longer running (%s).", folder,
+                           describe_holder(held))
+        record = _lock_record(command)
+        path.write_text(json.dumps(record, indent=1), encoding="utf-8")
     except BaseException:
-        with contextlib.suppress(OSError):
-            path.unlink()
+        lock.release()
         raise
-    return record
+    return lock, record
 
 
-def _take_over(path: Path, stale: dict) -> None:
-    """Removes the stale lock at `path` unless another run replaced it meanwhile: it is renamed away first (atomic),
-    and put back when what was renamed is not the stale lock that was read."""
-    aside = path.with_name(f"{path.name}.{secrets.token_hex(4)}.stale")
+def _release(folder: Path, lock: FileLock, record: dict) -> None:
+    """Removes the lock file when it is still this hold's (a lock taken over by force is left alone), then lets
+    filelock release it."""
     try:
-        os.replace(path, aside)
-    except FileNotFoundError:  # another run took it over (or its owner ended) meanwhile
-        return
-    moved = _read_record(aside)
-    if moved != stale:  # a live run's fresh lock, created after the read: put it back (unless yet another run's is)
-        with contextlib.suppress(OSError):
-            os.link(aside, path)
-    with contextlib.suppress(OSError):
-        aside.unlink()
-    if moved == stale:
-        logger.warning("Took over the lock of %s left by a run that is no longer running (%s).", path.parent,
-                       describe_holder(stale))
-
-
-def _acquire(folder: Path, command: str | None) -> dict:
-    path = folder / LOCK_FILE
-    for _ in range(_TAKEOVER_ATTEMPTS):
-        record = _create(path, command)
-        if record is not None:
-            return record
-        held = read_lock(folder)
-        if held is None:  # released between the two calls
-            continue
-        if not _is_stale(held, path):
-            raise _refusal(folder, held)
-        _take_over(path, held)
-    raise _refusal(folder, read_lock(folder) or {})
-
-
-def _release(folder: Path, record: dict) -> None:
-    """Removes the lock file when it is still this hold's (a lock taken over by force is left alone)."""
-    path = folder / LOCK_FILE
-    if read_lock(folder) == record:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-    else:
-        logger.warning("The lock of %s was replaced while this run held it; leaving the new one.", folder)
+        if read_lock(folder) == record:
+            with contextlib.suppress(FileNotFoundError):
+                (folder / LOCK_FILE).unlink()
+        else:
+            logger.warning("The lock of %s was replaced while this run held it; leaving the new one.", folder)
+    finally:
+        lock.release()
 
 
 @contextlib.contextmanager
@@ -233,14 +214,14 @@ def run_folder_lock(folder: str | os.PathLike, command: str | None = None, enabl
             hold[0] += 1
     if hold is None:
         try:
-            record = _acquire(folder, command)
+            taken = _acquire(folder, command)
         except BaseException:
             if created:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
             raise
         with _held_guard:
-            hold = _held[key] = [1, record]
+            hold = _held[key] = [1, taken]
     try:
         yield folder
     finally:
@@ -250,7 +231,7 @@ def run_folder_lock(folder: str | os.PathLike, command: str | None = None, enabl
             if last:
                 del _held[key]
         if last:
-            _release(folder, hold[1])
+            _release(folder, *hold[1])
             if created:
                 with contextlib.suppress(OSError):
                     folder.rmdir()  # only when empty: a run that wrote nothing leaves no folder behind

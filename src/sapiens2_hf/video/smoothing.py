@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
 
 from ..modeling.sapiens2_tasks import TASK_SPECS
@@ -184,8 +185,6 @@ def _coherent_change(change: np.ndarray, trusted: np.ndarray, sigma: float) -> n
     The mean is a smooth field, so it is computed on a grid coarse enough for `sigma` to span about 4 cells and
     resized back: a direct blur costs a kernel of 6 `sigma` per pixel (1.2 s per frame at 1024 x 768 on 2 CPU
     cores, against 0.03 s so)."""
-    import cv2
-
     height, width, channels = change.shape
     weight = trusted.astype(np.float32)
     weighted = np.where(trusted[..., None], change, 0.0).astype(np.float32)
@@ -287,8 +286,6 @@ class FlowGuidedFilter:
 
     def _backward_flow(self, gray: np.ndarray) -> np.ndarray:
         """`(H, W, 2)` float32 flow from the current frame to the previous one (DIS, OpenCV's fast preset)."""
-        import cv2
-
         if self._flow is None:
             preset = {"ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST, "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,
                       "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM}[self.flow_preset]
@@ -297,8 +294,6 @@ class FlowGuidedFilter:
 
     def filter(self, values, image: np.ndarray, t: float) -> np.ndarray:
         """Filtered float32 copy of `values` `(H, W)` or `(H, W, C)` seen with the frame `image` at time `t`."""
-        import cv2
-
         values = np.asarray(values, dtype=np.float32)
         if values.ndim not in (2, 3):
             raise ValueError(f"dense maps must be (height, width) or (height, width, channels), got {values.shape}.")

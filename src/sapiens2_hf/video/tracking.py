@@ -22,19 +22,16 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import torch
+from torchvision import ops
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU matrix `(len(a), len(b))` of xyxy boxes `a` `(N, 4)` and `b` `(M, 4)` (0 for empty boxes)."""
-    a = np.asarray(a, np.float64).reshape(-1, 4)
-    b = np.asarray(b, np.float64).reshape(-1, 4)
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=-1)
-    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=-1)
-    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=-1)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    """IoU matrix `(len(a), len(b))` of xyxy boxes `a` `(N, 4)` and `b` `(M, 4)`: `torchvision.ops.box_iou`, with 0
+    for empty boxes (where it divides 0 by 0)."""
+    a = torch.as_tensor(np.asarray(a, np.float64).reshape(-1, 4))
+    b = torch.as_tensor(np.asarray(b, np.float64).reshape(-1, 4))
+    return torch.nan_to_num(ops.box_iou(a, b), nan=0.0).numpy()
 
 
 def box_from_keypoints(keypoints: np.ndarray, scores: np.ndarray, threshold: float, image_size: tuple[int, int],
