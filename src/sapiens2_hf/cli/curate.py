@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+from pathlib import Path
 
 from .options import check_local_source, device_name, looks_local, positive_int
 
@@ -65,8 +67,6 @@ def _thresholds(pairs: list[str]) -> dict:
 
 
 def check_curate_arguments(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
     from ..curation import CurationConfig
 
     for entry in args.inputs:  # a local path that is missing is said so, not looked up on the Hub as a dataset id
@@ -84,8 +84,6 @@ def run_curate(args: argparse.Namespace) -> int:
     stages = tuple(stage for stage in STAGES if stage not in args.skip
                    and (stage != "domain" or args.reference))
     config = CurationConfig(stages=stages, chunk_size=args.chunk_size, **_thresholds(args.threshold))
-    import os
-
     # under `accelerate launch` the main process holds --out for the run; the others write only their chunks
     with run_folder_lock(args.out, enabled=int(os.environ.get("RANK", "0")) == 0):
         result = curate(args.inputs, args.out, config=config, person_model=args.person_model,

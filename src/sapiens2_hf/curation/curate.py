@@ -35,10 +35,13 @@ the records) and `summary.json`.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
+import shutil
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +106,8 @@ _RANGES = {
     "min_short_side": (int, 1, None), "min_aspect": (float, 0.0, None), "max_aspect": (float, 0.0, None),
     "min_sharpness": (float, 0.0, None), "min_luminance": (float, 0.0, 1.0), "max_luminance": (float, 0.0, 1.0),
     "max_clipped": (float, 0.0, 1.0), "max_blockiness": (float, 0.0, None), "min_person_fraction": (float, 0.0, 1.0),
-    "min_person_height": (float, 0.0, 1.0), "max_hash_distance": (int, 0, 64), "min_duplicate_cosine": (float, -1.0, 1.0),
+    "min_person_height": (float, 0.0, 1.0), "max_hash_distance": (int, 0, 64),
+    "min_duplicate_cosine": (float, -1.0, 1.0),
     "reference_k": (int, 1, None), "min_reference_similarity": (float, -1.0, 1.0), "clusters": (int, 1, None),
     "cluster_cap": (int, 1, None), "chunk_size": (int, 1, None), "seed": (int, 0, None)}
 
@@ -783,8 +787,6 @@ def _write_records(store: ChunkStore, path: Path, verdicts: GlobalVerdicts, conf
 
 
 def _remove_our_dataset(folder: Path) -> None:
-    import shutil
-
     ours = folder.parent / STATE_FOLDER / "dataset_written"
     if folder.exists() and ours.is_file():
         shutil.rmtree(folder)
@@ -795,8 +797,6 @@ def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: 
     """The kept images as a `datasets.Dataset` (`image` and `source` columns, the scores as JSON in `curation`),
     written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed). Streamed: the
     source's rows and `records.jsonl` are read side by side, both in index order."""
-    import shutil
-    import tempfile
 
     datasets = require("datasets", feature="curation")
     ours = folder.parent / STATE_FOLDER / "dataset_written"
@@ -816,8 +816,6 @@ def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: 
                 if isinstance(value, dict):
                     value = value.get("bytes") or Path(value["path"]).read_bytes()
                 elif not isinstance(value, (bytes, bytearray)):
-                    import io
-
                     buffer = io.BytesIO()
                     value.convert("RGB").save(buffer, format="PNG")
                     value = buffer.getvalue()

@@ -8,7 +8,7 @@ layer (`runs.resume`), written last:
   as JSON);
 - `chunk_<k>.npy`: the images' embeddings, float16 `(rows, d)`, NaN rows for images not embedded (`d` = 0 without
   an embedding model);
-- `<out>/.sapiens2-hf/done/chunks/chunk_<k>.json`: the marker, with the run's fingerprint.
+- `<out>/.sapiens2-hf/done/curate/chunks/chunk_<k>.json`: the marker, with the run's fingerprint.
 
 The global stages read the columns they need as small arrays (a few bytes per image) and the embeddings as one
 float16 file (`embeddings.npy`, streamed together from the chunks' files), never as Python objects per image.
@@ -31,22 +31,21 @@ COLUMNS = ("index", "source", "computed_by", "decoded", "image_kept", "phash", "
 
 def _arrow():
     require("datasets", feature="curation")  # pyarrow comes with datasets
-    import pyarrow
-    import pyarrow.parquet
+    import pyarrow.parquet  # binds pyarrow too
 
     return pyarrow, pyarrow.parquet
 
 
 class ChunkStore:
     """The chunks of one run in `out`: data files under `<out>/.curation/`, done-markers through the run layer's
-    resume scheme (`runs.resume.ResumeMarkers`, kind `chunks`) with `fingerprint` (the inputs,
+    resume scheme (`runs.resume.ResumeMarkers`, kind `chunks` of the run `curate`) with `fingerprint` (the inputs,
     the per-image settings and the embedding model): a chunk is done when its marker's fingerprint is this run's and
     its files exist."""
 
     def __init__(self, out: str | Path, fingerprint: dict):
         self.folder = Path(out) / STATE_FOLDER
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.markers = ResumeMarkers(out, "chunks")
+        self.markers = ResumeMarkers(out, "chunks", run="curate")
         self.fingerprint = fingerprint
 
     def paths(self, chunk: int) -> tuple[Path, Path]:
