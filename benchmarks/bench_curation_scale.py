@@ -79,7 +79,9 @@ def synthetic(folder: Path, count: int, copies: float, true_clusters: int, seed:
 
 def _quality(found: np.ndarray, planted: np.ndarray, count: int) -> tuple[float, float]:
     """Recall of planted pairs; precision: found pairs that are planted (a pair counts once, either order)."""
-    key = lambda pairs: set((np.minimum(pairs[:, 0], pairs[:, 1]) * count + np.maximum(pairs[:, 0], pairs[:, 1])).tolist())
+    def key(pairs):
+        return set((np.minimum(pairs[:, 0], pairs[:, 1]) * count + np.maximum(pairs[:, 0], pairs[:, 1])).tolist())
+
     found_keys, planted_keys = key(found), key(planted)
     hits = len(found_keys & planted_keys)
     return hits / max(1, len(planted_keys)), hits / max(1, len(found_keys))
@@ -163,6 +165,65 @@ def cli_point(count: int, folder: Path) -> dict:
     return {"images": count, "seconds": round(float(seconds), 2), "peak_memory_gb": round(int(peak) / 1e6, 3)}
 
 
+def pretraining_comparison(seeds: list[int], steps: int, pool_size: int = 512) -> dict:
+    """Pretraining on a raw pool against the same pool curated by the global stages, for the same steps, compared
+    with the kNN probe of tests/test_pretraining_evidence.py (toy shapes, 4 classes, balanced probe sets).
+
+    The raw pool is what curation is for: classes 70/15/10/5 %, and a quarter of it exact copies of 16 images. The
+    curated pool is it after hash duplicates and balance (hierarchical k-means of the random-init backbone's CLS
+    embeddings: the only model a run here has); the balanced sampling keeps as many images as it keeps."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from test_pretraining_evidence import IMAGE_SIZE, cls_features, evidence_config, knn_accuracy, pretrain
+
+    from sapiens2_hf.curation import global_stages as stages
+    from sapiens2_hf.curation.measures import perceptual_hash
+    from sapiens2_hf.pretraining import Sapiens2ForPreTraining
+    from sapiens2_hf.pretraining.toy_data import make_toy_images
+
+    results = {"raw": [], "curated": []}
+    for seed in seeds:
+        generator = np.random.default_rng(seed)
+        candidates, labels = make_toy_images(4 * pool_size, IMAGE_SIZE, IMAGE_SIZE, seed=1000 + seed)
+        wanted = np.round(np.array([0.70, 0.15, 0.10, 0.05]) * pool_size * 0.75).astype(int)
+        chosen = np.concatenate([generator.choice(np.flatnonzero(labels.numpy() == c), k, replace=False)
+                                 for c, k in enumerate(wanted)])
+        copies = generator.choice(chosen, 16, replace=False)
+        missing = pool_size - len(chosen)
+        chosen = np.concatenate([chosen, np.repeat(copies, missing // 16 + 1)[:missing]])
+        raw = candidates[chosen]
+        config = evidence_config(teacher_temp_warmup_steps=steps // 3)
+        torch.manual_seed(seed)
+        random_backbone = Sapiens2ForPreTraining(config).model
+        hashes = np.array([perceptual_hash(image.permute(1, 2, 0).numpy()) for image in raw], np.uint64)
+        duplicates = stages.near_duplicates(len(raw), stages.hash_pairs(hashes, 10), np.zeros(len(raw)))
+        unique = np.flatnonzero(duplicates.best == np.arange(len(raw)))
+        with tempfile.TemporaryDirectory() as folder:
+            np.save(Path(folder) / "e.npy", cls_features(random_backbone, raw[unique]).numpy().astype(np.float16))
+            embeddings = stages.Embeddings(Path(folder) / "e.npy")
+            hierarchy = stages.hierarchical_kmeans(embeddings, np.arange(len(unique)), 16, seed)
+        balanced = stages.balanced_sample(hierarchy, generator.random(len(unique)))
+        curated = raw[unique[balanced.keep]]
+        train_images, train_labels = make_toy_images(200, IMAGE_SIZE, IMAGE_SIZE, seed=2000 + seed)
+        test_images, test_labels = make_toy_images(200, IMAGE_SIZE, IMAGE_SIZE, seed=3000 + seed)
+        for name, pool in (("raw", raw), ("curated", curated)):
+            model, _ = pretrain(config, pool, steps, seed)
+            backbone = model.teacher.model
+            accuracy = knn_accuracy(cls_features(backbone, train_images), train_labels,
+                                    cls_features(backbone, test_images), test_labels)
+            share = np.bincount(labels.numpy()[chosen] if name == "raw" else
+                                labels.numpy()[chosen][unique[balanced.keep]], minlength=4)
+            results[name].append({"seed": seed, "images": len(pool), "class_counts": share.tolist(),
+                                  "knn_accuracy": round(accuracy, 4)})
+            print(json.dumps({"pool": name, **results[name][-1]}), flush=True)
+    for name in results:
+        values = [r["knn_accuracy"] for r in results[name]]
+        results[name + "_mean"] = round(float(np.mean(values)), 4)
+        results[name + "_std"] = round(float(np.std(values)), 4)
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -170,11 +231,26 @@ def main(argv=None) -> int:
     parser.add_argument("--true-clusters", type=int, default=20)
     parser.add_argument("--cosine", type=float, default=0.95, help="SemDeDup's threshold here")
     parser.add_argument("--cli", type=int, nargs="*", default=None, help="end-to-end sizes, e.g. 200 800")
+    parser.add_argument("--pretraining", type=int, nargs="*", default=None, metavar="SEED",
+                        help="also pretrain on a raw toy pool and on it curated, seeds given (kNN probe)")
+    parser.add_argument("--pretraining-steps", type=int, default=160)
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help="write the figures as JSON")
     args = parser.parse_args(argv)
     if args.one is not None:
         print(json.dumps(one_size(args.one, args.copies, args.true_clusters, args.cosine)))
+        return 0
+    if args.pretraining:
+        import torch
+
+        torch.set_num_threads(1)
+        comparison = pretraining_comparison(args.pretraining, args.pretraining_steps)
+        print(f"\nkNN probe after {args.pretraining_steps} steps: raw {comparison['raw_mean']:.3f} +- "
+              f"{comparison['raw_std']:.3f}, curated {comparison['curated_mean']:.3f} +- "
+              f"{comparison['curated_std']:.3f}")
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(comparison, indent=2) + "\n")
         return 0
     rows = []
     for count in args.sizes:
