@@ -90,7 +90,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tqdm.auto import tqdm
 
 from .._registration import task_registry
-from ..runs.inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, check_out_not_in_inputs, collect_files
+from ..runs.inputs import IMAGE_SUFFIXES, check_out_not_in_inputs, collect_files
 from ..runs.inputs import output_names as _unit_names
 from ..runs.records import RunReport, merge_summaries, part_path, write_summary
 from ..runs.resume import STATE_FOLDER, ResumeMarkers, file_fingerprint

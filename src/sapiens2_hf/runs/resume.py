@@ -3,9 +3,8 @@
 Outputs are written atomically (a file is absent or complete); when all of a unit's outputs are written, a
 marker `<out>/.sapiens2-hf/done/[<run>/]<kind>/<name>.json` records them (paths relative to `<out>`) and a
 fingerprint of what they depend on (`file_fingerprint` of the input, plus the caller's facts: task, model,
-options). A later run skips a unit
-whose marker's fingerprint equals the expected one and whose files all exist; anything else is computed again
-(`clear` first). Markers are per unit, so an interrupted run resumes where it stopped, whatever process held it.
+options). A later run skips a unit whose marker's fingerprint equals the expected one and whose files all exist;
+anything else is computed again (`clear` first). Markers are per unit, so an interrupted run resumes where it stopped, whatever process held it.
 A composed command (pose3d) keeps its markers under its name, apart from those of the task it composes.
 """
 
