@@ -219,7 +219,7 @@ def pretraining_comparison(seeds: list[int], steps: int, pool_size: int = 512) -
             results[name].append({"seed": seed, "images": len(pool), "class_counts": share.tolist(),
                                   "knn_accuracy": round(accuracy, 4)})
             print(json.dumps({"pool": name, **results[name][-1]}), flush=True)
-    for name in results:
+    for name in ("raw", "curated"):
         values = [r["knn_accuracy"] for r in results[name]]
         results[name + "_mean"] = round(float(np.mean(values)), 4)
         results[name + "_std"] = round(float(np.std(values)), 4)
