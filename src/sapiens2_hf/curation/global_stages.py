@@ -233,6 +233,8 @@ def reference_similarity(embeddings: Embeddings, rows: np.ndarray, reference: np
     faiss = _faiss()
     index = faiss.IndexFlatIP(reference.shape[1])
     index.add(np.ascontiguousarray(reference, np.float32))
+    if _gpu(faiss):  # a kNN search runs on faiss' GPU index as it is (its range search does not: SemDeDup stays)
+        index = faiss.index_cpu_to_all_gpus(index)
     k = max(1, min(k, reference.shape[0]))
     out = np.zeros(len(rows), np.float32)
     for positions, vectors in embeddings.blocks(rows):
