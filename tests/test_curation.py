@@ -173,7 +173,7 @@ def test_a_killed_run_resumes_without_recomputing_finished_chunks(humans, tmp_pa
     killed = subprocess.run([sys.executable, "-c", _KILLED_RUN, str(folder), str(out)], capture_output=True,
                             text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr
-    state = out / ".curation"
+    state = out / ".sapiens2-hf" / "done" / "curate" / "chunks"  # the run layer's resume markers
     finished = sorted(p.name for p in state.glob("chunk_*.json"))
     assert finished == ["chunk_000000.json", "chunk_000001.json"]
     written = {name: (state / name).stat().st_mtime_ns for name in finished}

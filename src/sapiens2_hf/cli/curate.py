@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+from pathlib import Path
 
-from .options import check_local_source, device_name, positive_int
+from .options import check_local_source, device_name, looks_local, positive_int
 
 _STAGES = ("decode", "size", "quality", "person", "duplicates", "domain", "balance")  # curation.curate.STAGES
 
@@ -65,9 +67,14 @@ def _thresholds(pairs: list[str]) -> dict:
 
 
 def check_curate_arguments(args: argparse.Namespace) -> None:
+    from ..curation import CurationConfig
+
+    for entry in args.inputs:  # a local path that is missing is said so, not looked up on the Hub as a dataset id
+        if not Path(entry).exists() and looks_local(entry):
+            raise ValueError(f"curate {entry}: no such file or folder.")
     check_local_source("--person-model", args.person_model)
     check_local_source("--embedding-model", args.embedding_model)
-    _thresholds(args.threshold)  # torch-free: CurationConfig's module imports numpy and OpenCV only
+    CurationConfig(chunk_size=args.chunk_size, **_thresholds(args.threshold))  # each value checked before any work
 
 
 def run_curate(args: argparse.Namespace) -> int:
@@ -77,8 +84,6 @@ def run_curate(args: argparse.Namespace) -> int:
     stages = tuple(stage for stage in STAGES if stage not in args.skip
                    and (stage != "domain" or args.reference))
     config = CurationConfig(stages=stages, chunk_size=args.chunk_size, **_thresholds(args.threshold))
-    import os
-
     # under `accelerate launch` the main process holds --out for the run; the others write only their chunks
     with run_folder_lock(args.out, enabled=int(os.environ.get("RANK", "0")) == 0):
         result = curate(args.inputs, args.out, config=config, person_model=args.person_model,
@@ -90,5 +95,5 @@ def run_curate(args: argparse.Namespace) -> int:
     dropped = ", ".join(f"{stage} {counts['dropped']}" for stage, counts in summary["stages"].items()
                         if counts["dropped"])
     print(f"sapiens2-hf curate: {summary['images']} image(s), kept {summary['kept']} (dropped: {dropped or 'none'}); "
-          f"report {args.out}/report.html")
+          f"report {args.out}/report.html" + ("; no dataset written: no image was kept" if not summary["kept"] else ""))
     return 0

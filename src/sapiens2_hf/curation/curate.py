@@ -9,31 +9,39 @@ verdict per image:
 | `size` | height, width, aspect = height / width | the short side is under `min_short_side` (256), or the aspect is outside [`min_aspect`, `max_aspect`] ([0.5, 2.5]; the pretraining input is 1024x768, aspect 1.33) |
 | `quality` | sharpness (Laplacian variance of a 256-px-short-side copy), exposure (mean luminance, clipped fraction), JPEG blockiness | sharpness < `min_sharpness`, luminance outside [`min_luminance`, `max_luminance`], clipped > `max_clipped`, or blockiness > `max_blockiness` |
 | `person` | a Sapiens2 segmentation model's person pixels (label > 0): their fraction, the largest component's box height and area | person fraction < `min_person_fraction` or the largest component's height < `min_person_height` (a prominent person: no outside detector) |
-| `duplicates` | 64-bit DCT perceptual hash (and, with `min_duplicate_cosine` set, the cosine of the backbone embeddings after centring on the set's mean) | it is a near-duplicate (Hamming <= `max_hash_distance` (10), or cosine >= `min_duplicate_cosine`) of a kept image of higher quality: one per cluster. The embedding test is off by default: the tiny backbone measurable here does not separate copies from other people (copies 0.62-0.996, distinct pairs up to 0.991), and no real weights could be measured offline |
-| `domain` | mean cosine of its `reference_k` nearest reference embeddings (`reference=`: images of your domain) | the similarity is under `min_reference_similarity` |
-| `balance` | k-means of the embeddings (`clusters`, default sqrt(n / 2)) | its cluster already holds `cluster_cap` better images (default: twice the mean cluster size) |
+| `duplicates` | 64-bit DCT perceptual hash (and, with `min_duplicate_cosine` set, the cosine of the backbone embeddings after centring on the set's mean) | it is a near-duplicate (Hamming <= `max_hash_distance` (10), or cosine >= `min_duplicate_cosine`) of a kept image of higher quality: one per connected group. Hashes go through a binary faiss index, embeddings are compared within k-means clusters (SemDeDup). The embedding test is off by default (and then needs no model): the tiny backbone measurable here does not separate copies from other people (copies 0.62-0.996, distinct pairs up to 0.991), and no real weights could be measured offline |
+| `domain` | mean cosine of its `reference_k` nearest reference embeddings (`reference=`: images of your domain), by a faiss inner-product index | the similarity is under `min_reference_similarity` |
+| `balance` | hierarchical k-means of the embeddings (faiss: `clusters` leaves, default sqrt(n / 2); their centroids clustered again into sqrt(leaves) parents), then balanced sampling (Vo et al. 2024) | its parent keeps at most `cluster_cap` images (default: the mean parent size), shared evenly among the parent's leaves, each leaf keeping its best images |
+
+The indexes, their costs and the measured recall are in `global_stages.py`; `benchmarks/bench_curation_scale.py`
+measures them to a million records.
 
 Thresholds were chosen on the mixed set of `benchmarks/bench_curation.py` (synthetic humans, blurred, JPEG-crushed,
 tiny, duplicated and person-free copies), whose table gives each stage's precision and recall.
 
 Execution: the per-image stages (`decode` to `person`, plus the hash and the embedding) run over the input in chunks
-of `chunk_size` images; each chunk's records and embeddings are written atomically under `<out>/.curation/` before the
-next starts, so a killed run resumes at the first missing chunk and never recomputes a finished one, and memory is
-bounded by a chunk (plus the embeddings, `n x hidden_size` float16, for the global stages). The duplicate stage
-compares all pairs, in blocks (quadratic time: for millions of images, curate shards separately, then their kept
-images together). Under `accelerate launch`
-chunk `k` is computed by process `k % world_size`; the main process then runs the global stages (`duplicates`,
-`domain`, `balance`) and writes the curated `datasets.Dataset` (`save_to_disk`, readable by `pretrain.py
---dataset_name`), `records.jsonl` (every image: source, per-stage scores and verdicts, the final verdict), the report
-(`report.html`, `report.png`) and `summary.json`.
+of `chunk_size` images on the run layer (`sapiens2_hf.runs`: its decoder, its suffix list, its sharder, its resume
+markers). Each chunk's records (Parquet, in columns) and embeddings (float16 `.npy`) are written atomically under
+`<out>/.curation/` (`store.py`), then its done-marker, so a killed run resumes at the first unfinished chunk and never
+recomputes a finished one. Under `accelerate launch` (one machine or several on shared storage) chunk `k` is computed
+by the process that owns it (round robin); the main process then runs the global stages (`duplicates`, `domain`,
+`balance`) over the columns, streaming: a few bytes per image, the index, and blocks of embeddings read through
+memory-mapped windows, never a Python object per image. It writes `records.jsonl` (every image: source, per-stage
+scores and verdicts, the final verdict), the curated `datasets.Dataset` (`save_to_disk`, readable by `pretrain.py
+--dataset_name`, written by a generator as it goes), the report (`report.html`, `report.png`, drawn from a sample of
+the records) and `summary.json`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
+import shutil
+import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,14 +49,16 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..utils.atomic_io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from ..utils.atomic_io import atomic_write, atomic_write_json, atomic_write_text
 from ..utils.extras import require
+from . import global_stages as stages
 from . import measures
-from .measures import STAGES, decode_image
+from ..runs.decode import decode_image
+from ..runs.inputs import check_out_not_in_inputs, image_files, is_dataset_folder, is_image_file
+from ..runs.shard import Shard
+from .measures import STAGES
 from .report import write_report
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
-STATE_FOLDER = ".curation"
+from .store import STATE_FOLDER, ChunkStore
 
 
 @dataclass
@@ -85,11 +95,39 @@ class CurationConfig:
         if "decode" not in self.stages:
             raise ValueError("the decode stage cannot be switched off: an image that does not decode has nothing to "
                              "measure.")
-        if self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}.")
+        _check_thresholds(self)
 
     def on(self, stage: str) -> bool:
         return stage in self.stages
+
+
+# each threshold: its kind and the range it must lie in (None: unbounded); checked where a config is made
+_RANGES = {
+    "min_short_side": (int, 1, None), "min_aspect": (float, 0.0, None), "max_aspect": (float, 0.0, None),
+    "min_sharpness": (float, 0.0, None), "min_luminance": (float, 0.0, 1.0), "max_luminance": (float, 0.0, 1.0),
+    "max_clipped": (float, 0.0, 1.0), "max_blockiness": (float, 0.0, None), "min_person_fraction": (float, 0.0, 1.0),
+    "min_person_height": (float, 0.0, 1.0), "max_hash_distance": (int, 0, 64),
+    "min_duplicate_cosine": (float, -1.0, 1.0),
+    "reference_k": (int, 1, None), "min_reference_similarity": (float, -1.0, 1.0), "clusters": (int, 1, None),
+    "cluster_cap": (int, 1, None), "chunk_size": (int, 1, None), "seed": (int, 0, None)}
+
+
+def _check_thresholds(config) -> None:
+    """Every threshold finite, of its kind and in its range (one line naming it, its value and what is accepted)."""
+    for name, (kind, low, high) in _RANGES.items():
+        value = getattr(config, name)
+        if value is None and name in ("min_duplicate_cosine", "clusters", "cluster_cap"):
+            continue
+        accepted = f"{'an integer' if kind is int else 'a number'}" + (
+            f" in [{low:g}, {high:g}]" if high is not None else f" >= {low:g}")
+        is_number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        if not is_number or (kind is int and float(value) != int(value)) or not math.isfinite(float(value)) \
+                or value < low or (high is not None and value > high):
+            raise ValueError(f"curation threshold {name}={value!r}: expected {accepted}.")
+    if config.min_aspect > config.max_aspect or config.min_luminance > config.max_luminance:
+        raise ValueError(f"curation thresholds: min_aspect ({config.min_aspect}) and min_luminance "
+                         f"({config.min_luminance}) must not exceed max_aspect ({config.max_aspect}) and max_luminance "
+                         f"({config.max_luminance}).")
 
 
 # ------------------------------------------------------------------------------------------------------------- input
@@ -130,29 +168,33 @@ def open_inputs(inputs: list[str], image_column: str = "image", split: str = "tr
 
 def _open_one(entry: str, image_column: str, split: str) -> ImageSource:
     path = Path(entry)
-    if path.is_dir() and (path / "dataset_info.json").is_file() or path.is_dir() and (path / "dataset_dict.json").is_file():
+    if is_dataset_folder(path):
         datasets = require("datasets", feature="curation of datasets inputs")
 
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
             loaded = loaded[split]
         return _dataset_source(loaded, image_column, str(path))
-    if path.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in path.iterdir()):
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    files = image_files(path) if path.is_dir() else []
+    if files:
 
         def rows(start: int):
             for index in range(start, len(files)):
                 yield index, str(files[index]), files[index].read_bytes
 
         return ImageSource(len(files), rows, f"{path} ({len(files)} image files)")
-    if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
+    if path.is_file() and is_image_file(path):
         return ImageSource(1, lambda start: iter([(0, str(path), path.read_bytes)][start:]), str(path))
     tars = sorted(path.glob("*.tar")) if path.is_dir() else [path] if path.suffix == ".tar" else []
     datasets = require("datasets", feature="curation")
 
     if tars:
-        stream = datasets.load_dataset("webdataset", data_files={"train": [str(t) for t in tars]}, split="train",
-                                       streaming=True)
+        try:  # the builder reads the first shard's head already
+            stream = datasets.load_dataset("webdataset", data_files={"train": [str(t) for t in tars]}, split="train",
+                                           streaming=True)
+        except (OSError, ValueError, EOFError, tarfile.TarError) as error:
+            raise ValueError(f"{entry}: could not read the WebDataset shards ({type(error).__name__}: "
+                             f"{' '.join(str(error).split())[:200]}); check or re-download them.") from error
         return _stream_source(stream, image_column, f"{entry} ({len(tars)} WebDataset shard(s))")
     if path.exists():
         raise ValueError(f"{entry}: no images, save_to_disk dataset or .tar shards found there.")
@@ -184,11 +226,19 @@ def _dataset_source(dataset, image_column: str, where: str) -> ImageSource:
 
 def _stream_source(stream, image_column: str, where: str) -> ImageSource:
     def rows(start: int):
-        key = None
-        for index, row in enumerate(stream):
+        key, index, reading = None, 0, iter(stream)
+        while True:
+            try:
+                row = next(reading)
+            except StopIteration:
+                return
+            except (OSError, ValueError, EOFError, tarfile.TarError) as error:  # a corrupt or truncated shard
+                raise ValueError(f"{where}: could not read the shards after row {index} ({type(error).__name__}: "
+                                 f"{' '.join(str(error).split())[:200]}); check or re-download them.") from error
             key = key or _image_key(list(row), image_column, where)
             if index >= start:
                 yield index, f"{where}#{row.get('__key__', index)}", (lambda value=row[key]: value)
+            index += 1
 
     return ImageSource(None, rows, where)
 
@@ -302,26 +352,39 @@ class BackboneEmbedder:
 
 @dataclass
 class CurationResult:
-    """What a run produced: `kept` indices, every image's `records`, the output paths and per-stage timings."""
+    """What a run produced: the `kept` indices (an int64 array), every image's `records` (read back from
+    `records.jsonl` each time they are iterated: never all in memory), the output paths and the summary."""
 
-    kept: list[int]
-    records: list[dict]
+    kept: np.ndarray
+    records: "RecordsFile | list"
     dataset_path: Path | None
     report_path: Path | None
     summary: dict = field(default_factory=dict)
 
 
-def _chunk_paths(state: Path, chunk: int) -> tuple[Path, Path]:
-    return state / f"chunk_{chunk:06d}.json", state / f"chunk_{chunk:06d}.npy"
+class RecordsFile:
+    """The records of `records.jsonl`, one dict per image, streamed from the file on every iteration."""
+
+    def __init__(self, path: Path, count: int):
+        self.path, self.count = Path(path), count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        with open(self.path, encoding="utf-8") as file:
+            for line in file:
+                yield json.loads(line)
 
 
 def _process_chunk(rows: list, config: CurationConfig, segmenter, embedder, timings: dict,
-                   rank: int = 0) -> tuple[list, np.ndarray]:
+                   rank: int = 0) -> tuple[dict, np.ndarray]:
+    """One chunk's per-image stages: its records as columns (`store.COLUMNS`) and its embeddings."""
     records, images = [], []
     for index, name, load in rows:
         begin = time.perf_counter()
         try:
-            image, error = decode_image(load()), None
+            image, error = decode_image(load(), name=name), None
         except Exception as problem:  # noqa: BLE001 - any decoding failure is this image's verdict, named
             image, error = None, f"{type(problem).__name__}: {problem}"[:300]
         timings["decode"] += time.perf_counter() - begin
@@ -350,7 +413,48 @@ def _process_chunk(rows: list, config: CurationConfig, segmenter, embedder, timi
         embeddings = np.full((len(records), width), np.nan, np.float16)
         if len(alive):
             embeddings[alive] = vectors.astype(np.float16)
-    return records, embeddings
+    columns = {
+        "index": [r["index"] for r in records], "source": [r["source"] for r in records],
+        "computed_by": [rank] * len(records),
+        "decoded": [r["stages"]["decode"]["verdict"] == "keep" for r in records],
+        "image_kept": [all(stage.get("verdict") != "drop" for stage in r["stages"].values()) for r in records],
+        "phash": [int(r.get("phash", "0"), 16) for r in records], "rank": [quality_rank(r) for r in records],
+        "stages": [r["stages"] for r in records]}
+    return columns, embeddings
+
+
+def _needs_embeddings(config: CurationConfig, reference) -> list[str]:
+    """The stages switched on that read embeddings (hash-only duplicates read none)."""
+    return [stage for stage, needs in (
+        ("duplicates", config.min_duplicate_cosine is not None), ("domain", reference is not None),
+        ("balance", True)) if needs and config.on(stage)]
+
+
+def _embedder(config, reference, person_model, segmenter, embedding_model, device):
+    """The embedding model, only when a stage switched on reads embeddings; None otherwise."""
+    readers = _needs_embeddings(config, reference)
+    if not readers:
+        return None
+    chosen = embedding_model
+    if chosen is None:  # the person model's backbone (loaded already when its stage is on)
+        chosen = segmenter.pipe.model if isinstance(segmenter, PersonSegmenter) else person_model
+        chosen = None if callable(chosen) and not hasattr(chosen, "config") and not hasattr(chosen, "model") \
+            else getattr(chosen, "model", chosen)
+    if chosen is None:
+        raise ValueError(f"the {', '.join(readers)} stage(s) need image embeddings: pass embedding_model= (a "
+                         "Sapiens2 checkpoint; CLI --embedding-model) or a person model to borrow its backbone from, "
+                         f"or switch them off (CLI --skip {' '.join(readers)}). Hash-only duplicates need no model.")
+    is_function = callable(chosen) and not hasattr(chosen, "config")
+    return chosen if is_function else BackboneEmbedder(chosen, device)
+
+
+def _describe_model(model) -> str | None:
+    if model is None:
+        return None
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    return getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None) \
+        or getattr(model, "__qualname__", type(model).__qualname__)
 
 
 def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: CurationConfig | None = None,
@@ -364,8 +468,9 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
         config (`CurationConfig`, *optional*): stages and thresholds (default: all on, the defaults).
         person_model: the `person` stage's segmentation model (folder, Hub id, official file, pipeline or a callable
             `images -> masks`); required while the stage is on.
-        embedding_model: a Sapiens2 checkpoint (its backbone) or a callable `images -> (n, d)` unit vectors, for
-            `duplicates` (with the hash), `domain` and `balance`; default: the person model's backbone.
+        embedding_model: a Sapiens2 checkpoint (its backbone) or a callable `images -> (n, d)` unit vectors, for the
+            stages that read embeddings (`balance`, `domain`, `duplicates` with `min_duplicate_cosine`); default: the
+            person model's backbone. Not loaded when no such stage is on.
         reference (`list[str]`, *optional*): images of the wanted domain (folders or datasets as `inputs`); turns
             the `domain` stage on.
         max_chunks (`int`, *optional*): stop after computing this many chunks (the rest on a later call).
@@ -373,10 +478,13 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     """
     config = config or CurationConfig()
     out = Path(out)
-    state = out / STATE_FOLDER
-    state.mkdir(parents=True, exist_ok=True)
-    rank, world_size, wait = _distributed()
+    shard = Shard(device="cpu" if device == "cpu" else "auto", feature="curation across processes")
+    rank = shard.index
+    if not isinstance(inputs, ImageSource):
+        check_out_not_in_inputs(out, list(inputs), [Path(entry) for entry in inputs if Path(entry).is_file()])
     source = inputs if isinstance(inputs, ImageSource) else open_inputs(list(inputs), image_column)
+    if not (config.on("domain") and reference):
+        reference = None
     if config.on("person") and person_model is None:
         raise ValueError("the person stage needs a segmentation model: pass person_model= (CLI --person-model), or "
                          "switch the stage off (stages without 'person'; CLI --skip person).")
@@ -386,39 +494,26 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
         is_function = callable(person_model) and not hasattr(person_model, "config") \
             and not hasattr(person_model, "model")
         segmenter = person_model if is_function else PersonSegmenter(person_model, device)
-    global_stages = [s for s in ("duplicates", "domain", "balance") if config.on(s)]
-    embedder = None
-    if global_stages:
-        chosen = embedding_model
-        if chosen is None:  # the person model's backbone (loaded already when its stage is on)
-            chosen = segmenter.pipe.model if isinstance(segmenter, PersonSegmenter) else person_model
-            chosen = None if callable(chosen) and not hasattr(chosen, "config") and not hasattr(chosen, "model") \
-                else getattr(chosen, "model", chosen)
-        if chosen is None:
-            raise ValueError("the duplicates, domain and balance stages need image embeddings: pass embedding_model= "
-                             "(a Sapiens2 checkpoint; CLI --embedding-model) or a person model to borrow its "
-                             "backbone from.")
-        is_function = callable(chosen) and not hasattr(chosen, "config")
-        embedder = chosen if is_function else BackboneEmbedder(chosen, device)
+    embedder = _embedder(config, reference, person_model, segmenter, embedding_model, device)
     timings = {"decode": 0.0, "size+quality": 0.0, "person": 0.0, "embedding": 0.0}
     computed, rows = 0, []
-    _check_same_run(state, source.description, config)
-    done_chunks = {int(p.stem.split("_")[1]) for p in state.glob("chunk_*.json")}
+    fingerprint = _run_fingerprint(source.description, config,
+                                   _describe_model(embedding_model if embedding_model is not None else person_model)
+                                   if embedder is not None else None)
+    chunks = ChunkStore(out, fingerprint)
+    _check_same_run(chunks.folder, fingerprint, shard.is_main)
+    finished = set(chunks.done())
 
     def flush(chunk_rows, number):
         nonlocal computed
-        records, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings, rank)
-        records_path, embeddings_path = _chunk_paths(state, number)
-        buffer = __import__("io").BytesIO()
-        np.save(buffer, embeddings)
-        atomic_write_bytes(embeddings_path, buffer.getvalue())
-        atomic_write_json(records_path, records)  # last: its presence marks the chunk done
+        columns, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings, rank)
+        chunks.write(number, columns, embeddings)
         computed += 1
         if on_chunk is not None:
             on_chunk(number)
 
     stopped = False
-    for index, name, load in _rows_from(source, done_chunks, config.chunk_size, rank, world_size):
+    for index, name, load in _rows_from(source, finished, config.chunk_size, shard):
         number = index // config.chunk_size
         if rows and rows[0][0] // config.chunk_size != number:
             flush(rows, rows[0][0] // config.chunk_size)
@@ -430,92 +525,74 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     if rows and not stopped:
         flush(rows, rows[0][0] // config.chunk_size)
     if stopped:
-        return CurationResult([], [], None, None, {"stopped_after_chunks": computed})
-    wait()
-    if rank != 0:
-        return CurationResult([], [], None, None, {"rank": rank})
-    records, embeddings = _load_chunks(state)
-    reference_vectors = None
-    if reference and config.on("domain") and embedder is not None:
-        reference_vectors = _embed_reference(reference, embedder, image_column)
+        return CurationResult(np.zeros(0, np.int64), [], None, None, {"stopped_after_chunks": computed})
+    shard.wait()
+    if not shard.is_main:
+        return CurationResult(np.zeros(0, np.int64), [], None, None, {"rank": rank})
+    reference_vectors = _embed_reference(reference, embedder, image_column) if reference else None
     begin = time.perf_counter()
-    global_timings = _global_stages(records, embeddings, config, reference_vectors)
-    kept = [record["index"] for record in records if record["verdict"] == "keep"]
-    summary = _summary(records, config, {**timings, **global_timings}, source.description, time.perf_counter() - begin)
-    summary["chunks_computed_this_run"] = computed
-    _write_records(out / "records.jsonl", records)
+    verdicts = _global_stages(chunks, config, reference_vectors, timings)
+    records_path = out / "records.jsonl"
+    summary, sample = _write_records(chunks, records_path, verdicts, config)
+    summary.update(input=source.description, config=dataclasses.asdict(config),
+                   seconds={key: round(value, 3) for key, value in timings.items()},
+                   images_per_second={key: round(summary["images"] / value, 1) for key, value in timings.items()
+                                      if value > 0},
+                   global_seconds=round(time.perf_counter() - begin, 3), chunks_computed_this_run=computed)
+    kept = np.flatnonzero(verdicts.kept) if len(verdicts.kept) else np.zeros(0, np.int64)
+    kept = verdicts.index[kept]
     dataset_path = None
-    if write_dataset:
-        dataset_path = _write_dataset(source, kept, records, out / "dataset")
-    report_path = write_report(out, records, summary, source)
+    if write_dataset and summary["kept"]:
+        dataset_path = _write_dataset(source, verdicts, records_path, out / "dataset")
+    elif write_dataset:  # nothing kept: no dataset (an empty one is nothing pretraining can read), and no stale one
+        _remove_our_dataset(out / "dataset")
+        summary["dataset"] = "none: no image was kept"
+    report_path = write_report(out, sample, summary, source)
     atomic_write_json(out / "summary.json", summary, indent=2)
     if progress:
         print(f"curated {summary['images']} image(s): kept {summary['kept']}; {out}")
-    return CurationResult(kept, records, dataset_path, report_path, summary)
+    return CurationResult(kept, RecordsFile(records_path, summary["images"]), dataset_path, report_path, summary)
 
 
-def _check_same_run(state: Path, description: str, config: CurationConfig) -> None:
-    """Finished chunks are reused only by a run of the same inputs and per-image settings (`run.json` records
-    them): another run's chunks would give its verdicts to these images."""
+def _run_fingerprint(description: str, config: CurationConfig, embedding: str | None) -> dict:
+    """What a chunk's records depend on: the inputs, the per-image settings and the embedding model."""
     settings = {key: value for key, value in dataclasses.asdict(config).items()
                 if key not in ("clusters", "cluster_cap", "reference_k", "min_reference_similarity",
                                "min_duplicate_cosine", "max_hash_distance")}  # global stages: recomputed each run
-    wanted = {"inputs": description, "settings": json.loads(json.dumps(settings))}
+    return json.loads(json.dumps({"inputs": description, "settings": settings, "embedding_model": embedding}))
+
+
+def _check_same_run(state: Path, fingerprint: dict, is_main: bool) -> None:
+    """Finished chunks are reused only by a run of the same inputs, per-image settings and embedding model
+    (`run.json` records them): another run's chunks would give its verdicts (or its embeddings) to these images."""
     recorded = state / "run.json"
     if recorded.is_file():
-        previous = json.loads(recorded.read_text())
-        if previous != wanted:
-            raise ValueError(f"{state.parent} holds the finished chunks of another curation run (other inputs or "
-                             f"settings: {recorded}); use another --out, or delete {state} to start again.")
-    elif int(os.environ.get("RANK", "0")) == 0:
-        atomic_write_json(recorded, wanted)
+        if json.loads(recorded.read_text()) != fingerprint:
+            raise ValueError(f"{state.parent} holds the finished chunks of another curation run (other inputs, "
+                             f"settings or embedding model: {recorded}); use another --out, or delete {state} to "
+                             "start again.")
+    elif is_main:
+        atomic_write_json(recorded, fingerprint)
 
 
-def _distributed() -> tuple[int, int, Callable[[], None]]:
-    """(rank, world size, barrier) of an `accelerate launch`, or of one process."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return 0, 1, lambda: None
-    import datetime
-
-    import torch
-
-    PartialState = require("accelerate", feature="curation across processes").PartialState
-    # `cpu=` on a machine without GPUs (accelerate would otherwise see one process); a long timeout: the processes
-    # meet only once their chunks are done, which may take hours and differ in length
-    state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(days=7))
-    return state.process_index, state.num_processes, state.wait_for_everyone
-
-
-def _rows_from(source: ImageSource, done: set[int], chunk_size: int, rank: int, world_size: int):
-    """The rows of the chunks this process computes: not done yet, and `chunk % world_size == rank`."""
+def _rows_from(source: ImageSource, done: set[int], chunk_size: int, shard: Shard):
+    """The rows of the chunks this process computes: not done yet, and the shard's (round robin)."""
     first = 0
     while first in done:
         first += 1
     for index, name, load in source.rows(first * chunk_size):
         number = index // chunk_size
-        if number in done or number % world_size != rank:
+        if number in done or not shard.owns(number):
             continue
         yield index, name, load
-
-
-def _load_chunks(state: Path) -> tuple[list[dict], np.ndarray]:
-    records, blocks = [], []
-    for records_path in sorted(state.glob("chunk_*.json")):
-        chunk_records = json.loads(records_path.read_text())
-        vectors = np.load(records_path.with_suffix(".npy"))
-        records += chunk_records
-        blocks.append(vectors if vectors.shape[1] else np.full((len(chunk_records), 0), np.nan, np.float16))
-    width = max((b.shape[1] for b in blocks), default=0)
-    blocks = [b if b.shape[1] == width else np.full((len(b), width), np.nan, np.float16) for b in blocks]
-    return records, (np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, 0), np.float32))
 
 
 def _embed_reference(reference: list[str], embedder, image_column: str) -> np.ndarray:
     source = open_inputs(reference, image_column)
     images = []
-    for _, _, load in source.rows(0):
+    for _, name, load in source.rows(0):
         try:
-            images.append(decode_image(load()))
+            images.append(decode_image(load(), name=name))
         except Exception:  # noqa: BLE001 - a broken reference image is left out
             continue
     if not images:
@@ -523,148 +600,203 @@ def _embed_reference(reference: list[str], embedder, image_column: str) -> np.nd
     return np.asarray(embedder(images), np.float32)
 
 
-class _UnionFind:
-    def __init__(self, count: int):
-        self.parent = list(range(count))
+# ------------------------------------------------------------------------------------------------ global stages
 
-    def find(self, a: int) -> int:
-        while self.parent[a] != a:
-            self.parent[a] = self.parent[self.parent[a]]
-            a = self.parent[a]
-        return a
-
-    def union(self, a: int, b: int) -> None:
-        a, b = self.find(a), self.find(b)
-        if a != b:
-            self.parent[max(a, b)] = min(a, b)
+_UNMEASURED, _DROP, _KEEP = -1, 0, 1
 
 
-def _global_stages(records: list[dict], embeddings: np.ndarray, config: CurationConfig,
-                   reference: np.ndarray | None) -> dict[str, float]:
-    timings = {}
-    alive = [k for k, record in enumerate(records) if _alive(record, config, "duplicates")]
-    if config.on("duplicates"):
+@dataclass
+class GlobalVerdicts:
+    """The global stages' results, one entry per image in index order (small arrays, no Python object per image):
+    `verdict[stage]` is -1 (not measured), 0 (drop) or 1 (keep); `scores[stage]` the figures each record shows."""
+
+    index: np.ndarray
+    verdict: dict[str, np.ndarray]
+    scores: dict[str, dict[str, np.ndarray]]
+    kept: np.ndarray
+
+
+@dataclass
+class _Columns:
+    """The columns the global stages read, one entry per image in index order, and the embeddings file."""
+
+    index: np.ndarray
+    decoded: np.ndarray
+    image_kept: np.ndarray
+    phash: np.ndarray
+    rank: np.ndarray
+    embedded: np.ndarray
+    embeddings: "stages.Embeddings | None"
+
+
+def _read_columns(store: ChunkStore, chunks: list[int], embeddings_needed: bool) -> _Columns:
+    parts = {name: [] for name in ("index", "decoded", "image_kept", "phash", "rank")}
+    for _, columns in store.columns(chunks, tuple(parts)):
+        for name, values in columns.items():
+            parts[name].append(values)
+    index, decoded, image_kept, phash, rank = (np.concatenate(parts[name]) if parts[name] else np.zeros(0) for name
+                                               in ("index", "decoded", "image_kept", "phash", "rank"))
+    count = len(index)
+    shapes = [store.embedding_shape(chunk) for chunk in chunks]
+    width = max((shape[1] for shape in shapes), default=0)
+    embedded, embeddings = np.zeros(count, bool), None
+    if width and embeddings_needed:
+        embeddings = stages.Embeddings(store.gather_embeddings(chunks, count, width))
+        offset = 0  # rows with an embedding (the chunks' rows follow each other in index order)
+        for chunk, (rows, chunk_width) in zip(chunks, shapes):
+            if chunk_width == width:
+                vectors = np.load(store.paths(chunk)[1], mmap_mode="r")
+                embedded[offset:offset + rows] = ~np.isnan(vectors[:, 0])
+                del vectors
+            offset += rows
+    return _Columns(index.astype(np.int64), decoded.astype(bool), image_kept.astype(bool), phash.astype(np.uint64),
+                    rank.astype(np.float64), embedded, embeddings)
+
+
+def _global_stages(store: ChunkStore, config: CurationConfig, reference: np.ndarray | None,
+                   timings: dict) -> GlobalVerdicts:
+    """The duplicates, domain and balance stages over the chunks' columns (`global_stages` has the indexes)."""
+    data = _read_columns(store, store.done(), bool(_needs_embeddings(config, reference)))
+    count = len(data.index)
+    verdict = {stage: np.full(count, _UNMEASURED, np.int8) for stage in ("duplicates", "domain", "balance")}
+    scores: dict[str, dict] = {}
+
+    def undropped() -> np.ndarray:
+        return data.decoded & data.image_kept & np.all([v != _DROP for v in verdict.values()], axis=0)
+
+    # what a stage measures: decoded, and (cascade) kept by every stage so far; balance only what none dropped
+    runs = [("duplicates", config.on("duplicates"), _duplicate_stage),
+            ("domain", reference is not None and data.embeddings is not None, _domain_stage),
+            ("balance", config.on("balance") and data.embeddings is not None, _balance_stage)]
+    for stage, on, run in runs:
+        if not on:
+            continue
         begin = time.perf_counter()
-        _duplicates(records, embeddings, alive, config)
-        timings["duplicates"] = time.perf_counter() - begin
-    if config.on("domain") and reference is not None:
-        begin = time.perf_counter()
-        alive = [k for k, record in enumerate(records) if _alive(record, config, "domain")]
-        for start in range(0, len(alive), 1024):
-            block = alive[start:start + 1024]
-            similarity = np.nan_to_num(embeddings[block]) @ reference.T
-            k = min(config.reference_k, reference.shape[0])
-            top = -np.sort(-similarity, axis=1)[:, :k].mean(axis=1)
-            for row, score in zip(block, top):
-                records[row]["stages"]["domain"] = {"reference_similarity": round(float(score), 4),
-                                                    "verdict": _verdict(score >= config.min_reference_similarity)}
-        timings["domain"] = time.perf_counter() - begin
-    if config.on("balance"):
-        begin = time.perf_counter()
-        _balance(records, embeddings, config)
-        timings["balance"] = time.perf_counter() - begin
-    for record in records:
-        stages = record["stages"]
-        record["verdict"] = "drop" if any(stage.get("verdict") == "drop" for stage in stages.values()) else "keep"
-        record["dropped_by"] = next((name for name in STAGES if stages.get(name, {}).get("verdict") == "drop"), None)
-    return timings
+        alive = undropped() if config.cascade or stage == "balance" else data.decoded.copy()
+        if stage != "duplicates":
+            alive &= data.embedded
+        rows = np.flatnonzero(alive)
+        if len(rows):
+            verdict[stage][rows], scores[stage] = run(data, rows, config, reference)
+        timings[stage] = time.perf_counter() - begin
+    return GlobalVerdicts(data.index, verdict, scores, undropped())
 
 
-def _duplicates(records, embeddings, alive: list[int], config: CurationConfig) -> None:
-    """Clusters near-duplicates among `alive` (hash distance or embedding cosine) and keeps each cluster's best."""
-    union = _UnionFind(len(alive))
-    hashes = np.array([int(records[k]["phash"], 16) for k in alive], dtype=np.uint64)
-    for start in range(0, len(alive), 256):  # all pairs, in blocks: Hamming distances by bit counts of the XORs
-        block = hashes[start:start + 256, None] ^ hashes[None, :]
-        distance = np.unpackbits(block.view(np.uint8), axis=-1).reshape(*block.shape, 64).sum(-1)
-        for a, b in zip(*np.nonzero(distance <= config.max_hash_distance)):
-            if start + a < b:
-                union.union(start + int(a), int(b))
-    if config.min_duplicate_cosine is not None and embeddings.shape[1] and len(alive) > 1:
-        # centred on the set's mean: what all images share (a backbone's pooled outputs have a large common part,
-        # a random backbone's almost only that) does not make two images near-duplicates
-        vectors = np.nan_to_num(embeddings[alive])
-        vectors = vectors - vectors.mean(axis=0, keepdims=True)
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        for start in range(0, len(alive), 1024):
-            similarity = vectors[start:start + 1024] @ vectors.T
-            for a, b in zip(*np.nonzero(similarity >= config.min_duplicate_cosine)):
-                if start + a < b:
-                    union.union(start + int(a), int(b))
-    clusters: dict[int, list[int]] = {}
-    for position in range(len(alive)):
-        clusters.setdefault(union.find(position), []).append(position)
-    for members in clusters.values():
-        best = max(members, key=lambda m: (quality_rank(records[alive[m]]), -m))
-        for member in members:
-            record = records[alive[member]]
-            record["stages"]["duplicates"] = {
-                "cluster": int(records[alive[min(members)]]["index"]), "cluster_size": len(members),
-                "verdict": _verdict(member == best)}
-            if member != best:
-                record["stages"]["duplicates"]["duplicate_of"] = int(records[alive[best]]["index"])
+def _duplicate_stage(data: _Columns, rows: np.ndarray, config: CurationConfig, reference) -> tuple:
+    """Hash pairs through the binary index, and (with `min_duplicate_cosine`) SemDeDup's pairs; one per component."""
+    pairs = stages.hash_pairs(data.phash[rows], config.max_hash_distance, config.seed)
+    if config.min_duplicate_cosine is not None and data.embeddings is not None:
+        with_vectors = np.flatnonzero(data.embedded[rows])
+        if len(with_vectors) > 1:
+            vector_rows = rows[with_vectors]
+            hierarchy = stages.hierarchical_kmeans(data.embeddings, vector_rows, _leaves(config, len(vector_rows)),
+                                                   config.seed)
+            mean = stages.streaming_mean(data.embeddings, vector_rows)
+            near = stages.embedding_pairs(data.embeddings, vector_rows, hierarchy.leaf, config.min_duplicate_cosine,
+                                          mean, hierarchy.second)
+            pairs = np.concatenate([pairs, with_vectors[near]])
+    found = stages.near_duplicates(len(rows), pairs, data.rank[rows])
+    count = len(data.index)
+    scores = {"cluster": _full(count, data.index[rows[found.component]], rows),
+              "cluster_size": _full(count, found.size, rows),
+              "duplicate_of": _full(count, data.index[rows[found.best]], rows)}
+    return np.where(found.best == np.arange(len(rows)), _KEEP, _DROP), scores
 
 
-def kmeans(vectors: np.ndarray, clusters: int, seed: int = 0, iterations: int = 30) -> np.ndarray:
-    """Seeded k-means (k-means++ start, Lloyd's iterations) on rows of `vectors`; returns each row's cluster."""
-    rng = np.random.default_rng(seed)
-    count = len(vectors)
-    clusters = max(1, min(clusters, count))
-    centres = [vectors[rng.integers(count)]]
-    for _ in range(1, clusters):
-        distance = np.min(((vectors[:, None] - np.asarray(centres)[None]) ** 2).sum(-1), axis=1)
-        total = distance.sum()
-        centres.append(vectors[rng.choice(count, p=distance / total) if total > 0 else rng.integers(count)])
-    centres = np.asarray(centres)
-    labels = np.zeros(count, dtype=np.int64)
-    for _ in range(iterations):
-        labels = np.argmin(((vectors[:, None] - centres[None]) ** 2).sum(-1), axis=1)
-        moved = np.array([vectors[labels == c].mean(0) if (labels == c).any() else centres[c]
-                          for c in range(clusters)])
-        if np.allclose(moved, centres):
-            break
-        centres = moved
-    return labels
+def _domain_stage(data: _Columns, rows: np.ndarray, config: CurationConfig, reference) -> tuple:
+    similarity = stages.reference_similarity(data.embeddings, rows, reference, config.reference_k)
+    scores = {"reference_similarity": _full(len(data.index), similarity, rows, np.float32)}
+    return np.where(similarity >= config.min_reference_similarity, _KEEP, _DROP), scores
 
 
-def _balance(records, embeddings, config: CurationConfig) -> None:
-    alive = [k for k, record in enumerate(records) if _alive(record, config, "balance")
-             and all(stage.get("verdict") != "drop" for stage in record["stages"].values())]
-    if not alive or not embeddings.shape[1]:
-        return
-    clusters = config.clusters or max(1, round(math.sqrt(len(alive) / 2)))
-    labels = kmeans(np.nan_to_num(embeddings[alive]), clusters, seed=config.seed)
-    cap = config.cluster_cap or max(1, math.ceil(2 * len(alive) / max(1, len(set(labels.tolist())))))
-    for cluster in set(labels.tolist()):
-        members = [alive[k] for k in np.nonzero(labels == cluster)[0]]
-        members.sort(key=lambda k: -quality_rank(records[k]))
-        for rank, member in enumerate(members):
-            records[member]["stages"]["balance"] = {"cluster": int(cluster), "cluster_size": len(members),
-                                                    "cap": cap, "verdict": _verdict(rank < cap)}
+def _balance_stage(data: _Columns, rows: np.ndarray, config: CurationConfig, reference) -> tuple:
+    hierarchy = stages.hierarchical_kmeans(data.embeddings, rows, _leaves(config, len(rows)), config.seed)
+    result = stages.balanced_sample(hierarchy, data.rank[rows], config.cluster_cap)
+    count = len(data.index)
+    scores = {"cluster": _full(count, result.leaf, rows),
+              "parent": _full(count, hierarchy.parent_of_leaf[result.leaf], rows),
+              "cluster_size": _full(count, result.leaf_size, rows), "share": _full(count, result.share, rows),
+              "cap": result.cap}
+    return np.where(result.keep, _KEEP, _DROP), scores
 
 
-def _summary(records, config, timings, description, global_seconds) -> dict:
-    per_stage = {}
-    for stage in STAGES:
-        seen = [r["stages"][stage]["verdict"] for r in records if "verdict" in r["stages"].get(stage, {})]
-        per_stage[stage] = {"on": config.on(stage), "measured": len(seen), "kept": seen.count("keep"),
-                            "dropped": seen.count("drop")}
-    images = len(records)
-    return {"input": description, "images": images, "kept": sum(r["verdict"] == "keep" for r in records),
-            "stages": per_stage, "config": dataclasses.asdict(config),
-            "seconds": {key: round(value, 3) for key, value in timings.items()},
-            "images_per_second": {key: round(images / value, 1) for key, value in timings.items() if value > 0},
-            "global_seconds": round(global_seconds, 3)}
+def _leaves(config: CurationConfig, count: int) -> int:
+    return config.clusters or max(1, round(math.sqrt(count / 2)))
 
 
-def _write_records(path: Path, records: list[dict]) -> None:
-    atomic_write_text(path, "".join(json.dumps(record) + "\n" for record in records))
+def _full(count: int, values, rows: np.ndarray, dtype=np.int64) -> np.ndarray:
+    out = np.full(count, -1, dtype)
+    out[rows] = values
+    return out
 
 
-def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], folder: Path) -> Path:
+def _global_record(verdicts: GlobalVerdicts, position: int, stage: str) -> dict | None:
+    verdict = int(verdicts.verdict[stage][position])
+    if verdict == _UNMEASURED:
+        return None
+    record = {}
+    for key, values in verdicts.scores.get(stage, {}).items():
+        value = values if np.isscalar(values) else values[position]
+        record[key] = round(float(value), 4) if isinstance(value, np.floating) else int(value)
+    if stage == "duplicates" and verdict == _KEEP:
+        record.pop("duplicate_of", None)
+    record["verdict"] = "keep" if verdict == _KEEP else "drop"
+    return record
+
+
+def _write_records(store: ChunkStore, path: Path, verdicts: GlobalVerdicts, config: CurationConfig,
+                   report_rows: int = 2000) -> tuple[dict, list[dict]]:
+    """Streams every chunk's records, with the global stages' verdicts, into `records.jsonl` (atomically); returns
+    the summary's counts and the records the report shows (every `n / report_rows`-th, and the first dropped ones
+    of each stage)."""
+    counts = {stage: {"on": config.on(stage), "measured": 0, "kept": 0, "dropped": 0} for stage in STAGES}
+    count = len(verdicts.index)
+    step = max(1, math.ceil(count / report_rows))
+    sample: list[dict] = []
+    examples = {stage: 0 for stage in STAGES}
+
+    def write(file):
+        position = 0
+        for _, columns in store.columns(store.done(), ("index", "source", "computed_by", "stages")):
+            for index, source, computed_by, text in zip(columns["index"], columns["source"],
+                                                        columns["computed_by"], columns["stages"]):
+                record_stages = json.loads(text)
+                for stage in ("duplicates", "domain", "balance"):
+                    found = _global_record(verdicts, position, stage)
+                    if found is not None:
+                        record_stages[stage] = found
+                dropped_by = next((name for name in STAGES if record_stages.get(name, {}).get("verdict") == "drop"),
+                                  None)
+                record = {"index": int(index), "source": source, "computed_by": int(computed_by),
+                          "stages": record_stages, "verdict": "drop" if dropped_by else "keep",
+                          "dropped_by": dropped_by}
+                for stage, measured in record_stages.items():
+                    if "verdict" in measured:
+                        counts[stage]["measured"] += 1
+                        counts[stage]["kept" if measured["verdict"] == "keep" else "dropped"] += 1
+                file.write(json.dumps(record) + "\n")
+                if position % step == 0 or (dropped_by and examples[dropped_by] < 4):
+                    sample.append(record)
+                    if dropped_by:
+                        examples[dropped_by] += 1
+                position += 1
+
+    atomic_write(path, write, mode="w")
+    summary = {"images": count, "kept": int(verdicts.kept.sum()), "stages": counts}
+    return summary, sample
+
+
+def _remove_our_dataset(folder: Path) -> None:
+    ours = folder.parent / STATE_FOLDER / "dataset_written"
+    if folder.exists() and ours.is_file():
+        shutil.rmtree(folder)
+        ours.unlink()
+
+
+def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: Path, folder: Path) -> Path:
     """The kept images as a `datasets.Dataset` (`image` and `source` columns, the scores as JSON in `curation`),
-    written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed)."""
-    import shutil
+    written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed). Streamed: the
+    source's rows and `records.jsonl` are read side by side, both in index order."""
 
     datasets = require("datasets", feature="curation")
     ours = folder.parent / STATE_FOLDER / "dataset_written"
@@ -672,34 +804,32 @@ def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], fo
         raise ValueError(f"{folder} exists and was not written by a curation run: it is left as it is; move it or "
                          "pass another --out.")
 
-    wanted = set(kept)
-    by_index = {record["index"]: record for record in records}
-
     def rows():
-        for index, name, load in source.rows(0):
-            if index in wanted:
+        with open(records_path, encoding="utf-8") as lines:
+            for index, name, load in source.rows(0):
+                record = json.loads(next(lines))
+                if record["index"] != index:
+                    raise RuntimeError(f"records.jsonl is out of step with the input at row {index}")
+                if record["verdict"] != "keep":
+                    continue
                 value = load()
                 if isinstance(value, dict):
                     value = value.get("bytes") or Path(value["path"]).read_bytes()
                 elif not isinstance(value, (bytes, bytearray)):
-                    import io
-
                     buffer = io.BytesIO()
                     value.convert("RGB").save(buffer, format="PNG")
                     value = buffer.getvalue()
                 yield {"image": {"bytes": bytes(value), "path": None}, "source": name,
-                       "curation": json.dumps(by_index[index]["stages"])}
-
-    import tempfile
+                       "curation": json.dumps(record["stages"])}
 
     features = datasets.Features({"image": datasets.Image(), "source": datasets.Value("string"),
                                   "curation": datasets.Value("string")})
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    # a cache of its own: `from_generator` keys its cache by the generator's code, which is the same for every run
+    # a cache of its own: `from_generator` keys its cache by the generator's code, which is the same for every run;
+    # `from_generator` writes Arrow shards as the generator yields: the kept images are never all in memory
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".curation-cache-") as cache:
-        dataset = datasets.Dataset.from_generator(rows, features=features, cache_dir=cache) if wanted else \
-            datasets.Dataset.from_dict({"image": [], "source": [], "curation": []}, features=features)
+        dataset = datasets.Dataset.from_generator(rows, features=features, cache_dir=cache)
         dataset.save_to_disk(str(partial))
         del dataset
     if folder.exists():
@@ -709,5 +839,10 @@ def _write_dataset(source: ImageSource, kept: list[int], records: list[dict], fo
     return folder
 
 
-__all__ = ["BackboneEmbedder", "CurationConfig", "CurationResult", "ImageSource", "PersonSegmenter", "STAGES",
-           "curate", "decode_image", "kmeans", "measure_image", "open_inputs", "quality_rank"]
+def kmeans(vectors: np.ndarray, clusters: int, seed: int = 0) -> np.ndarray:
+    """Each row's cluster by faiss k-means (`global_stages.kmeans`), seeded."""
+    return stages.kmeans(vectors, clusters, seed)
+
+
+__all__ = ["BackboneEmbedder", "CurationConfig", "CurationResult", "ImageSource", "PersonSegmenter", "RecordsFile",
+           "STAGES", "curate", "decode_image", "kmeans", "measure_image", "open_inputs", "quality_rank"]

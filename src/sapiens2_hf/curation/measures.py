@@ -8,9 +8,6 @@ of at most `BLOCKINESS_CROP` pixels per side.
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import cv2
 import numpy as np
 
@@ -18,24 +15,6 @@ import numpy as np
 STAGES = ("decode", "size", "quality", "person", "duplicates", "domain", "balance")
 WORKING_SHORT_SIDE = 256
 BLOCKINESS_CROP = 1024
-
-
-def decode_image(value: Any) -> np.ndarray:
-    """Encoded bytes, a `{"bytes", "path"}` cell, a path or a PIL image -> `(H, W, 3)` uint8 RGB (EXIF-upright)."""
-    import io
-
-    from PIL import Image, ImageOps
-
-    if isinstance(value, dict):
-        value = value.get("bytes") or value.get("path")
-    if isinstance(value, (bytes, bytearray)):
-        value = Image.open(io.BytesIO(value))
-    elif isinstance(value, (str, os.PathLike)):
-        value = Image.open(value)
-    if not isinstance(value, Image.Image):
-        raise ValueError(f"not an image: {type(value).__name__}")
-    value.load()
-    return np.asarray(ImageOps.exif_transpose(value).convert("RGB"))
 
 
 def working_copy(image: np.ndarray) -> np.ndarray:
@@ -106,5 +85,5 @@ def hamming(a: int, b: int) -> int:
     return int(bin(a ^ b).count("1"))
 
 
-__all__ = ["BLOCKINESS_CROP", "STAGES", "WORKING_SHORT_SIDE", "blockiness", "decode_image", "exposure", "hamming", "perceptual_hash",
+__all__ = ["BLOCKINESS_CROP", "STAGES", "WORKING_SHORT_SIDE", "blockiness", "exposure", "hamming", "perceptual_hash",
            "person_measures", "sharpness", "working_copy"]

@@ -15,7 +15,8 @@ import cv2
 import numpy as np
 
 from ..utils.atomic_io import atomic_write_bytes, atomic_write_text
-from .measures import STAGES, decode_image
+from ..runs.decode import decode_image
+from .measures import STAGES
 
 _WIDTH = 1200
 _THUMB = 96
@@ -123,10 +124,10 @@ def _examples(records, source, per_stage: int = 4) -> tuple[dict, dict]:
     needed = set(kept) | {i for indices in wanted.values() for i in indices}
     thumbnails = {}
     if needed:
-        for index, _, load in source.rows(min(needed)):
+        for index, name, load in source.rows(min(needed)):
             if index in needed:
                 try:
-                    thumbnails[index] = _thumbnail(decode_image(load()))
+                    thumbnails[index] = _thumbnail(decode_image(load(), name=name))
                 except Exception:  # noqa: BLE001 - an undecodable image is shown as such
                     thumbnails[index] = _thumbnail(None)
             if index >= max(needed):
