@@ -236,7 +236,7 @@ def test_setup_cfg_extras_match_the_require_table():
 
     assert not core & set(EXTRAS), "an optional package is an install requirement"
     assert {"torch", "torchvision", "transformers", "safetensors", "huggingface-hub", "pillow", "numpy",
-            "opencv-python-headless", "tqdm"} == core
+            "opencv-python-headless", "tqdm", "filelock"} == core  # filelock: the run lock (utils/run_lock.py)
     for name, extra in EXTRAS.items():
         assert name in packages(extra), (name, extra)
     assert set(EXTRAS) == packages("all")
