@@ -162,9 +162,9 @@ def test_env_command_reports_the_installation_and_machine():
     for name in ("torch", "transformers", "huggingface-hub", "safetensors"):
         assert packages[name]["version"] == importlib.metadata.version(name)
         assert packages[name]["in_range"] is True
-    for name in ("accelerate", "peft", "av", "onnxruntime", "gradio"):
+    for name in ("accelerate", "peft", "av", "onnxruntime", "gradio", "faiss-cpu"):
         assert packages[name]["extra"] is not None and packages[name]["import_error"] is None
-    assert report["extras"] == {"train": True, "video": True, "export": True, "app": True}
+    assert report["extras"] == {"train": True, "video": True, "export": True, "app": True, "curation": True}
     assert report["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability()
     assert isinstance(report["threads"]["torch intra-op"], int) and report["threads"]["torch intra-op"] >= 1
     assert "CUDA" in report["accelerators"]
