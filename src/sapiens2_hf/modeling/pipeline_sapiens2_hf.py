@@ -676,6 +676,23 @@ def register_pipelines(model_classes: dict[str, Any] | None = None) -> None:
         register_pipeline(spec.name, model_classes.get(spec.name, model_classes.get(spec.pipeline_name, default)))
 
 
+class _ModelRequired(dict):
+    """The `default` of our pipelines in transformers' registry: there is no default model to download, so
+    `pipeline(name)` without `model=` is a one-line error naming `model=` and examples (transformers' factory reads
+    `default["model"]` when no model is given), not `KeyError: 'default'`."""
+
+    def __init__(self, pipeline_task: str, task: str):
+        super().__init__(model=None)
+        self.pipeline_task, self.task = pipeline_task, task
+
+    def __getitem__(self, key):
+        raise ValueError(
+            f"pipeline({self.pipeline_task!r}) needs model=: a folder saved with save_pretrained, a Hub repo id such as "
+            f"'facebook/sapiens2-{self.task}-1b', or an official sapiens2_<size>_{self.task}.safetensors file "
+            "(`sapiens2-hf tiny` writes a tiny random model folder to try)."
+        )
+
+
 def register_pipeline(task: str, model_class: Any = None) -> None:
     """Register `task`'s pipeline (`PIPELINE_CLASSES`) under its pipeline name with transformers (idempotent);
     `model_class` (a class or tuple of classes) loads a model given by name."""
@@ -692,7 +709,7 @@ def register_pipeline(task: str, model_class: Any = None) -> None:
                 and tuple(current.get("pt", ())) == wanted_models:
             continue
         PIPELINE_REGISTRY.register_pipeline(name, pipeline_class=pipeline_class, pt_model=wanted_models or None,
-                                            type="image")
+                                            default=_ModelRequired(name, task), type="image")
 
 
 def unregister_pipeline(task: str) -> None:
