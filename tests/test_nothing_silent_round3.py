@@ -192,3 +192,83 @@ def test_valid_normalisation_values_still_work(tmp_path):
         processor = Sapiens2HFImageProcessor(task="pose", image_std=value, image_mean=value)
         processor.save_pretrained(tmp_path / "ok")
         assert transformers.AutoImageProcessor.from_pretrained(tmp_path / "ok").image_std is not None
+
+
+# ------------------------------------------------------------- item 4: keypoint formats from the model's own set
+@pytest.fixture(scope="module")
+def coco17_folder(tmp_path_factory):
+    """A tiny pose model fine-tuned to COCO-17 (its config's id2label holds COCO-17's names) and its processor."""
+    from sapiens2_hf.data.keypoint_sets import KEYPOINT_SET_PRESETS
+
+    folder = tmp_path_factory.mktemp("coco17") / "model"
+    torch.manual_seed(0)
+    config = sapiens2_hf.tiny_config("pose", **KEYPOINT_SET_PRESETS["coco17"].config_kwargs())
+    sapiens2_hf.Sapiens2ForPoseEstimation(config).save_pretrained(folder)
+    Sapiens2HFImageProcessor(task="pose", size={"height": 64, "width": 48}).save_pretrained(folder)
+    return folder
+
+
+def _photo():
+    return np.random.default_rng(0).integers(0, 256, (40, 30, 3), dtype=np.uint8)
+
+
+def test_a_coco17_model_converts_to_coco17_and_to_its_own_names(coco17_folder):
+    from sapiens2_hf.modeling.sapiens2_keypoint_formats import KEYPOINT_FORMATS
+
+    pipe = sapiens2_hf.pipeline("sapiens2-pose", model=str(coco17_folder))
+    own = pipe(_photo(), boxes=[[0, 0, 30, 40]])[0]
+    converted = pipe(_photo(), boxes=[[0, 0, 30, 40]], keypoint_format="coco17")[0]
+    assert converted["labels"] == list(KEYPOINT_FORMATS["coco17"]) == own["labels"]
+    np.testing.assert_array_equal(np.asarray(converted["keypoints"]), np.asarray(own["keypoints"]))  # identity
+    picked = pipe(_photo(), boxes=[[0, 0, 30, 40]], keypoint_format=["left_wrist", "nose"])[0]
+    np.testing.assert_array_equal(np.asarray(picked["keypoints"]),
+                                  np.asarray(own["keypoints"])[[own["labels"].index("left_wrist"), 0]])
+
+
+@pytest.mark.parametrize("target, lacking", [("body25", "left_big_toe"), ("coco_wholebody133", "98 missing"),
+                                             (["left_wrist", "neck"], "neck")])
+def test_a_format_the_models_keypoints_cannot_make_is_refused_naming_them(coco17_folder, target, lacking):
+    pipe = sapiens2_hf.pipeline("sapiens2-pose", model=str(coco17_folder))
+    with pytest.raises(ValueError, match=lacking) as error:
+        pipe(_photo(), boxes=[[0, 0, 30, 40]], keypoint_format=target)
+    assert "\n" not in str(error.value)
+
+
+def test_the_processor_converts_from_the_keypoint_names_it_is_given():
+    from sapiens2_hf.data.keypoint_sets import KEYPOINT_SET_PRESETS
+    from sapiens2_hf.modeling.sapiens2_keypoint_formats import convert_keypoints
+
+    names = list(KEYPOINT_SET_PRESETS["coco17"].names)
+    processor = Sapiens2HFImageProcessor(task="pose", size={"height": 64, "width": 48})
+    heatmaps = torch.rand(1, 17, 16, 12)
+    crops = {"bbox_center": torch.tensor([[15.0, 20.0]]), "bbox_scale": torch.tensor([[30.0, 40.0]]),
+             "boxes_xyxy": torch.tensor([[0.0, 0.0, 30.0, 40.0]])}
+    outputs = type("Outputs", (), {"heatmaps": heatmaps})()
+    own = processor.post_process_pose_estimation(outputs, crops=crops)[0][0]
+    coco = processor.post_process_pose_estimation(outputs, crops=crops, keypoint_format="coco17",
+                                                  keypoint_names=names)[0][0]
+    assert torch.equal(coco["keypoints"], own["keypoints"])
+    with pytest.raises(ValueError, match="right_big_toe"):
+        processor.post_process_pose_estimation(outputs, crops=crops, keypoint_format="body25", keypoint_names=names)
+    # control: the 308-keypoint conversion is unchanged, and the array API takes source_names too
+    points = np.random.default_rng(1).random((2, 17, 2))
+    converted, _ = convert_keypoints(points, None, "coco17", source_names=names)
+    np.testing.assert_array_equal(converted, points)
+
+
+def test_the_cli_writes_a_coco17_models_keypoints_in_coco17(coco17_folder, tmp_path, capsys):
+    from PIL import Image
+
+    from sapiens2_hf.cli.main import main
+
+    image = tmp_path / "a.png"
+    Image.fromarray(_photo()).save(image)
+    common = [str(image), "--model", str(coco17_folder), "--device", "cpu", "--quiet", "--whole-image"]
+    assert main(["pose", *common, "--out", str(tmp_path / "own")]) == 0, capsys.readouterr().err
+    assert main(["pose", *common, "--out", str(tmp_path / "fmt"), "--keypoint-format", "coco17"]) == 0, \
+        capsys.readouterr().err
+    own, fmt = (json.loads((tmp_path / name / "a.json").read_text()) for name in ("own", "fmt"))
+    assert fmt["annotations"][0]["keypoints"] == own["annotations"][0]["keypoints"]
+    assert len(fmt["categories"][0]["keypoints"]) == 17
+    assert main(["pose", *common, "--out", str(tmp_path / "b25"), "--keypoint-format", "body25"]) != 0
+    assert "left_big_toe" in capsys.readouterr().err

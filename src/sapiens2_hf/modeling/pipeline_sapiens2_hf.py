@@ -509,6 +509,8 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             boxes = model_inputs["boxes_xyxy"][has_person]
             geometry = {"bbox_center": model_inputs["bbox_center"][has_person], "bbox_scale":
                         model_inputs["bbox_scale"][has_person], "boxes_xyxy": boxes}
+            if keypoint_format is not None and heatmaps.shape[1] != NUM_POSE_KEYPOINTS:
+                extra["keypoint_names"] = self._keypoint_names(heatmaps.shape[1])  # the format is made from them
             (people,) = self.image_processor.post_process_pose_estimation(
                 types.SimpleNamespace(heatmaps=heatmaps), crops=geometry, keypoint_format=keypoint_format, **extra)
             found = torch.stack([person["keypoints"] for person in people])
