@@ -272,3 +272,32 @@ def test_the_cli_writes_a_coco17_models_keypoints_in_coco17(coco17_folder, tmp_p
     assert len(fmt["categories"][0]["keypoints"]) == 17
     assert main(["pose", *common, "--out", str(tmp_path / "b25"), "--keypoint-format", "body25"]) != 0
     assert "left_big_toe" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------- the fresh pass: new surfaces, new cases
+def test_init_head_from_a_model_of_another_task_names_both_tasks(tmp_path):
+    from test_run_folders import POSE, finetune
+
+    pose = save_tiny_model(tmp_path, "pose")
+    with pytest.raises(ValueError, match=r"--init_head_from .* task 'pose', but this run trains a 'seg' head") as error:
+        finetune(["--task", "seg", *POSE[2:], "--output_dir", str(tmp_path / "seg_run"), "--max_steps", "1",
+                  "--save_strategy", "no", "--init_head_from", str(pose)])
+    assert "\n" not in str(error.value)
+    # control: a seg head starts from a seg model's head
+    seg = save_tiny_model(tmp_path, "seg")
+    finetune(["--task", "seg", *POSE[2:], "--output_dir", str(tmp_path / "seg_ok"), "--max_steps", "1",
+              "--save_strategy", "no", "--init_head_from", str(seg)])
+
+
+def test_a_registered_tasks_pipeline_without_a_model_offers_no_official_checkpoint():
+    from test_custom_task import Sapiens2ForUVEstimation, UVMetric
+
+    sapiens2_hf.register_task(Sapiens2ForUVEstimation, metric=UVMetric)
+    try:
+        with pytest.raises(ValueError, match=r"needs model=: a folder or Hub repo id of a 'uv' model") as error:
+            sapiens2_hf.pipeline("sapiens2-uv")
+        assert "facebook/" not in str(error.value) and "sapiens2-hf tiny" not in str(error.value)
+        model = Sapiens2ForUVEstimation(sapiens2_hf.Sapiens2Config.from_preset("tiny", task="uv"))
+        assert sapiens2_hf.pipeline("sapiens2-uv", model=model).model is model  # control
+    finally:
+        sapiens2_hf.unregister_task("uv")

@@ -64,7 +64,7 @@ from .pipeline_inputs_sapiens2_hf import (
 )
 from .post_processing_sapiens2_hf import FlippedCropOutputs
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS
-from .sapiens2_tasks import TASK_SPECS
+from .sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
 
 
 #: Boxes the pose pipeline crops at once (`preprocess` yields their rows before cropping the next ones): about 12 MB
@@ -688,6 +688,9 @@ class _ModelRequired(dict):
         self.pipeline_task, self.task = pipeline_task, task
 
     def __getitem__(self, key):
+        if self.task not in OFFICIAL_TASK_NAMES:  # a registered task has no official checkpoints
+            raise ValueError(f"pipeline({self.pipeline_task!r}) needs model=: a folder or Hub repo id of a "
+                             f"{self.task!r} model (saved with save_pretrained), or the model object.")
         raise ValueError(
             f"pipeline({self.pipeline_task!r}) needs model=: a folder saved with save_pretrained, a Hub repo id such as "
             f"'facebook/sapiens2-{self.task}-1b', or an official sapiens2_<size>_{self.task}.safetensors file "

@@ -402,6 +402,12 @@ def warm_start(model, model_args: ModelArguments, task: str) -> None:
     if model_args.model_name_or_path is not None:
         raise ValueError("--init_head_from starts a new head: use it with --backbone_name_or_path or --preset (with "
                          "--model_name_or_path the model's own head trains on).")
+    known, saved = _saved_task(model_args.init_head_from)
+    if known and saved != task:
+        raise ValueError(
+            f"--init_head_from {model_args.init_head_from} is a model of task {saved!r}, but this run trains a "
+            f"{task!r} head: pass a {task!r} model (its head is copied, channel by channel, by label name)."
+        )
     report = warm_start_head(model, model_args.init_head_from, kind, model_args.label_map)
     logger.warning("Head warm-started from %s: %s.", model_args.init_head_from, report.summary())
 
@@ -449,19 +455,27 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
         return _run_finetune(model_args, data_args, training_args, task, stages)
 
 
+def _saved_task(folder) -> tuple[bool, str | None]:
+    """`(known, task)` of a local model folder: its config.json's `task`, else its architecture's; `known` is False
+    without a readable config.json (an adapter checkpoint, a file, a Hub id: their loaders judge them)."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(config, dict):
+        return False, None
+    if "task" in config:
+        return True, config["task"]
+    return True, task_of_architecture((config.get("architectures") or [None])[0])
+
+
 def check_resume_task(checkpoint: str | None, task: str) -> None:
     """Refuses, before anything is built, to resume a `task` run from a checkpoint of another task (its config.json's
     `task`, else its architecture's): its weights and optimizer state belong to another head."""
     if checkpoint is None:
         return
-    try:
-        config = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # an adapter checkpoint (adapter_config.json) or none: transformers' resume judges it
-    if not isinstance(config, dict):
-        return
-    saved = config.get("task") if "task" in config else task_of_architecture((config.get("architectures") or [None])[0])
-    if saved != task:
+    known, saved = _saved_task(checkpoint)
+    if known and saved != task:
         raise ValueError(
             f"--resume_from_checkpoint {checkpoint} is a checkpoint of task {saved!r}, but this run trains task "
             f"{task!r}: resume from a checkpoint of a {task!r} run, or start a new {task!r} run (drop "
