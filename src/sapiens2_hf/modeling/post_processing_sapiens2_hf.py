@@ -188,8 +188,7 @@ def decode_pose_keypoints(
     """Pose heatmaps `(num_crops, num_keypoints, h, w)` of crops of `input_size` -> keypoints in image pixels.
 
     Args:
-        heatmaps: one row per crop of `crops`, in order.
-        crops: the one geometry input (`PoseCrops`).
+        heatmaps, crops: one row per crop of `crops` (the one geometry input, `PoseCrops`), in order.
         flip_test: heatmaps of the flipped crops (`PoseFlipTest`), averaged with `heatmaps`.
         kernel_size: the DARK blur kernel; threshold: keep only keypoints with a score above it.
         target_sizes: per image the size to rescale to (needs `crops.source_sizes`).
@@ -199,9 +198,8 @@ def decode_pose_keypoints(
             format's (names: `keypoint_names(..., keypoint_format)`). Default: the model's own keypoints.
             A list of 308 keypoint names keeps those keypoints, in that order. Only the heatmap channels the
             format reads are decoded (`source_keypoint_indices`: 17 of 308 for coco17), with the same results
-            as decoding all 308 and converting.
-        keypoint_names (sequence of `str`, optional): the model's own keypoints, one per heatmap channel (its
-            config's `id2label`), which `keypoint_format` is made from by name; default: the 308 official ones.
+            as decoding all 308 and converting. `keypoint_names` (one per channel: the model's own set, its
+            config's `id2label`) makes the format from those keypoints by name instead of the 308.
 
     Returns:
         Per image, a list (one entry per crop, in order) of dicts:
@@ -220,8 +218,7 @@ def decode_pose_keypoints(
     keypoints_input, scores = _decode_pose_heatmaps(heatmaps, flip_test, channels, input_size, kernel_size)
     keypoints = crop_to_image(keypoints_input, crops.bbox_center, crops.bbox_scale, input_size)
     keypoints, boxes_xyxy = _rescale_keypoints(keypoints, crops, target_sizes)
-    if keypoint_format is not None:
-        # before the threshold: a mean needs both of its sources
+    if keypoint_format is not None:  # before the threshold: a mean needs both of its sources
         keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format, source_indices=channels,
                                               source_names=keypoint_names)
     labels = torch.arange(keypoints.shape[1], device=heatmaps.device)
