@@ -61,6 +61,8 @@ class InvalidConfigError(ValueError):
         where = "the config" if source is None else _config_file(source)
         detail = str(cause).strip()
         detail += "" if detail.endswith(".") else "."
+        if "register_task" in detail:  # an unregistered task: the detail says how to make it known
+            return cls(f"{where}: {detail}")
         return cls(
             f"{where}: invalid field: {detail} Fix that field in the file (or re-save the model with "
             "save_pretrained from a valid config)."
