@@ -87,8 +87,9 @@ def pose_annotations(source: str, image_shape: tuple[int, ...], people: list[dic
     for k, person in enumerate(people):
         x0, y0, x1, y1 = (float(v) for v in person["bbox"])
         points, scores = np.asarray(person["keypoints"]), np.asarray(person["scores"])
-        if keypoint_format is not None:
-            points, scores = convert_keypoints(points, scores, keypoint_format)
+        if keypoint_format is not None and list(person["labels"]) != names:
+            # from the model's own keypoints (its labels), by name; people the pipeline converted pass as they are
+            points, scores = convert_keypoints(points, scores, keypoint_format, source_names=list(person["labels"]))
         keypoints = np.concatenate([points, scores[:, None].astype(np.float64)], axis=1)
         annotation = {
             "id": k + 1,

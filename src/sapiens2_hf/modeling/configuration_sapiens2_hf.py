@@ -16,8 +16,12 @@ Hub-shippable: imports only transformers' public API, huggingface_hub and siblin
 
 import math
 import operator
+import os
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassError
 from transformers import BackboneConfigMixin, PreTrainedConfig
 
 from .presets_sapiens2_hf import (  # noqa: F401 (the tables' import path beside the config)
@@ -43,6 +47,34 @@ TASKS = TASK_NAMES
 TRANSFORMERS_COMPATIBLE_TASKS = (None, *(spec.name for spec in TASK_SPECS.values() if spec.in_transformers))
 ROPE_DTYPES = ("bfloat16", "float32")
 HEAD_NORM_TYPES = ("instance_norm", "rms_norm")
+
+
+class InvalidConfigError(ValueError):
+    """A config.json (or config dict) with a field that is not valid: names the file, the field, its value and the fix.
+
+    The one error the config's readers raise for a bad field, whoever reads it (the model classes, transformers'
+    Auto classes and pipelines): huggingface_hub's strict-dataclass errors and the fields' own checks become this."""
+
+    @classmethod
+    def of(cls, error: Exception, source) -> "InvalidConfigError":
+        cause = error.__cause__ if isinstance(error, StrictDataclassError) and error.__cause__ else error
+        where = "the config" if source is None else _config_file(source)
+        detail = str(cause).strip()
+        detail += "" if detail.endswith(".") else "."
+        if "register_task" in detail:  # an unregistered task: the detail says how to make it known
+            return cls(f"{where}: {detail}")
+        return cls(
+            f"{where}: invalid field: {detail} Fix that field in the file (or re-save the model with "
+            "save_pretrained from a valid config)."
+        )
+
+
+def _config_file(source) -> str:
+    """The config.json a `from_pretrained` argument names: a folder's, a file itself, or a Hub repo's."""
+    source = os.fspath(source)
+    if os.path.isdir(source):
+        return os.path.join(source, "config.json")
+    return source if os.path.isfile(source) else f"{source} (config.json)"
 
 
 def preset_names() -> list[str]:
@@ -471,6 +503,10 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     tokenizer_window_size: int = 4
     tokenizer_chunk_size: int = 1024
 
+    #: A check of the weights files beside a config that transformers' Auto classes or pipeline factory read
+    #: (`from_dict(..., name_or_path=...)`), set by the loader (loading_sapiens2_hf.py, which imports this module): a corrupt file is its one error.
+    check_weights_beside: ClassVar[Callable[[Any], None] | None] = None
+
     def __post_init__(self, **kwargs):
         # Before anything is sized from the fields (the stage names and per-layer lists below, then the model): a
         # config.json with `num_hidden_layers: 1e9` must fail here, not allocate.
@@ -539,7 +575,14 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
                 "`num_tokenizer_layers` must be >= 0, `tokenizer_window_size` and `tokenizer_chunk_size` >= 1."
             )
         if self.task is not None and self.task not in TASKS:
-            raise ValueError(f"`task` must be one of {TASKS} or None, got {self.task!r}.")
+            architecture = (self.architectures or [None])[0]
+            raise ValueError(
+                f"`task` is {self.task!r}{f' (architecture {architecture})' if architecture else ''}, which is not a "
+                f"registered task here (registered: {tuple(TASKS)}). If a package provides it, install that package "
+                f"(it declares the task in the entry-point group `sapiens2_hf.tasks`) or call "
+                f"`sapiens2_hf.register_task(<its model class>)` before loading; otherwise set `task` to one of the "
+                "registered tasks or null (the backbone)."
+            )
         head_dim, remainder = divmod(self.hidden_size, self.num_attention_heads)
         if remainder or head_dim % 4:
             raise ValueError(
@@ -598,13 +641,27 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         model_type = config_dict.pop("model_type", cls.model_type)
         if model_type == TRANSFORMERS_MODEL_TYPE and "rope_dtype" not in config_dict:
             config_dict.pop("pos_embed_rescale", None)
+        source = kwargs.pop("_config_source", None)
+        if source is None and kwargs.get("name_or_path") is not None:
+            # read by transformers' Auto classes or pipeline factory (which pass `name_or_path`); the factory tries
+            # its classes one after another and meets a corrupt weights file in safetensors' reader (with
+            # transformers' own class, after ours refused it): the weights beside the config are checked here, first
+            source = kwargs["name_or_path"]
+            if cls.check_weights_beside is not None:
+                cls.check_weights_beside(source)
         if "task" not in config_dict:
             config_dict["task"] = task_of_architecture((config_dict.get("architectures") or [None])[0])
-        return super().from_dict(config_dict, **kwargs)
+        try:
+            return super().from_dict(config_dict, **kwargs)
+        except InvalidConfigError:
+            raise
+        except (StrictDataclassError, ValueError, TypeError) as error:
+            raise InvalidConfigError.of(error, source) from None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
         config_dict, kwargs = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)
+        kwargs["_config_source"] = pretrained_model_name_or_path
         model_type = config_dict.get("model_type")
         if model_type not in (None, cls.model_type, TRANSFORMERS_MODEL_TYPE):
             raise ValueError(

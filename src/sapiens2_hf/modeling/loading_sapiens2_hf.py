@@ -272,6 +272,19 @@ def _local_weights(folder: Path) -> tuple[str, ...]:
     return ()
 
 
+def check_local_weights(location) -> None:
+    """Every safetensors weights file of a local folder passes `check_safetensors_file` (nothing for a Hub id or a
+    folder without weights): what `Sapiens2Config.check_weights_beside` runs when a pipeline reads the config."""
+    folder = Path(os.fspath(location))
+    if folder.is_dir():
+        for path in _local_weights(folder):
+            if os.path.isfile(path):
+                check_safetensors_file(path)
+
+
+Sapiens2Config.check_weights_beside = staticmethod(check_local_weights)
+
+
 def index_shard_names(index: str | os.PathLike) -> list[str]:
     """The shard files named by a `model.safetensors.index.json`, each a plain file name beside the index.
 

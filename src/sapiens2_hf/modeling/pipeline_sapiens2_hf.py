@@ -64,7 +64,7 @@ from .pipeline_inputs_sapiens2_hf import (
 )
 from .post_processing_sapiens2_hf import FlippedCropOutputs
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS
-from .sapiens2_tasks import TASK_SPECS
+from .sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
 
 
 #: Boxes the pose pipeline crops at once (`preprocess` yields their rows before cropping the next ones): about 12 MB
@@ -509,6 +509,8 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             boxes = model_inputs["boxes_xyxy"][has_person]
             geometry = {"bbox_center": model_inputs["bbox_center"][has_person], "bbox_scale":
                         model_inputs["bbox_scale"][has_person], "boxes_xyxy": boxes}
+            if keypoint_format is not None and heatmaps.shape[1] != NUM_POSE_KEYPOINTS:
+                extra["keypoint_names"] = self._keypoint_names(heatmaps.shape[1])  # the format is made from them
             (people,) = self.image_processor.post_process_pose_estimation(
                 types.SimpleNamespace(heatmaps=heatmaps), crops=geometry, keypoint_format=keypoint_format, **extra)
             found = torch.stack([person["keypoints"] for person in people])
@@ -676,6 +678,26 @@ def register_pipelines(model_classes: dict[str, Any] | None = None) -> None:
         register_pipeline(spec.name, model_classes.get(spec.name, model_classes.get(spec.pipeline_name, default)))
 
 
+class _ModelRequired(dict):
+    """The `default` of our pipelines in transformers' registry: there is no default model to download, so
+    `pipeline(name)` without `model=` is a one-line error naming `model=` and examples (transformers' factory reads
+    `default["model"]` when no model is given), not `KeyError: 'default'`."""
+
+    def __init__(self, pipeline_task: str, task: str):
+        super().__init__(model=None)
+        self.pipeline_task, self.task = pipeline_task, task
+
+    def __getitem__(self, key):
+        if self.task not in OFFICIAL_TASK_NAMES:  # a registered task has no official checkpoints
+            raise ValueError(f"pipeline({self.pipeline_task!r}) needs model=: a folder or Hub repo id of a "
+                             f"{self.task!r} model (saved with save_pretrained), or the model object.")
+        raise ValueError(
+            f"pipeline({self.pipeline_task!r}) needs model=: a folder saved with save_pretrained, a Hub repo id such as "
+            f"'facebook/sapiens2-{self.task}-1b', or an official sapiens2_<size>_{self.task}.safetensors file "
+            "(`sapiens2-hf tiny` writes a tiny random model folder to try)."
+        )
+
+
 def register_pipeline(task: str, model_class: Any = None) -> None:
     """Register `task`'s pipeline (`PIPELINE_CLASSES`) under its pipeline name with transformers (idempotent);
     `model_class` (a class or tuple of classes) loads a model given by name."""
@@ -692,7 +714,7 @@ def register_pipeline(task: str, model_class: Any = None) -> None:
                 and tuple(current.get("pt", ())) == wanted_models:
             continue
         PIPELINE_REGISTRY.register_pipeline(name, pipeline_class=pipeline_class, pt_model=wanted_models or None,
-                                            type="image")
+                                            default=_ModelRequired(name, task), type="image")
 
 
 def unregister_pipeline(task: str) -> None:

@@ -159,14 +159,20 @@ def _heatmaps(outputs: Any) -> torch.Tensor:
     return outputs.heatmaps if hasattr(outputs, "heatmaps") else outputs
 
 
-def _format_channels(keypoint_format: Any, num_channels: int) -> list[int] | None:
-    """The heatmap channels `keypoint_format` reads (None: all), checked against the heatmaps."""
+def _format_channels(keypoint_format: Any, num_channels: int, keypoint_names: Any = None) -> list[int] | None:
+    """The heatmap channels `keypoint_format` reads (None: all), checked against the heatmaps; with
+    `keypoint_names` (the model's own keypoints, one per channel) the format is made from those."""
     if isinstance(keypoint_format, str) and keypoint_format not in KEYPOINT_FORMATS:
         raise ValueError(f"keypoint_format={keypoint_format!r} is not known; use one of "
                          f"{sorted(KEYPOINT_FORMATS)}, a list of Sapiens2 keypoint names or None (the model's own "
                          "keypoints).")
     if keypoint_format is None:
         return None
+    if keypoint_names is not None:
+        if len(keypoint_names) != num_channels:
+            raise ValueError(f"keypoint_names has {len(keypoint_names)} names for {num_channels} heatmap channels; "
+                             "pass the model's keypoint names (its config's id2label), one per channel.")
+        return list(source_keypoint_indices(keypoint_format, keypoint_names))  # refuses a format they cannot make
     channels = list(source_keypoint_indices(keypoint_format))  # validates a list of names too
     if num_channels != NUM_POSE_KEYPOINTS:
         raise ValueError(f"keypoint_format converts the {NUM_POSE_KEYPOINTS} Sapiens2 keypoints, but the heatmaps "
@@ -177,13 +183,12 @@ def _format_channels(keypoint_format: Any, num_channels: int) -> list[int] | Non
 def decode_pose_keypoints(
     heatmaps: torch.Tensor, crops: PoseCrops, *, input_size: tuple[int, int], kernel_size: int = 11,
     flip_test: PoseFlipTest | None = None, threshold: float | None = None, target_sizes: Any = None,
-    keypoint_format: Any = None,
+    keypoint_format: Any = None, keypoint_names: Any = None,
 ) -> list[list[dict[str, torch.Tensor]]]:
     """Pose heatmaps `(num_crops, num_keypoints, h, w)` of crops of `input_size` -> keypoints in image pixels.
 
     Args:
-        heatmaps: one row per crop of `crops`, in order.
-        crops: the one geometry input (`PoseCrops`).
+        heatmaps, crops: one row per crop of `crops` (the one geometry input, `PoseCrops`), in order.
         flip_test: heatmaps of the flipped crops (`PoseFlipTest`), averaged with `heatmaps`.
         kernel_size: the DARK blur kernel; threshold: keep only keypoints with a score above it.
         target_sizes: per image the size to rescale to (needs `crops.source_sizes`).
@@ -193,7 +198,8 @@ def decode_pose_keypoints(
             format's (names: `keypoint_names(..., keypoint_format)`). Default: the model's own keypoints.
             A list of 308 keypoint names keeps those keypoints, in that order. Only the heatmap channels the
             format reads are decoded (`source_keypoint_indices`: 17 of 308 for coco17), with the same results
-            as decoding all 308 and converting.
+            as decoding all 308 and converting. `keypoint_names` (one per channel: the model's own set, its
+            config's `id2label`) makes the format from those keypoints by name instead of the 308.
 
     Returns:
         Per image, a list (one entry per crop, in order) of dicts:
@@ -202,7 +208,7 @@ def decode_pose_keypoints(
         - `labels` (`(num_keypoints,)` int64): keypoint indices;
         - `bbox` (`(4,)` float32): the box as `(x_min, y_min, x_max, y_max)`.
     """
-    channels = _format_channels(keypoint_format, heatmaps.shape[1])
+    channels = _format_channels(keypoint_format, heatmaps.shape[1], keypoint_names)
     if len(crops.bbox_center) != heatmaps.shape[0]:
         raise ValueError(f"{heatmaps.shape[0]} heatmaps for {len(crops.bbox_center)} boxes; the outputs must hold one "
                          "row per box, in the order given to preprocess.")
@@ -212,9 +218,9 @@ def decode_pose_keypoints(
     keypoints_input, scores = _decode_pose_heatmaps(heatmaps, flip_test, channels, input_size, kernel_size)
     keypoints = crop_to_image(keypoints_input, crops.bbox_center, crops.bbox_scale, input_size)
     keypoints, boxes_xyxy = _rescale_keypoints(keypoints, crops, target_sizes)
-    if keypoint_format is not None:
-        # before the threshold: a mean needs both of its sources
-        keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format, source_indices=channels)
+    if keypoint_format is not None:  # before the threshold: a mean needs both of its sources
+        keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format, source_indices=channels,
+                                              source_names=keypoint_names)
     labels = torch.arange(keypoints.shape[1], device=heatmaps.device)
     for row, image in enumerate(crops.image_index.tolist()):
         person = {"keypoints": keypoints[row], "scores": scores[row], "labels": labels, "bbox": boxes_xyxy[row]}

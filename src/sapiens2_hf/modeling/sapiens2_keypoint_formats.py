@@ -20,6 +20,11 @@ order. `source_keypoint_indices(target)` lists the 308 channels a format reads; 
 those heatmap channels for `keypoint_format=` (17 of 308 for coco17), with the same results as decoding all 308 and
 converting (`convert_keypoints(..., source_indices=...)` converts the decoded subset).
 
+A model fine-tuned to its own keypoint set (its config's `id2label`, e.g. COCO-17) converts from those keypoints:
+`source_names=` names the model's keypoints in channel order, and every format point is made from them by name (a
+COCO-17 model in `"coco17"` is the identity). A format that needs a keypoint the model does not have is refused,
+naming the missing keypoints.
+
 The tables and the reasoning behind each choice are rendered in docs/keypoint_formats.md by
 scripts/generate_keypoint_format_docs.py.
 """
@@ -33,6 +38,9 @@ import numpy as np
 import torch
 
 from .sapiens2_label_data import POSE_KEYPOINT_NAMES
+
+
+POSE_KEYPOINT_NAMES_TUPLE = tuple(POSE_KEYPOINT_NAMES)
 
 
 class KeypointSource(NamedTuple):
@@ -207,19 +215,34 @@ class _Plan(NamedTuple):
     missing: np.ndarray  # (K,) bool
 
 
-def _key(target: Any) -> str | tuple[str, ...]:
-    """A format name, or an explicit list of 308 keypoint names as a (hashable) tuple; anything else refused."""
+def _source_names(source_names: Any) -> tuple[str, ...]:
+    """The keypoints converted from, in channel order: the 308 official ones by default, else the model's own."""
+    if source_names is None:
+        return POSE_KEYPOINT_NAMES_TUPLE
+    names = tuple(str(name) for name in source_names)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"source_names must be the model's distinct keypoint names in channel order, got "
+                         f"{list(names)[:10]}.")
+    return names
+
+
+def _key(target: Any, source_names: tuple[str, ...] | None = None) -> str | tuple[str, ...]:
+    """A format name, or an explicit list of keypoint names (of the 308, or of `source_names`) as a (hashable)
+    tuple; anything else refused."""
     if isinstance(target, str):
         if target not in KEYPOINT_FORMAT_MAPPINGS:
             raise ValueError(f"unknown keypoint format {target!r}; use one of {sorted(KEYPOINT_FORMAT_MAPPINGS)}, a "
                              "list of Sapiens2 keypoint names (or None to keep the 308 Sapiens2 keypoints).")
         return target
     if isinstance(target, (list, tuple)) and target and all(isinstance(name, str) for name in target):
-        known = set(POSE_KEYPOINT_NAMES)
+        official = source_names in (None, POSE_KEYPOINT_NAMES_TUPLE)
+        known = set(POSE_KEYPOINT_NAMES if official else source_names)
         unknown = [name for name in target if name not in known]
         if unknown:
-            raise ValueError(f"unknown Sapiens2 keypoint names {unknown[:5]}; an explicit keypoint list names "
-                             "keypoints of sapiens2_label_data.POSE_KEYPOINT_NAMES (e.g. 'left_wrist').")
+            kind, where = (("Sapiens2 ", "sapiens2_label_data.POSE_KEYPOINT_NAMES (e.g. 'left_wrist')") if official
+                           else ("", f"the model's keypoints ({list(source_names)[:5]}...)"))
+            raise ValueError(f"unknown {kind}keypoint names {unknown[:5]}; an explicit keypoint list names keypoints "
+                             f"of {where}.")
         return tuple(target)
     raise ValueError(f"keypoint format must be one of {sorted(KEYPOINT_FORMAT_MAPPINGS)} or a non-empty list of "
                      f"Sapiens2 keypoint names, got {target!r}.")
@@ -234,21 +257,33 @@ def format_keypoint_names(target: Any) -> tuple[str, ...]:
     return tuple(point.name for point in _mapping(_key(target)))
 
 
-def source_keypoint_indices(target: Any) -> tuple[int, ...]:
+def source_keypoint_indices(target: Any, source_names: Any = None) -> tuple[int, ...]:
     """The 308 keypoints (heatmap channels, ascending) a format reads: every source of its copies and means.
 
     Decoding only these channels and converting (`convert_keypoints(..., source_indices=...)`) gives exactly the
     keypoints of decoding all 308 and converting: coco17 reads 17 channels, body25 23 (its Neck and MidHip are
     means of the shoulders and hips, which it copies anyway), coco_wholebody133 115 (18 of its points are missing).
+    With `source_names` (the model's own keypoints, in channel order), the channels are of those keypoints; a format
+    that needs one the model lacks is refused, naming it.
     """
-    plan = _plan(_key(target))
+    names = _source_names(source_names)
+    plan = _plan(_key(target, names), names)
     used = np.concatenate([plan.first[~plan.missing], plan.second[~plan.missing]])
     return tuple(int(i) for i in np.unique(used))
 
 
-@lru_cache(maxsize=None)
-def _plan(target: str | tuple[str, ...]) -> _Plan:
-    index = {name: i for i, name in enumerate(POSE_KEYPOINT_NAMES)}
+@lru_cache(maxsize=64)
+def _plan(target: str | tuple[str, ...], source_names: tuple[str, ...] = POSE_KEYPOINT_NAMES_TUPLE) -> _Plan:
+    index = {name: i for i, name in enumerate(source_names)}
+    if source_names != POSE_KEYPOINT_NAMES_TUPLE:
+        lacking = sorted({name for point in _mapping(target) for name in point.sources if name not in index})
+        if lacking:
+            shown = f"{lacking[:12]}{' ...' if len(lacking) > 12 else ''}"
+            raise ValueError(
+                f"keypoint_format={target if isinstance(target, str) else list(target)!r} is made from keypoints "
+                f"this model does not have: {len(lacking)} missing ({shown}) among its {len(source_names)} keypoints; "
+                "use keypoint_format=None (the model's own keypoints) or a format made from them."
+            )
     first, second, mean, missing = [], [], [], []
     for point in _mapping(target):
         unknown = [name for name in point.sources if name not in index]
@@ -265,11 +300,11 @@ def _plan(target: str | tuple[str, ...]) -> _Plan:
 
 def missing_keypoint_indices(target: Any) -> tuple[int, ...]:
     """Indices (in `KEYPOINT_FORMATS[target]`) of the points the 308 layout has no counterpart for."""
-    return tuple(int(i) for i in np.flatnonzero(_plan(_key(target)).missing))
+    return tuple(int(i) for i in np.flatnonzero(_plan(_key(target), POSE_KEYPOINT_NAMES_TUPLE).missing))
 
 
 def convert_keypoints(keypoints: Any, scores: Any = None, target: Any = "coco17", *, missing_value: float = 0.0,
-                      source_indices: Any = None):
+                      source_indices: Any = None, source_names: Any = None):
     r"""Convert Sapiens2 308-keypoint predictions (or labels) to another keypoint format.
 
     Works on numpy arrays and torch tensors (any device; differentiable), batched over any leading dimensions
@@ -288,17 +323,22 @@ def convert_keypoints(keypoints: Any, scores: Any = None, target: Any = "coco17"
         source_indices (sequence of `int`, *optional*): the keypoints hold only these 308 channels, in this order
             (shape `(..., len(source_indices), D)`): the output of decoding only `source_keypoint_indices(target)`.
             It must contain every source of the format.
+        source_names (sequence of `str`, *optional*): the keypoints are the model's own set, these names in channel
+            order (its config's `id2label`), instead of the 308: the format is made from them by name
+            (`(..., len(source_names), D)`; `source_indices` then index into them). A format that needs a keypoint
+            they lack is refused, naming it.
 
     Returns:
         `(keypoints, scores)`: keypoints of shape `(..., K, D)` and scores of shape `(..., K)` (`None` when `scores` is
         `None`), with `K = len(KEYPOINT_FORMATS[target])`, of the input's type, dtype and device.
     """
-    key = _key(target)
+    names = _source_names(source_names)
+    key = _key(target, names)
     is_torch = isinstance(keypoints, torch.Tensor)
     if not is_torch and not isinstance(keypoints, np.ndarray):
         raise TypeError(f"keypoints must be a numpy array or a torch tensor, got {type(keypoints).__name__}; wrap "
                         "lists with np.asarray(..., dtype=np.float64).")
-    plan, expected = _plan_for_sources(key, source_indices)
+    plan, expected = _plan_for_sources(key, source_indices, names)
     _check_keypoints_and_scores(keypoints, scores, expected, is_torch)
     if is_torch:
         return _convert_torch(plan, keypoints, scores, missing_value)
@@ -313,13 +353,14 @@ def convert_keypoints(keypoints: Any, scores: Any = None, target: Any = "coco17"
     return out, out_scores
 
 
-def _plan_for_sources(key, source_indices):
-    """`(plan, number of input keypoints)`: the format's plan over the 308 channels, or over `source_indices`."""
-    plan = _plan(key)
+def _plan_for_sources(key, source_indices, names: tuple[str, ...]):
+    """`(plan, number of input keypoints)`: the format's plan over the channels of `names`, or over
+    `source_indices`."""
+    plan = _plan(key, names)
     if source_indices is None:
-        return plan, len(POSE_KEYPOINT_NAMES)
+        return plan, len(names)
     position = {int(c): k for k, c in enumerate(source_indices)}
-    needed = source_keypoint_indices(key)
+    needed = source_keypoint_indices(key, names)
     if len(position) != len(source_indices) or not set(needed) <= set(position):
         raise ValueError(f"source_indices must be distinct and hold every 308 channel the format reads "
                          f"(source_keypoint_indices: {list(needed)}), got {list(source_indices)}.")
@@ -334,7 +375,8 @@ def _check_keypoints_and_scores(keypoints, scores, expected: int, is_torch: bool
     """`(..., expected, D)` floating keypoints, and scores of the same type and shape without the coordinates."""
     if keypoints.ndim < 2 or keypoints.shape[-2] != expected:
         raise ValueError(f"keypoints must have shape (..., {expected}, D) (the Sapiens2 keypoints in "
-                         f"channel order, coordinates last), got {tuple(keypoints.shape)}.")
+                         f"channel order, coordinates last), got {tuple(keypoints.shape)}; a model with its own "
+                         "keypoint set converts from them with source_names=<its keypoint names>.")
     floating = keypoints.is_floating_point() if is_torch else np.issubdtype(keypoints.dtype, np.floating)
     if not floating:
         raise TypeError(f"keypoints must be floating point (means of two points are fractional), got "

@@ -35,7 +35,7 @@ from ..data.tasks import is_top_down
 from ..data.validation import NoUsableSamplesError, describe_skipped, validate_records, write_skipped_samples
 from ..hub.sharing import ship_pipeline, enable_remote_code
 from ..modeling import HEAD_PRESETS, VARIANTS, Sapiens2Config, Sapiens2Model, model_class_for_task, tiny_config
-from ..modeling.sapiens2_tasks import task_spec
+from ..modeling.sapiens2_tasks import task_of_architecture, task_spec
 from ..processing import image_processor_for_task
 from ..utils.atomic_io import atomic_write_json
 from .arguments import DataArguments, ModelArguments
@@ -402,6 +402,12 @@ def warm_start(model, model_args: ModelArguments, task: str) -> None:
     if model_args.model_name_or_path is not None:
         raise ValueError("--init_head_from starts a new head: use it with --backbone_name_or_path or --preset (with "
                          "--model_name_or_path the model's own head trains on).")
+    known, saved = _saved_task(model_args.init_head_from)
+    if known and saved != task:
+        raise ValueError(
+            f"--init_head_from {model_args.init_head_from} is a model of task {saved!r}, but this run trains a "
+            f"{task!r} head: pass a {task!r} model (its head is copied, channel by channel, by label name)."
+        )
     report = warm_start_head(model, model_args.init_head_from, kind, model_args.label_map)
     logger.warning("Head warm-started from %s: %s.", model_args.init_head_from, report.summary())
 
@@ -449,6 +455,34 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
         return _run_finetune(model_args, data_args, training_args, task, stages)
 
 
+def _saved_task(folder) -> tuple[bool, str | None]:
+    """`(known, task)` of a local model folder: its config.json's `task`, else its architecture's; `known` is False
+    without a readable config.json (an adapter checkpoint, a file, a Hub id: their loaders judge them)."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(config, dict):
+        return False, None
+    if "task" in config:
+        return True, config["task"]
+    return True, task_of_architecture((config.get("architectures") or [None])[0])
+
+
+def check_resume_task(checkpoint: str | None, task: str) -> None:
+    """Refuses, before anything is built, to resume a `task` run from a checkpoint of another task (its config.json's
+    `task`, else its architecture's): its weights and optimizer state belong to another head."""
+    if checkpoint is None:
+        return
+    known, saved = _saved_task(checkpoint)
+    if known and saved != task:
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint} is a checkpoint of task {saved!r}, but this run trains task "
+            f"{task!r}: resume from a checkpoint of a {task!r} run, or start a new {task!r} run (drop "
+            "--resume_from_checkpoint; --init_head_from or --backbone_name_or_path start from another model)."
+        )
+
+
 def _run_finetune(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, task: str,
                   stages: Stages):
     """`run_finetune` once `output_dir` is held."""
@@ -461,6 +495,7 @@ def _run_finetune(model_args: ModelArguments, data_args: DataArguments, training
             resume_from_checkpoint=training_args.resume_from_checkpoint if stages.train else None,
             outputs=[name for name, used in (("base_model", use_lora and model_args.preset is not None),
                                              ("predictions", stages.predict)) if used])
+        check_resume_task(resume_from, task)
     # Bounded-memory evaluation accumulates per-batch statistics; every batch key is needed.
     training_args.batch_eval_metrics = True
     training_args.remove_unused_columns = False
