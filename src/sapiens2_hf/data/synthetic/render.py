@@ -9,22 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .human import (
-    BLOTCH,
-    CHECKS,
-    ELLIPSOID_CODE,
-    EYEBALL,
-    IRIS_ANGLE,
-    KEYPOINT_MODELED,
-    KEYPOINT_OWNERS,
-    KEYPOINT_TOLERANCE,
-    NUM_MATERIALS,
-    NUM_POSE_KEYPOINTS,
-    PUPIL_ANGLE,
-    STRIPES,
-    build_person,
-)
+from ...modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from ._raycast import NEAR_PLANE, Primitives, cast_rays, render_primitives, surface_frames
+from .body import ELLIPSOID_CODE, KEYPOINT_MODELED, KEYPOINT_OWNERS, KEYPOINT_TOLERANCE, build_person
+from .human import BLOTCH, CHECKS, EYEBALL, IRIS_ANGLE, NUM_MATERIALS, PUPIL_ANGLE, STRIPES
 from .matting import soft_matte
 
 

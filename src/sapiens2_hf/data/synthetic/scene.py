@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .human import _hsv_to_rgb, build_person, mirror_person, sample_person
+from .body import build_person
+from .human import _hsv_to_rgb, mirror_person, sample_person
 
 
 @dataclass
