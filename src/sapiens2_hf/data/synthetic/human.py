@@ -393,6 +393,26 @@ def sample_appearance(rng):
     i = min(int(t), 2)
     skin = _SKIN_TONES[i] + (t - i) * (_SKIN_TONES[i + 1] - _SKIN_TONES[i]) + rng.normal(0.0, 0.02, 3)
     hair = _HAIR_COLORS[rng.integers(len(_HAIR_COLORS))] * (0.85 + 0.3 * rng.random())
+    layout, hair_style = _clothing_layout(rng)
+    u = rng.random(10).tolist()
+    table = _sample_materials(rng, skin, hair, u)
+    v = rng.random(9).tolist()
+    top = layout["top"]
+    return {
+        **layout,
+        "crop": -0.4 + 0.5 * v[0] if (top != "none" and v[1] < 0.1) else -_INF,
+        "tunic": -0.2 + 0.6 * v[2] if (top != "none" and v[3] < 0.2) else _INF,
+        "skirt_length": 0.2 + 0.25 * v[4],
+        "hair_style": hair_style, "hairline": 0.3 * v[5],
+        "hat": "cap" if v[6] < 0.07 else "beanie" if v[6] < 0.12 else "none",
+        "glasses": bool(v[7] < 0.15), "backpack": bool(v[8] < 0.08),
+        "scarf": bool(u[9] < 0.05),
+        "materials": table,
+    }
+
+
+def _clothing_layout(rng):
+    """Top and bottom kinds, the per-side sleeve, cuff, thigh, shin and sock splits and shoes; and the hair style."""
 
     def per_side(sampler):
         first = sampler()
@@ -408,8 +428,12 @@ def sample_appearance(rng):
     shoes = bool(rng.random() < 0.9)
     sock = per_side(lambda: 1.0 - rng.uniform(0.08, 0.5) if shoes and rng.random() < 0.5 else _INF)
     hair_style = ("bald", "short", "long", "bun", "volume")[rng.choice(5, p=[0.07, 0.43, 0.25, 0.1, 0.15])]
-    u = rng.random(10).tolist()
+    return {"top": top, "bottom": bottom, "sleeve": sleeve, "cuff": cuff, "thigh": thigh, "shin": shin,
+            "sock": sock, "shoes": shoes}, hair_style
 
+
+def _sample_materials(rng, skin, hair, u):
+    """The material table (dict of per-slot arrays) from the skin and hair colours and the uniforms ``u``."""
     materials = [None] * NUM_MATERIALS
     materials[SKIN] = _material(rng, skin, textured=False)
     materials[HAIR] = _material(rng, hair, textured=False)
@@ -427,21 +451,8 @@ def sample_appearance(rng):
     materials[GLASSES] = _material(rng, np.full(3, 0.03 + 0.17 * u[8]), textured=False)
     materials[BAG] = _material(rng, _cloth_color(rng), textured=True)
     materials[SCARF] = _material(rng, _cloth_color(rng), textured=True)
-    v = rng.random(9).tolist()
-    table = {key: np.array([m[key] for m in materials], dtype=np.int64 if key == "kind" else np.float64)
-             for key in ("base", "second", "kind", "freq", "phase", "dir1", "dir2")}
-    return {
-        "top": top, "bottom": bottom, "sleeve": sleeve, "cuff": cuff, "thigh": thigh, "shin": shin,
-        "sock": sock, "shoes": shoes,
-        "crop": -0.4 + 0.5 * v[0] if (top != "none" and v[1] < 0.1) else -_INF,
-        "tunic": -0.2 + 0.6 * v[2] if (top != "none" and v[3] < 0.2) else _INF,
-        "skirt_length": 0.2 + 0.25 * v[4],
-        "hair_style": hair_style, "hairline": 0.3 * v[5],
-        "hat": "cap" if v[6] < 0.07 else "beanie" if v[6] < 0.12 else "none",
-        "glasses": bool(v[7] < 0.15), "backpack": bool(v[8] < 0.08),
-        "scarf": bool(u[9] < 0.05),
-        "materials": table,
-    }
+    return {key: np.array([m[key] for m in materials], dtype=np.int64 if key == "kind" else np.float64)
+            for key in ("base", "second", "kind", "freq", "phase", "dir1", "dir2")}
 
 
 @dataclass
