@@ -180,10 +180,7 @@ class _TaskTransform:
                  augment_probabilities: dict | None = None):
         self.input_size = (int(input_size[0]), int(input_size[1]))
         self.train = train
-        unknown = set(augment_probabilities or {}) - set(self.DEFAULT_PROBABILITIES)
-        if unknown:
-            raise ValueError(f"Unknown augment_probabilities keys {sorted(unknown)}; use {sorted(self.DEFAULT_PROBABILITIES)}.")
-        self.p = {**self.DEFAULT_PROBABILITIES, **(augment_probabilities or {})}
+        self.p = augment.step_probabilities(self.DEFAULT_PROBABILITIES, augment_probabilities)
 
     def _scale_and_crop(self, image, maps, generator):
         """Random scale 0.5-2.0 (targets nearest) and random crop, each with its probability; returns the image,
