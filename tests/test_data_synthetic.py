@@ -24,6 +24,7 @@ from sapiens2_hf.data.synthetic import (
     task_features,
     write_dataset,
 )
+from sapiens2_hf.data.synthetic import body as hb
 from sapiens2_hf.data.synthetic import human as hm
 from sapiens2_hf.data.synthetic._raycast import cast_rays
 from sapiens2_hf.data.synthetic.render import assemble
@@ -199,7 +200,7 @@ def test_left_means_the_persons_own_left():
 
 def _keypoint_part_hits(samples, owner_classes_of, shift=(0, 0)):
     exact_interior, near_all = [], []
-    interior = np.isinf(hm.KEYPOINT_TOLERANCE)
+    interior = np.isinf(hb.KEYPOINT_TOLERANCE)
     for s in samples:
         seg, inst = s["segmentation"], s["instance_map"]
         height, width = seg.shape
@@ -249,10 +250,10 @@ def test_keypoint_coverage_and_visibility_codes(samples):
     assert np.array_equal(KEYPOINT_MODELED, KEYPOINT_MODELED[FLIP])
     # the builder computes exactly the keypoints the static tables declare, for any person
     for seed in (0, 1, 2):
-        geom = hm.build_person(hm.sample_person(np.random.default_rng(seed)))
+        geom = hb.build_person(hm.sample_person(np.random.default_rng(seed)))
         assert np.array_equal(np.any(geom.keypoints != 0, axis=1), KEYPOINT_MODELED)
         # required primitives keep their order (keypoint owner codes rely on it)
-        assert geom.cone_names[:hm.NUM_REQUIRED_CONES] == list(hm.REQUIRED_PRIMITIVE_CODES)[:hm.NUM_REQUIRED_CONES]
+        assert geom.cone_names[:hb.NUM_REQUIRED_CONES] == list(hb.REQUIRED_PRIMITIVE_CODES)[:hb.NUM_REQUIRED_CONES]
     codes = np.concatenate([s["keypoint_visibility"].ravel() for s in samples])
     assert set(np.unique(codes)) == {0, 1, 2}
 

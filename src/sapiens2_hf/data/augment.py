@@ -17,6 +17,14 @@ import torch
 
 
 # ------------------------------------------------------------------------------------------------ random draws
+def step_probabilities(defaults: dict, overrides: dict | None) -> dict:
+    """A transform's step probabilities: ``defaults`` with ``overrides`` by step name (unknown names raise)."""
+    unknown = set(overrides or {}) - set(defaults)
+    if unknown:
+        raise ValueError(f"Unknown augment_probabilities keys {sorted(unknown)}; use {sorted(defaults)}.")
+    return {**defaults, **(overrides or {})}
+
+
 def rand(generator: torch.Generator) -> float:
     """Uniform draw in [0, 1)."""
     return float(torch.rand((), generator=generator, dtype=torch.float64))

@@ -159,13 +159,49 @@ def _pixel_noise_blur(image, generator, blur_prob, noise_prob):
     return image
 
 
+def _load_mask(record: dict, default) -> np.ndarray:
+    """`record["mask"]` (non-zero = valid), else ``default()``, as an `(H, W)` uint8 0/1 map."""
+    mask = _load_array(record.get("mask"))
+    mask = np.asarray(default() if mask is None else mask) > 0
+    return (mask[..., 0] if mask.ndim == 3 else mask).astype(np.uint8)
+
+
+def _flip(*arrays):
+    """Horizontal mirror of each array (a contiguous copy)."""
+    return [a[:, ::-1].copy() for a in arrays]
+
+
+class _TaskTransform:
+    """Input size, train/eval mode and the step probabilities (`DEFAULT_PROBABILITIES` overridden by name)."""
+
+    DEFAULT_PROBABILITIES: dict = {}
+
+    def __init__(self, input_size: tuple[int, int] = (1024, 768), train: bool = True,
+                 augment_probabilities: dict | None = None):
+        self.input_size = (int(input_size[0]), int(input_size[1]))
+        self.train = train
+        self.p = augment.step_probabilities(self.DEFAULT_PROBABILITIES, augment_probabilities)
+
+    def _scale_and_crop(self, image, maps, generator):
+        """Random scale 0.5-2.0 (targets nearest) and random crop, each with its probability; returns the image,
+        the maps, the scale factor (None when not scaled) and the crop box (None when not cropped)."""
+        factor = box = None
+        if augment.coin(generator, self.p["scale"]):
+            image, maps, factor = _random_rescale(image, maps, generator, (0.5, 2.0))
+        if augment.coin(generator, self.p["crop"]):
+            box = augment.random_crop_box(generator, image.shape[:2])
+            if box is not None:
+                image, *maps = _crop([image, *maps], box)
+        return image, maps, factor, box
+
+
 def _valid_fraction_ok(mask: np.ndarray, max_fraction: float = 0.96, min_pixels: int = 16) -> bool:
     count = int((mask > 0).sum())
     return count >= min_pixels and count / mask.size <= max_fraction
 
 
 # ---------------------------------------------------------------------------------------------- segmentation
-class SegTransform:
+class SegTransform(_TaskTransform):
     """Official body-part segmentation pipeline.
 
     Train: background replacement p 0.8 (only if `backgrounds` are given; records with `is_itw` are skipped; plain
@@ -190,16 +226,11 @@ class SegTransform:
                  swap_pairs: Sequence[Sequence[int]] = SEG_FLIP_SWAP_PAIRS, backgrounds: Sequence | None = None,
                  augment_probabilities: dict | None = None, ignore_index: int = SEG_IGNORE_INDEX,
                  reduce_labels: bool = False):
-        self.input_size = (int(input_size[0]), int(input_size[1]))
-        self.train = train
+        super().__init__(input_size, train, augment_probabilities)
         self.swap = np.arange(256, dtype=np.uint8)
         for a, b in swap_pairs:
             self.swap[a], self.swap[b] = b, a
         self.backgrounds = list(backgrounds or [])
-        unknown = set(augment_probabilities or {}) - set(self.DEFAULT_PROBABILITIES)
-        if unknown:
-            raise ValueError(f"Unknown augment_probabilities keys {sorted(unknown)}; use {sorted(self.DEFAULT_PROBABILITIES)}.")
-        self.p = {**self.DEFAULT_PROBABILITIES, **(augment_probabilities or {})}
         self.ignore_index = ignore_index
         self.reduce_labels = reduce_labels
 
@@ -208,9 +239,8 @@ class SegTransform:
         interpolation = cv2.INTER_AREA if width < image.shape[1] else cv2.INTER_CUBIC
         return cv2.resize(image, (width, height), interpolation=interpolation)
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _load_label(self, record: dict, image: np.ndarray) -> np.ndarray:
+        """The record's class-id map `(H, W)` uint8 (reduced with `reduce_labels`), checked against the image."""
         label = np.asarray(_load_array(record["label"]))
         if label.ndim == 3:
             label = label[..., 0]
@@ -220,6 +250,45 @@ class SegTransform:
             label = np.where((label == 0) | ignored, self.ignore_index, label.astype(np.int64) - 1).astype(np.uint8)
         if label.shape != image.shape[:2]:
             raise ValueError(f"Label {label.shape} and image {image.shape[:2]} sizes differ for {record.get('image')}.")
+        return label
+
+    def _random_resize(self, image, label, generator):
+        """Aspect-keeping resize so that the image fits 0.4-2.0x the input size (label nearest)."""
+        height, width = self.input_size
+        ratio = augment.uniform(generator, 0.4, 2.0)
+        target_h, target_w = int(height * ratio), int(width * ratio)
+        scale = min(target_w / image.shape[1], target_h / image.shape[0])
+        new_w, new_h = int(round(image.shape[1] * scale)), int(round(image.shape[0] * scale))
+        interpolation = cv2.INTER_AREA if new_w < image.shape[1] else cv2.INTER_CUBIC
+        image = cv2.resize(image, (new_w, new_h), interpolation=interpolation)
+        return image, cv2.resize(label, (new_w, new_h), interpolation=cv2.INTER_NEAREST)
+
+    def _random_crop(self, image, label, generator):
+        """Pad to the input size (image 0, label ignored), then crop it where no class covers 75 % (10 tries)."""
+        height, width = self.input_size
+        new_h, new_w = label.shape
+        pad_h, pad_w = max(height - new_h, 0), max(width - new_w, 0)
+        image = cv2.copyMakeBorder(image, 0, pad_h, 0, pad_w, cv2.BORDER_CONSTANT, value=0)
+        label = cv2.copyMakeBorder(label, 0, pad_h, 0, pad_w, cv2.BORDER_CONSTANT, value=self.ignore_index)
+
+        def draw_box():
+            y = augment.randint(generator, 0, label.shape[0] - height)
+            x = augment.randint(generator, 0, label.shape[1] - width)
+            return y, x
+
+        y, x = draw_box()
+        for _ in range(10):
+            values, counts = np.unique(label[y : y + height, x : x + width], return_counts=True)
+            counts = counts[values != self.ignore_index]
+            if len(counts) > 1 and counts.max() / counts.sum() < 0.75:
+                break
+            y, x = draw_box()
+        return image[y : y + height, x : x + width], label[y : y + height, x : x + width]
+
+    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
+        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        image = load_image(record["image"])
+        label = self._load_label(record, image)
         if not self.train:
             return {"pixel_values": normalize_image(self._stretch(image)), "labels": torch.from_numpy(label.astype(np.int64)),
                     "label_size": torch.tensor(label.shape)}
@@ -230,32 +299,9 @@ class SegTransform:
             foreground = (label > 0)[..., None]
             image = np.where(foreground, image, background).astype(np.uint8)
         if augment.coin(generator, self.p["resize"]):
-            ratio = augment.uniform(generator, 0.4, 2.0)
-            target_h, target_w = int(height * ratio), int(width * ratio)
-            scale = min(target_w / image.shape[1], target_h / image.shape[0])
-            new_w, new_h = int(round(image.shape[1] * scale)), int(round(image.shape[0] * scale))
-            interpolation = cv2.INTER_AREA if new_w < image.shape[1] else cv2.INTER_CUBIC
-            image = cv2.resize(image, (new_w, new_h), interpolation=interpolation)
-            label = cv2.resize(label, (new_w, new_h), interpolation=cv2.INTER_NEAREST)
-        new_h, new_w = label.shape
+            image, label = self._random_resize(image, label, generator)
         if augment.coin(generator, self.p["crop"]):
-            pad_h, pad_w = max(height - new_h, 0), max(width - new_w, 0)
-            image = cv2.copyMakeBorder(image, 0, pad_h, 0, pad_w, cv2.BORDER_CONSTANT, value=0)
-            label = cv2.copyMakeBorder(label, 0, pad_h, 0, pad_w, cv2.BORDER_CONSTANT, value=self.ignore_index)
-
-            def draw_box():
-                y = augment.randint(generator, 0, label.shape[0] - height)
-                x = augment.randint(generator, 0, label.shape[1] - width)
-                return y, x
-
-            y, x = draw_box()
-            for _ in range(10):
-                values, counts = np.unique(label[y : y + height, x : x + width], return_counts=True)
-                counts = counts[values != self.ignore_index]
-                if len(counts) > 1 and counts.max() / counts.sum() < 0.75:
-                    break
-                y, x = draw_box()
-            image, label = image[y : y + height, x : x + width], label[y : y + height, x : x + width]
+            image, label = self._random_crop(image, label, generator)
         image = _pixel_noise_blur(image, generator, self.p["blur"], self.p["noise"])
         if augment.coin(generator, self.p["rotate"]):
             degree = augment.uniform(generator, -60.0, 60.0)
@@ -278,22 +324,7 @@ class SegTransform:
 
 
 # ------------------------------------------------------------------------------------- normal / albedo / pointmap
-class _LetterboxTaskTransform:
-    """Shared geometry of the letterboxed dense tasks (normal, pointmap, albedo)."""
-
-    DEFAULT_PROBABILITIES: dict = {}
-
-    def __init__(self, input_size: tuple[int, int] = (1024, 768), train: bool = True,
-                 augment_probabilities: dict | None = None):
-        self.input_size = (int(input_size[0]), int(input_size[1]))
-        self.train = train
-        unknown = set(augment_probabilities or {}) - set(self.DEFAULT_PROBABILITIES)
-        if unknown:
-            raise ValueError(f"Unknown augment_probabilities keys {sorted(unknown)}; use {sorted(self.DEFAULT_PROBABILITIES)}.")
-        self.p = {**self.DEFAULT_PROBABILITIES, **(augment_probabilities or {})}
-
-
-class NormalTransform(_LetterboxTaskTransform):
+class NormalTransform(_TaskTransform):
     """Official surface-normal pipeline.
 
     Train: photometric distortion -> down-up resampling p 0.2 (x0.1-0.7, random interpolations) -> random scale
@@ -314,26 +345,17 @@ class NormalTransform(_LetterboxTaskTransform):
         generator = generator if generator is not None else torch.Generator().manual_seed(0)
         image = load_image(record["image"])
         normal = np.asarray(_load_array(record["normal"]), dtype=np.float32)
-        mask = _load_array(record.get("mask"))
-        if mask is None:
-            mask = np.isfinite(normal).all(-1) & (np.linalg.norm(np.nan_to_num(normal), axis=-1) > 0)
-        mask = (np.asarray(mask) > 0).astype(np.uint8)
-        if mask.ndim == 3:
-            mask = mask[..., 0]
+        mask = _load_mask(record, lambda: np.isfinite(normal).all(-1)
+                          & (np.linalg.norm(np.nan_to_num(normal), axis=-1) > 0))
         normal = np.nan_to_num(normal)
         if self.train:
             if augment.coin(generator, self.p["photometric"]):
                 image = augment.photometric_distortion(image, generator)
             if augment.coin(generator, self.p["down_up"]):
                 image = augment.down_up_sample(image, generator)
-            if augment.coin(generator, self.p["scale"]):
-                image, (normal, mask), _ = _random_rescale(image, [normal, mask], generator, (0.5, 2.0))
-            if augment.coin(generator, self.p["crop"]):
-                box = augment.random_crop_box(generator, image.shape[:2])
-                if box is not None:
-                    image, normal, mask = _crop([image, normal, mask], box)
+            image, (normal, mask), _, _ = self._scale_and_crop(image, [normal, mask], generator)
             if augment.coin(generator, self.p["flip"]):
-                image, normal, mask = image[:, ::-1].copy(), normal[:, ::-1].copy(), mask[:, ::-1].copy()
+                image, normal, mask = _flip(image, normal, mask)
                 normal[..., 0] = -normal[..., 0]
         image, (normal, mask) = _letterbox_all(image, [normal, mask], self.input_size)
         if self.train:
@@ -349,7 +371,7 @@ class NormalTransform(_LetterboxTaskTransform):
                 "mask": torch.from_numpy(mask > 0)[None]}
 
 
-class AlbedoTransform(_LetterboxTaskTransform):
+class AlbedoTransform(_TaskTransform):
     """Official albedo pipeline.
 
     Train: random scale 0.5-2.0 p 0.3 -> random crop p 0.3 -> horizontal flip p 0.3 -> aspect resize + centred
@@ -367,18 +389,11 @@ class AlbedoTransform(_LetterboxTaskTransform):
         albedo = np.asarray(_load_array(record["albedo"]))
         albedo = albedo.astype(np.float32) / 255.0 if albedo.dtype == np.uint8 else albedo.astype(np.float32)
         albedo = albedo[..., :3]
-        mask = _load_array(record.get("mask"))
-        mask = (albedo.max(axis=-1) > 0) if mask is None else np.asarray(mask) > 0
-        mask = (mask[..., 0] if mask.ndim == 3 else mask).astype(np.uint8)
+        mask = _load_mask(record, lambda: albedo.max(axis=-1) > 0)
         if self.train:
-            if augment.coin(generator, self.p["scale"]):
-                image, (albedo, mask), _ = _random_rescale(image, [albedo, mask], generator, (0.5, 2.0))
-            if augment.coin(generator, self.p["crop"]):
-                box = augment.random_crop_box(generator, image.shape[:2])
-                if box is not None:
-                    image, albedo, mask = _crop([image, albedo, mask], box)
+            image, (albedo, mask), _, _ = self._scale_and_crop(image, [albedo, mask], generator)
             if augment.coin(generator, self.p["flip"]):
-                image, albedo, mask = image[:, ::-1].copy(), albedo[:, ::-1].copy(), mask[:, ::-1].copy()
+                image, albedo, mask = _flip(image, albedo, mask)
         image, (albedo, mask) = _letterbox_all(image, [albedo, mask], self.input_size)
         if self.train:
             image = _pixel_noise_blur(image, generator, 0.0, self.p["noise"])
@@ -390,7 +405,7 @@ class AlbedoTransform(_LetterboxTaskTransform):
                 "mask": torch.from_numpy(mask > 0)[None]}
 
 
-class LetterboxMapTransform(_LetterboxTaskTransform):
+class LetterboxMapTransform(_TaskTransform):
     """The transform of a dense task registered with `sapiens2_hf.register_task` whose target is a map of any channel
     count, read from `record[key]` (an array or a .npy / image file; `(H, W)` or `(H, W, C)`) with an
     optional `record["mask"]` of valid pixels (default: the pixels where the target is finite). `for_key(key)` makes
@@ -417,17 +432,10 @@ class LetterboxMapTransform(_LetterboxTaskTransform):
         image = load_image(record["image"])
         target = np.asarray(_load_array(record[self.key]), dtype=np.float32)
         target = target[..., None] if target.ndim == 2 else target
-        mask = _load_array(record.get("mask"))
-        mask = np.isfinite(target).all(-1) if mask is None else np.asarray(mask) > 0
-        mask = (mask[..., 0] if mask.ndim == 3 else mask).astype(np.uint8)
+        mask = _load_mask(record, lambda: np.isfinite(target).all(-1))
         target = np.nan_to_num(target)
         if self.train:
-            if augment.coin(generator, self.p["scale"]):
-                image, (target, mask), _ = _random_rescale(image, [target, mask], generator, (0.5, 2.0))
-            if augment.coin(generator, self.p["crop"]):
-                box = augment.random_crop_box(generator, image.shape[:2])
-                if box is not None:
-                    image, target, mask = _crop([image, target, mask], box)
+            image, (target, mask), _, _ = self._scale_and_crop(image, [target, mask], generator)
         image, (target, mask) = _letterbox_all(image, [target, mask], self.input_size)
         target = target[..., None] if target.ndim == 2 else target  # cv2 drops a single channel
         if self.train:
@@ -440,7 +448,7 @@ class LetterboxMapTransform(_LetterboxTaskTransform):
                 "mask": torch.from_numpy(mask > 0)[None]}
 
 
-class PointmapTransform(_LetterboxTaskTransform):
+class PointmapTransform(_TaskTransform):
     """Official pointmap pipeline.
 
     Train: photometric distortion -> random scale 0.5-2.0 p 0.3 (intrinsics scaled) -> random crop p 0.3 (principal
@@ -467,28 +475,22 @@ class PointmapTransform(_LetterboxTaskTransform):
     def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
         generator = generator if generator is not None else torch.Generator().manual_seed(0)
         image = load_image(record["image"])
-        depth, K, mask = _load_pointmap_target(record)
-        if record.get("mask") is not None:
-            mask = _load_array(record["mask"])
-        mask = (np.isfinite(depth) & (depth > 0)) if mask is None else (np.asarray(mask) > 0)
-        mask = (mask[..., 0] if mask.ndim == 3 else mask).astype(np.uint8)
+        depth, K, file_mask = _load_pointmap_target(record)
+        mask = _load_mask(record, lambda: (np.isfinite(depth) & (depth > 0)) if file_mask is None else file_mask)
         depth = np.where(mask > 0, np.nan_to_num(depth), 0.0).astype(np.float32)
         K = K.copy()
         if self.train:
             if augment.coin(generator, self.p["photometric"]):
                 image = augment.photometric_distortion(image, generator)
-            if augment.coin(generator, self.p["scale"]):
-                image, (depth, mask), factor = _random_rescale(image, [depth, mask], generator, (0.5, 2.0))
+            image, (depth, mask), factor, box = self._scale_and_crop(image, [depth, mask], generator)
+            if factor is not None:
                 K[:2] *= factor
                 K[2] = [0.0, 0.0, 1.0]
-            if augment.coin(generator, self.p["crop"]):
-                box = augment.random_crop_box(generator, image.shape[:2])
-                if box is not None:
-                    image, depth, mask = _crop([image, depth, mask], box)
-                    K[0, 2] -= box[2]
-                    K[1, 2] -= box[0]
+            if box is not None:
+                K[0, 2] -= box[2]
+                K[1, 2] -= box[0]
             if augment.coin(generator, self.p["flip"]):
-                image, depth, mask = image[:, ::-1].copy(), depth[:, ::-1].copy(), mask[:, ::-1].copy()
+                image, depth, mask = _flip(image, depth, mask)
                 K[0, 2] = image.shape[1] - K[0, 2] - 1
         (new_h, new_w), (left, _, top, _), _ = augment.letterbox_geometry(image.shape[:2], self.input_size)
         scale_x, scale_y = new_w / image.shape[1], new_h / image.shape[0]
@@ -525,7 +527,7 @@ def _unit_interval(array: np.ndarray) -> np.ndarray:
     return np.clip(np.nan_to_num(array.astype(np.float32)), 0.0, 1.0)
 
 
-class MattingTransform:
+class MattingTransform(_TaskTransform):
     """Matting pipeline: the geometry of the official Sapiens2 matting config, stretch resize at evaluation.
 
     Train (each step a probability in `augment_probabilities`): random crop p 0.5 (aspect 0.5-2, area 0.4-1) ->
@@ -546,18 +548,9 @@ class MattingTransform:
 
     DEFAULT_PROBABILITIES = {"crop": 0.5, "rotate": 0.5, "flip": 0.5, "photometric": 1.0}
 
-    def __init__(self, input_size: tuple[int, int] = (1024, 768), train: bool = True,
-                 augment_probabilities: dict | None = None):
-        self.input_size = (int(input_size[0]), int(input_size[1]))
-        self.train = train
-        unknown = set(augment_probabilities or {}) - set(self.DEFAULT_PROBABILITIES)
-        if unknown:
-            raise ValueError(f"Unknown augment_probabilities keys {sorted(unknown)}; use {sorted(self.DEFAULT_PROBABILITIES)}.")
-        self.p = {**self.DEFAULT_PROBABILITIES, **(augment_probabilities or {})}
-
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    @staticmethod
+    def _load_maps(record: dict, image: np.ndarray) -> list:
+        """``[alpha, mask, foreground]``: alpha `(H, W)` and valid mask float32, foreground `(H, W, 3)` or None."""
         alpha = _load_array(record["alpha"])
         alpha = _unit_interval(alpha[..., 0] if alpha.ndim == 3 else alpha)
         if alpha.shape != image.shape[:2]:
@@ -568,7 +561,12 @@ class MattingTransform:
         mask = _load_array(record.get("mask"))
         mask = np.ones(alpha.shape, np.float32) if mask is None else (np.asarray(mask) > 0).astype(np.float32)
         mask = mask[..., 0] if mask.ndim == 3 else mask
-        maps = [alpha, mask, foreground]
+        return [alpha, mask, foreground]
+
+    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
+        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        image = load_image(record["image"])
+        maps = self._load_maps(record, image)
         if self.train:
             if augment.coin(generator, self.p["crop"]):
                 box = augment.random_crop_box(generator, image.shape[:2])

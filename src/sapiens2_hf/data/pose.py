@@ -211,18 +211,22 @@ def read_coco_keypoints(
         keypoints = _annotation_keypoints(annotation, layout)
         if int((keypoints[:, 2] > 0).sum()) < min_keypoints:
             continue
-        bbox = np.asarray(annotation["bbox"], dtype=np.float32)
-        image = images[annotation["image_id"]]
-        records.append({
-            "image": str(resolve_coco_image(image["file_name"], image_dir, annotation_file)),
-            "image_id": int(annotation["image_id"]),
-            "instance_id": int(annotation.get("id", len(records))),
-            "bbox": bbox,
-            "keypoints": keypoints,
-            "area": float(annotation.get("area", bbox[2] * bbox[3])),
-            "iscrowd": int(annotation.get("iscrowd", 0)),
-        })
+        image = resolve_coco_image(images[annotation["image_id"]]["file_name"], image_dir, annotation_file)
+        records.append(_person_record(annotation, image, keypoints, default_id=len(records)))
     return records
+
+
+def _person_record(annotation: dict, image: Path, keypoints: np.ndarray, default_id: int) -> dict:
+    bbox = np.asarray(annotation["bbox"], dtype=np.float32)
+    return {
+        "image": str(image),
+        "image_id": int(annotation["image_id"]),
+        "instance_id": int(annotation.get("id", default_id)),
+        "bbox": bbox,
+        "keypoints": keypoints,
+        "area": float(annotation.get("area", bbox[2] * bbox[3])),
+        "iscrowd": int(annotation.get("iscrowd", 0)),
+    }
 
 
 def udp_warp_matrix(center: Sequence[float], scale: Sequence[float], rotation_deg: float,
@@ -346,12 +350,7 @@ class PoseTransform:
         self.flip_indices = np.asarray(flip_indices)
         self.upper_body_ids = list(upper_body_ids)
         self.lower_body_ids = list(lower_body_ids)
-        unknown = set(augment_probabilities or {}) - set(self.DEFAULT_PROBABILITIES)
-        if unknown:
-            raise ValueError(
-                f"Unknown augment_probabilities keys {sorted(unknown)}; use {sorted(self.DEFAULT_PROBABILITIES)}."
-            )
-        self.p = {**self.DEFAULT_PROBABILITIES, **(augment_probabilities or {})}
+        self.p = augment.step_probabilities(self.DEFAULT_PROBABILITIES, augment_probabilities)
 
     def _half_body(self, keypoints, visible, generator):
         if visible.sum() < 9 or not augment.coin(generator, self.p["half_body"]):
@@ -367,6 +366,54 @@ class PoseTransform:
         scale = (selected.max(axis=0) - selected.min(axis=0)) * 1.5
         return center, scale
 
+    def _random_box(self, image, points, visible, center, scale, generator):
+        """Flip, half-body box, shift, scale and rotation, each with its probability (the official order)."""
+        rotation = 0.0
+        image_width = image.shape[1]
+        if augment.coin(generator, self.p["flip"]):
+            image = image[:, ::-1].copy()
+            center[0] = image_width - 1 - center[0]
+            points, visible = points[self.flip_indices], visible[self.flip_indices]
+            points[:, 0] = image_width - 1 - points[:, 0]
+        half = self._half_body(points, visible, generator)
+        if half is not None:
+            center, scale = half
+        shift = augment.truncnorm(generator, 2) * 0.16
+        if augment.coin(generator, self.p["shift"]):
+            center = center + shift * scale
+        factor = augment.truncnorm(generator, 1)[0] * 0.5 + 1.0
+        if augment.coin(generator, self.p["scale"]):
+            scale = scale * factor
+        angle = augment.truncnorm(generator, 1)[0] * 80.0
+        if augment.coin(generator, self.p["rotate"]):
+            rotation = float(angle)
+        return image, points, visible, center, scale, rotation
+
+    def _warp(self, image, points, visible, center, scale, rotation):
+        """The UDP crop of the box and its keypoints; keypoints that leave the crop become (0, 0) and invisible."""
+        height, width = self.input_size
+        warp = udp_warp_matrix(center, scale, rotation, self.input_size)
+        shrink = min(np.linalg.norm(warp[0, :2]), np.linalg.norm(warp[1, :2])) < 1.0
+        crop = cv2.warpAffine(image, warp, (width, height), flags=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC)
+        # float32 like the official cv2.transform with a float32 matrix (it decides which pixel a keypoint rounds to).
+        warp32 = warp.astype(np.float32)
+        crop_points = (points.astype(np.float32) @ warp32[:, :2].T + warp32[:, 2]).astype(np.float64)
+        outside = ((crop_points[:, 0] < 0) | (crop_points[:, 0] >= width)
+                   | (crop_points[:, 1] < 0) | (crop_points[:, 1] >= height))
+        crop_points[outside] = 0.0
+        return crop, crop_points, np.where(outside, 0.0, visible)
+
+    def _pixel_augment(self, crop, generator):
+        if augment.coin(generator, self.p["photometric"]):
+            crop = augment.photometric_distortion(crop, generator)
+        if augment.coin(generator, self.p["blur"]):
+            crop = augment.box_blur(crop, generator)
+        if augment.coin(generator, self.p["median_blur"]):
+            crop = augment.median_blur(crop, generator)
+        if augment.coin(generator, self.p["dropout"]):
+            crop = augment.coarse_dropout(crop, generator)
+        return crop
+
     def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict:
         generator = generator if generator is not None else torch.Generator().manual_seed(0)
         image = load_image(record["image"])
@@ -380,45 +427,12 @@ class PoseTransform:
         scale = np.array([w, h]) * 1.25
         rotation = 0.0
         if self.train:
-            image_width = image.shape[1]
-            if augment.coin(generator, self.p["flip"]):
-                image = image[:, ::-1].copy()
-                center[0] = image_width - 1 - center[0]
-                points, visible = points[self.flip_indices], visible[self.flip_indices]
-                points[:, 0] = image_width - 1 - points[:, 0]
-            half = self._half_body(points, visible, generator)
-            if half is not None:
-                center, scale = half
-            shift = augment.truncnorm(generator, 2) * 0.16
-            if augment.coin(generator, self.p["shift"]):
-                center = center + shift * scale
-            factor = augment.truncnorm(generator, 1)[0] * 0.5 + 1.0
-            if augment.coin(generator, self.p["scale"]):
-                scale = scale * factor
-            angle = augment.truncnorm(generator, 1)[0] * 80.0
-            if augment.coin(generator, self.p["rotate"]):
-                rotation = float(angle)
-        height, width = self.input_size
-        scale = fix_aspect_ratio(scale, width / height)
-        warp = udp_warp_matrix(center, scale, rotation, self.input_size)
-        shrink = min(np.linalg.norm(warp[0, :2]), np.linalg.norm(warp[1, :2])) < 1.0
-        crop = cv2.warpAffine(image, warp, (width, height), flags=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC)
-        # float32 like the official cv2.transform with a float32 matrix (it decides which pixel a keypoint rounds to).
-        warp32 = warp.astype(np.float32)
-        crop_points = (points.astype(np.float32) @ warp32[:, :2].T + warp32[:, 2]).astype(np.float64)
-        outside = ((crop_points[:, 0] < 0) | (crop_points[:, 0] >= width)
-                   | (crop_points[:, 1] < 0) | (crop_points[:, 1] >= height))
-        crop_points[outside] = 0.0
-        visible = np.where(outside, 0.0, visible)
+            image, points, visible, center, scale, rotation = self._random_box(image, points, visible, center, scale,
+                                                                               generator)
+        scale = fix_aspect_ratio(scale, self.input_size[1] / self.input_size[0])
+        crop, crop_points, visible = self._warp(image, points, visible, center, scale, rotation)
         if self.train:
-            if augment.coin(generator, self.p["photometric"]):
-                crop = augment.photometric_distortion(crop, generator)
-            if augment.coin(generator, self.p["blur"]):
-                crop = augment.box_blur(crop, generator)
-            if augment.coin(generator, self.p["median_blur"]):
-                crop = augment.median_blur(crop, generator)
-            if augment.coin(generator, self.p["dropout"]):
-                crop = augment.coarse_dropout(crop, generator)
+            crop = self._pixel_augment(crop, generator)
         heatmaps, weights = encode_udp_heatmaps(crop_points, visible, self.input_size, self.heatmap_size, self.sigma)
         gt = np.asarray(record["keypoints"], dtype=np.float32)
         return {

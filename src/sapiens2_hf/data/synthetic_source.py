@@ -67,7 +67,3 @@ class SyntheticRecords(Sequence):
             self._cache[index] = record
         return record
 
-
-def synthetic_records(task: str, num_samples: int, seed: int = 0, image_size: int = 256) -> SyntheticRecords:
-    """Synthetic records with a portrait 4:3 frame whose longer side is `image_size` pixels."""
-    return SyntheticRecords(task, num_samples, seed=seed, height=image_size, width=int(round(image_size * 3 / 4)))

@@ -430,6 +430,88 @@ def _save_processor(folder: Path, task: str | None, height: int, width: int, ima
     image_processor.save_pretrained(folder)
 
 
+def _check_request(format: str, quantize: str | None, device: str):
+    """The format's `ExportFormat` and the `torch.device`, checked against each other and this machine."""
+    spec = EXPORT_FORMAT_TABLE.get(format)
+    if spec is None:
+        raise ValueError(f"unknown export format {format!r}; choose one of {EXPORT_FORMATS}.")
+    if quantize is not None and format != "onnx":
+        raise ValueError("quantize= needs format='onnx' (onnxruntime quantization).")
+    device = torch.device(device)
+    if device.type not in spec.devices:
+        able = [name for name, other in EXPORT_FORMAT_TABLE.items() if device.type in other.devices]
+        raise ValueError(f"device={str(device)!r} needs format={' or '.join(map(repr, able))}; the {format} export is "
+                         "built on the CPU.")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' needs a GPU and a CUDA build of torch; export device='cpu' here.")
+    return spec, device
+
+
+def _input_size(config, input_size) -> tuple[int, int]:
+    """``input_size`` or the model's own, checked to be a multiple of the feature stride."""
+    height, width = (int(input_size[0]), int(input_size[1])) if input_size is not None else config.image_size_hw
+    stride_h, stride_w = config.feature_stride
+    if height % stride_h or width % stride_w:
+        raise ValueError(f"the input size {height}x{width} is not a multiple of the model's feature stride "
+                         f"{stride_h}x{stride_w}.")
+    return height, width
+
+
+def _base_info(format: str, model, output_class, output_names, height: int, width: int) -> dict[str, Any]:
+    """The `INFO_FILE` entries every format shares; the format's writer adds its own."""
+    config = model.config
+    return {
+        "format": format,
+        "task": config.task,
+        "model_class": type(model).__name__,
+        "output_class": output_class,
+        "input_name": INPUT_NAME,
+        "input_shape": ["batch_size", config.num_channels, height, width],
+        "input_size": [height, width],
+        "input_dtype": "float32",
+        "output_names": list(output_names),
+        "dynamic_axes": {"batch_size": [INPUT_NAME, *output_names]},
+        "exporter": None,
+        "versions": _versions(),
+        "rope": {"dtype": config.rope_dtype},
+    }
+
+
+def _write_artefact(spec, model, output_names, example, artefact: Path, info: dict, context: ExportContext) -> None:
+    """Trace the model (`torch.export`) and write it with the format's writer; its entries extend ``info``."""
+    config = model.config
+    stride_h, stride_w = config.feature_stride
+    height, width = example.shape[-2:]
+    wrapper = _ExportWrapper(model, output_names).eval()
+    with _export_friendly(model, (height // stride_h, width // stride_w)):
+        program = _torch_export(wrapper, example)
+    written = spec.load("writer")(program, artefact, context)
+    info["exporter"] = spec.exporter
+    info["files"] = {"fp32": spec.artefact}
+    for key, value in written.items():  # nested entries (`rope`) extend the common ones
+        info[key] = {**info[key], **value} if isinstance(value, dict) and isinstance(info.get(key), dict) else value
+
+
+def _save_config(folder: Path, model, height: int, width: int) -> None:
+    """The model's config with the fixed input size and its class, beside the artefact."""
+    export_config = copy.deepcopy(model.config)
+    export_config.image_size = [height, width]
+    export_config.architectures = [type(model).__name__]
+    export_config.save_pretrained(folder)
+
+
+def _quantize(staging: Path, artefact: str, info: dict, mode: str, calibration_inputs, input_size, num_threads):
+    """Write `ONNX_INT8_FILE` beside the float graph and record it and its deviation in ``info``."""
+    from .quantization import quantize_onnx
+
+    quantization = quantize_onnx(staging / artefact, staging / ONNX_INT8_FILE, mode=mode,
+                                 calibration_inputs=calibration_inputs, input_size=input_size)
+    info["files"]["int8"] = ONNX_INT8_FILE
+    atomic_write_json(staging / INFO_FILE, info, indent=1)
+    quantization["deviation_from_fp32_onnx"] = _int8_deviation(staging, num_threads)
+    info["quantization"] = quantization
+
+
 def export_model(
     model_or_path,
     out_dir,
@@ -478,18 +560,7 @@ def export_model(
         ExportCheckError: verification failed (nothing is written).
         FileExistsError: `out_dir` is not empty and `overwrite` is False.
     """
-    spec = EXPORT_FORMAT_TABLE.get(format)
-    if spec is None:
-        raise ValueError(f"unknown export format {format!r}; choose one of {EXPORT_FORMATS}.")
-    if quantize is not None and format != "onnx":
-        raise ValueError("quantize= needs format='onnx' (onnxruntime quantization).")
-    device = torch.device(device)
-    if device.type not in spec.devices:
-        able = [name for name, other in EXPORT_FORMAT_TABLE.items() if device.type in other.devices]
-        raise ValueError(f"device={str(device)!r} needs format={' or '.join(map(repr, able))}; the {format} export is "
-                         "built on the CPU.")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' needs a GPU and a CUDA build of torch; export device='cpu' here.")
+    spec, device = _check_request(format, quantize, device)
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or folder_entries(out_dir)) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
@@ -499,16 +570,11 @@ def export_model(
     model = load_model_for_export(model_or_path, task=task, rope_dtype=rope_dtype,
                                   image_size=input_size if input_size is not None else None)
     config = model.config
-    height, width = (int(input_size[0]), int(input_size[1])) if input_size is not None else config.image_size_hw
-    stride_h, stride_w = config.feature_stride
-    if height % stride_h or width % stride_w:
-        raise ValueError(f"the input size {height}x{width} is not a multiple of the model's feature stride "
-                         f"{stride_h}x{stride_w}.")
+    height, width = _input_size(config, input_size)
     if device.type != "cpu":
         model = copy.deepcopy(model).to(device)
     example = _example_input(config.num_channels, height, width, 2).to(device)
     output_names, output_class = output_names_of(model, example)
-    rope_bf16 = config.rope_dtype == "bfloat16"
     started = time.perf_counter()
     # one export (or run) at a time into out_dir; the emptiness check is repeated under the lock, for an export that
     # published meanwhile
@@ -516,36 +582,12 @@ def export_model(
         if folder_entries(out_dir) and not overwrite:
             raise FileExistsError(f"{out_dir} was written by another export meanwhile; choose another folder or pass "
                                   "overwrite=True.")
-        wrapper = _ExportWrapper(model, output_names).eval()
-        with _export_friendly(model, (height // stride_h, width // stride_w)):
-            program = _torch_export(wrapper, example)
-        info: dict[str, Any] = {
-            "format": format,
-            "task": config.task,
-            "model_class": type(model).__name__,
-            "output_class": output_class,
-            "input_name": INPUT_NAME,
-            "input_shape": ["batch_size", config.num_channels, height, width],
-            "input_size": [height, width],
-            "input_dtype": "float32",
-            "output_names": list(output_names),
-            "dynamic_axes": {"batch_size": [INPUT_NAME, *output_names]},
-            "exporter": None,
-            "versions": _versions(),
-            "rope": {"dtype": config.rope_dtype},
-        }
+        info = _base_info(format, model, output_class, output_names, height, width)
         artefact = staging / spec.artefact
-        written = spec.load("writer")(program, artefact, ExportContext(tuple(output_names), opset, rope_bf16,
-                                                                       device.type))
-        info["exporter"] = spec.exporter
-        info["files"] = {"fp32": spec.artefact}
-        for key, value in written.items():  # nested entries (`rope`) extend the common ones
-            info[key] = {**info[key], **value} if isinstance(value, dict) and isinstance(info.get(key), dict) else value
+        _write_artefact(spec, model, output_names, example, artefact, info,
+                        ExportContext(tuple(output_names), opset, config.rope_dtype == "bfloat16", device.type))
         info["export_seconds"] = round(time.perf_counter() - started, 2)
-        export_config = copy.deepcopy(config)
-        export_config.image_size = [height, width]
-        export_config.architectures = [type(model).__name__]
-        export_config.save_pretrained(staging)
+        _save_config(staging, model, height, width)
         _save_processor(staging, config.task, height, width, image_processor)
         atomic_write_json(staging / INFO_FILE, info, indent=1)  # read by the runtime during verification
         if verify:
@@ -555,14 +597,7 @@ def export_model(
             info["verification"] = {"input": "2 images, N(0, 1), seed 1", "tolerance": asdict(tolerance),
                                     "outputs": report}
         if quantize is not None:
-            from .quantization import quantize_onnx
-
-            quantization = quantize_onnx(staging / spec.artefact, staging / ONNX_INT8_FILE, mode=quantize,
-                                         calibration_inputs=calibration_inputs, input_size=(height, width))
-            info["files"]["int8"] = ONNX_INT8_FILE
-            atomic_write_json(staging / INFO_FILE, info, indent=1)
-            quantization["deviation_from_fp32_onnx"] = _int8_deviation(staging, num_threads)
-            info["quantization"] = quantization
+            _quantize(staging, spec.artefact, info, quantize, calibration_inputs, (height, width), num_threads)
         atomic_write_json(staging / INFO_FILE, _json_safe(info), indent=1)
         replace_into_folder(staging, out_dir, stale=_STALE_PATTERNS)
     return ExportResult(folder=out_dir, format=format, artefact=out_dir / artefact.name, info=info)

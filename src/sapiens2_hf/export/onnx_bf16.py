@@ -76,8 +76,9 @@ def emulate_bfloat16(model) -> dict:
     Raises:
         Bfloat16EmulationError: a graph input or output is bf16, or an op on bf16 values is not in the known sets.
     """
-    from onnx import TensorProto, helper, numpy_helper
+    import onnx
 
+    TensorProto = onnx.TensorProto
     graph = model.graph
     if any(v.type.tensor_type.elem_type == TensorProto.BFLOAT16 for v in list(graph.input) + list(graph.output)):
         raise Bfloat16EmulationError("a graph input or output is bfloat16; export the model in float32.")
@@ -92,57 +93,15 @@ def emulate_bfloat16(model) -> dict:
 
     for index, init in enumerate(graph.initializer):
         if init.data_type == TensorProto.BFLOAT16:
-            values = numpy_helper.to_array(init).astype(np.float32)
-            graph.initializer[index].CopyFrom(numpy_helper.from_array(values, init.name))
+            values = onnx.numpy_helper.to_array(init).astype(np.float32)
+            graph.initializer[index].CopyFrom(onnx.numpy_helper.from_array(values, init.name))
             report["widened_initializers"] += 1
-
-    def rounding_pair(source: str, target: str) -> list:
-        report["rounding_casts"] += 1
-        rounded = f"{target}__bf16"
-        return [
-            helper.make_node("Cast", [source], [rounded], to=TensorProto.BFLOAT16, name=f"{target}__round_bf16"),
-            helper.make_node("Cast", [rounded], [target], to=TensorProto.FLOAT, name=f"{target}__widen_f32"),
-        ]
-
     nodes = []
     for node in graph.node:
-        touches = [name for name in list(node.input) + list(node.output) if name in bf16]
-        if not touches:
-            nodes.append(node)
-            continue
-        op = node.op_type
-        if op == "Cast":
-            to = next(a.i for a in node.attribute if a.name == "to")
-            if to == TensorProto.BFLOAT16:
-                # the rounding itself: kept, then widened back to float32 storage
-                output = node.output[0]
-                node.output[0] = f"{output}__bf16"
-                nodes.append(node)
-                nodes.append(helper.make_node("Cast", [node.output[0]], [output], to=TensorProto.FLOAT,
-                                              name=f"{output}__widen_f32"))
-                report["rounding_casts"] += 1
-            else:
-                nodes.append(node)  # bf16 (now float32) -> float32 or int: same values
-        elif op == "Constant":
-            attribute = next(a for a in node.attribute if a.name == "value")
-            values = numpy_helper.to_array(attribute.t).astype(np.float32)
-            attribute.t.CopyFrom(numpy_helper.from_array(values, attribute.t.name))
-            nodes.append(node)
-        elif op in _VALUE_PRESERVING or op in _SHAPE_ONLY:
-            nodes.append(node)
-        elif op in _ROUNDING:
-            report["emulated_ops"][op] += 1
-            pairs = []
-            for position, output in enumerate(node.output):
-                node.output[position] = f"{output}__f32"
-                pairs.extend(rounding_pair(node.output[position], output))
-            nodes.append(node)
-            nodes.extend(pairs)
+        if any(name in bf16 for name in list(node.input) + list(node.output)):
+            nodes.extend(_float32_nodes(onnx, node, report))
         else:
-            raise Bfloat16EmulationError(
-                f"the exported graph computes {op} ({node.name}) in bfloat16, which this pass cannot reproduce in "
-                "float32; export the float32-RoPE variant (rope_dtype='float32')."
-            )
+            nodes.append(node)
     del graph.node[:]
     graph.node.extend(nodes)
     for value in graph.value_info:
@@ -150,6 +109,49 @@ def emulate_bfloat16(model) -> dict:
             value.type.tensor_type.elem_type = TensorProto.FLOAT
     report["emulated_ops"] = dict(sorted(report["emulated_ops"].items()))
     return report
+
+
+def _rounding_pair(onnx, source: str, target: str) -> list:
+    """``target = float32(bfloat16(source))``: two Cast nodes."""
+    rounded = f"{target}__bf16"
+    return [
+        onnx.helper.make_node("Cast", [source], [rounded], to=onnx.TensorProto.BFLOAT16, name=f"{target}__round_bf16"),
+        onnx.helper.make_node("Cast", [rounded], [target], to=onnx.TensorProto.FLOAT, name=f"{target}__widen_f32"),
+    ]
+
+
+def _float32_nodes(onnx, node, report: dict) -> list:
+    """The float32 nodes standing in for one node that reads or writes bf16 values (counted in ``report``)."""
+    op = node.op_type
+    if op == "Cast":
+        to = next(a.i for a in node.attribute if a.name == "to")
+        if to != onnx.TensorProto.BFLOAT16:
+            return [node]  # bf16 (now float32) -> float32 or int: same values
+        # the rounding itself: kept, then widened back to float32 storage
+        output = node.output[0]
+        node.output[0] = f"{output}__bf16"
+        report["rounding_casts"] += 1
+        return [node, onnx.helper.make_node("Cast", [node.output[0]], [output], to=onnx.TensorProto.FLOAT,
+                                            name=f"{output}__widen_f32")]
+    if op == "Constant":
+        attribute = next(a for a in node.attribute if a.name == "value")
+        values = onnx.numpy_helper.to_array(attribute.t).astype(np.float32)
+        attribute.t.CopyFrom(onnx.numpy_helper.from_array(values, attribute.t.name))
+        return [node]
+    if op in _VALUE_PRESERVING or op in _SHAPE_ONLY:
+        return [node]
+    if op in _ROUNDING:
+        report["emulated_ops"][op] += 1
+        pairs = []
+        for position, output in enumerate(node.output):
+            node.output[position] = f"{output}__f32"
+            pairs.extend(_rounding_pair(onnx, node.output[position], output))
+            report["rounding_casts"] += 1
+        return [node, *pairs]
+    raise Bfloat16EmulationError(
+        f"the exported graph computes {op} ({node.name}) in bfloat16, which this pass cannot reproduce in "
+        "float32; export the float32-RoPE variant (rope_dtype='float32')."
+    )
 
 
 def count_rounding_casts(model) -> int:

@@ -154,6 +154,16 @@ def _drop_bf16_rounding_in_file(path: str) -> int:
     return pairs
 
 
+def _calibration(calibration_inputs, input_size):
+    """The static quantizer's calibration batches and how to describe them: the caller's, or seeded noise."""
+    if calibration_inputs is not None:
+        return calibration_inputs, "the caller's images"
+    if input_size is None:
+        raise ValueError("int8-static needs calibration_inputs (or input_size for noise inputs).")
+    return (_default_calibration(input_size),
+            "4 seeded N(0, 1) images (no real images given: ranges not representative)")
+
+
 def quantize_onnx(source, target, mode: str = "int8-dynamic", calibration_inputs=None, input_size=None,
                   input_name: str = "pixel_values") -> dict:
     """Writes an int8 version of the ONNX graph `source` to `target`.
@@ -183,13 +193,7 @@ def quantize_onnx(source, target, mode: str = "int8-dynamic", calibration_inputs
                 weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": True},
             )
         else:
-            if calibration_inputs is None:
-                if input_size is None:
-                    raise ValueError("int8-static needs calibration_inputs (or input_size for noise inputs).")
-                calibration_inputs = _default_calibration(input_size)
-                calibration = "4 seeded N(0, 1) images (no real images given: ranges not representative)"
-            else:
-                calibration = "the caller's images"
+            calibration_inputs, calibration = _calibration(calibration_inputs, input_size)
             quantize_static(
                 source, target, _CalibrationReader(input_name, calibration_inputs), quant_format=QuantFormat.QDQ,
                 op_types_to_quantize=_OPS, per_channel=True, reduce_range=True, activation_type=QuantType.QUInt8,

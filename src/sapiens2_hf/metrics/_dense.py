@@ -1,4 +1,4 @@
-"""Input handling shared by the dense-map metrics (normal, pointmap, albedo)."""
+"""Input handling and accumulation shared by the dense-map metrics (normal, pointmap, albedo, matting)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,16 @@ def dense_inputs(
     if mask is None:
         mask = torch.ones_like(targets[:, 0], dtype=torch.bool)
     return predictions, (mask[:, 0] if mask.dim() == 4 else mask) > 0
+
+
+class SummedStatistics:
+    """A metric whose state, `totals`, is the sum of its per-sample `statistics()` rows, so that rows computed in
+    any number of processes add up to the same result."""
+
+    def accumulate(self, statistics: torch.Tensor) -> None:
+        """Add rows from `statistics()` (any number, from any process)."""
+        self.totals += statistics.to(torch.float64).sum(dim=0).cpu()
+
+    def update(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Accumulate one batch; arguments as in `statistics`."""
+        self.accumulate(self.statistics(predictions, targets, mask))

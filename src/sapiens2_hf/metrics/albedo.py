@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._dense import dense_inputs
+from ._dense import SummedStatistics, dense_inputs
 
 
 def gaussian_window(size: int = 11, sigma: float = 1.5, dtype=torch.float64) -> torch.Tensor:
@@ -55,7 +55,7 @@ def masked_ssim_sum(
     return float(ssim_map[counted].sum()), float(counted.sum())
 
 
-class AlbedoMetric:
+class AlbedoMetric(SummedStatistics):
     """Streaming albedo metrics over foreground pixels, pooled over a dataset.
 
     * `mae`, `rmse`: per-pixel channel-mean absolute / squared error, averaged over all foreground pixels;
@@ -121,10 +121,6 @@ class AlbedoMetric:
         total = statistics.sum(dim=0)
         ssim = total[6] if self.data_range == 255.0 else total[5]
         self.totals += torch.stack([total[0], total[1], total[2], total[3], total[4], ssim, total[7]])
-
-    def update(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        """Accumulate one batch; arguments as in `statistics`."""
-        self.accumulate(self.statistics(predictions, targets, mask))
 
     def compute(self) -> dict[str, float]:
         """

@@ -32,6 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ._dense import SummedStatistics
+
 
 _NAMES = ("sad", "mse", "grad", "conn")
 GRADIENT_SIGMA = 1.4
@@ -105,7 +107,7 @@ def matting_errors(prediction: np.ndarray, target: np.ndarray, region: np.ndarra
     }
 
 
-class MattingMetric:
+class MattingMetric(SummedStatistics):
     """Streaming SAD / MSE / Grad / Conn, averaged over images (see the module docstring).
 
     `statistics` turns a batch into one fixed-size row per image (gather them across processes), `accumulate` adds
@@ -153,14 +155,6 @@ class MattingMetric:
             counted = float(errors["pixels"] > 0)
             rows.append([errors[name] * counted for name in _NAMES] + [counted])
         return torch.tensor(rows, dtype=torch.float64).reshape(-1, len(_NAMES) + 1)
-
-    def accumulate(self, statistics: torch.Tensor) -> None:
-        """Add rows from `statistics()`."""
-        self.totals += statistics.to(torch.float64).cpu().sum(dim=0)
-
-    def update(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        """Accumulate one batch; arguments as in `statistics`."""
-        self.accumulate(self.statistics(predictions, targets, mask))
 
     def compute(self) -> dict[str, float]:
         """

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._dense import dense_inputs
+from ._dense import SummedStatistics, dense_inputs
 
 
 def _threshold_name(threshold: float) -> str:
@@ -28,7 +28,7 @@ def angular_error_deg(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-
     return torch.rad2deg(torch.acos((pred * target).sum(dim=-1).clamp(-1.0, 1.0)))
 
 
-class NormalMetric:
+class NormalMetric(SummedStatistics):
     """Streaming surface-normal metrics of the official Sapiens2 ``NormalEvaluator``.
 
     Both prediction and target are unit-normalised; every valid pixel of the dataset contributes one angle.
@@ -74,14 +74,6 @@ class NormalMetric:
             head = torch.stack([angles.sum(), (angles**2).sum(), count, *below]).to(torch.float64)
             rows.append(torch.cat([head, histogram]))
         return torch.stack(rows)
-
-    def accumulate(self, statistics: torch.Tensor) -> None:
-        """Add rows from `statistics()` (any number, from any process)."""
-        self.totals += statistics.to(torch.float64).sum(dim=0).cpu()
-
-    def update(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        """Accumulate one batch; arguments as in `statistics`."""
-        self.accumulate(self.statistics(predictions, targets, mask))
 
     def compute(self) -> dict[str, float]:
         """

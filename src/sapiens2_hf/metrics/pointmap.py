@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from ._dense import dense_inputs
+from ._dense import SummedStatistics, dense_inputs
 from .normal import _threshold_name, angular_error_deg
 
 
@@ -43,7 +43,7 @@ def sobel5_normals(pointmap: torch.Tensor) -> torch.Tensor:
     return normals / (normals.norm(dim=1, keepdim=True) + 1e-6)
 
 
-class PointmapMetric:
+class PointmapMetric(SummedStatistics):
     """Streaming pointmap metrics on **canonical** pointmaps (prediction vs canonicalised target; the predicted
     scale is not evaluated), pooled over all valid pixels of the dataset, as the official ``PointmapEvaluator``.
 
@@ -102,14 +102,6 @@ class PointmapMetric:
             values += [(angles < t).sum() for t in self.angle_thresholds_deg]
             rows.append(torch.stack([v.to(torch.float64) for v in values]))
         return torch.stack(rows)
-
-    def accumulate(self, statistics: torch.Tensor) -> None:
-        """Add rows from `statistics()` (any number, from any process)."""
-        self.totals += statistics.to(torch.float64).sum(dim=0).cpu()
-
-    def update(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        """Accumulate one batch; arguments as in `statistics`."""
-        self.accumulate(self.statistics(predictions, targets, mask))
 
     def compute(self) -> dict[str, float]:
         """

@@ -291,12 +291,11 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
             teacher, `teacher_prototype_entropy` (see `Sapiens2PreTrainingOutput`).
         """
         # Legend: B batch, G global crops, L local crops, K kept / M masked patches per view, N = K + M,
-        # P prefix tokens (CLS + registers), C backbone width, Kc / Kp prototypes.
+        # P prefix tokens (CLS + registers), C backbone width, Kc / Kp prototypes (in the helpers too).
         self._check_inputs(pixel_values, patch_keep_indices, patch_mask_indices, local_pixel_values)
         config = self.config
         batch_size, num_global = pixel_values.shape[:2]
         grid_size = self.model._grid_size(pixel_values[:, 0])
-        num_prefix = config.backbone_config.num_prefix_tokens
         global_views = _view_major(pixel_values)  # (G*B, 3, H, W)
         keep = _view_major(patch_keep_indices).to(global_views.device)  # (G*B, K)
         mask = _view_major(patch_mask_indices).to(global_views.device)  # (G*B, M)
@@ -314,37 +313,56 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
             terms["mae_loss"] = self.mae_loss(pixels, global_views, mask)
 
         if config.uses_teacher:
-            with torch.no_grad():
-                teacher_tokens = self.teacher.model(global_views).last_hidden_state  # (G*B, P+N, C)
-                teacher_cls_logits = self.teacher.cls_head(teacher_tokens[:, 0])  # (G*B, Kc)
+            teacher_tokens, teacher_cls_logits = self._teacher_outputs(global_views)
             extras["teacher_prototype_entropy"] = prototype_usage_entropy(teacher_cls_logits, temperature)
 
             if config.cls_loss_weight > 0:
-                student_cls = [student_tokens[:, 0]]  # (G*B, C): CLS of the masked global views
-                num_local = 0
-                if local_pixel_values is not None and local_pixel_values.shape[1] > 0:
-                    num_local = local_pixel_values.shape[1]
-                    student_cls.append(self.model(_view_major(local_pixel_values)).pooler_output)  # (L*B, C)
-                student_cls_logits = self.cls_head(torch.cat(student_cls))  # ((G+L)*B, Kc)
-                terms["cls_loss"] = self.dino_cls_loss(
-                    student_cls_logits.view(num_global + num_local, batch_size, -1),
-                    teacher_cls_logits.view(num_global, batch_size, -1),
-                    temperature,
-                )
+                terms["cls_loss"] = self._cls_loss(student_tokens, teacher_cls_logits, local_pixel_values, temperature,
+                                                   num_global)
             if config.patch_loss_weight > 0:
-                with torch.no_grad():
-                    teacher_patches = teacher_tokens[:, num_prefix:].gather(
-                        1, mask[..., None].expand(-1, -1, teacher_tokens.shape[-1])
-                    )  # (G*B, M, C)
-                    teacher_patch_logits = self.teacher.patch_head(teacher_patches)  # (G*B, M, Kp)
-                student_patch_logits = self.patch_head(predicted_features)  # (G*B, M, Kp)
-                terms["patch_loss"] = self.ibot_patch_loss(
-                    student_patch_logits.flatten(0, 1), teacher_patch_logits.flatten(0, 1), temperature
-                )
+                terms["patch_loss"] = self._patch_loss(teacher_tokens, predicted_features, mask, temperature)
             if config.koleo_loss_weight > 0:
                 per_view_cls = student_tokens[:, 0].view(num_global, batch_size, -1)  # (G, B, C)
                 terms["koleo_loss"] = torch.stack([self.koleo_loss(view) for view in per_view_cls]).sum()
+        return self._weighted_total(terms), terms, extras
 
+    @torch.no_grad()
+    def _teacher_outputs(self, global_views):
+        """The teacher's tokens `(G*B, P+N, C)` of the unmasked global views and its CLS logits `(G*B, Kc)`."""
+        teacher_tokens = self.teacher.model(global_views).last_hidden_state
+        return teacher_tokens, self.teacher.cls_head(teacher_tokens[:, 0])
+
+    def _cls_loss(self, student_tokens, teacher_cls_logits, local_pixel_values, temperature, num_global):
+        """DINO loss between the student's CLS of every view (masked globals, then locals) and the teacher's CLS of
+        the global views; ``student_tokens`` `(G*B, P+K, C)`, ``teacher_cls_logits`` `(G*B, Kc)`."""
+        batch_size = student_tokens.shape[0] // num_global
+        student_cls = [student_tokens[:, 0]]  # (G*B, C): CLS of the masked global views
+        num_local = 0
+        if local_pixel_values is not None and local_pixel_values.shape[1] > 0:
+            num_local = local_pixel_values.shape[1]
+            student_cls.append(self.model(_view_major(local_pixel_values)).pooler_output)  # (L*B, C)
+        student_cls_logits = self.cls_head(torch.cat(student_cls))  # ((G+L)*B, Kc)
+        return self.dino_cls_loss(
+            student_cls_logits.view(num_global + num_local, batch_size, -1),
+            teacher_cls_logits.view(num_global, batch_size, -1),
+            temperature,
+        )
+
+    def _patch_loss(self, teacher_tokens, predicted_features, mask, temperature):
+        """iBOT loss between the student's predicted features and the teacher's tokens at the masked patches
+        ``mask`` `(G*B, M)`; ``teacher_tokens`` `(G*B, P+N, C)`."""
+        num_prefix = self.config.backbone_config.num_prefix_tokens
+        with torch.no_grad():
+            teacher_patches = teacher_tokens[:, num_prefix:].gather(
+                1, mask[..., None].expand(-1, -1, teacher_tokens.shape[-1])
+            )  # (G*B, M, C)
+            teacher_patch_logits = self.teacher.patch_head(teacher_patches)  # (G*B, M, Kp)
+        student_patch_logits = self.patch_head(predicted_features)  # (G*B, M, Kp)
+        return self.ibot_patch_loss(student_patch_logits.flatten(0, 1), teacher_patch_logits.flatten(0, 1), temperature)
+
+    def _weighted_total(self, terms: dict) -> torch.Tensor:
+        """``mae_loss_weight * mae + contrastive_loss_weight * (the weighted cls, patch and KoLeo terms)``."""
+        config = self.config
         contrastive = sum(
             getattr(config, f"{name}_weight") * terms[name]
             for name in ("cls_loss", "patch_loss", "koleo_loss")
@@ -353,7 +371,7 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
         total = config.mae_loss_weight * terms.get("mae_loss", 0.0) + config.contrastive_loss_weight * contrastive
         if not isinstance(total, torch.Tensor):
             raise ValueError("Every loss weight is 0: nothing to train. Set mae_loss_weight or the contrastive weights.")
-        return total, terms, extras
+        return total
 
     def forward(
         self,

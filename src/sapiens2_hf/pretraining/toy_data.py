@@ -39,6 +39,23 @@ def _shape_mask(label: int, rows: torch.Tensor, cols: torch.Tensor, draw: torch.
     return (radius < size) & (radius > 0.55 * size)
 
 
+def _stripes_mask(label, rows, cols, draw, height, width):
+    """Foreground of a `"stripes"` image: horizontal, vertical or crossed stripes, a disc, or diagonal stripes."""
+    period = 4.0 + 8.0 * float(draw[0])
+    phase = 2 * math.pi * float(draw[1])
+    if label == 0:
+        return torch.sin(2 * math.pi * rows / period + phase) > 0
+    if label == 1:
+        return torch.sin(2 * math.pi * cols / period + phase) > 0
+    if label == 2:
+        return (torch.sin(2 * math.pi * rows / period + phase) > 0) ^ (torch.sin(2 * math.pi * cols / period) > 0)
+    if label == 3:
+        center_y, center_x = height * (0.3 + 0.4 * float(draw[2])), width * (0.3 + 0.4 * float(draw[3]))
+        radius = min(height, width) * (0.2 + 0.2 * float(draw[4]))
+        return (rows - center_y) ** 2 + (cols - center_x) ** 2 < radius**2
+    return torch.sin(2 * math.pi * (rows + cols) / (period * math.sqrt(2)) + phase) > 0
+
+
 def make_toy_images(
     num_images: int,
     height: int,
@@ -76,27 +93,10 @@ def make_toy_images(
             pattern = _shape_mask(label, rows, cols, draw, height, width)
             background = 30 + 20 * torch.rand(3, generator=generator)
             foreground = 190 + 40 * torch.rand(3, generator=generator)
-            image = torch.where(pattern[None], foreground.view(3, 1, 1), background.view(3, 1, 1))
-            image = image + noise_std * torch.randn(3, height, width, generator=generator)
-            images.append(image.round().clamp(0, 255).to(torch.uint8))
-            labels.append(label)
-            continue
-        period = 4.0 + 8.0 * float(draw[0])
-        phase = 2 * math.pi * float(draw[1])
-        if label == 0:
-            pattern = torch.sin(2 * math.pi * rows / period + phase) > 0
-        elif label == 1:
-            pattern = torch.sin(2 * math.pi * cols / period + phase) > 0
-        elif label == 2:
-            pattern = (torch.sin(2 * math.pi * rows / period + phase) > 0) ^ (torch.sin(2 * math.pi * cols / period) > 0)
-        elif label == 3:
-            center_y, center_x = height * (0.3 + 0.4 * float(draw[2])), width * (0.3 + 0.4 * float(draw[3]))
-            radius = min(height, width) * (0.2 + 0.2 * float(draw[4]))
-            pattern = (rows - center_y) ** 2 + (cols - center_x) ** 2 < radius**2
         else:
-            pattern = torch.sin(2 * math.pi * (rows + cols) / (period * math.sqrt(2)) + phase) > 0
-        colors = torch.rand(2, 3, generator=generator) * 255  # (background / foreground, RGB)
-        image = torch.where(pattern[None], colors[1].view(3, 1, 1), colors[0].view(3, 1, 1))
+            pattern = _stripes_mask(label, rows, cols, draw, height, width)
+            background, foreground = torch.rand(2, 3, generator=generator) * 255
+        image = torch.where(pattern[None], foreground.view(3, 1, 1), background.view(3, 1, 1))
         image = image + noise_std * torch.randn(3, height, width, generator=generator)
         images.append(image.round().clamp(0, 255).to(torch.uint8))
         labels.append(label)

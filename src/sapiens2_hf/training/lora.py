@@ -6,6 +6,7 @@ its inference commands work without it."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -146,10 +147,6 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False
     Returns:
         `Path`: `out_dir`.
     """
-    import json
-
-    from huggingface_hub import hf_hub_download
-
     from ..hub.sharing import save_for_hub
     from ..processing import Sapiens2HFImageProcessor, image_processor_for_task
 
@@ -171,6 +168,14 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False
     except OSError:  # adapters saved before the processor travelled with them
         height, width = config.image_size_hw
         processor = image_processor_for_task(config.task, size={"height": height, "width": width})
+    return save_for_hub(model, out_dir, image_processor=processor, remote_code=remote_code, overwrite=overwrite,
+                        card_kwargs=_merged_card(adapter))
+
+
+def _merged_card(adapter: str) -> dict:
+    """The model card's source line, and its `base_model` when the adapter's base is a Hub repo id."""
+    from huggingface_hub import hf_hub_download
+
     adapter_config_file = Path(adapter) / "adapter_config.json"
     if not adapter_config_file.is_file():
         adapter_config_file = Path(hf_hub_download(adapter, "adapter_config.json"))
@@ -178,8 +183,7 @@ def merge_lora(adapter: str | Path, out_dir: str | Path, overwrite: bool = False
     card_kwargs = {"source": f"LoRA adapter {adapter} merged into {base} with sapiens2_hf.training.merge_lora"}
     if base and base.count("/") == 1 and not Path(base).exists():
         card_kwargs["base_model"] = base
-    return save_for_hub(model, out_dir, image_processor=processor, remote_code=remote_code, overwrite=overwrite,
-                        card_kwargs=card_kwargs)
+    return card_kwargs
 
 
 def set_lora_adapter(module: nn.Module, adapter_name: str) -> None:

@@ -20,7 +20,7 @@ Entry points:
 
 from .dataset import TASKS, make_dataset, sample_seed, sample_to_row, task_features
 from .generator import SyntheticHumans, render_sample
-from .human import KEYPOINT_MODELED
+from .body import KEYPOINT_MODELED
 from .render import render_scene
 from .scene import Camera, Scene, mirror_scene, sample_scene
 from .writer import read_written_sample, write_dataset

@@ -205,6 +205,22 @@ def _pixel_boxes(prims, fx, fy, cx, cy, height, width):
     return j0.astype(np.int64), j1.astype(np.int64), i0.astype(np.int64), i1.astype(np.int64)
 
 
+def _chunks(counts, num_cones, num_prims, max_pairs):
+    """``(start, stop)`` primitive ranges of at most ``max_pairs`` (pixel, primitive) pairs each (a single larger
+    primitive is its own range), so that memory stays bounded at large resolutions; cones and ellipsoids apart."""
+    chunks = []
+    for lo_id, hi_id in ((0, num_cones), (num_cones, num_prims)):
+        start, running = lo_id, 0
+        for index in range(lo_id, hi_id):
+            if running and running + counts[index] > max_pairs:
+                chunks.append((start, index))
+                start, running = index, 0
+            running += counts[index]
+        if hi_id > start:
+            chunks.append((start, hi_id))
+    return chunks
+
+
 def render_primitives(prims: Primitives, fx, fy, cx, cy, height, width, max_pairs=500_000):
     """Z-buffer every pixel centre against all primitives.
 
@@ -226,21 +242,9 @@ def render_primitives(prims: Primitives, fx, fy, cx, cy, height, width, max_pair
     ray_x = ((np.arange(width) - cx) / fx).astype(np.float32)
     ray_y = ((np.arange(height) - cy) / fy).astype(np.float32)
     counts = np.maximum(j1 - j0 + 1, 0) * np.maximum(i1 - i0 + 1, 0)
-    # Chunk by primitive so that memory stays bounded at large resolutions; cones and ellipsoids separately.
     nc = prims.num_cones
-    chunks = []
-    for lo_id, hi_id in ((0, nc), (nc, len(prims))):
-        start, running = lo_id, 0
-        for index in range(lo_id, hi_id):
-            if running and running + counts[index] > max_pairs:
-                chunks.append((start, index))
-                start, running = index, 0
-            running += counts[index]
-        if hi_id > start:
-            chunks.append((start, hi_id))
-
     hit_pix, hit_t, hit_prim = [], [], []
-    for start, stop in chunks:
+    for start, stop in _chunks(counts, nc, len(prims), max_pairs):
         rows, cols, box_counts = _expand_boxes(j0[start:stop], j1[start:stop], i0[start:stop], i1[start:stop])
         if rows.size == 0:
             continue

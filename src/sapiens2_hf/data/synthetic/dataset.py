@@ -79,8 +79,15 @@ def task_features(task: str, height: int, width: int):
 
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
-    h, w = int(height), int(width)
-    spec = {
+    columns = {"sample_index": datasets.Value("int64")}
+    spec = _column_features(datasets, int(height), int(width))
+    columns.update({name: spec[name] for name in _TASK_COLUMNS[task]})
+    return datasets.Features(columns)
+
+
+def _column_features(datasets, h, w) -> dict:
+    """The feature of every column a task can have (`task_features`'s table)."""
+    return {
         "image": datasets.Image(),
         "boxes": datasets.Array2D((None, 4), "float32"),
         "keypoints": datasets.Array3D((None, 308, 2), "float32"),
@@ -99,9 +106,6 @@ def task_features(task: str, height: int, width: int):
         "alpha": datasets.Array2D((h, w), "float32"),
         "foreground": datasets.Array3D((h, w, 3), "float32"),
     }
-    columns = {"sample_index": datasets.Value("int64")}
-    columns.update({name: spec[name] for name in _TASK_COLUMNS[task]})
-    return datasets.Features(columns)
 
 
 def sample_to_row(sample: dict, task: str, index: int) -> dict:

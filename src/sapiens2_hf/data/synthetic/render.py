@@ -7,24 +7,14 @@ keypoint visibility a ray cast through each keypoint against the same primitives
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .human import (
-    BLOTCH,
-    CHECKS,
-    ELLIPSOID_CODE,
-    EYEBALL,
-    IRIS_ANGLE,
-    KEYPOINT_MODELED,
-    KEYPOINT_OWNERS,
-    KEYPOINT_TOLERANCE,
-    NUM_MATERIALS,
-    NUM_POSE_KEYPOINTS,
-    PUPIL_ANGLE,
-    STRIPES,
-    build_person,
-)
+from ...modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from ._raycast import NEAR_PLANE, Primitives, cast_rays, render_primitives, surface_frames
+from .body import ELLIPSOID_CODE, KEYPOINT_MODELED, KEYPOINT_OWNERS, KEYPOINT_TOLERANCE, build_person
+from .human import BLOTCH, CHECKS, EYEBALL, IRIS_ANGLE, NUM_MATERIALS, PUPIL_ANGLE, STRIPES
 from .matting import soft_matte
 
 
@@ -45,15 +35,7 @@ def _background(bg: dict, height: int, width: int, mirrored: bool):
     ca, sa = f32(np.cos(bg["angle"])), f32(np.sin(bg["angle"]))
     kind = bg["kind"]
     if kind == "blobs":
-        grid = np.asarray(bg["grid"], dtype=f32)  # (grid_h, grid_w, 3)
-        y0, fy = _linear_index(height, grid.shape[0])
-        x0, fx = _linear_index(width, grid.shape[1])
-        if mirrored:
-            x0, fx = x0[::-1], fx[::-1]
-        rows = grid[y0] + fy[:, None, None] * (grid[y0 + 1] - grid[y0])  # (height, grid_w, 3)
-        left = rows[:, x0]  # (height, width, 3)
-        albedo = left + fx[None, :, None] * (rows[:, x0 + 1] - left)
-        return albedo, _bg_shading(bg, xc, yc, width, height)
+        return _blobs(bg, height, width, mirrored), _bg_shading(bg, xc, yc, width, height)
     if kind == "plain":
         weight = None
     elif kind == "gradient":
@@ -66,14 +48,7 @@ def _background(bg: dict, height: int, width: int, mirrored: bool):
         p = f32(bg["period"])
         weight = (np.floor(xc / p).astype(np.int32)[None, :] + np.floor(yc / p).astype(np.int32)[:, None]) & 1
     elif kind == "wall_floor":
-        p = f32(bg["period"])
-        floor_w = f32(0.75) + f32(0.25) * (np.floor(xc / p).astype(np.int32) & 1)  # (width,)
-        wall_w = f32(0.85) + f32(0.15) * ys / f32(max(height - 1, 1))  # (height,)
-        is_floor = ys >= f32(bg["horizon"] * (height - 1))
-        albedo = np.empty((height, width, 3), dtype=f32)
-        albedo[is_floor] = floor_w[:, None] * c2
-        albedo[~is_floor] = wall_w[~is_floor][:, None, None] * c1
-        return albedo, _bg_shading(bg, xc, yc, width, height)
+        return _wall_floor(bg, xc, ys, c1, c2), _bg_shading(bg, xc, yc, width, height)
     else:
         raise ValueError(f"Unknown background kind {kind!r}; use plain, gradient, stripes, checker, blobs, wall_floor.")
     albedo = np.empty((height, width, 3), dtype=f32)
@@ -81,6 +56,32 @@ def _background(bg: dict, height: int, width: int, mirrored: bool):
     if weight is not None:
         albedo += weight.astype(f32)[..., None] * (c2 - c1)
     return albedo, _bg_shading(bg, xc, yc, width, height)
+
+
+def _blobs(bg, height, width, mirrored):
+    """Smooth colour blobs: the ``grid`` of colours bilinearly upsampled to the image."""
+    grid = np.asarray(bg["grid"], dtype=np.float32)  # (grid_h, grid_w, 3)
+    y0, fy = _linear_index(height, grid.shape[0])
+    x0, fx = _linear_index(width, grid.shape[1])
+    if mirrored:
+        x0, fx = x0[::-1], fx[::-1]
+    rows = grid[y0] + fy[:, None, None] * (grid[y0 + 1] - grid[y0])  # (height, grid_w, 3)
+    left = rows[:, x0]  # (height, width, 3)
+    return left + fx[None, :, None] * (rows[:, x0 + 1] - left)
+
+
+def _wall_floor(bg, xc, ys, c1, c2):
+    """A wall of colour ``c1`` darkening upwards above the horizon, a floor of planks of colour ``c2`` below it."""
+    f32 = np.float32
+    height, width = len(ys), len(xc)
+    p = f32(bg["period"])
+    floor_w = f32(0.75) + f32(0.25) * (np.floor(xc / p).astype(np.int32) & 1)  # (width,)
+    wall_w = f32(0.85) + f32(0.15) * ys / f32(max(height - 1, 1))  # (height,)
+    is_floor = ys >= f32(bg["horizon"] * (height - 1))
+    albedo = np.empty((height, width, 3), dtype=f32)
+    albedo[is_floor] = floor_w[:, None] * c2
+    albedo[~is_floor] = wall_w[~is_floor][:, None, None] * c1
+    return albedo
 
 
 def _linear_index(size, grid_size):
@@ -196,32 +197,46 @@ def assemble(scene):
         "split_dir": np.concatenate([np.zeros((len(ca), 3)), ea[:, 8:11]]),
         "person": person,
     }
-    cone_offsets = np.cumsum([0] + [len(g.cone_a) for g in geoms])
-    ell_offsets = prims.num_cones + np.cumsum([0] + [len(g.ellipsoid_center) for g in geoms])
-    codes = KEYPOINT_OWNERS
-    is_ell = codes >= ELLIPSOID_CODE
-    owners = np.stack([
-        np.where(codes < 0, -1, np.where(is_ell, ell_offsets[i] + codes - ELLIPSOID_CODE, cone_offsets[i] + codes))
-        for i in range(len(geoms))
-    ])
-    attrs["owners"] = owners
+    attrs["owners"] = _owner_ids(geoms, prims.num_cones)
     attrs["geometry"] = geoms
     return prims, attrs
 
 
-def render_scene(scene, return_intermediates: bool = False) -> dict:
-    """Render a scene. See `sapiens2_hf.data.synthetic.render_sample` for the returned keys."""
-    cam = scene.camera
-    height, width = cam.height, cam.width
-    fx, fy, cx, cy = cam.fx, cam.fy, cam.cx, cam.cy
-    prims, attrs = assemble(scene)
-    geoms = attrs["geometry"]
-    num_people = len(scene.people)
+def _owner_ids(geoms, num_cones):
+    """Global primitive ids `(num_people, 308, 4)` of each keypoint's owners (-1 padded), from the owner codes."""
+    cone_offsets = np.cumsum([0] + [len(g.cone_a) for g in geoms])
+    ell_offsets = num_cones + np.cumsum([0] + [len(g.ellipsoid_center) for g in geoms])
+    codes = KEYPOINT_OWNERS
+    is_ell = codes >= ELLIPSOID_CODE
+    return np.stack([
+        np.where(codes < 0, -1, np.where(is_ell, ell_offsets[i] + codes - ELLIPSOID_CODE, cone_offsets[i] + codes))
+        for i in range(len(geoms))
+    ])
 
-    depth_flat, prim_flat = render_primitives(prims, fx, fy, cx, cy, height, width)
+
+@dataclass
+class _Hits:
+    """The first hit of each foreground pixel: flat pixel ids ``fg``, their rows and columns, the hit primitive
+    ``gid``, camera-frame ``points`` and ``normals``, unit-sphere ``local`` coordinates, and the label ``classes``,
+    global ``material`` rows and ``person`` of the hit region."""
+
+    fg: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    gid: np.ndarray
+    points: np.ndarray
+    normals: np.ndarray
+    local: np.ndarray
+    classes: np.ndarray
+    material: np.ndarray
+    person: np.ndarray
+
+
+def _first_hits(prims, attrs, cam, depth_flat, prim_flat) -> _Hits:
+    fx, fy, cx, cy = cam.fx, cam.fy, cam.cx, cam.cy
     fg = np.flatnonzero(prim_flat >= 0)
     gid = prim_flat[fg]
-    rows, cols = np.divmod(fg, width)
+    rows, cols = np.divmod(fg, cam.width)
     t = depth_flat[fg]
     points = np.empty((len(fg), 3))
     points[:, 0] = (cols - cx) / fx * t
@@ -232,53 +247,43 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
     split = axial + np.einsum("ij,ij->i", local, attrs["split_dir"][gid])  # split_dir is 0 for cones
     splits = attrs["splits"][gid]
     region = (split >= splits[:, 0]).astype(np.int64) + (split >= splits[:, 1])
-    classes = attrs["classes"][gid, region]
-    material = attrs["materials"][gid, region]
-    person = attrs["person"][gid]
+    return _Hits(fg, rows, cols, gid, points, normals, local, classes=attrs["classes"][gid, region],
+                 material=attrs["materials"][gid, region], person=attrs["person"][gid])
 
+
+def _shade_people(scene, hits: _Hits):
+    """Albedo and Lambert + ambient shading `(num_fg, 3)` of the foreground pixels."""
     # Solid textures live in the body frame; a mirrored person flips x so that its texture is the mirror image.
-    body_points = np.empty_like(points)
+    body_points = np.empty_like(hits.points)
     for index, p in enumerate(scene.people):
-        sel = person == index
-        body_points[sel] = np.einsum("ij,jk->ik", points[sel] - p.translation, p.rotation)
+        sel = hits.person == index
+        body_points[sel] = np.einsum("ij,jk->ik", hits.points[sel] - p.translation, p.rotation)
         body_points[sel, 0] *= p.texture_sign
-    albedo_fg = _albedo(_material_table(scene.people), material, body_points, local)
-    lambert = np.maximum(np.einsum("ij,lj->il", normals, scene.light_directions), 0.0)  # (num_fg, num_lights)
+    albedo_fg = _albedo(_material_table(scene.people), hits.material, body_points, hits.local)
+    lambert = np.maximum(np.einsum("ij,lj->il", hits.normals, scene.light_directions), 0.0)  # (num_fg, num_lights)
     shading_fg = scene.ambient + np.einsum("il,lc->ic", lambert, scene.light_colors)
+    return albedo_fg, shading_fg
 
-    bg_albedo, bg_shading = _background(scene.background, height, width, scene.mirrored)
-    n_pix = height * width
-    scene_albedo = bg_albedo.reshape(n_pix, 3)
-    image_clean = scene_albedo * bg_shading.reshape(n_pix, 1)  # float32 (n_pix, 3)
-    background_clean = image_clean.copy()  # the background alone, also under the people (matting composite)
-    albedo_fg = albedo_fg.astype(np.float32)
-    shading_fg = shading_fg.astype(np.float32)
-    scene_albedo[fg] = albedo_fg
-    image_clean[fg] = albedo_fg * shading_fg
+
+def _quantise(image_clean, noise, n_pix, height, width):
+    """The uint8 image: ``image_clean`` (flat, [0, 1]) plus the sensor noise, rounded and clipped."""
     buffer = image_clean * np.float32(255.0)
-    noise = None
-    if scene.noise_std > 0:
-        noise = sensor_noise(scene.noise_seed, scene.noise_std, height, width)
-        if scene.mirrored:
-            noise = noise[:, ::-1]
+    if noise is not None:
         buffer += noise.reshape(n_pix, 3) * np.float32(255.0)
     np.rint(buffer, out=buffer)
     np.clip(buffer, 0.0, 255.0, out=buffer)
-    image = buffer.astype(np.uint8).reshape(height, width, 3)
-    alpha, foreground, matting_image = soft_matte(
-        prims, cam, prim_flat.reshape(height, width), image_clean.reshape(height, width, 3),
-        background_clean.reshape(height, width, 3), noise, image)
+    return buffer.astype(np.uint8).reshape(height, width, 3)
 
-    # ---- per-person bookkeeping: drop people with no visible pixel, compact instance ids --------------------------
+
+def _person_boxes(hits: _Hits, num_people):
+    """The people with a visible pixel, each person's new index (-1 for the dropped), and their pixel-edge boxes."""
+    person, rows, cols = hits.person, hits.rows, hits.cols
     counts = np.bincount(person, minlength=num_people)
     visible_people = np.flatnonzero(counts > 0)
     new_index = np.full(num_people, -1, dtype=np.int64)
     new_index[visible_people] = np.arange(len(visible_people))
-    num_visible = len(visible_people)
-    instance = np.zeros(n_pix, dtype=np.int32)
-    instance[fg] = new_index[person] + 1
-    boxes = np.zeros((num_visible, 4), dtype=np.float32)
-    if num_visible:
+    boxes = np.zeros((len(visible_people), 4), dtype=np.float32)
+    if len(visible_people):
         big = np.iinfo(np.int64).max
         x_min = np.full(num_people, big)
         y_min = np.full(num_people, big)
@@ -290,10 +295,17 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
         np.maximum.at(y_max, person, rows)
         v = visible_people
         boxes[:] = np.stack([x_min[v], y_min[v], x_max[v] + 1, y_max[v] + 1], axis=1)
+    return visible_people, new_index, boxes
 
-    # ---- keypoints ---------------------------------------------------------------------------------------------------
-    modeled = KEYPOINT_MODELED
-    kp_cam = np.zeros((num_visible, NUM_POSE_KEYPOINTS, 3))
+
+def _keypoints(scene, prims, attrs, visible_people):
+    """Projected keypoints `(n, 308, 2)`, visibility codes `(n, 308)` and camera-frame keypoints `(n, 308, 3)`.
+
+    A keypoint is visible when the ray through it first hits one of its owner primitives within its tolerance.
+    """
+    cam, geoms, modeled = scene.camera, attrs["geometry"], KEYPOINT_MODELED
+    fx, fy, cx, cy = cam.fx, cam.fy, cam.cx, cam.cy
+    kp_cam = np.zeros((len(visible_people), NUM_POSE_KEYPOINTS, 3))
     for out, index in enumerate(visible_people):
         p = scene.people[index]
         kp_cam[out] = geoms[index].keypoints @ p.rotation.T + p.translation
@@ -305,7 +317,7 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
     ray_dy = kp_cam[..., 1] / safe_z
     ku = fx * ray_dx + cx
     kv = fy * ray_dy + cy
-    in_image = valid & (ku >= -0.5) & (ku < width - 0.5) & (kv >= -0.5) & (kv < height - 0.5)
+    in_image = valid & (ku >= -0.5) & (ku < cam.width - 0.5) & (kv >= -0.5) & (kv < cam.height - 0.5)
     hit_t, hit_prim = cast_rays(prims, ray_dx[valid], ray_dy[valid], ku[valid], kv[valid], fx, fy, cx, cy)
     owners = attrs["owners"][visible_people][valid]  # (num_valid, 4)
     own = np.any(owners == hit_prim[:, None], axis=1)
@@ -314,27 +326,58 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
     seen[valid] = own & close
     visibility = np.where(in_image, np.where(seen, 2, 1), 0).astype(np.uint8)
     keypoints = np.where(valid[..., None], np.stack([ku, kv], axis=-1), 0.0).astype(np.float32)
+    return keypoints, visibility, kp_cam
 
-    segmentation = np.zeros(n_pix, dtype=np.int64)
-    segmentation[fg] = classes
-    normal_map = np.zeros((n_pix, 3), dtype=np.float32)
-    normal_map[fg] = normals
-    pointmap = np.zeros((n_pix, 3), dtype=np.float32)
-    pointmap[fg] = points
-    albedo = np.zeros((n_pix, 3), dtype=np.float32)
-    albedo[fg] = albedo_fg
-    mask = np.zeros(n_pix, dtype=bool)
-    mask[fg] = True
 
+def _scatter(fg, values, shape, dtype):
+    """A zero image of ``shape`` (flat pixels first) holding ``values`` at the foreground pixels ``fg``."""
+    out = np.zeros(shape, dtype=dtype)
+    out[fg] = values
+    return out
+
+
+def _dense_labels(hits: _Hits, new_index, albedo_fg, height, width):
+    """The per-pixel labels: segmentation, mask, instance map, normals, pointmap, depth and albedo."""
+    fg, n_pix = hits.fg, height * width
+    pointmap = _scatter(fg, hits.points, (n_pix, 3), np.float32).reshape(height, width, 3)
+    return {
+        "segmentation": _scatter(fg, hits.classes, n_pix, np.int64).reshape(height, width),
+        "mask": _scatter(fg, True, n_pix, bool).reshape(height, width),
+        "instance_map": _scatter(fg, new_index[hits.person] + 1, n_pix, np.int32).reshape(height, width),
+        "normals": _scatter(fg, hits.normals, (n_pix, 3), np.float32).reshape(height, width, 3),
+        "pointmap": pointmap,
+        "depth": np.ascontiguousarray(pointmap[..., 2]),
+        "albedo": _scatter(fg, albedo_fg, (n_pix, 3), np.float32).reshape(height, width, 3),
+    }
+
+
+def render_scene(scene, return_intermediates: bool = False) -> dict:
+    """Render a scene. See `sapiens2_hf.data.synthetic.render_sample` for the returned keys."""
+    cam = scene.camera
+    height, width, n_pix = cam.height, cam.width, cam.height * cam.width
+    prims, attrs = assemble(scene)
+    depth_flat, prim_flat = render_primitives(prims, cam.fx, cam.fy, cam.cx, cam.cy, height, width)
+    hits = _first_hits(prims, attrs, cam, depth_flat, prim_flat)
+    albedo_fg, shading_fg = (a.astype(np.float32) for a in _shade_people(scene, hits))
+
+    bg_albedo, bg_shading = _background(scene.background, height, width, scene.mirrored)
+    scene_albedo = bg_albedo.reshape(n_pix, 3)
+    image_clean = scene_albedo * bg_shading.reshape(n_pix, 1)  # float32 (n_pix, 3)
+    background_clean = image_clean.copy()  # the background alone, also under the people (matting composite)
+    scene_albedo[hits.fg] = albedo_fg
+    image_clean[hits.fg] = albedo_fg * shading_fg
+    noise = _scene_noise(scene)
+    image = _quantise(image_clean, noise, n_pix, height, width)
+    alpha, foreground, matting_image = soft_matte(
+        prims, cam, prim_flat.reshape(height, width), image_clean.reshape(height, width, 3),
+        background_clean.reshape(height, width, 3), noise, image)
+
+    # People with no visible pixel are dropped and the instance ids compacted.
+    visible_people, new_index, boxes = _person_boxes(hits, len(scene.people))
+    keypoints, visibility, kp_cam = _keypoints(scene, prims, attrs, visible_people)
     sample = {
         "image": image,
-        "segmentation": segmentation.reshape(height, width),
-        "mask": mask.reshape(height, width),
-        "instance_map": instance.reshape(height, width),
-        "normals": normal_map.reshape(height, width, 3),
-        "pointmap": pointmap.reshape(height, width, 3),
-        "depth": np.ascontiguousarray(pointmap.reshape(height, width, 3)[..., 2]),
-        "albedo": albedo.reshape(height, width, 3),
+        **_dense_labels(hits, new_index, albedo_fg, height, width),
         "alpha": alpha,
         "foreground": foreground,
         "matting_image": matting_image,
@@ -343,21 +386,33 @@ def render_scene(scene, return_intermediates: bool = False) -> dict:
         "keypoints_3d": kp_cam.astype(np.float32),
         "boxes": boxes,
         "camera_intrinsics": cam.intrinsics.astype(np.float32),
-        "num_people": num_visible,
+        "num_people": len(visible_people),
     }
     if return_intermediates:
-        owner_ids = attrs["owners"][visible_people]  # (num_visible, 308, 4)
-        owner_classes = np.where(owner_ids[..., None] >= 0, attrs["classes"][np.maximum(owner_ids, 0)], -1)
-        prim_map = prim_flat.reshape(height, width)
         shading = np.repeat(bg_shading.reshape(n_pix, 1), 3, axis=1)
-        shading[fg] = shading_fg
+        shading[hits.fg] = shading_fg
         sample.update({
             "image_clean": image_clean.reshape(height, width, 3),
             "scene_albedo": scene_albedo.reshape(height, width, 3),
             "shading": shading.reshape(height, width, 3),
             "noise": noise if noise is not None else np.zeros((height, width, 3), np.float32),
-            "primitive_index": prim_map,
-            "keypoint_owner_classes": owner_classes.reshape(num_visible, NUM_POSE_KEYPOINTS, 12),
+            "primitive_index": prim_flat.reshape(height, width),
+            "keypoint_owner_classes": _owner_classes(attrs, visible_people),
             "person_index": visible_people,
         })
     return sample
+
+
+def _scene_noise(scene):
+    """The scene's sensor noise `(height, width, 3)` (mirrored with the scene), or None for a noise-free image."""
+    if not scene.noise_std > 0:
+        return None
+    noise = sensor_noise(scene.noise_seed, scene.noise_std, scene.camera.height, scene.camera.width)
+    return noise[:, ::-1] if scene.mirrored else noise
+
+
+def _owner_classes(attrs, visible_people):
+    """The seg classes `(num_visible, 308, 12)` each keypoint's owner primitives can carry (-1 padded)."""
+    owner_ids = attrs["owners"][visible_people]  # (num_visible, 308, 4)
+    owner_classes = np.where(owner_ids[..., None] >= 0, attrs["classes"][np.maximum(owner_ids, 0)], -1)
+    return owner_classes.reshape(len(visible_people), NUM_POSE_KEYPOINTS, 12)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .human import _hsv_to_rgb, build_person, mirror_person, sample_person
+from .body import build_person
+from .human import _hsv_to_rgb, mirror_person, sample_person
 
 
 @dataclass
@@ -120,62 +121,9 @@ def sample_scene(rng: np.random.Generator, config) -> Scene:
             max_tilt_deg, max_roll_deg, close_up_prob).
     """
     height, width = int(config.height), int(config.width)
-    lo, hi = np.deg2rad(config.fov_deg)
-    fov = lo + (hi - lo) * rng.random()
-    f = 0.5 * height / np.tan(0.5 * fov)
-    camera = Camera(f, f, 0.5 * (width - 1), 0.5 * (height - 1), height, width)
-    pitch = np.deg2rad(config.max_tilt_deg) * (2.0 * rng.random() - 1.0)
-    roll = np.deg2rad(config.max_roll_deg) * (2.0 * rng.random() - 1.0)
-    r_tilt = _rot_x(pitch) @ _rot_z(roll)
-
-    n = _num_people(rng, config.num_people)
-    people, geometry, placed = [], [], []
-    floor_y = first_depth = None
-    for i in range(n):
-        person = sample_person(rng)
-        geom = build_person(person)
-        height_m = person.shape["height"]
-        u = rng.random(8).tolist()
-        yaw = np.deg2rad(np.clip(35.0 * rng.standard_normal(), -90, 90)) if u[0] < 0.6 else np.pi * (2 * u[1] - 1)
-        rotation = r_tilt @ _B2C @ _rot_y(yaw)
-        if i == 0:
-            if u[2] < config.close_up_prob:
-                frac = 1.3 + 1.1 * u[3]
-                u_c, v_c = (0.3 + 0.4 * u[4]) * width, (0.06 + 0.04 * u[6] + 0.5 * frac) * height
-            else:
-                frac = (0.55 + 0.4 * u[3]) if n == 1 else (0.4 + 0.4 * u[3])
-                if u[5] < 0.15:  # deliberately truncated at the border
-                    u_c, v_c = (0.05 + 0.9 * u[4]) * width, (0.3 + 0.4 * u[6]) * height
-                else:
-                    u_c, v_c = (0.35 + 0.3 * u[4]) * width, (0.42 + 0.16 * u[6]) * height
-            depth = f * height_m / (frac * height)
-            center = depth * np.array([(u_c - camera.cx) / f, (v_c - camera.cy) / f, 1.0])
-            level = r_tilt.T @ center
-            floor_y = level[1] + 0.5 * height_m
-            first_depth = level[2]
-            base = np.array([level[0], floor_y, level[2]])
-        else:
-            for _ in range(20):
-                z = max(1.0, 0.6 * first_depth) + (2.2 * first_depth - max(1.0, 0.6 * first_depth)) * rng.random()
-                x = ((-0.1 + 1.2 * rng.random()) * width - camera.cx) / f * z
-                if all(abs(x - px) > 0.55 or abs(z - pz) > 0.55 for px, pz in placed):
-                    break
-            else:
-                continue
-            base = np.array([x, floor_y, z])
-        person.rotation = rotation
-        person.translation = r_tilt @ base - rotation @ np.array([0.0, geom.lowest_point(), 0.0])
-        placed.append((base[0], base[2]))
-        people.append(person)
-        geometry.append(geom)
-
-    num_lights = int(rng.integers(1, 4))
-    dirs = np.stack([rng.uniform(-1.0, 1.0, num_lights), rng.uniform(-1.0, 0.2, num_lights),
-                     rng.uniform(-1.3, -0.2, num_lights)], axis=1)
-    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
-    weights = rng.dirichlet(np.ones(num_lights)) * rng.uniform(0.55, 0.95)
-    colors = weights[:, None] * np.clip(1.0 + rng.normal(0.0, 0.06, (num_lights, 3)), 0.8, 1.2)
-    ambient = rng.uniform(0.15, 0.45) * np.clip(1.0 + rng.normal(0.0, 0.05, 3), 0.85, 1.15)
+    camera, r_tilt = _sample_camera(rng, config, height, width)
+    people, geometry = _sample_people(rng, config, camera, r_tilt)
+    dirs, colors, ambient = _sample_lights(rng)
     noise_lo, noise_hi = config.noise_std
     noise_std = float(noise_lo + (noise_hi - noise_lo) * rng.random()) if rng.random() < 0.8 else 0.0
     return Scene(
@@ -183,6 +131,86 @@ def sample_scene(rng: np.random.Generator, config) -> Scene:
         background=_sample_background(rng, height, width), noise_std=noise_std,
         noise_seed=int(rng.integers(0, 2**62)), mirrored=False, geometry=geometry,
     )
+
+
+def _sample_camera(rng, config, height, width):
+    """A pinhole camera (random field of view, centred principal point) and its tilt (pitch, roll) rotation."""
+    lo, hi = np.deg2rad(config.fov_deg)
+    fov = lo + (hi - lo) * rng.random()
+    f = 0.5 * height / np.tan(0.5 * fov)
+    camera = Camera(f, f, 0.5 * (width - 1), 0.5 * (height - 1), height, width)
+    pitch = np.deg2rad(config.max_tilt_deg) * (2.0 * rng.random() - 1.0)
+    roll = np.deg2rad(config.max_roll_deg) * (2.0 * rng.random() - 1.0)
+    return camera, _rot_x(pitch) @ _rot_z(roll)
+
+
+def _sample_people(rng, config, camera, r_tilt):
+    """People standing on one floor: the first framed in the image (sometimes a close-up or cut by the border),
+    the others behind it without overlapping; a person with no free spot after 20 tries is skipped."""
+    n = _num_people(rng, config.num_people)
+    people, geometry, placed = [], [], []
+    floor_y = first_depth = None
+    for i in range(n):
+        person = sample_person(rng)
+        geom = build_person(person)
+        u = rng.random(8).tolist()
+        yaw = np.deg2rad(np.clip(35.0 * rng.standard_normal(), -90, 90)) if u[0] < 0.6 else np.pi * (2 * u[1] - 1)
+        rotation = r_tilt @ _B2C @ _rot_y(yaw)
+        if i == 0:
+            level = _first_person_centre(u, config, camera, r_tilt, person.shape["height"], n)
+            floor_y = level[1] + 0.5 * person.shape["height"]
+            first_depth = level[2]
+            base = np.array([level[0], floor_y, level[2]])
+        else:
+            base = _free_spot(rng, camera, first_depth, floor_y, placed)
+            if base is None:
+                continue
+        person.rotation = rotation
+        person.translation = r_tilt @ base - rotation @ np.array([0.0, geom.lowest_point(), 0.0])
+        placed.append((base[0], base[2]))
+        people.append(person)
+        geometry.append(geom)
+    return people, geometry
+
+
+def _first_person_centre(u, config, camera, r_tilt, height_m, n):
+    """The first person's centre in the level (untilted) camera frame, from its framing in the image."""
+    height, width, f = camera.height, camera.width, camera.fx
+    if u[2] < config.close_up_prob:
+        frac = 1.3 + 1.1 * u[3]
+        u_c, v_c = (0.3 + 0.4 * u[4]) * width, (0.06 + 0.04 * u[6] + 0.5 * frac) * height
+    else:
+        frac = (0.55 + 0.4 * u[3]) if n == 1 else (0.4 + 0.4 * u[3])
+        if u[5] < 0.15:  # deliberately truncated at the border
+            u_c, v_c = (0.05 + 0.9 * u[4]) * width, (0.3 + 0.4 * u[6]) * height
+        else:
+            u_c, v_c = (0.35 + 0.3 * u[4]) * width, (0.42 + 0.16 * u[6]) * height
+    depth = f * height_m / (frac * height)
+    center = depth * np.array([(u_c - camera.cx) / f, (v_c - camera.cy) / f, 1.0])
+    return r_tilt.T @ center
+
+
+def _free_spot(rng, camera, first_depth, floor_y, placed):
+    """A floor position at least 0.55 m (in x or z) from everyone placed, or None after 20 tries."""
+    f = camera.fx
+    for _ in range(20):
+        z = max(1.0, 0.6 * first_depth) + (2.2 * first_depth - max(1.0, 0.6 * first_depth)) * rng.random()
+        x = ((-0.1 + 1.2 * rng.random()) * camera.width - camera.cx) / f * z
+        if all(abs(x - px) > 0.55 or abs(z - pz) > 0.55 for px, pz in placed):
+            return np.array([x, floor_y, z])
+    return None
+
+
+def _sample_lights(rng):
+    """One to three directional lights (unit directions, RGB colours) and the ambient RGB."""
+    num_lights = int(rng.integers(1, 4))
+    dirs = np.stack([rng.uniform(-1.0, 1.0, num_lights), rng.uniform(-1.0, 0.2, num_lights),
+                     rng.uniform(-1.3, -0.2, num_lights)], axis=1)
+    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+    weights = rng.dirichlet(np.ones(num_lights)) * rng.uniform(0.55, 0.95)
+    colors = weights[:, None] * np.clip(1.0 + rng.normal(0.0, 0.06, (num_lights, 3)), 0.8, 1.2)
+    ambient = rng.uniform(0.15, 0.45) * np.clip(1.0 + rng.normal(0.0, 0.05, 3), 0.85, 1.15)
+    return dirs, colors, ambient
 
 
 def mirror_scene(scene: Scene) -> Scene:

@@ -94,6 +94,58 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
         `Path` of ``output_dir``.
     """
     tasks = tuple(tasks)
+    root = Path(output_dir)
+    _check_arguments(tasks, image_format, num_samples, root, overwrite)
+    kset = None if keypoint_set is None else _keypoint_set(keypoint_set)
+    class_names, class_table = _class_table(class_map) if class_map is not None else (SEGMENTATION_CLASS_NAMES, None)
+    cfg = SyntheticHumans(height=height, width=width, num_people=num_people, **config)
+    folders = _make_folders(root, tasks)
+
+    images, annotations = [], []
+    for index in range(int(num_samples)):
+        sample = cfg.sample(sample_seed(seed, index))
+        image_name = _write_sample(root, f"{index:06d}", sample, tasks, folders, image_format, class_table)
+        images.append({"id": index, "file_name": image_name, "height": int(height), "width": int(width),
+                       "camera_intrinsics": sample["camera_intrinsics"].astype(float).tolist()})
+        annotations += _annotations(sample, index, kset, first_id=len(annotations) + 1)
+    if "pose" in tasks:
+        _atomic_write(root / "person_keypoints.json", json.dumps(_coco(seed, images, annotations, kset)).encode())
+    if class_map is not None and "seg" in tasks:
+        _atomic_write(root / "labels.json", json.dumps(dict(enumerate(class_names)), indent=1).encode())
+    meta = {
+        "generator_version": GENERATOR_VERSION, "seed": int(seed), "num_samples": int(num_samples),
+        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()},
+        "tasks": list(tasks), "image_format": image_format, "folders": folders,
+        "conventions": _CONVENTIONS, "segmentation_classes": list(class_names),
+        "keypoint_names": list(kset.names if kset else POSE_KEYPOINT_NAMES),
+    }
+    _atomic_write(root / "meta.json", json.dumps(meta, indent=1).encode())
+    return root
+
+
+def _coco(seed, images, annotations, kset) -> dict:
+    """The COCO keypoints file: images, annotations and the person category with its keypoint names."""
+    return {
+        "info": {"description": "sapiens2_hf synthetic humans", "generator_version": GENERATOR_VERSION,
+                 "seed": int(seed), "keypoint_convention": "pixel centres at integer coordinates"},
+        "images": images, "annotations": annotations,
+        "categories": [{"id": 1, "name": "person", "supercategory": "person",
+                        "keypoints": list(kset.names if kset else POSE_KEYPOINT_NAMES),
+                        # COCO's skeleton counts keypoints from 1
+                        "skeleton": [[a + 1, b + 1] for a, b in kset.skeleton] if kset else []}],
+    }
+
+
+_CONVENTIONS = {
+    "camera_frame": "X right, Y down, Z forward (metres)",
+    "normals": "unit, camera frame, pointing towards the camera (dot(n, view ray) < 0)",
+    "pixels": "pixel (row i, column j) has its centre at (x, y) = (j, i)",
+    "boxes": "COCO bbox [x, y, w, h] in pixel-edge coordinates around the visible pixels",
+    "keypoint_visibility": "2 visible, 1 occluded inside the image, 0 absent",
+}
+
+
+def _check_arguments(tasks, image_format, num_samples, root: Path, overwrite: bool) -> None:
     unknown = [t for t in tasks if t not in WRITER_TASKS]
     if unknown:
         raise ValueError(f"Unknown task(s) {unknown}; write_dataset handles {WRITER_TASKS}.")
@@ -101,12 +153,12 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
         raise ValueError(f"image_format must be 'png' or 'jpg', got {image_format!r}.")
     if int(num_samples) < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
-    root = Path(output_dir)
     if (root / "meta.json").exists() and not overwrite:
         raise ValueError(f"{root} already holds a dataset (meta.json); pass overwrite=True or choose another folder.")
-    kset = None if keypoint_set is None else _keypoint_set(keypoint_set)
-    class_names, class_table = _class_table(class_map) if class_map is not None else (SEGMENTATION_CLASS_NAMES, None)
-    cfg = SyntheticHumans(height=height, width=width, num_people=num_people, **config)
+
+
+def _make_folders(root: Path, tasks) -> list:
+    """Create the folders the tasks write (module docstring); returns their names in a fixed order."""
     folders = ["images"]
     if "pose" in tasks or "seg" in tasks:
         folders.append("instances")
@@ -119,82 +171,58 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
         folders += ["matting_image", "alpha", "foreground"]
     for folder in folders:
         (root / folder).mkdir(parents=True, exist_ok=True)
+    return folders
 
-    images, annotations = [], []
-    for index in range(int(num_samples)):
-        sample = cfg.sample(sample_seed(seed, index))
-        stem = f"{index:06d}"
-        image_name = f"images/{stem}.{image_format}"
-        if image_format == "png":
-            _atomic_write(root / image_name, _png(sample["image"]))
-        else:
-            buffer = io.BytesIO()
-            Image.fromarray(sample["image"]).save(buffer, format="JPEG", quality=95)
-            _atomic_write(root / image_name, buffer.getvalue())
-        mask = sample["mask"]
-        if "instances" in folders:
-            _atomic_write(root / "instances" / f"{stem}.png", _png(sample["instance_map"].astype(np.uint8)))
-        if "seg" in tasks:
-            classes = sample["segmentation"].astype(np.uint8)
-            _atomic_write(root / "seg" / f"{stem}.png", _png(classes if class_table is None else class_table[classes]))
-        if "mask" in folders:
-            _atomic_write(root / "mask" / f"{stem}.png", _png(mask.astype(np.uint8) * 255))
-        if "normal" in tasks:
-            _atomic_write(root / "normal" / f"{stem}.npy", _npy(sample["normals"]))
-        if "pointmap" in tasks:
-            _atomic_write(root / "pointmap" / f"{stem}.npz",
-                          _npz(pointmap=sample["pointmap"], depth=sample["depth"],
-                               K=sample["camera_intrinsics"].astype(np.float64), mask=mask))
-        if "albedo" in tasks:
-            _atomic_write(root / "albedo" / f"{stem}.npy", _npy(sample["albedo"]))
-        if "matting" in tasks:
-            _atomic_write(root / "matting_image" / f"{stem}.png", _png(sample["matting_image"]))
-            _atomic_write(root / "alpha" / f"{stem}.png", _png(_to_uint8(sample["alpha"])))
-            _atomic_write(root / "foreground" / f"{stem}.png", _png(_to_uint8(sample["foreground"])))
-        images.append({"id": index, "file_name": image_name, "height": int(height), "width": int(width),
-                       "camera_intrinsics": sample["camera_intrinsics"].astype(float).tolist()})
-        counts = np.bincount(sample["instance_map"].ravel(), minlength=sample["num_people"] + 1)
-        for person in range(sample["num_people"]):
-            vis = sample["keypoint_visibility"][person]
-            kp = np.where(vis[:, None] > 0, sample["keypoints"][person], 0.0)
-            points = np.concatenate([kp, vis[:, None].astype(np.float32)], axis=1)
-            if kset is not None:
-                points = kset.from_308(points)
-            x0, y0, x1, y1 = (float(v) for v in sample["boxes"][person])
-            annotations.append({
-                "id": len(annotations) + 1, "image_id": index, "category_id": 1,
-                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": float(counts[person + 1]), "iscrowd": 0,
-                "keypoints": points.ravel().round(3).tolist(), "num_keypoints": int((points[:, 2] > 0).sum()),
-            })
-    if "pose" in tasks:
-        coco = {
-            "info": {"description": "sapiens2_hf synthetic humans", "generator_version": GENERATOR_VERSION,
-                     "seed": int(seed), "keypoint_convention": "pixel centres at integer coordinates"},
-            "images": images, "annotations": annotations,
-            "categories": [{"id": 1, "name": "person", "supercategory": "person",
-                            "keypoints": list(kset.names if kset else POSE_KEYPOINT_NAMES),
-                            # COCO's skeleton counts keypoints from 1
-                            "skeleton": [[a + 1, b + 1] for a, b in kset.skeleton] if kset else []}],
-        }
-        _atomic_write(root / "person_keypoints.json", json.dumps(coco).encode())
-    if class_map is not None and "seg" in tasks:
-        _atomic_write(root / "labels.json", json.dumps(dict(enumerate(class_names)), indent=1).encode())
-    meta = {
-        "generator_version": GENERATOR_VERSION, "seed": int(seed), "num_samples": int(num_samples),
-        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()},
-        "tasks": list(tasks), "image_format": image_format, "folders": folders,
-        "conventions": {
-            "camera_frame": "X right, Y down, Z forward (metres)",
-            "normals": "unit, camera frame, pointing towards the camera (dot(n, view ray) < 0)",
-            "pixels": "pixel (row i, column j) has its centre at (x, y) = (j, i)",
-            "boxes": "COCO bbox [x, y, w, h] in pixel-edge coordinates around the visible pixels",
-            "keypoint_visibility": "2 visible, 1 occluded inside the image, 0 absent",
-        },
-        "segmentation_classes": list(class_names),
-        "keypoint_names": list(kset.names if kset else POSE_KEYPOINT_NAMES),
-    }
-    _atomic_write(root / "meta.json", json.dumps(meta, indent=1).encode())
-    return root
+
+def _write_sample(root: Path, stem: str, sample: dict, tasks, folders, image_format, class_table) -> str:
+    """Write one sample's image and label files; returns the image's name relative to ``root``."""
+    image_name = f"images/{stem}.{image_format}"
+    if image_format == "png":
+        _atomic_write(root / image_name, _png(sample["image"]))
+    else:
+        buffer = io.BytesIO()
+        Image.fromarray(sample["image"]).save(buffer, format="JPEG", quality=95)
+        _atomic_write(root / image_name, buffer.getvalue())
+    mask = sample["mask"]
+    if "instances" in folders:
+        _atomic_write(root / "instances" / f"{stem}.png", _png(sample["instance_map"].astype(np.uint8)))
+    if "seg" in tasks:
+        classes = sample["segmentation"].astype(np.uint8)
+        _atomic_write(root / "seg" / f"{stem}.png", _png(classes if class_table is None else class_table[classes]))
+    if "mask" in folders:
+        _atomic_write(root / "mask" / f"{stem}.png", _png(mask.astype(np.uint8) * 255))
+    if "normal" in tasks:
+        _atomic_write(root / "normal" / f"{stem}.npy", _npy(sample["normals"]))
+    if "pointmap" in tasks:
+        _atomic_write(root / "pointmap" / f"{stem}.npz",
+                      _npz(pointmap=sample["pointmap"], depth=sample["depth"],
+                           K=sample["camera_intrinsics"].astype(np.float64), mask=mask))
+    if "albedo" in tasks:
+        _atomic_write(root / "albedo" / f"{stem}.npy", _npy(sample["albedo"]))
+    if "matting" in tasks:
+        _atomic_write(root / "matting_image" / f"{stem}.png", _png(sample["matting_image"]))
+        _atomic_write(root / "alpha" / f"{stem}.png", _png(_to_uint8(sample["alpha"])))
+        _atomic_write(root / "foreground" / f"{stem}.png", _png(_to_uint8(sample["foreground"])))
+    return image_name
+
+
+def _annotations(sample: dict, image_id: int, kset, first_id: int) -> list:
+    """The COCO person annotations of one sample (ids from ``first_id``), keypoints in ``kset`` or the 308."""
+    annotations = []
+    counts = np.bincount(sample["instance_map"].ravel(), minlength=sample["num_people"] + 1)
+    for person in range(sample["num_people"]):
+        vis = sample["keypoint_visibility"][person]
+        kp = np.where(vis[:, None] > 0, sample["keypoints"][person], 0.0)
+        points = np.concatenate([kp, vis[:, None].astype(np.float32)], axis=1)
+        if kset is not None:
+            points = kset.from_308(points)
+        x0, y0, x1, y1 = (float(v) for v in sample["boxes"][person])
+        annotations.append({
+            "id": first_id + person, "image_id": image_id, "category_id": 1,
+            "bbox": [x0, y0, x1 - x0, y1 - y0], "area": float(counts[person + 1]), "iscrowd": 0,
+            "keypoints": points.ravel().round(3).tolist(), "num_keypoints": int((points[:, 2] > 0).sum()),
+        })
+    return annotations
 
 
 def _keypoint_set(value):
