@@ -380,6 +380,26 @@ def _caching_forward(model, compiled_forward, cache, clone: bool, backend: str, 
     return forward
 
 
+def _compile_forward(model: torch.nn.Module, mode_options: dict, clone: bool, *, device: torch.device,
+                     dtype: torch.dtype, mode: str | None, fullgraph: bool, dynamic: bool | None, backend: str,
+                     exact_casts: bool, compile_cache_dir, attention: str) -> None:
+    """Replaces `model.forward` by its `torch.compile`d version (with the compile cache: `model.compile_cache`)."""
+    options = None
+    if backend == "inductor":
+        # Round reduced-precision intermediates where eager rounds (the official bf16 RoPE arithmetic); `mode`
+        # and `options` are exclusive in torch.compile, so the mode is spelled out as its options.
+        options = {**mode_options, "emulate_precision_casts": bool(exact_casts)}
+    if backend == "inductor" and device.type == "cpu":
+        _warn_about_shared_inductor_cache()
+    compiled_forward = torch.compile(model.forward, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
+                                     options=options)
+    model.compile_cache = None if backend != "inductor" else _open_compile_cache(
+        compile_cache_dir, model, device, dtype, mode=mode, fullgraph=bool(fullgraph), dynamic=dynamic,
+        attention=attention, exact_casts=bool(exact_casts))
+    # An instance attribute shadows the class's `forward`; `nn.Module.__call__` (hooks included) calls it.
+    model.forward = _caching_forward(model, compiled_forward, model.compile_cache, clone, backend, device, dtype)
+
+
 def prepare_for_inference(
     model: torch.nn.Module,
     device="cuda",
@@ -434,20 +454,9 @@ def prepare_for_inference(
 
     clone = cuda_graphs if clone_outputs is None else bool(clone_outputs)
     if compile:
-        options = None
-        if backend == "inductor":
-            # Round reduced-precision intermediates where eager rounds (the official bf16 RoPE arithmetic); `mode`
-            # and `options` are exclusive in torch.compile, so the mode is spelled out as its options.
-            options = {**mode_options, "emulate_precision_casts": bool(exact_casts)}
-        if backend == "inductor" and device.type == "cpu":
-            _warn_about_shared_inductor_cache()
-        compiled_forward = torch.compile(model.forward, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
-                                         options=options)
-        model.compile_cache = None if backend != "inductor" else _open_compile_cache(
-            compile_cache_dir, model, device, dtype, mode=mode, fullgraph=bool(fullgraph), dynamic=dynamic,
-            attention=in_use, exact_casts=bool(exact_casts))
-        # An instance attribute shadows the class's `forward`; `nn.Module.__call__` (hooks included) calls it.
-        model.forward = _caching_forward(model, compiled_forward, model.compile_cache, clone, backend, device, dtype)
+        _compile_forward(model, mode_options, clone, device=device, dtype=dtype, mode=mode, fullgraph=fullgraph,
+                         dynamic=dynamic, backend=backend, exact_casts=exact_casts,
+                         compile_cache_dir=compile_cache_dir, attention=in_use)
     model.inference_recipe = InferenceRecipe(
         device=str(device), dtype=dtype, attention=in_use, compiled=bool(compile), mode=mode,
         fullgraph=bool(fullgraph), cuda_graphs=cuda_graphs, clone_outputs=clone and bool(compile),

@@ -208,7 +208,7 @@ def add_frame_arguments(parser) -> None:
 def add_rerun_arguments(parser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="recompute inputs whose outputs a previous run completed (default: skip them)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def _add_runtime_arguments(parser) -> None:
