@@ -130,6 +130,18 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
     report["oks_ap_before"], report["oks_ap_after"] = before.get("eval_oks_ap"), after.get("eval_oks_ap")
     report["metric_notes"] = METRIC_NOTES
 
+    repo = _publish_and_reload(lora_model, out, after, seed, report)
+    _run_pose_pipeline(repo, out, seed, report)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    save_json(report, out / "report.json", indent=1)
+    (out / "report.md").write_text(_markdown(report, repo))
+    shutil.rmtree(work / "pretrain_images", ignore_errors=True)
+    print(_markdown(report, repo))
+    return report
+
+
+def _publish_and_reload(lora_model, out: Path, after: dict, seed: int, report: dict) -> Path:
+    """Step 4: the merged model as a Hub-ready repository, reloaded through the Auto class (into `report`)."""
     print("4/5 merging the adapter, saving a Hub-ready repository and reloading it through the Auto class")
     model = lora_model.merge_and_unload().eval()
     processor = image_processor_for_task("pose", size={"height": INPUT_SIZE[0], "width": INPUT_SIZE[1]})
@@ -152,7 +164,12 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
     report["reloaded_from"] = ("the installed sapiens2_hf package" if installed
                                else "the repository's own modeling files (trust_remote_code)")
     report["reload_max_abs_difference"] = reload_error
+    return repo
 
+
+def _run_pose_pipeline(repo: Path, out: Path, seed: int, report: dict) -> None:
+    """Step 5: the registered pipeline on held-out synthetic people (PCK into `report`) and on the bundled photo;
+    writes the overlays and keypoints.json."""
     print("5/5 running pipeline('sapiens2-pose') on held-out synthetic people and on the bundled photo")
     # The registered pipeline loads the folder with our model class; its shipped remote code is not needed here.
     pose = pipeline("sapiens2-pose", model=str(repo))
@@ -178,12 +195,6 @@ def run_demo(out_dir: str | Path = "demo_output", seed: int = 0, pretrain_steps:
                overlays / "astronaut.png")
     results.append(_keypoints_entry("astronaut.png (skimage.data.astronaut, NASA, public domain)", people))
     save_json(results, out / "keypoints.json")
-    report["seconds"] = round(time.perf_counter() - started, 1)
-    save_json(report, out / "report.json", indent=1)
-    (out / "report.md").write_text(_markdown(report, repo))
-    shutil.rmtree(work / "pretrain_images", ignore_errors=True)
-    print(_markdown(report, repo))
-    return report
 
 
 # What the report's numbers mean, written into report.json and report.md.

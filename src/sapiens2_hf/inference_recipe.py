@@ -327,6 +327,79 @@ def _clone_outputs(outputs):
     return outputs
 
 
+def _check_request(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, compile: bool,
+                   mode: str | None) -> None:
+    """The combinations `prepare_for_inference` refuses (or warns about) before it touches the model."""
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise RuntimeError(f"{torch.cuda.get_device_name(device)} has no bfloat16 support; pass dtype=torch.float16 "
+                           "(or torch.float32).")
+    if device.type == "cpu" and dtype != torch.float32:
+        logger.warning("prepare_for_inference: %s on CPU is usually slower than float32 (no bfloat16/float16 units "
+                       "on most CPUs); it is meant for GPUs.", dtype)
+    if mode is not None and not compile:
+        raise ValueError(f"mode={mode!r} is a torch.compile mode; pass compile=True or drop it.")
+    if getattr(model, "inference_recipe", None) is not None and model.inference_recipe.compiled:
+        raise RuntimeError("this model was already prepared and compiled by prepare_for_inference; prepare a fresh "
+                           "model (compiling twice would wrap the compiled forward again).")
+
+
+def _open_compile_cache(compile_cache_dir, model: torch.nn.Module, device: torch.device, dtype: torch.dtype,
+                        **options) -> CompileCache | None:
+    """The loaded compile cache of this model and recipe (`compile_cache_dir` as `prepare_for_inference` takes it;
+    None for `False`)."""
+    if compile_cache_dir is False:
+        return None
+    folder = default_compile_cache_dir() if compile_cache_dir in (None, True) else compile_cache_dir
+    cache = CompileCache(folder, _compile_cache_key(model, device, dtype, **options))
+    cache.load()
+    return cache
+
+
+def _caching_forward(model, compiled_forward, cache, clone: bool, backend: str, device, dtype):
+    """`compiled_forward` that says (once) that it compiles, saves the compile cache after a new graph and copies
+    the outputs out of CUDA-graph memory when `clone`."""
+    first_call = [True]
+
+    @functools.wraps(model.forward)
+    def forward(*args, **kwargs):
+        if first_call[0]:
+            first_call[0] = False
+            loaded = sum(cache.loaded.values()) if cache is not None else 0
+            # compiling takes minutes on a CPU: say so (once) rather than look hung
+            logger.warning(
+                "compiling %s with torch.compile (%s on %s, %s): the first call takes a while%s.",
+                type(model).__name__, backend, device.type, str(dtype).removeprefix("torch."),
+                "" if cache is None else (f"; compile cache {cache.path} ({loaded} artefacts loaded)" if loaded
+                                          else f"; no compile cache yet, it will be written to {cache.path}"))
+        graphs = _counters()["graphs_compiled"] if cache is not None else 0
+        outputs = compiled_forward(*args, **kwargs)
+        if cache is not None and _counters()["graphs_compiled"] != graphs:
+            cache.save()
+        return _clone_outputs(outputs) if clone else outputs
+
+    return forward
+
+
+def _compile_forward(model: torch.nn.Module, mode_options: dict, clone: bool, *, device: torch.device,
+                     dtype: torch.dtype, mode: str | None, fullgraph: bool, dynamic: bool | None, backend: str,
+                     exact_casts: bool, compile_cache_dir, attention: str) -> None:
+    """Replaces `model.forward` by its `torch.compile`d version (with the compile cache: `model.compile_cache`)."""
+    options = None
+    if backend == "inductor":
+        # Round reduced-precision intermediates where eager rounds (the official bf16 RoPE arithmetic); `mode`
+        # and `options` are exclusive in torch.compile, so the mode is spelled out as its options.
+        options = {**mode_options, "emulate_precision_casts": bool(exact_casts)}
+    if backend == "inductor" and device.type == "cpu":
+        _warn_about_shared_inductor_cache()
+    compiled_forward = torch.compile(model.forward, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
+                                     options=options)
+    model.compile_cache = None if backend != "inductor" else _open_compile_cache(
+        compile_cache_dir, model, device, dtype, mode=mode, fullgraph=bool(fullgraph), dynamic=dynamic,
+        attention=attention, exact_casts=bool(exact_casts))
+    # An instance attribute shadows the class's `forward`; `nn.Module.__call__` (hooks included) calls it.
+    model.forward = _caching_forward(model, compiled_forward, model.compile_cache, clone, backend, device, dtype)
+
+
 def prepare_for_inference(
     model: torch.nn.Module,
     device="cuda",
@@ -367,23 +440,12 @@ def prepare_for_inference(
     Returns:
         the same `model` object, in eval mode, with `model.inference_recipe` (`InferenceRecipe`) describing it.
     """
-    device = _check_device(device)
-    dtype = resolve_dtype(dtype)
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise RuntimeError(f"{torch.cuda.get_device_name(device)} has no bfloat16 support; pass dtype=torch.float16 "
-                           "(or torch.float32).")
-    if device.type == "cpu" and dtype != torch.float32:
-        logger.warning("prepare_for_inference: %s on CPU is usually slower than float32 (no bfloat16/float16 units "
-                       "on most CPUs); it is meant for GPUs.", dtype)
-    if mode is not None and not compile:
-        raise ValueError(f"mode={mode!r} is a torch.compile mode; pass compile=True or drop it.")
+    device, dtype = _check_device(device), resolve_dtype(dtype)
+    _check_request(model, device, dtype, compile, mode)
     mode_options = _mode_options(mode, dynamic) if compile and backend == "inductor" else {}
     cuda_graphs = bool(mode_options.get("triton.cudagraphs", False))
     if cuda_graphs and device.type != "cuda":
         raise ValueError(f"mode={mode!r} records CUDA graphs and needs device='cuda'; on {device.type} use mode=None.")
-    if getattr(model, "inference_recipe", None) is not None and model.inference_recipe.compiled:
-        raise RuntimeError("this model was already prepared and compiled by prepare_for_inference; prepare a fresh "
-                           "model (compiling twice would wrap the compiled forward again).")
 
     model.eval()
     model.to(device=device, dtype=dtype)
@@ -392,44 +454,9 @@ def prepare_for_inference(
 
     clone = cuda_graphs if clone_outputs is None else bool(clone_outputs)
     if compile:
-        options = None
-        if backend == "inductor":
-            # Round reduced-precision intermediates where eager rounds (the official bf16 RoPE arithmetic); `mode`
-            # and `options` are exclusive in torch.compile, so the mode is spelled out as its options.
-            options = {**mode_options, "emulate_precision_casts": bool(exact_casts)}
-        if backend == "inductor" and device.type == "cpu":
-            _warn_about_shared_inductor_cache()
-        compiled_forward = torch.compile(model.forward, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
-                                         options=options)
-        cache = None
-        if backend == "inductor" and compile_cache_dir is not False:
-            folder = default_compile_cache_dir() if compile_cache_dir in (None, True) else compile_cache_dir
-            cache = CompileCache(folder, _compile_cache_key(
-                model, device, dtype, mode=mode, fullgraph=bool(fullgraph), dynamic=dynamic, attention=in_use,
-                exact_casts=bool(exact_casts)))
-            cache.load()
-        model.compile_cache = cache
-        first_call = [True]
-
-        @functools.wraps(model.forward)
-        def forward(*args, **kwargs):
-            if first_call[0]:
-                first_call[0] = False
-                loaded = sum(cache.loaded.values()) if cache is not None else 0
-                # compiling takes minutes on a CPU: say so (once) rather than look hung
-                logger.warning(
-                    "compiling %s with torch.compile (%s on %s, %s): the first call takes a while%s.",
-                    type(model).__name__, backend, device.type, str(dtype).removeprefix("torch."),
-                    "" if cache is None else (f"; compile cache {cache.path} ({loaded} artefacts loaded)" if loaded
-                                              else f"; no compile cache yet, it will be written to {cache.path}"))
-            graphs = _counters()["graphs_compiled"] if cache is not None else 0
-            outputs = compiled_forward(*args, **kwargs)
-            if cache is not None and _counters()["graphs_compiled"] != graphs:
-                cache.save()
-            return _clone_outputs(outputs) if clone else outputs
-
-        # An instance attribute shadows the class's `forward`; `nn.Module.__call__` (hooks included) calls it.
-        model.forward = forward
+        _compile_forward(model, mode_options, clone, device=device, dtype=dtype, mode=mode, fullgraph=fullgraph,
+                         dynamic=dynamic, backend=backend, exact_casts=exact_casts,
+                         compile_cache_dir=compile_cache_dir, attention=in_use)
     model.inference_recipe = InferenceRecipe(
         device=str(device), dtype=dtype, attention=in_use, compiled=bool(compile), mode=mode,
         fullgraph=bool(fullgraph), cuda_graphs=cuda_graphs, clone_outputs=clone and bool(compile),

@@ -92,6 +92,19 @@ def register_task(
             another task already registers with it, or the spec's post-processing method is not the processor's.
         TypeError: the loss, output, metric or pipeline class is not of its kind.
     """
+    spec = _checked_spec(model_class, spec)
+    _check_parts(spec, model_class, metric, pipeline_class)
+    add_task_spec(spec)
+    try:
+        _fill_task_tables(spec, model_class, metric, data, training, head_presets, pipeline_class)
+        register_task_model(spec)
+    except BaseException:
+        unregister_task(spec.name)
+        raise
+
+
+def _checked_spec(model_class: type, spec: TaskSpec | None) -> TaskSpec:
+    """The task's spec (given, or the class's), after the checks against the class and the registered tasks."""
     if not (isinstance(model_class, type) and issubclass(model_class, Sapiens2TaskModel)):
         raise TypeError(f"model_class must be a Sapiens2TaskModel subclass, got {model_class!r}.")
     name = getattr(model_class, "task", None)
@@ -104,27 +117,27 @@ def register_task(
     if name != spec.name:
         raise ValueError(f"{model_class.__name__} has task = {name!r}, but the spec registers {spec.name!r}; set "
                          f"task = {spec.name!r} on the class.")
-    _check_parts(spec, model_class, metric, pipeline_class)
     if spec.own_auto_class is None:
         users = [other.name for other in TASK_SPECS.values() if other.auto_class == spec.auto_class]
         if users:
             raise ValueError(f"{spec.auto_class} already builds the {users[0]!r} model from a Sapiens2 config; give "
                              'the task auto_class="AutoModel" (it gets an Auto class of its own).')
-    add_task_spec(spec)
-    try:
-        TASK_MODEL_CLASSES[spec.name] = model_class
-        HEAD_PRESETS[spec.name] = dict(head_presets or {})
-        PIPELINE_CLASSES[spec.pipeline_name] = pipeline_class or dense_map_pipeline_class(spec.name)
-        dense = spec.post_process == "post_process_dense_maps"
-        if data is not None or dense:
-            DATA_TASKS[spec.name] = data or DataTaskSpec.dense_map(spec.name)
-        if training is not None or dense:
-            TRAINING_TASKS[spec.name] = training or TrainingTaskSpec.dense_map(spec.name, model_class.loss_class,
-                                                                               metric)
-        register_task_model(spec)
-    except BaseException:
-        unregister_task(spec.name)
-        raise
+    return spec
+
+
+def _fill_task_tables(spec: TaskSpec, model_class: type, metric, data: DataTaskSpec | None,
+                      training: TrainingTaskSpec | None, head_presets: dict[str, dict] | None,
+                      pipeline_class: type | None) -> None:
+    """The task's model class, head presets, pipeline and (given, or a dense map's defaults) data and training
+    facets."""
+    TASK_MODEL_CLASSES[spec.name] = model_class
+    HEAD_PRESETS[spec.name] = dict(head_presets or {})
+    PIPELINE_CLASSES[spec.pipeline_name] = pipeline_class or dense_map_pipeline_class(spec.name)
+    dense = spec.post_process == "post_process_dense_maps"
+    if data is not None or dense:
+        DATA_TASKS[spec.name] = data or DataTaskSpec.dense_map(spec.name)
+    if training is not None or dense:
+        TRAINING_TASKS[spec.name] = training or TrainingTaskSpec.dense_map(spec.name, model_class.loss_class, metric)
 
 
 def _check_parts(spec: TaskSpec, model_class: type, metric, pipeline_class) -> None:

@@ -48,6 +48,37 @@ def _installed_version(distribution: str) -> str | None:
         return None
 
 
+def _check_models(models: Mapping[str, str], tasks) -> None:
+    for task, source in models.items():
+        if task not in tasks:
+            raise ValueError(f"unknown task {task!r}; one of {', '.join(tasks)}.")
+        if source != DEMO_MODEL and (Path(source).exists() or source.endswith(".safetensors")):
+            raise ValueError(f"{task}={source}: a Space cannot read files of this machine; upload the model to the "
+                             "Hub and give its id (or `demo`).")
+
+
+def _readme(title: str, models: Mapping[str, str]) -> str:
+    """The Space's README.md: its front matter and the table of its models."""
+    body = [
+        _front_matter(title, _installed_version("gradio")),
+        "",
+        f"# {title}",
+        "",
+        "Sapiens2 (Meta, ICLR 2026) human-centric vision models: pose (308 keypoints), body-part segmentation, "
+        "surface normals, pointmap / depth, albedo and matting, served by the `sapiens2_hf` web app. Upload an image "
+        "or a video in a task's tab; the overlay and the raw outputs (JSON, .npy, .ply) can be downloaded.",
+        "",
+        "| task | model |",
+        "|---|---|",
+        *(f"| {task} | `{source}` |" for task, source in models.items()),
+        "",
+        "`demo` is a tiny model with random weights (real output formats, random values). Written by "
+        "`sapiens2-hf space`; the model weights follow the Sapiens2 License.",
+        "",
+    ]
+    return "\n".join(body)
+
+
 def write_space(out_dir: str | Path, models: Mapping[str, str] | None = None, title: str = "Sapiens2",
                 requirement: str | None = None, overwrite: bool = False) -> Path:
     """Writes the Space folder.
@@ -69,12 +100,7 @@ def write_space(out_dir: str | Path, models: Mapping[str, str] | None = None, ti
     """
     tasks = task_names()
     models = {task: DEMO_MODEL for task in tasks} | dict(models or {})
-    for task, source in models.items():
-        if task not in tasks:
-            raise ValueError(f"unknown task {task!r}; one of {', '.join(tasks)}.")
-        if source != DEMO_MODEL and (Path(source).exists() or source.endswith(".safetensors")):
-            raise ValueError(f"{task}={source}: a Space cannot read files of this machine; upload the model to the "
-                             "Hub and give its id (or `demo`).")
+    _check_models(models, tasks)
     out = Path(out_dir)
     existing = [name for name in SPACE_FILES if (out / name).exists()]
     if existing and not overwrite:
@@ -85,22 +111,5 @@ def write_space(out_dir: str | Path, models: Mapping[str, str] | None = None, ti
     ordered = {task: models[task] for task in tasks}
     (out / "app.py").write_text(_APP_PY.format(title=title, models=json.dumps(ordered, indent=4)))
     (out / "requirements.txt").write_text(f"{requirement}\n")
-    body = [
-        _front_matter(title, _installed_version("gradio")),
-        "",
-        f"# {title}",
-        "",
-        "Sapiens2 (Meta, ICLR 2026) human-centric vision models: pose (308 keypoints), body-part segmentation, "
-        "surface normals, pointmap / depth, albedo and matting, served by the `sapiens2_hf` web app. Upload an image "
-        "or a video in a task's tab; the overlay and the raw outputs (JSON, .npy, .ply) can be downloaded.",
-        "",
-        "| task | model |",
-        "|---|---|",
-        *(f"| {task} | `{source}` |" for task, source in ordered.items()),
-        "",
-        "`demo` is a tiny model with random weights (real output formats, random values). Written by "
-        "`sapiens2-hf space`; the model weights follow the Sapiens2 License.",
-        "",
-    ]
-    (out / "README.md").write_text("\n".join(body))
+    (out / "README.md").write_text(_readme(title, ordered))
     return out

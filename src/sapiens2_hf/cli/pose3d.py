@@ -31,10 +31,11 @@ from pathlib import Path
 
 from ..runs.records import RunReport
 from ..runs.resume import ResumeMarkers
-from .options import (ForegroundOptions, PredictOptions, check_local_source, device_name, finite_float,
+from .options import (ForegroundOptions, PredictOptions, check_local_source, device_name,
                       non_negative_float, positive_float, positive_int, probability)
 from .outputs import OutputWriteError, _boxes_for, predict_images, writing_outputs
-from .predict import DEFAULT_DETECTOR, _check_intrinsics, build_pipeline, predict
+from .predict import (DEFAULT_DETECTOR, _check_intrinsics, add_camera_arguments, add_frame_arguments,
+                      add_person_arguments, add_rerun_arguments, build_pipeline, predict)
 from .threads import add_threads_argument
 
 COMMAND = "pose3d"
@@ -55,19 +56,8 @@ def add_pose3d_subparser(subparsers) -> None:
     parser.add_argument("--input-size", "--image-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"),
                         default=None, help="the pointmap model's input size (default: the model's / its saved "
                                            "processor's), e.g. for an official file trained at another size")
-    parser.add_argument("--boxes", default=None, metavar="FILE.json",
-                        help="person boxes, xyxy pixels, as the pose command takes them")
-    parser.add_argument("--whole-image", action="store_true",
-                        help="an input without a --boxes entry is one person filling the image")
-    parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
-                        help="object-detection model for inputs without boxes (default PekingU/rtdetr_r50vd)")
-    parser.add_argument("--detector-threshold", type=probability, default=0.3,
-                        help="least detector score of a person box, in [0, 1] (default 0.3)")
-    parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
-    camera = parser.add_mutually_exclusive_group()
-    camera.add_argument("--focal-length", type=positive_float, default=None, metavar="F",
-                        help="the camera's horizontal focal length in pixels of the inputs")
-    camera.add_argument("--intrinsics", type=finite_float, nargs=4, default=None, metavar=("FX", "FY", "CX", "CY"))
+    add_person_arguments(parser)
+    add_camera_arguments(parser)
     lifting = parser.add_argument_group("lifting")
     lifting.add_argument("--kpt-threshold", type=probability, default=0.3,
                          help="least 2D keypoint score of a valid 3D keypoint (default 0.3)")
@@ -81,17 +71,14 @@ def add_pose3d_subparser(subparsers) -> None:
     parser.add_argument("--max-vertices", type=positive_int, default=250_000,
                         help="at most this many mesh vertices per .glb (the pointmap is subsampled)")
     video = parser.add_argument_group("video")
-    video.add_argument("--video-stride", type=positive_int, default=1, help="process every n-th frame")
-    video.add_argument("--max-frames", type=positive_int, default=None, help="at most this many frames per video")
+    add_frame_arguments(video)
     video.add_argument("--track-iou", type=probability, default=0.3, help="least IoU to keep a track id")
     video.add_argument("--no-smooth", action="store_true", help="do not smooth the 3D tracks")
     video.add_argument("--smooth-min-cutoff", type=positive_float, default=1.0, metavar="HZ",
                        help="One-Euro cutoff at rest, Hz (default 1.0)")
     video.add_argument("--smooth-beta", type=non_negative_float, default=7.0,
                        help="One-Euro speed coefficient per metre/second (default 7.0)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="recompute inputs whose outputs a previous run completed (default: skip them)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_rerun_arguments(parser)
     add_threads_argument(parser)
     parser.set_defaults(handler=run_pose3d, precheck=check_pose3d_arguments, task="pose3d")
 
@@ -142,53 +129,63 @@ def _lifting(options: PredictOptions) -> dict:
     return lifting
 
 
+class _Lifter:
+    """The pose pipeline with the lifting options: writes one image's or one video's pose3d outputs."""
+
+    def __init__(self, options: PredictOptions, pipe, boxes: dict, out: Path):
+        from .. import pose3d as lifted  # torch
+
+        self.lifted, self.pipe, self.boxes, self.out = lifted, pipe, boxes, out
+        self.options = options.with_model_labels(pipe.model.config)
+        self.lifting = _lifting(self.options)
+        self.recorded = {**self.lifting,
+                         "joint_depths": self.lifting.get("joint_depths", "JOINT_DEPTHS_M by keypoint name")}
+
+    def predict_one(self, image, people_boxes):
+        (result,) = predict_images(self.options, self.pipe, [image],
+                                   None if people_boxes is None else [people_boxes], **self.lifting)
+        return result
+
+    def image(self, name: str, path: Path) -> tuple[list[Path], int]:
+        """The files written and the video frames lifted (none)."""
+        from ..runs.decode import decode_image
+
+        image = decode_image(path)
+        result = self.predict_one(image, _boxes_for(str(path), self.boxes))
+        links = self.lifted.skeleton_links(self.options.output.skeleton,
+                                           len(result["people"][0]["labels"]) if result["people"] else 0)
+        with writing_outputs():
+            files = self.lifted.write_pose3d_outputs(
+                self.out, name, result, image, source=str(path), skeleton=links, lifting=self.recorded,
+                glb=not self.options.lifting.no_glb, max_vertices=self.options.lifting.max_vertices)
+        return files, 0
+
+    def video(self, name: str, path: Path) -> tuple[list[Path], int]:
+        """The files written and the video frames lifted."""
+        video, lifted = self.options.video, self.lifted
+        smoother = None if video.no_smooth else lifted.Keypoint3DSmoother(video.smooth_min_cutoff, video.smooth_beta)
+        tracks, names = lifted.lift_video(
+            path, self.predict_one, lambda index: _boxes_for(f"{path}#{index}", self.boxes),
+            kpt_threshold=self.options.output.kpt_threshold, track_iou=video.track_iou,
+            video_stride=video.video_stride, max_frames=video.max_frames, smoother=smoother)
+        smoothing = None if smoother is None else {"min_cutoff": video.smooth_min_cutoff, "beta": video.smooth_beta}
+        with writing_outputs():
+            files = lifted.write_video_tracks(self.out, name, tracks, names, smoothing=smoothing,
+                                              links=lifted.skeleton_links(self.options.output.skeleton, len(names)),
+                                              glb=not self.options.lifting.no_glb)
+        return files, len(tracks)
+
+
 def _run_units(options: PredictOptions, todo: list, boxes: dict, report: RunReport, out: Path, shard) -> None:
     """Compute and write this process's inputs (`todo`: (kind, name, path, fingerprint or None); see
     `cli.predict.predict`)."""
-    from .. import pose3d as lifted  # torch
-    from ..runs.decode import decode_image
-
     report.notes.update(command=COMMAND, frames=0)
     if not todo:
         return
-    pipe = _build_pipeline(options, shard.device(options.runtime.device))
-    options = options.with_model_labels(pipe.model.config)
-    lifting = _lifting(options)
-    recorded = {**lifting, "joint_depths": lifting.get("joint_depths", "JOINT_DEPTHS_M by keypoint name")}
-
-    def predict_one(image, people_boxes):
-        (result,) = predict_images(options, pipe, [image], None if people_boxes is None else [people_boxes],
-                                   **lifting)
-        return result
-
+    lifter = _Lifter(options, _build_pipeline(options, shard.device(options.runtime.device)), boxes, out)
     for kind, name, path, expected in todo:
         try:
-            if kind == "images":
-                image = decode_image(path)
-                result = predict_one(image, _boxes_for(str(path), boxes))
-                links = lifted.skeleton_links(options.output.skeleton, len(result["people"][0]["labels"])
-                                              if result["people"] else 0)
-                with writing_outputs():
-                    files = lifted.write_pose3d_outputs(out, name, result, image, source=str(path), skeleton=links,
-                                                        lifting=recorded, glb=not options.lifting.no_glb,
-                                                        max_vertices=options.lifting.max_vertices)
-                frames = 0
-            else:
-                video = options.video
-                smoother = None if video.no_smooth else lifted.Keypoint3DSmoother(video.smooth_min_cutoff,
-                                                                                   video.smooth_beta)
-                tracks, names = lifted.lift_video(
-                    path, predict_one, lambda index: _boxes_for(f"{path}#{index}", boxes),
-                    kpt_threshold=options.output.kpt_threshold, track_iou=video.track_iou,
-                    video_stride=video.video_stride, max_frames=video.max_frames, smoother=smoother)
-                smoothing = None if smoother is None else {"min_cutoff": video.smooth_min_cutoff,
-                                                           "beta": video.smooth_beta}
-                with writing_outputs():
-                    files = lifted.write_video_tracks(out, name, tracks, names, smoothing=smoothing,
-                                                      links=lifted.skeleton_links(options.output.skeleton,
-                                                                                  len(names)),
-                                                      glb=not options.lifting.no_glb)
-                frames = len(tracks)
+            files, frames = lifter.image(name, path) if kind == "images" else lifter.video(name, path)
             if expected is not None:
                 with writing_outputs():
                     ResumeMarkers(out, kind, COMMAND).mark_done(name, expected, files)

@@ -166,91 +166,123 @@ def _check_option_value(action: argparse.Action, value: Any) -> None:
             raise ValueError(f"{action.dest}={value!r}: {error or 'not a valid value'}.") from None
 
 
+def add_person_arguments(parser) -> None:
+    """Where a top-down command's people come from (`pose`, `pose3d`)."""
+    parser.add_argument("--boxes", default=None, metavar="FILE.json",
+                        help="JSON file {key: [[x_min, y_min, x_max, y_max], ...]} of person boxes in "
+                             "pixels, xyxy format (not the xywh of COCO and of the written JSON's 'bbox'; "
+                             "its 'bbox_xyxy' can be passed back) ([] = nobody). Keys: image file names "
+                             "('a.jpg') or paths as given; "
+                             "video frames: '<video file name>#<frame index>' (e.g. 'clip.mp4#0', "
+                             "'clip.mp4#30'; the index counts every decoded frame, before --video-stride) "
+                             "or '<video path>#<frame index>'. Inputs not listed use the detector")
+    parser.add_argument("--whole-image", action="store_true",
+                        help="an input without --boxes entry is one person filling the image (or video "
+                             "frame): no detector needed, e.g. offline on a cropped photo")
+    parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
+                        help="object-detection model id or local folder for inputs without boxes (default "
+                             "PekingU/rtdetr_r50vd: needs the Hub or a cached copy)")
+    parser.add_argument("--detector-threshold", type=probability, default=0.3,
+                        help="least detector score of a person box, in [0, 1] (default 0.3)")
+    parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
+
+
+def add_camera_arguments(parser) -> None:
+    """The camera of a metric 3D command's inputs (`pointmap`, `pose3d`)."""
+    camera = parser.add_mutually_exclusive_group()
+    camera.add_argument("--focal-length", type=positive_float, default=None, metavar="F",
+                        help="the camera's horizontal focal length in pixels of the input images: metric "
+                             "results for that camera instead of the predicted one")
+    camera.add_argument("--intrinsics", type=finite_float, nargs=4, default=None,
+                        metavar=("FX", "FY", "CX", "CY"),
+                        help="the camera in pixels of the input images: Z metric from FX, X and Y "
+                             "re-projected through it")
+
+
+def add_frame_arguments(parser) -> None:
+    """Which video frames a command processes."""
+    parser.add_argument("--video-stride", type=positive_int, default=1, help="process every n-th video frame")
+    parser.add_argument("--max-frames", type=positive_int, default=None, help="at most this many frames per video")
+
+
+def add_rerun_arguments(parser) -> None:
+    parser.add_argument("--overwrite", action="store_true",
+                        help="recompute inputs whose outputs a previous run completed (default: skip them)")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _add_runtime_arguments(parser) -> None:
+    parser.add_argument("--model", required=True,
+                        help="converted folder, Hub id, or official sapiens2_<size>_<task>.safetensors file")
+    parser.add_argument("--out", required=True, help="output folder (created)")
+    parser.add_argument("--device", type=device_name, default="auto",
+                        help="'auto' (cuda when available; under accelerate launch each process's GPU), 'cpu', "
+                             "'cuda:0', ...")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    add_backend_argument(parser)
+    parser.add_argument("--compile", action="store_true",
+                        help="the GPU recipe: torch.compile with SDPA attention (with --dtype bfloat16 on CUDA; "
+                             "the first batch compiles)")
+    parser.add_argument("--compile-mode", default=None,
+                        choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+    parser.add_argument("--batch-size", type=positive_int, default=1, help="images (video frames) per model batch")
+    parser.add_argument("--input-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
+                        help="model input size (default: the model's / the saved processor's)")
+
+
+def _add_pose_arguments(parser) -> None:
+    add_person_arguments(parser)
+    parser.add_argument("--kpt-threshold", type=probability, default=0.3,
+                        help="keypoint score for drawing (and for carrying a video person's box)")
+    parser.add_argument("--keypoint-format", default=None, choices=KEYPOINT_FORMAT_CHOICES,
+                        help="write the JSON keypoints in this format instead of the 308 Sapiens2 ones "
+                             "(the overlay shows the 308)")
+    video = parser.add_argument_group("video (pose)")
+    video.add_argument("--detect-every", type=positive_int, default=1, metavar="N",
+                       help="run the detector on every N-th processed frame (and while nobody is tracked); "
+                            "in between, boxes follow each person's keypoints (default 1: every frame)")
+    video.add_argument("--track-iou", type=probability, default=0.3,
+                       help="least IoU for a detection to keep a person's track id (default 0.3)")
+    # defaults: sapiens2_hf.video.smoothing.DEFAULT_MIN_CUTOFF / DEFAULT_BETA (not imported here: --help
+    # stays light; tests/test_cli_video.py checks they agree)
+    video.add_argument("--smooth-min-cutoff", type=positive_float, default=1.0, metavar="HZ",
+                       help="One-Euro filter cutoff at rest, Hz (default 1.0; lower = smoother, more lag)")
+    video.add_argument("--smooth-beta", type=non_negative_float, default=0.02,
+                       help="One-Euro filter speed coefficient, per pixel (default 0.02; higher = less "
+                            "lag on fast motion, more jitter)")
+    video.add_argument("--no-smooth", action="store_true", help="do not smooth keypoints over time")
+
+
+def _add_foreground_arguments(parser) -> None:
+    """The person foreground that masks a task's maps."""
+    foreground = parser.add_mutually_exclusive_group()
+    foreground.add_argument("--foreground-model", default=None, metavar="SEG_MODEL",
+                            help="keep only the person: a Sapiens2 segmentation model (folder, Hub id or "
+                                 "official file) whose non-background labels are the foreground")
+    foreground.add_argument("--foreground-mask", default=None, metavar="PATH_OR_DIR",
+                            help="keep only the person: one mask image for every input, or a folder with "
+                                 "<input name>.png per image (non-zero = person)")
+
+
 def add_predict_subparsers(subparsers) -> None:
     """Register one sub-command per task (`pose`, `seg`, `normal`, `pointmap`, `albedo`, `matting`)."""
     for task in _TASK_SPECS:
         parser = subparsers.add_parser(task, help=f"run {task_help(task)} on images, folders and videos",
                                        description=__doc__.split("\n\n")[0])
         parser.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders (not recursive), videos")
-        parser.add_argument("--model", required=True,
-                            help="converted folder, Hub id, or official sapiens2_<size>_<task>.safetensors file")
-        parser.add_argument("--out", required=True, help="output folder (created)")
-        parser.add_argument("--device", type=device_name, default="auto",
-                            help="'auto' (cuda when available; under accelerate launch each process's GPU), 'cpu', "
-                                 "'cuda:0', ...")
-        parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-        add_backend_argument(parser)
-        parser.add_argument("--compile", action="store_true",
-                            help="the GPU recipe: torch.compile with SDPA attention (with --dtype bfloat16 on CUDA; "
-                                 "the first batch compiles)")
-        parser.add_argument("--compile-mode", default=None,
-                            choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
-        parser.add_argument("--batch-size", type=positive_int, default=1, help="images (video frames) per model batch")
-        parser.add_argument("--input-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
-                            help="model input size (default: the model's / the saved processor's)")
+        _add_runtime_arguments(parser)
         parser.add_argument("--no-overlay", action="store_true",
                             help="do not write visualisations (nor the annotated video)")
         parser.add_argument("--no-arrays", action="store_true", help="do not write .npy arrays")
-        parser.add_argument("--video-stride", type=positive_int, default=1, help="process every n-th video frame")
-        parser.add_argument("--max-frames", type=positive_int, default=None, help="at most this many frames per video")
-        parser.add_argument("--overwrite", action="store_true",
-                            help="recompute inputs whose outputs a previous run completed (default: skip them)")
-        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+        add_frame_arguments(parser)
+        add_rerun_arguments(parser)
         if _TASK_SPECS[task].top_down:
-            parser.add_argument("--boxes", default=None, metavar="FILE.json",
-                                help="JSON file {key: [[x_min, y_min, x_max, y_max], ...]} of person boxes in "
-                                     "pixels, xyxy format (not the xywh of COCO and of the written JSON's 'bbox'; "
-                                     "its 'bbox_xyxy' can be passed back) ([] = nobody). Keys: image file names "
-                                     "('a.jpg') or paths as given; "
-                                     "video frames: '<video file name>#<frame index>' (e.g. 'clip.mp4#0', "
-                                     "'clip.mp4#30'; the index counts every decoded frame, before --video-stride) "
-                                     "or '<video path>#<frame index>'. Inputs not listed use the detector")
-            parser.add_argument("--whole-image", action="store_true",
-                                help="an input without --boxes entry is one person filling the image (or video "
-                                     "frame): no detector needed, e.g. offline on a cropped photo")
-            parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
-                                help="object-detection model id or local folder for inputs without boxes (default "
-                                     "PekingU/rtdetr_r50vd: needs the Hub or a cached copy)")
-            parser.add_argument("--detector-threshold", type=probability, default=0.3,
-                                help="least detector score of a person box, in [0, 1] (default 0.3)")
-            parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
-            parser.add_argument("--kpt-threshold", type=probability, default=0.3,
-                                help="keypoint score for drawing (and for carrying a video person's box)")
-            parser.add_argument("--keypoint-format", default=None, choices=KEYPOINT_FORMAT_CHOICES,
-                                help="write the JSON keypoints in this format instead of the 308 Sapiens2 ones "
-                                     "(the overlay shows the 308)")
-            video = parser.add_argument_group("video (pose)")
-            video.add_argument("--detect-every", type=positive_int, default=1, metavar="N",
-                               help="run the detector on every N-th processed frame (and while nobody is tracked); "
-                                    "in between, boxes follow each person's keypoints (default 1: every frame)")
-            video.add_argument("--track-iou", type=probability, default=0.3,
-                               help="least IoU for a detection to keep a person's track id (default 0.3)")
-            # defaults: sapiens2_hf.video.smoothing.DEFAULT_MIN_CUTOFF / DEFAULT_BETA (not imported here: --help
-            # stays light; tests/test_cli_video.py checks they agree)
-            video.add_argument("--smooth-min-cutoff", type=positive_float, default=1.0, metavar="HZ",
-                               help="One-Euro filter cutoff at rest, Hz (default 1.0; lower = smoother, more lag)")
-            video.add_argument("--smooth-beta", type=non_negative_float, default=0.02,
-                               help="One-Euro filter speed coefficient, per pixel (default 0.02; higher = less "
-                                    "lag on fast motion, more jitter)")
-            video.add_argument("--no-smooth", action="store_true", help="do not smooth keypoints over time")
+            _add_pose_arguments(parser)
         if _TASK_SPECS[task].metric_3d:
             parser.add_argument("--ply", action="store_true", help="also write a coloured point cloud (.ply)")
-            camera = parser.add_mutually_exclusive_group()
-            camera.add_argument("--focal-length", type=positive_float, default=None, metavar="F",
-                                help="the camera's horizontal focal length in pixels of the input images: metric "
-                                     "results for that camera instead of the predicted one")
-            camera.add_argument("--intrinsics", type=finite_float, nargs=4, default=None,
-                                metavar=("FX", "FY", "CX", "CY"),
-                                help="the camera in pixels of the input images: Z metric from FX, X and Y "
-                                     "re-projected through it")
+            add_camera_arguments(parser)
         if _TASK_SPECS[task].foreground_fill is not None:  # its maps are masked by a person foreground
-            foreground = parser.add_mutually_exclusive_group()
-            foreground.add_argument("--foreground-model", default=None, metavar="SEG_MODEL",
-                                    help="keep only the person: a Sapiens2 segmentation model (folder, Hub id or "
-                                         "official file) whose non-background labels are the foreground")
-            foreground.add_argument("--foreground-mask", default=None, metavar="PATH_OR_DIR",
-                                    help="keep only the person: one mask image for every input, or a folder with "
-                                         "<input name>.png per image (non-zero = person)")
+            _add_foreground_arguments(parser)
         add_threads_argument(parser)
         add_temporal_filter_arguments(parser, task)
         parser.set_defaults(handler=run_predict, task=task, precheck=check_predict_arguments)
@@ -529,7 +561,8 @@ def fingerprint(options: PredictOptions, path: Path, boxes: Any) -> dict[str, An
             "options": options.fingerprint(), "boxes": boxes}
 
 
-def _predict(options: PredictOptions, out_lock: contextlib.ExitStack, command: str, run_units: Callable) -> int:
+def _check_run_options(options: PredictOptions) -> None:
+    """The option values `_predict` refuses before it reads any input."""
     if options.runtime.batch_size < 1 or options.video.video_stride < 1:
         raise ValueError("--batch-size and --video-stride must be >= 1.")
     if options.video.max_frames is not None and options.video.max_frames < 1:
@@ -538,27 +571,23 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack, command: s
     check_local_source("--model", options.runtime.model)
     check_local_source("--foreground-model", options.foreground.foreground_model)
     check_local_source("--detector", options.output.detector)
-    out = Path(options.out)
-    report = RunReport()
-    start = time.perf_counter()
-    image_paths, videos = _collect(options.inputs, report)
-    check_out_not_in_inputs(out, options.inputs, image_paths + videos)
-    boxes = _load_boxes(options.boxes)
-    check_boxes_keys(options.boxes, boxes, image_paths, videos)
-    mask_option = options.foreground.foreground_mask
-    if mask_option is not None:
-        if not Path(mask_option).exists():
-            raise ValueError(f"--foreground-mask {mask_option}: no such file or folder.")
-        check_regular_file("--foreground-mask", mask_option)
-        if Path(mask_option).is_dir() and videos:
-            raise ValueError(f"--foreground-mask {mask_option} is a folder of per-image masks, which video frames do "
-                             "not have; pass one mask file for every frame, or --foreground-model.")
-    out.mkdir(parents=True, exist_ok=True)
-    shard = Shard(options.runtime.device, feature="multi-process prediction")
-    out_lock.enter_context(run_folder_lock(out, enabled=shard.is_main))  # the other processes write the main's share
-    if not shard.is_main:  # every process finds the same missing inputs: the main process reports them
-        report.skipped.clear()
 
+
+def _check_foreground_mask(mask_option: str | None, videos: list[Path]) -> None:
+    if mask_option is None:
+        return
+    if not Path(mask_option).exists():
+        raise ValueError(f"--foreground-mask {mask_option}: no such file or folder.")
+    check_regular_file("--foreground-mask", mask_option)
+    if Path(mask_option).is_dir() and videos:
+        raise ValueError(f"--foreground-mask {mask_option} is a folder of per-image masks, which video frames do "
+                         "not have; pass one mask file for every frame, or --foreground-model.")
+
+
+def _units_to_run(options: PredictOptions, command: str, image_paths: list[Path], videos: list[Path], boxes: dict,
+                  out: Path, shard, report: RunReport) -> tuple[list, dict[str, str]]:
+    """This process's share of the inputs not done yet, as (kind, name, path, fingerprint or None), and the inputs
+    whose outputs are not named by their stem (input -> name)."""
     # one ordered list of units on every process, named before sharding so that names do not depend on the share
     image_names, video_names = output_names(image_paths, videos)
     units = [("images", name, path) for name, path in zip(image_names, image_paths)]
@@ -578,20 +607,61 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack, command: s
             continue
         markers.clear(name)
         todo.append((kind, name, path, expected))
+    return todo, renamed
 
-    def summary(stopped: OutputWriteError | None = None) -> dict[str, Any]:
-        record = {
-            "task": command, "model": str(options.runtime.model), "processed": report.processed,
-            "video_frames": report.frames, "already_done": report.already_done, "skipped": report.skipped,
-            "files_written": report.written, "seconds": round(time.perf_counter() - start, 3), **report.notes,
-        }
-        if renamed:  # inputs whose outputs are not named by their stem (output_names)
-            record["output_names"] = renamed
-        if stopped is not None:
-            record["stopped"] = str(stopped)
-            record["not_processed"] = [str(path) for _, _, path, _ in todo if str(path) not in report.finished]
-        return record
 
+def _merge_shard_summaries(out: Path, shard, options: PredictOptions, command: str, start: float) -> dict:
+    """On the main process: the launch's summary.json from every process's part (the parts are removed)."""
+    parts = [json.loads(part_path(out, k).read_text()) for k in range(shard.count)]
+    record = merge_summaries(parts)
+    record["seconds"] = round(time.perf_counter() - start, 3)
+    write_summary(record, out / "summary.json", options.inputs, run=command)  # merged with an earlier run's
+    for k in range(shard.count):
+        part_path(out, k).unlink()
+    return record
+
+
+def _summary(command: str, options: PredictOptions, report: RunReport, start: float, renamed: dict[str, str],
+             todo: list, stopped: OutputWriteError | None = None) -> dict[str, Any]:
+    """This process's summary.json record (with what was not processed when the run `stopped`)."""
+    record = {
+        "task": command, "model": str(options.runtime.model), "processed": report.processed,
+        "video_frames": report.frames, "already_done": report.already_done, "skipped": report.skipped,
+        "files_written": report.written, "seconds": round(time.perf_counter() - start, 3), **report.notes,
+    }
+    if renamed:  # inputs whose outputs are not named by their stem (output_names)
+        record["output_names"] = renamed
+    if stopped is not None:
+        record["stopped"] = str(stopped)
+        record["not_processed"] = [str(path) for _, _, path, _ in todo if str(path) not in report.finished]
+    return record
+
+
+def _print_result(command: str, record: dict, out: Path, processes: int) -> None:
+    print(f"sapiens2-hf {command}: processed {record['processed']} image(s)"
+          + (f" ({record['video_frames']} video frame(s))" if record["video_frames"] else "")
+          + (f", {record['already_done']} input(s) already done" if record["already_done"] else "")
+          + f", wrote {record['files_written']} file(s) to {out} in {record['seconds']:.1f} s"
+          + (f" with {processes} processes" if processes > 1 else ""))
+
+
+def _predict(options: PredictOptions, out_lock: contextlib.ExitStack, command: str, run_units: Callable) -> int:
+    _check_run_options(options)
+    out = Path(options.out)
+    report = RunReport()
+    start = time.perf_counter()
+    image_paths, videos = _collect(options.inputs, report)
+    check_out_not_in_inputs(out, options.inputs, image_paths + videos)
+    boxes = _load_boxes(options.boxes)
+    check_boxes_keys(options.boxes, boxes, image_paths, videos)
+    _check_foreground_mask(options.foreground.foreground_mask, videos)
+    out.mkdir(parents=True, exist_ok=True)
+    shard = Shard(options.runtime.device, feature="multi-process prediction")
+    out_lock.enter_context(run_folder_lock(out, enabled=shard.is_main))  # the other processes write the main's share
+    if not shard.is_main:  # every process finds the same missing inputs: the main process reports them
+        report.skipped.clear()
+    todo, renamed = _units_to_run(options, command, image_paths, videos, boxes, out, shard, report)
+    summary = functools.partial(_summary, command, options, report, start, renamed, todo)
     summary_path = part_path(out, shard.index) if shard.count > 1 else out / "summary.json"
     try:
         run_units(options, todo, boxes, report, out, shard)
@@ -610,18 +680,9 @@ def _predict(options: PredictOptions, out_lock: contextlib.ExitStack, command: s
         shard.wait()  # every share is done and its part written
         if not shard.is_main:
             return 0  # the main process reports for the launch
-        parts = [json.loads(part_path(out, k).read_text()) for k in range(shard.count)]
-        record = merge_summaries(parts)
-        record["seconds"] = round(time.perf_counter() - start, 3)
-        write_summary(record, out / "summary.json", options.inputs, run=command)  # merged with an earlier run's
-        for k in range(shard.count):
-            part_path(out, k).unlink()
+        record = _merge_shard_summaries(out, shard, options, command, start)
         report.skipped = record["skipped"]
-    print(f"sapiens2-hf {command}: processed {record['processed']} image(s)"
-          + (f" ({record['video_frames']} video frame(s))" if record["video_frames"] else "")
-          + (f", {record['already_done']} input(s) already done" if record["already_done"] else "")
-          + f", wrote {record['files_written']} file(s) to {out} in {record['seconds']:.1f} s"
-          + (f" with {shard.count} processes" if shard.count > 1 else ""))
+    _print_result(command, record, out, shard.count)
     if report.skipped:
         _print_skipped(command, report.skipped, f"listed in {out / 'summary.json'}")
         return 1

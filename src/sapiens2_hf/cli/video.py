@@ -215,151 +215,176 @@ def _run_frames(options, pipe, frames: list, boxes: list | None = None, **extra)
             for pair, b in zip(frames, boxes if boxes is not None else [None] * len(frames))]
 
 
-def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, report, progress,
-                  expected: dict | None) -> None:
-    """Run one video (see the module docstring); failures are added to `report`."""
-    frame_folder = out / name
-    files: list[Path] = []
-    failed_frames = decoded = 0
-    state = None
-    if TASK_SPECS[options.task].top_down:
-        listed = any(key.startswith((f"{path.name}#", f"{path}#")) for key in boxes)
-        state = _PoseState(options, listed)
-    smoother = None
-    if not TASK_SPECS[options.task].top_down and options.video.temporal_filter:
-        smoother = DenseResultFilter(options.task, options.video.temporal_min_cutoff,
-                                     options.video.temporal_beta)
+class _VideoRun:
+    """One video's run (see the module docstring): the per-frame failures, the writer-thread step and the two ways
+    batches go through the pipeline (dense frames, tracked people)."""
 
-    first_failure: dict[str, dict] = {}  # reason -> its entry in report.skipped
+    def __init__(self, options, pipe, path: Path, name: str, out: Path, boxes: dict, report, progress):
+        self.options, self.pipe, self.path, self.boxes = options, pipe, path, boxes
+        self.report, self.progress = report, progress
+        self.frame_folder = out / name
+        self.files: list[Path] = []
+        self.failed_frames = self.decoded = 0
+        self.first_failure: dict[str, dict] = {}  # reason -> its entry in report.skipped
+        self.sink: _InOrder | None = None
+        self.top_down = TASK_SPECS[options.task].top_down
+        self.state = self.smoother = None
+        if self.top_down:
+            listed = any(key.startswith((f"{path.name}#", f"{path}#")) for key in boxes)
+            self.state = _PoseState(options, listed)
+        elif options.video.temporal_filter:
+            self.smoother = DenseResultFilter(options.task, options.video.temporal_min_cutoff,
+                                              options.video.temporal_beta)
 
-    def fail(frame, reason: str) -> None:
+    def fail(self, frame, reason: str) -> None:
         """Report a failed frame; a reason already reported for this video adds the frame to that entry."""
-        nonlocal failed_frames
-        failed_frames += 1
-        entry = first_failure.get(reason)
+        self.failed_frames += 1
+        entry = self.first_failure.get(reason)
         if entry is None:
-            entry = {"input": f"{path}#{frame.index}", "reason": reason, "frames": [frame.index]}
-            first_failure[reason] = entry
-            report.skipped.append(entry)
+            entry = {"input": f"{self.path}#{frame.index}", "reason": reason, "frames": [frame.index]}
+            self.first_failure[reason] = entry
+            self.report.skipped.append(entry)
             return
         entry["frames"].append(frame.index)
-        entry["reason"] = f"{reason} [the same for {len(entry['frames'])} frames of {path.name}]"
+        entry["reason"] = f"{reason} [the same for {len(entry['frames'])} frames of {self.path.name}]"
 
-    def emit_now(taken: int, frame, result, writer, track_ids=None) -> None:
+    def _pose_json(self, frame, result, track_ids) -> dict:
+        video_options = self.options.video
+        smoothing = None if video_options.no_smooth else {
+            "filter": "one-euro", "min_cutoff": video_options.smooth_min_cutoff, "beta": video_options.smooth_beta}
+        info = {"detect_every": video_options.detect_every, "smoothing": smoothing}
+        return pose_annotations(f"{self.path}#{frame.index}", frame.image.shape, result,
+                                self.options.output.kpt_threshold, self.options.output.keypoint_format, track_ids,
+                                {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info,
+                                skeleton=self.options.output.skeleton)
+
+    def _write_frame(self, frame, result, track_ids):
+        """The frame's output files; returns its annotated frame (None without an overlay)."""
+        pose_json = self._pose_json(frame, result, track_ids) if self.top_down else None
+        with writing_outputs():
+            written, overlay = write_outputs(self.options, self.frame_folder / f"frame_{frame.index:06d}",
+                                             frame.image, result, video=True, pose_json=pose_json)
+        if overlay is not None and track_ids:
+            overlay = _draw_track_ids(overlay, result, track_ids)
+        self.files.extend(written)
+        self.report.written += len(written)
+        self.report.processed += 1
+        return overlay
+
+    def emit(self, taken: int, frame, result, writer, track_ids=None) -> None:
         """Write one frame's outputs and its annotated frame (on the writer thread, in frame order)."""
-        nonlocal decoded
-        source = f"{path}#{frame.index}"
-        report.frames += 1
-        decoded += 1
+        self.report.frames += 1
+        self.decoded += 1
         overlay = None
         if isinstance(result, Exception):
-            fail(frame, _reason(result))
+            self.fail(frame, _reason(result))
         else:
             try:
-                pose_json = None
-                if TASK_SPECS[options.task].top_down:
-                    video_options = options.video
-                    smoothing = None if video_options.no_smooth else {
-                        "filter": "one-euro", "min_cutoff": video_options.smooth_min_cutoff,
-                        "beta": video_options.smooth_beta}
-                    info = {"detect_every": video_options.detect_every, "smoothing": smoothing}
-                    pose_json = pose_annotations(source, frame.image.shape, result, options.output.kpt_threshold,
-                                                 options.output.keypoint_format, track_ids,
-                                                 {"frame_index": frame.index, "time_s": round(frame.time, 6)}, info,
-                                                 skeleton=options.output.skeleton)
-                with writing_outputs():
-                    written, overlay = write_outputs(options, frame_folder / f"frame_{frame.index:06d}",
-                                                     frame.image, result, video=True, pose_json=pose_json)
-                if overlay is not None and track_ids:
-                    overlay = _draw_track_ids(overlay, result, track_ids)
-                files.extend(written)
-                report.written += len(written)
-                report.processed += 1
+                overlay = self._write_frame(frame, result, track_ids)
             except OutputWriteError:  # the folder cannot take more: the run stops (cli/predict.py)
                 raise
             except Exception as error:  # noqa: BLE001 - e.g. NaN in the results
-                fail(frame, _reason(error))
+                self.fail(frame, _reason(error))
         if writer is not None:
             with writing_outputs():
                 writer.write(np.asarray(overlay) if overlay is not None else frame.image)
-        progress.update(1)
+        self.progress.update(1)
 
-    def run_dense(batch, writer) -> None:
-        for (taken, frame), result in zip(batch, _run_frames(options, pipe, batch)):
-            if smoother is not None and not isinstance(result, Exception):
+    def run_dense(self, batch, writer) -> None:
+        for (taken, frame), result in zip(batch, _run_frames(self.options, self.pipe, batch)):
+            if self.smoother is not None and not isinstance(result, Exception):
                 try:  # frame order: this thread, in turn
-                    result = smoother.filter(result, frame.image, frame.time)
+                    result = self.smoother.filter(result, frame.image, frame.time)
                 except Exception as error:  # noqa: BLE001 - reported for this frame; the filter restarts
-                    smoother.reset()
+                    self.smoother.reset()
                     result = error
-            sink.submit(taken, frame, result, writer)
+            self.sink.submit(taken, frame, result, writer)
 
-    def run_pose(batch, writer) -> None:
+    def _listed(self, frame):
+        return _boxes_for(f"{self.path}#{frame.index}", self.boxes)
+
+    def _run_detection(self, pair, listed, writer) -> None:
+        taken, frame = pair
+        (result,) = _run_frames(self.options, self.pipe, [pair], None if listed is None else [listed],
+                                fallback_to_full_image=False)
+        track_ids = None
+        if not isinstance(result, Exception):
+            track_ids = self.state.after_detection(result)
+            self.state.follow(result, frame.image.shape)
+            result = self.state.smooth(result, track_ids, frame.time)
+        self.sink.submit(taken, frame, result, writer, track_ids)
+
+    def _run_tracked(self, run: list, writer) -> None:
+        """Frames between two detection frames, all with the boxes of the tracks known now."""
+        tracks = list(self.state.tracker.tracks)
+        track_ids = [t.track_id for t in tracks]
+        if tracks:
+            people_boxes = [[t.box.tolist() for t in tracks]] * len(run)
+            results = _run_frames(self.options, self.pipe, run, people_boxes,
+                                  box_scores=[[t.score for t in tracks]] * len(run))
+        else:
+            results = [[] for _ in run]
+        for (taken, frame), result in zip(run, results):
+            if not isinstance(result, Exception):
+                self.state.follow(result, frame.image.shape)
+                result = self.state.smooth(result, track_ids, frame.time)
+            self.sink.submit(taken, frame, result, writer, track_ids)
+
+    def run_pose(self, batch, writer) -> None:
         i = 0
         while i < len(batch):
             taken, frame = batch[i]
-            listed = _boxes_for(f"{path}#{frame.index}", boxes)
-            if state.is_detection(taken, listed):
-                (result,) = _run_frames(options, pipe, [batch[i]], None if listed is None else [listed],
-                                        fallback_to_full_image=False)
-                track_ids = None
-                if not isinstance(result, Exception):
-                    track_ids = state.after_detection(result)
-                    state.follow(result, frame.image.shape)
-                    result = state.smooth(result, track_ids, frame.time)
-                sink.submit(taken, frame, result, writer, track_ids)
+            listed = self._listed(frame)
+            if self.state.is_detection(taken, listed):
+                self._run_detection(batch[i], listed, writer)
                 i += 1
                 continue
             j = i + 1  # the frames up to the next detection frame share the boxes known now
-            while j < len(batch) and not state.is_detection(
-                    batch[j][0], _boxes_for(f"{path}#{batch[j][1].index}", boxes)):
+            while j < len(batch) and not self.state.is_detection(batch[j][0], self._listed(batch[j][1])):
                 j += 1
-            run = batch[i:j]
-            tracks = list(state.tracker.tracks)
-            track_ids = [t.track_id for t in tracks]
-            if tracks:
-                people_boxes = [[t.box.tolist() for t in tracks]] * len(run)
-                results = _run_frames(options, pipe, run, people_boxes,
-                                      box_scores=[[t.score for t in tracks]] * len(run))
-            else:
-                results = [[] for _ in run]
-            for (taken_k, frame_k), result in zip(run, results):
-                if not isinstance(result, Exception):
-                    state.follow(result, frame_k.image.shape)
-                    result = state.smooth(result, track_ids, frame_k.time)
-                sink.submit(taken_k, frame_k, result, writer, track_ids)
+            self._run_tracked(batch[i:j], writer)
             i = j
 
-    run = run_pose if TASK_SPECS[options.task].top_down else run_dense
+    def run_batches(self, reader, writer) -> None:
+        """Decode (ahead), infer (here) and write (behind, in frame order): at most about four batches of frames
+        are in memory."""
+        run = self.run_pose if self.top_down else self.run_dense
+        batch_size = self.options.runtime.batch_size
+        self.sink = _InOrder(self.emit, 2 * batch_size)
+        frames = _prefetch(_frames(reader, self.options.video.video_stride, self.options.video.max_frames),
+                           2 * batch_size)
+        with contextlib.closing(frames):
+            batch: list = []
+            for taken, frame in frames:
+                batch.append((taken, frame))
+                if len(batch) == batch_size:
+                    run(batch, writer)
+                    batch = []
+            if batch:
+                run(batch, writer)
+        self.sink.close()
+        if self.decoded == 0:
+            raise OSError("no frame could be decoded")
+
+
+def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, report, progress,
+                  expected: dict | None) -> None:
+    """Run one video (see the module docstring); failures are added to `report`."""
+    video = _VideoRun(options, pipe, path, name, out, boxes, report, progress)
     try:
         with VideoReader(path) as reader:
-            fps = reader.fps / options.video.video_stride
             with writing_outputs():
-                writer = None if options.output.no_overlay else VideoWriter(out / f"{name}.mp4", fps)
-            # decoding (ahead), inference (here) and writing (behind, in frame order) overlap: at most about
-            # four batches of frames are in memory
-            sink = _InOrder(emit_now, 2 * options.runtime.batch_size)
+                writer = None if options.output.no_overlay else VideoWriter(
+                    out / f"{name}.mp4", reader.fps / options.video.video_stride)
             try:
-                frames = _prefetch(_frames(reader, options.video.video_stride, options.video.max_frames),
-                                   2 * options.runtime.batch_size)
-                with contextlib.closing(frames):
-                    batch: list = []
-                    for taken, frame in frames:
-                        batch.append((taken, frame))
-                        if len(batch) == options.runtime.batch_size:
-                            run(batch, writer)
-                            batch = []
-                    if batch:
-                        run(batch, writer)
-                sink.close()
-                if decoded == 0:
-                    raise OSError("no frame could be decoded")
+                video.run_batches(reader, writer)
                 if writer is not None:
                     with writing_outputs():
-                        files.append(writer.close())
+                        video.files.append(writer.close())
             except BaseException:
-                with contextlib.suppress(BaseException):
-                    sink.close()  # the writer thread stops before the file it writes is removed
+                if video.sink is not None:
+                    with contextlib.suppress(BaseException):
+                        video.sink.close()  # the writer thread stops before the file it writes is removed
                 if writer is not None:
                     writer.abort()
                 raise
@@ -369,9 +394,9 @@ def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, 
     except (OSError, ValueError) as error:  # cannot open, decoding stopped, nothing decoded
         report.skip(str(path), error)
         return
-    if expected is not None and failed_frames == 0:
+    if expected is not None and video.failed_frames == 0:
         with writing_outputs():
-            ResumeMarkers(out, "videos").mark_done(name, expected, files)
+            ResumeMarkers(out, "videos").mark_done(name, expected, video.files)
 
 
 __all__ = ["count_frames", "process_video"]

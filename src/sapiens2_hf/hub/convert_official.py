@@ -148,6 +148,32 @@ def convert_official_checkpoint(
     source_name = os.fspath(source)
     out_dir = Path(out_dir)
     checkpoint_task, description = _checkpoint_task(source_name)
+    task = _requested_task(task, checkpoint_task, source_name)
+    _refuse_filled_folder(out_dir, overwrite)
+    check_run_folder_free(out_dir)  # refused now rather than after the load; the lock is taken to publish
+    overrides = {"rope_dtype": rope_dtype}
+    if image_size is not None:
+        overrides["image_size"] = list(image_size)
+    model = model_class_for_task(task).from_pretrained(source_name, **overrides)
+    _check_input_size(model, source_name)
+    with run_folder_lock(out_dir), staging_folder(out_dir) as staging:
+        _refuse_filled_folder(out_dir, overwrite)  # written by another conversion meanwhile
+        _write_model_folder(staging, model, description, card_kwargs)
+        if verify:
+            verify_reload(model, model_class_for_task(task).from_pretrained(staging), str(out_dir))
+        # Each file the conversion writes is moved in (replacing its old copy, with --overwrite) with one atomic
+        # rename, and anything else in the folder (a .git, the user's own files) stays.
+        replace_into_folder(staging, out_dir)
+    return out_dir
+
+
+def _refuse_filled_folder(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and folder_entries(out_dir) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
+
+
+def _requested_task(task: str | None, checkpoint_task: str | None, source_name: str) -> str | None:
+    """`convert_official_checkpoint`'s `task` resolved against the checkpoint's own (None: the backbone)."""
     if task == "auto":
         task = checkpoint_task
     elif task == "pretrain":
@@ -155,13 +181,11 @@ def convert_official_checkpoint(
     if task is not None and task != checkpoint_task:
         what = "backbone" if checkpoint_task is None else f"`{checkpoint_task}`"
         raise ValueError(f"{source_name} is a {what} checkpoint; --task {task} does not match it.")
-    if out_dir.exists() and folder_entries(out_dir) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
-    check_run_folder_free(out_dir)  # refused now rather than after the load; the lock is taken to publish
-    overrides = {"rope_dtype": rope_dtype}
-    if image_size is not None:
-        overrides["image_size"] = list(image_size)
-    model = model_class_for_task(task).from_pretrained(source_name, **overrides)
+    return task
+
+
+def _check_input_size(model, source_name: str) -> None:
+    """The recorded input size fits the model: a multiple of its feature stride, and of the pointmap scale head."""
     stride = model.config.feature_stride
     if any(size % step for size, step in zip(model.config.image_size_hw, stride)):
         raise ValueError(
@@ -176,20 +200,15 @@ def convert_official_checkpoint(
                 f"{source_name}: the pointmap scale branch does not fit the input size {model.config.image_size_hw}; "
                 "pass the size the model was trained at (--image-size HEIGHT WIDTH)."
             ) from error
-    with run_folder_lock(out_dir), staging_folder(out_dir) as staging:
-        if folder_entries(out_dir) and not overwrite:  # written by another conversion meanwhile
-            raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
-        model.save_pretrained(staging)
-        _save_image_processor(staging, model.config)
-        card = render_model_card(
-            model.config,
-            num_parameters=sum(p.numel() for p in model.parameters()),
-            **{"source": f"converted from {description} with `sapiens2-hf convert`", **(card_kwargs or {})},
-        )
-        card.save(staging / "README.md")
-        if verify:
-            verify_reload(model, model_class_for_task(task).from_pretrained(staging), str(out_dir))
-        # Each file the conversion writes is moved in (replacing its old copy, with --overwrite) with one atomic
-        # rename, and anything else in the folder (a .git, the user's own files) stays.
-        replace_into_folder(staging, out_dir)
-    return out_dir
+
+
+def _write_model_folder(folder: Path, model, description: str, card_kwargs: dict | None) -> None:
+    """The weights, config, image processor and model card."""
+    model.save_pretrained(folder)
+    _save_image_processor(folder, model.config)
+    card = render_model_card(
+        model.config,
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        **{"source": f"converted from {description} with `sapiens2-hf convert`", **(card_kwargs or {})},
+    )
+    card.save(folder / "README.md")

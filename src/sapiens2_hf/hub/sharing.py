@@ -121,6 +121,40 @@ def _refuse_other_weights(folder: Path, written: set[str]) -> None:
         )
 
 
+def _check_destination(folder: Path, overwrite: bool) -> None:
+    """`save_for_hub`'s refusals before it takes the folder (and a warning about an interrupted save's leftover)."""
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"{folder} exists and is not a folder.")
+    if folder.is_dir() and folder_entries(folder) and not overwrite:
+        raise FileExistsError(
+            f"{folder} exists and is not empty; choose another folder or pass overwrite=True, which replaces only "
+            "the files save_for_hub writes (weights, config.json, preprocessor_config.json, README.md, modeling "
+            "files) and keeps .git and every other file."
+        )
+    leftover = folder.with_name(f".{folder.name}.old")
+    if leftover.exists():
+        logger.warning("%s is left over from an interrupted save; it is not used any more and can be deleted.",
+                       leftover)
+
+
+def _write_repository(staging: Path, model: Sapiens2PreTrainedModel, image_processor, card: ModelCard | None,
+                      card_kwargs: dict | None, remote_code: bool) -> None:
+    """The repository's files, in `staging`."""
+    image_processor = _as_sapiens2_hf_processor(image_processor, model.config.task)
+    if remote_code:
+        enable_remote_code(model, image_processor)
+    model.save_pretrained(staging)
+    if image_processor is not None:
+        image_processor.save_pretrained(staging)
+    if remote_code and model.config.task is not None:
+        ship_pipeline(staging, model.config.task)
+    if card is None:
+        card = render_model_card(
+            model.config, num_parameters=sum(p.numel() for p in model.parameters()), **(card_kwargs or {})
+        )
+    card.save(staging / "README.md")
+
+
 def save_for_hub(
     model: Sapiens2PreTrainedModel,
     folder: str | os.PathLike,
@@ -151,18 +185,7 @@ def save_for_hub(
         overwrite: write into a non-empty `folder`, replacing the files this save writes (see above).
     """
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise FileExistsError(f"{folder} exists and is not a folder.")
-    if folder.is_dir() and folder_entries(folder) and not overwrite:
-        raise FileExistsError(
-            f"{folder} exists and is not empty; choose another folder or pass overwrite=True, which replaces only "
-            "the files save_for_hub writes (weights, config.json, preprocessor_config.json, README.md, modeling "
-            "files) and keeps .git and every other file."
-        )
-    leftover = folder.with_name(f".{folder.name}.old")
-    if leftover.exists():
-        logger.warning("%s is left over from an interrupted save; it is not used any more and can be deleted.",
-                       leftover)
+    _check_destination(folder, overwrite)
     # One save at a time into `folder` (a second one would interleave its files with this one's); the check above,
     # repeated under the lock, also covers a save that finished meanwhile. A uniquely named staging folder beside
     # `folder`, so leftovers of an interrupted save never collide with it.
@@ -170,19 +193,7 @@ def save_for_hub(
         if folder_entries(folder) and not overwrite:
             raise FileExistsError(f"{folder} was written by another save meanwhile; choose another folder or pass "
                                   "overwrite=True.")
-        image_processor = _as_sapiens2_hf_processor(image_processor, model.config.task)
-        if remote_code:
-            enable_remote_code(model, image_processor)
-        model.save_pretrained(staging)
-        if image_processor is not None:
-            image_processor.save_pretrained(staging)
-        if remote_code and model.config.task is not None:
-            ship_pipeline(staging, model.config.task)
-        if card is None:
-            card = render_model_card(
-                model.config, num_parameters=sum(p.numel() for p in model.parameters()), **(card_kwargs or {})
-            )
-        card.save(staging / "README.md")
+        _write_repository(staging, model, image_processor, card, card_kwargs, remote_code)
         _refuse_other_weights(folder, {path.name for path in staging.iterdir() if path.is_file()})
         replace_into_folder(staging, folder)
     return folder

@@ -216,9 +216,7 @@ def run_folder_lock(folder: str | os.PathLike, command: str | None = None, enabl
         try:
             taken = _acquire(folder, command)
         except BaseException:
-            if created:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+            _remove_if_empty(folder, created)
             raise
         with _held_guard:
             hold = _held[key] = [1, taken]
@@ -232,9 +230,15 @@ def run_folder_lock(folder: str | os.PathLike, command: str | None = None, enabl
                 del _held[key]
         if last:
             _release(folder, *hold[1])
-            if created:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()  # only when empty: a run that wrote nothing leaves no folder behind
+            _remove_if_empty(folder, created)
+
+
+def _remove_if_empty(folder: Path, created: bool) -> None:
+    """Remove `folder` when this hold `created` it and it is still empty: a run that wrote nothing leaves no folder
+    behind."""
+    if created:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def folder_entries(folder: str | os.PathLike) -> list[Path]:

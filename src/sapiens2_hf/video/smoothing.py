@@ -292,6 +292,48 @@ class FlowGuidedFilter:
             self._flow = cv2.DISOpticalFlow_create(preset)
         return self._flow.calc(gray, self._gray, None)
 
+    def _warp_to_now(self, gray: np.ndarray, height: int, width: int):
+        """A function that resamples an `(H, W, ...)` array of the previous frame onto the current one, along the
+        backward flow scaled to the map's `height x width`."""
+        flow = self._backward_flow(gray)  # (frame H, frame W, 2), frame pixels
+        if flow.shape[:2] != (height, width):
+            scale = np.array([width / gray.shape[1], height / gray.shape[0]], np.float32)
+            flow = cv2.resize(flow, (width, height), interpolation=cv2.INTER_LINEAR) * scale
+        grid_y, grid_x = np.mgrid[0:height, 0:width].astype(np.float32)
+        map_x, map_y = grid_x + flow[..., 0], grid_y + flow[..., 1]
+
+        def warp(array: np.ndarray) -> np.ndarray:
+            warped = cv2.remap(array, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+            return warped.reshape(array.shape)
+
+        return warp
+
+    def _occluded(self, gray: np.ndarray, warp, height: int, width: int) -> np.ndarray:
+        """`(H, W)` bool: pixels whose flow fails the photometric check (at the map's size; the frame is resized to
+        it when they differ)."""
+        frame_now, frame_before = gray, self._gray
+        if gray.shape != (height, width):
+            frame_now = cv2.resize(gray, (width, height), interpolation=cv2.INTER_AREA)
+            frame_before = cv2.resize(frame_before, (width, height), interpolation=cv2.INTER_AREA)
+        # on lightly blurred frames: hard edges (aliased renders, sharp texture) resampled at a sub-pixel shift
+        # are no occlusion
+        frame_now = cv2.GaussianBlur(frame_now.astype(np.float32), (0, 0), 1.0)
+        frame_before = cv2.GaussianBlur(frame_before.astype(np.float32), (0, 0), 1.0)
+        return np.abs(frame_now - warp(frame_before)) > self.occlusion_threshold
+
+    def _misregistered(self, planes, previous, residual, finite, warp, dt: float) -> np.ndarray:
+        """The misregistration gate, `(H, W)` bool: a change far beyond the typical frame-to-frame change of the
+        unfiltered maps (their median over the pixels that changed at all; measured on the raw maps, so independent
+        of the filter's own state) that a flow error of `misregistration_px` pixels could explain, the warped past
+        being that steep there (a depth edge or a silhouette, where bilinear warping mixes two surfaces), is taken as
+        it is. A large change on a smooth part of the map is not gated: that is the flicker to remove (a model's
+        flicker is heavy-tailed; a gate on the change alone left most of a fine-tuned model's flicker unfiltered)."""
+        raw_change = np.linalg.norm(np.nan_to_num(planes - warp(self._raw)), axis=-1) / dt
+        changed = raw_change[finite & (raw_change > 0)]
+        typical = float(np.median(changed)) if changed.size else 0.0
+        slope = _steepness(np.nan_to_num(previous))  # map units per pixel
+        return (residual > self.consistency * typical) & (slope * self.misregistration_px >= residual * dt)
+
     def filter(self, values, image: np.ndarray, t: float) -> np.ndarray:
         """Filtered float32 copy of `values` `(H, W)` or `(H, W, C)` seen with the frame `image` at time `t`."""
         values = np.asarray(values, dtype=np.float32)
@@ -311,17 +353,7 @@ class FlowGuidedFilter:
         if not dt > 0:
             raise ValueError(f"frames must come with increasing times; got t={t} after {self._time}.")
         height, width = planes.shape[:2]
-        flow = self._backward_flow(gray)  # (frame H, frame W, 2), frame pixels
-        if flow.shape[:2] != (height, width):
-            scale = np.array([width / gray.shape[1], height / gray.shape[0]], np.float32)
-            flow = cv2.resize(flow, (width, height), interpolation=cv2.INTER_LINEAR) * scale
-        grid_y, grid_x = np.mgrid[0:height, 0:width].astype(np.float32)
-        map_x, map_y = grid_x + flow[..., 0], grid_y + flow[..., 1]
-
-        def warp(array: np.ndarray) -> np.ndarray:
-            warped = cv2.remap(array, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-            return warped.reshape(array.shape)
-
+        warp = self._warp_to_now(gray, height, width)
         previous = warp(self._value)  # (H, W, C)
         previous_speed = warp(self._speed)
         # where the bilinear sample mixes in masked-out pixels (NaN, or all-zero with `zero_is_masked`: outside the
@@ -331,18 +363,8 @@ class FlowGuidedFilter:
         if self.zero_is_masked:
             valid &= (self._value != 0).any(axis=-1)
         whole = warp(valid.astype(np.float32)) >= 0.999
-        # the photometric check runs at the map's size (the frame is resized to it when they differ)
-        frame_now, frame_before = gray, self._gray
-        if gray.shape != (height, width):
-            frame_now = cv2.resize(gray, (width, height), interpolation=cv2.INTER_AREA)
-            frame_before = cv2.resize(frame_before, (width, height), interpolation=cv2.INTER_AREA)
-        # on lightly blurred frames: hard edges (aliased renders, sharp texture) resampled at a sub-pixel shift
-        # are no occlusion
-        frame_now = cv2.GaussianBlur(frame_now.astype(np.float32), (0, 0), 1.0)
-        frame_before = cv2.GaussianBlur(frame_before.astype(np.float32), (0, 0), 1.0)
-        photometric = np.abs(frame_now - warp(frame_before))
         finite = np.isfinite(planes).all(axis=-1) & np.isfinite(previous).all(axis=-1)
-        occluded = photometric > self.occlusion_threshold
+        occluded = self._occluded(gray, warp, height, width)
         predicted = previous
         if self.coherent_scale > 0:
             # the change the neighbourhood shares, measured where the past is trusted (not occluded, not mixed
@@ -353,17 +375,7 @@ class FlowGuidedFilter:
         residual = np.where(finite, np.linalg.norm(np.nan_to_num(planes - predicted), axis=-1) / dt, 0.0)
         speed = previous_speed + _alpha(self.d_cutoff, dt) * (residual - previous_speed)
         alpha = _alpha(self.min_cutoff + self.beta * speed, dt).astype(np.float32)
-        # misregistration gate: a change far beyond the typical frame-to-frame change of the unfiltered maps (their
-        # median over the pixels that changed at all; measured on the raw maps, so independent of the filter's own
-        # state) that a flow error of `misregistration_px` pixels could explain, the warped past being that steep
-        # there (a depth edge or a silhouette, where bilinear warping mixes two surfaces), is taken as it is. A large
-        # change on a smooth part of the map is not gated: that is the flicker to remove (a model's flicker is heavy-
-        # tailed; a gate on the change alone left most of a fine-tuned model's flicker unfiltered).
-        raw_change = np.linalg.norm(np.nan_to_num(planes - warp(self._raw)), axis=-1) / dt
-        changed = raw_change[finite & (raw_change > 0)]
-        typical = float(np.median(changed)) if changed.size else 0.0
-        slope = _steepness(np.nan_to_num(previous))  # map units per pixel
-        misregistered = (residual > self.consistency * typical) & (slope * self.misregistration_px >= residual * dt)
+        misregistered = self._misregistered(planes, previous, residual, finite, warp, dt)
         fresh = ~finite | ~whole | occluded | misregistered
         smoothed = predicted + alpha[..., None] * (planes - predicted)
         out = np.where(fresh[..., None], planes, smoothed).astype(np.float32)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from ..utils.atomic_io import atomic_write
+from ..utils.atomic_io import atomic_write_bytes
 from .styles import (
     KEYPOINT_COLORS_RGB,
     SEGMENTATION_CLASS_NAMES,
@@ -197,11 +197,13 @@ def overlay_segmentation(
     mask = (seg != 0)[..., None] if skip_background else np.ones(seg.shape + (1,), bool)
     blended = np.where(mask, pixels * (1 - alpha) + colours * alpha, pixels)
     out = Image.fromarray(np.clip(np.round(blended), 0, 255).astype(np.uint8))
-    if not legend:
-        return out
     present = [int(c) for c in np.unique(seg) if 0 <= c < len(palette)]
-    if not present:
-        return out
+    return _with_legend(out, present, class_names, palette) if legend and present else out
+
+
+def _with_legend(out: Image.Image, present: list[int], class_names: Sequence[str],
+                 palette: Sequence[Sequence[int]]) -> Image.Image:
+    """`out` widened by a panel with a swatch and the name of each class in `present`."""
     font = ImageFont.load_default()
     row = 14
     # columns of legend entries, so that the legend never makes the picture taller than the image (if >= 1 row)
@@ -360,8 +362,12 @@ def depth_to_image(
     if value_range is not None:
         pixels[valid] = _depth_colours(d, valid, value_range)
     picture = Image.fromarray(pixels)
-    if not colorbar:
-        return picture
+    return _with_depth_colorbar(picture, value_range, units) if colorbar else picture
+
+
+def _with_depth_colorbar(picture: Image.Image, value_range: tuple[float, float] | None, units: str) -> Image.Image:
+    """`picture` with `depth_to_image`'s colour bar panel on its right."""
+    width, height = picture.size
     font_size = max(10, round(height / 40))
     font = _font(font_size)
     pad = max(3, font_size // 2)
@@ -450,29 +456,27 @@ def save_ply(
             raise ValueError(f"colors hold {len(rgb)} points but points hold {len(xyz)}.")
         rgb = rgb[keep]
     xyz = xyz[keep]
+    atomic_write_bytes(path, _ply_bytes(xyz, rgb, binary))
+    return len(xyz)
+
+
+def _ply_bytes(xyz: np.ndarray, rgb: np.ndarray | None, binary: bool) -> bytes:
+    """The PLY file of `(N, 3)` float32 points with optional `(N, 3)` uint8 colours."""
     header = ["ply", f"format {'binary_little_endian' if binary else 'ascii'} 1.0", f"element vertex {len(xyz)}",
               "property float x", "property float y", "property float z"]
     if rgb is not None:
         header += ["property uchar red", "property uchar green", "property uchar blue"]
     header.append("end_header")
     head = ("\n".join(header) + "\n").encode("ascii")
-
-    def write(file):
-        file.write(head)
-        if binary:
-            if rgb is None:
-                file.write(xyz.astype("<f4").tobytes())
-            else:
-                record = np.empty(len(xyz), dtype=[("xyz", "<f4", 3), ("rgb", "u1", 3)])
-                record["xyz"], record["rgb"] = xyz, rgb
-                file.write(record.tobytes())
-        else:
-            lines = (" ".join(f"{v:.6g}" for v in p) + ("" if rgb is None else " " + " ".join(str(int(c)) for c in rgb[i]))
-                     for i, p in enumerate(xyz))
-            file.write(("\n".join(lines) + ("\n" if len(xyz) else "")).encode("ascii"))
-
-    atomic_write(path, write)
-    return len(xyz)
+    if not binary:
+        lines = (" ".join(f"{v:.6g}" for v in p) + ("" if rgb is None else " " + " ".join(str(int(c)) for c in rgb[i]))
+                 for i, p in enumerate(xyz))
+        return head + ("\n".join(lines) + ("\n" if len(xyz) else "")).encode("ascii")
+    if rgb is None:
+        return head + xyz.astype("<f4").tobytes()
+    record = np.empty(len(xyz), dtype=[("xyz", "<f4", 3), ("rgb", "u1", 3)])
+    record["xyz"], record["rgb"] = xyz, rgb
+    return head + record.tobytes()
 
 
 def read_ply_header(path: str | os.PathLike) -> list[str]:

@@ -209,16 +209,7 @@ def write_skeleton_animation(path: str | os.PathLike, times, positions, links=()
         raise ValueError(f"positions must be (T, J, 3) with T = len(times) = {len(times)}, got {positions.shape}.")
     if len(times) > 1 and not (np.diff(times) > 0).all():
         raise ValueError("times must increase.")
-    known = np.isfinite(positions).all(axis=-1)
-    kept = np.nonzero(known.any(axis=0))[0]
-    filled = positions[:, kept].copy()
-    for column in range(len(kept)):  # hold the last known position; before the first, the first
-        track, ok = filled[:, column], known[:, kept[column]]
-        first = int(np.argmax(ok))
-        track[:first] = track[first]
-        for t in range(first + 1, len(track)):
-            if not ok[t]:
-                track[t] = track[t - 1]
+    kept, filled = _held_joints(positions)
     filled = filled * _TO_GLTF
     builder = _GlbBuilder()
     gltf = builder.gltf
@@ -235,36 +226,63 @@ def write_skeleton_animation(path: str | os.PathLike, times, positions, links=()
                         if a < len(position) and b < len(position) and position[a] >= 0 and position[b] >= 0],
                        dtype=np.int64).reshape(-1, 2)
     if len(kept) and len(pairs):
-        # the bone mesh: one vertex per joint at its rest position, skinned with weight 1 to that joint's node
-        attributes = {
-            "POSITION": builder.accessor(rest.astype(np.float32), _FLOAT, "VEC3", _ARRAY_BUFFER, bounds=True),
-            "JOINTS_0": builder.accessor(np.stack([np.arange(len(kept))] + [np.zeros(len(kept))] * 3, 1)
-                                         .astype(np.uint16), 5123, "VEC4", _ARRAY_BUFFER),
-            "WEIGHTS_0": builder.accessor(np.tile(np.array([[1, 0, 0, 0]], np.float32), (len(kept), 1)), _FLOAT,
-                                          "VEC4", _ARRAY_BUFFER),
-        }
-        inverse_bind = np.tile(np.eye(4, dtype=np.float32), (len(kept), 1, 1))
-        inverse_bind[:, 3, :3] = -rest  # column-major: the translation is the last column, stored last
-        gltf["skins"] = [{"joints": joint_nodes, "inverseBindMatrices": builder.accessor(
-            inverse_bind.reshape(len(kept), 16), _FLOAT, "MAT4", None)}]
-        indices = builder.accessor(pairs.reshape(-1).astype(np.uint32), _UNSIGNED_INT, "SCALAR", _ELEMENT_ARRAY_BUFFER)
-        gltf["meshes"].append({"name": "bones", "primitives": [{
-            "attributes": attributes, "indices": indices, "mode": _LINES,
-            "material": builder.material("bones", (0.1, 0.8, 1.0, 1.0))}]})
-        gltf["nodes"].append({"name": "bones", "mesh": 0, "skin": 0})
-        gltf["scenes"][0]["nodes"].append(len(gltf["nodes"]) - 1)
+        _add_bone_mesh(builder, rest, joint_nodes, pairs)
     gltf["nodes"].append(root)
     gltf["scenes"][0]["nodes"].append(len(gltf["nodes"]) - 1)
     if len(kept) and len(times) > 1:
-        time_accessor = builder.accessor(times[:, None], _FLOAT, "SCALAR", None, bounds=True)
-        samplers, channels = [], []
-        for column, node in enumerate(joint_nodes):
-            output = builder.accessor(np.ascontiguousarray(filled[:, column]), _FLOAT, "VEC3", None)
-            samplers.append({"input": time_accessor, "output": output, "interpolation": "LINEAR"})
-            channels.append({"sampler": len(samplers) - 1, "target": {"node": node, "path": "translation"}})
-        gltf["animations"] = [{"name": "keypoints_3d", "samplers": samplers, "channels": channels}]
+        _add_joint_animation(builder, times, filled, joint_nodes)
     atomic_write_bytes(path, builder.glb())
     return {"joints": int(len(kept)), "bones": int(len(pairs)), "frames": int(len(times))}
+
+
+def _held_joints(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The joints known at least once, and their `(T, kept, 3)` positions with each gap holding the last known
+    position (before the first: the first)."""
+    known = np.isfinite(positions).all(axis=-1)
+    kept = np.nonzero(known.any(axis=0))[0]
+    filled = positions[:, kept].copy()
+    for column in range(len(kept)):
+        track, ok = filled[:, column], known[:, kept[column]]
+        first = int(np.argmax(ok))
+        track[:first] = track[first]
+        for t in range(first + 1, len(track)):
+            if not ok[t]:
+                track[t] = track[t - 1]
+    return kept, filled
+
+
+def _add_bone_mesh(builder: _GlbBuilder, rest: np.ndarray, joint_nodes: list[int], pairs: np.ndarray) -> None:
+    """The bone mesh: one vertex per joint at its rest position, skinned with weight 1 to that joint's node, and a
+    line per pair of joints."""
+    gltf, count = builder.gltf, len(joint_nodes)
+    attributes = {
+        "POSITION": builder.accessor(rest.astype(np.float32), _FLOAT, "VEC3", _ARRAY_BUFFER, bounds=True),
+        "JOINTS_0": builder.accessor(np.stack([np.arange(count)] + [np.zeros(count)] * 3, 1)
+                                     .astype(np.uint16), 5123, "VEC4", _ARRAY_BUFFER),
+        "WEIGHTS_0": builder.accessor(np.tile(np.array([[1, 0, 0, 0]], np.float32), (count, 1)), _FLOAT,
+                                      "VEC4", _ARRAY_BUFFER),
+    }
+    inverse_bind = np.tile(np.eye(4, dtype=np.float32), (count, 1, 1))
+    inverse_bind[:, 3, :3] = -rest  # column-major: the translation is the last column, stored last
+    gltf["skins"] = [{"joints": joint_nodes, "inverseBindMatrices": builder.accessor(
+        inverse_bind.reshape(count, 16), _FLOAT, "MAT4", None)}]
+    indices = builder.accessor(pairs.reshape(-1).astype(np.uint32), _UNSIGNED_INT, "SCALAR", _ELEMENT_ARRAY_BUFFER)
+    gltf["meshes"].append({"name": "bones", "primitives": [{
+        "attributes": attributes, "indices": indices, "mode": _LINES,
+        "material": builder.material("bones", (0.1, 0.8, 1.0, 1.0))}]})
+    gltf["nodes"].append({"name": "bones", "mesh": 0, "skin": 0})
+    gltf["scenes"][0]["nodes"].append(len(gltf["nodes"]) - 1)
+
+
+def _add_joint_animation(builder: _GlbBuilder, times: np.ndarray, filled: np.ndarray, joint_nodes: list[int]) -> None:
+    """One linear translation channel per joint node over `times`."""
+    time_accessor = builder.accessor(times[:, None], _FLOAT, "SCALAR", None, bounds=True)
+    samplers, channels = [], []
+    for column, node in enumerate(joint_nodes):
+        output = builder.accessor(np.ascontiguousarray(filled[:, column]), _FLOAT, "VEC3", None)
+        samplers.append({"input": time_accessor, "output": output, "interpolation": "LINEAR"})
+        channels.append({"sampler": len(samplers) - 1, "target": {"node": node, "path": "translation"}})
+    builder.gltf["animations"] = [{"name": "keypoints_3d", "samplers": samplers, "channels": channels}]
 
 
 __all__ = ["PointmapMesh", "pointmap_mesh", "skeleton_segments", "write_people_glb", "write_skeleton_animation"]
