@@ -301,3 +301,64 @@ def test_a_registered_tasks_pipeline_without_a_model_offers_no_official_checkpoi
         assert sapiens2_hf.pipeline("sapiens2-uv", model=model).model is model  # control
     finally:
         sapiens2_hf.unregister_task("uv")
+
+
+# ------------------------------------------------------------------------- command-line values where they enter
+
+
+@pytest.mark.parametrize("argv", [
+    ["tiny", "pose", "--out", ""], ["seg", "a.png", "--model", "m", "--out", "  "],
+    ["pose3d", "a.png", "--model", "m", "--pointmap-model", "p", "--out", ""], ["convert", "f", "--out", ""],
+    ["merge", "a", "--out", ""], ["export", "m", "--out", ""], ["curate", "a", "--out", ""], ["demo", "--out", ""],
+])
+def test_an_empty_out_is_refused_by_every_command(argv, capsys):
+    """An empty `--out` used to mean the current folder (`tiny --out ""` said ". exists and is not empty")."""
+    from sapiens2_hf.cli.main import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2 and "argument --out: is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, says", [("99999999999999999999", "is outside 0 ... 4294967295"),
+                                         ("-1", "is outside 0"), ("1.5", "is not an integer")])
+def test_a_seed_out_of_range_names_the_option(value, says, capsys):
+    from sapiens2_hf.cli.main import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["tiny", "pose", "--out", "x", "--seed", value])
+    assert exit.value.code == 2 and f"argument --seed: {value if value != '1.5' else repr(value)} {says}" in \
+        capsys.readouterr().err
+
+
+def test_valid_out_and_seed_still_write_a_model(tmp_path, capsys):
+    from sapiens2_hf.cli.main import main
+
+    assert main(["tiny", "pose", "--out", str(tmp_path / "m"), "--seed", str(2**32 - 1)]) == 0
+    assert (tmp_path / "m" / "config.json").is_file()
+
+
+def test_a_pointmap_model_of_another_task_is_named_by_its_option(pose_folder, tmp_path, capsys):
+    """`--pointmap-model` pointing at a seg (here: pose) model names the option, as `--foreground-model` does."""
+    from sapiens2_hf.cli.main import main
+
+    from PIL import Image
+
+    Image.fromarray(np.zeros((32, 24, 3), np.uint8)).save(tmp_path / "a.png")
+    code = main(["pose3d", str(tmp_path / "a.png"), "--model", str(pose_folder), "--pointmap-model",
+                 str(pose_folder), "--out", str(tmp_path / "out"), "--whole-image", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert code != 0 and f"--pointmap-model {pose_folder}:" in err and "pose" in err, err
+
+
+def test_synthetic_data_with_a_named_keypoint_set_is_refused_naming_both_counts():
+    from types import SimpleNamespace
+
+    from sapiens2_hf.training.label_sets import requested_keypoint_set
+
+    args = SimpleNamespace(keypoint_set="coco17", dataset="synthetic", dataset_name=None)
+    with pytest.raises(ValueError, match="--dataset synthetic generates the official 308 keypoints, but "
+                                         "--keypoint_set coco17 names 17"):
+        requested_keypoint_set(args)
+    args.keypoint_set = "sapiens308"  # control: the official set is what synthetic data has
+    assert len(requested_keypoint_set(args)) == 308

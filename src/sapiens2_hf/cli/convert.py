@@ -3,7 +3,7 @@
 import argparse
 
 from ..modeling.sapiens2_tasks import TASK_NAMES
-from .options import check_local_source, positive_int
+from .options import check_local_source, out_folder, positive_int
 
 
 def add_convert_subparser(subparsers) -> None:
@@ -18,7 +18,7 @@ def add_convert_subparser(subparsers) -> None:
         help="official sapiens2_<size>_<task>.safetensors file, or a folder or Hub repo holding one (Meta's official "
         "repos, with or without transformers-format files beside it)",
     )
-    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--out", type=out_folder, required=True, help="output folder")
     parser.add_argument("--task", default="auto", choices=["auto", "pretrain", *TASK_NAMES],
                         help="default: read from the checkpoint's tensors")
     parser.add_argument("--rope-dtype", default="bfloat16", choices=["bfloat16", "float32"])

@@ -14,7 +14,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from .options import check_local_source, device_name, looks_local, positive_int
+from .options import check_local_source, device_name, looks_local, out_folder, positive_int
 
 _STAGES = ("decode", "size", "quality", "person", "duplicates", "domain", "balance")  # curation.curate.STAGES
 
@@ -27,7 +27,7 @@ def add_curate_subparser(subparsers) -> None:
                                    description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="image folders, save_to_disk folders, datasets ids, WebDataset .tar shards")
-    parser.add_argument("--out", required=True, help="output folder (created; a rerun resumes it)")
+    parser.add_argument("--out", type=out_folder, required=True, help="output folder (created; a rerun resumes it)")
     parser.add_argument("--person-model", default=None, metavar="SEG_MODEL",
                         help="Sapiens2 segmentation model for the person stage (folder, Hub id or official file)")
     parser.add_argument("--embedding-model", default=None, metavar="MODEL",

@@ -2,6 +2,8 @@
 
 import argparse
 
+from .options import out_folder, seed
+
 
 def add_demo_subparser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -9,8 +11,8 @@ def add_demo_subparser(subparsers) -> None:
         help="offline end-to-end demo: synthetic data, pretraining, LoRA pose fine-tuning, pipeline, Hub folder",
         description="Runs the whole library offline in a few minutes on a CPU with tiny models (see sapiens2_hf.demo).",
     )
-    parser.add_argument("--out", default="demo_output", help="output folder (overlays, JSON, report, saved model)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=out_folder, default="demo_output", help="output folder (overlays, JSON, report, saved model)")
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--pretrain-steps", type=int, default=40)
     parser.add_argument("--finetune-steps", type=int, default=150)
     from .threads import DEMO_DEFAULT, add_threads_argument

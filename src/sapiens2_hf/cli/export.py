@@ -12,7 +12,7 @@ import sys
 
 from ..modeling.sapiens2_tasks import TASK_NAMES
 from ..export.formats import EXPORT_FORMATS, RUNTIME_BACKENDS
-from .options import check_local_source, positive_int
+from .options import check_local_source, out_folder, positive_int
 
 
 # every task of the registry (run by path: `--help` stays torch-free), the checkpoint's own, or the bare backbone
@@ -34,7 +34,7 @@ def add_export_subparser(subparsers) -> None:
         "packages (--format aoti: compiled once here, no compile at start-up) with --backend aoti.",
     )
     parser.add_argument("model", help="converted folder, Hub id, or official sapiens2_<size>_<task>.safetensors file")
-    parser.add_argument("--out", required=True, help="output folder (written atomically)")
+    parser.add_argument("--out", type=out_folder, required=True, help="output folder (written atomically)")
     parser.add_argument("--format", default="onnx", choices=EXPORT_FORMATS,
                         help="onnx (default), torch-export, or aoti: an AOTInductor package compiled for --device")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],

@@ -2,7 +2,7 @@
 
 import argparse
 
-from .options import check_local_source
+from .options import check_local_source, out_folder
 
 
 def add_merge_subparser(subparsers) -> None:
@@ -14,7 +14,7 @@ def add_merge_subparser(subparsers) -> None:
         "preprocessor_config.json and a model card, loadable with from_pretrained and the pipelines.",
     )
     parser.add_argument("adapter", help="adapter folder (or Hub repo) with adapter_config.json and config.json")
-    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--out", type=out_folder, required=True, help="output folder")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into a non-empty output folder (only the files this command writes are replaced)")
     parser.add_argument("--no-remote-code", action="store_true", help="do not ship the modeling files")

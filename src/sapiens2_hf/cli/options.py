@@ -39,6 +39,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    """argparse type for `--seed`: what torch and numpy accept, 0 ... 2**32 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0 ... {2**32 - 1}")
+    return value
+
+
+def out_folder(text: str) -> str:
+    """argparse type for `--out`: an empty name would silently mean the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; name the folder to write into")
+    return text
+
+
 def _number(text: str, accepts, requirement: str) -> float:
     try:
         value = float(text)

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from ..runs.records import RunReport
 from ..runs.resume import ResumeMarkers
-from .options import (ForegroundOptions, PredictOptions, check_local_source, device_name,
-                      non_negative_float, positive_float, positive_int, probability)
+from .options import (ForegroundOptions, PredictOptions, check_local_source, device_name, non_negative_float,
+                      out_folder, positive_float, positive_int, probability)
 from .outputs import OutputWriteError, _boxes_for, predict_images, writing_outputs
 from .predict import (DEFAULT_DETECTOR, _check_intrinsics, add_camera_arguments, add_frame_arguments,
                       add_person_arguments, add_rerun_arguments, build_pipeline, predict)
@@ -47,7 +47,7 @@ def add_pose3d_subparser(subparsers) -> None:
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders (not recursive), videos")
     parser.add_argument("--model", required=True, help="pose model: folder, Hub id or official file")
     parser.add_argument("--pointmap-model", required=True, help="pointmap model: folder, Hub id or official file")
-    parser.add_argument("--out", required=True, help="output folder (created)")
+    parser.add_argument("--out", type=out_folder, required=True, help="output folder (created)")
     parser.add_argument("--foreground-model", default=None, metavar="SEG_MODEL",
                         help="a Sapiens2 segmentation model: mask the pointmap to the people (flags keypoints off "
                              "the body)")
@@ -114,8 +114,12 @@ def _build_pipeline(options: PredictOptions, device: str):
     runtime = options.runtime
     pose = build_pipeline(options.replace(foreground=ForegroundOptions(), runtime=dataclasses.replace(
         runtime, input_size=None)), device)
-    pointmap = build_pipeline(options.replace(task="pointmap", runtime=dataclasses.replace(
-        runtime, model=options.lifting.pointmap_model)), device)
+    try:
+        pointmap = build_pipeline(options.replace(task="pointmap", runtime=dataclasses.replace(
+            runtime, model=options.lifting.pointmap_model)), device)
+    except (OSError, ValueError) as error:  # named by its option, as --foreground-model is
+        kind = OSError if isinstance(error, OSError) else ValueError
+        raise kind(f"--pointmap-model {options.lifting.pointmap_model}: {error}") from error
     detector = {"detector": options.output.detector} if options.output.detector else {}
     return pipeline("sapiens2-pose-3d", model=pose.model, image_processor=pose.image_processor,
                     pointmap_model=pointmap, device=pose.device, **detector)

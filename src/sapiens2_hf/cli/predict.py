@@ -99,8 +99,8 @@ from ..utils.run_lock import run_folder_lock
 from .export import add_backend_argument
 from .hub_access import hub_ids, prepare_hub_access
 from .options import (ForegroundOptions, PredictOptions, add_temporal_filter_arguments, check_local_source,
-                      check_regular_file, device_name, finite_float, non_negative_float, positive_float, positive_int,
-                      probability)
+                      check_regular_file, device_name, finite_float, non_negative_float, out_folder, positive_float,
+                      positive_int, probability)
 from .outputs import (OutputWriteError, _boxes_for, image_output_suffixes, pose_annotations, predict_images,
                       write_outputs, writing_outputs)
 from .threads import add_threads_argument
@@ -214,7 +214,7 @@ def add_rerun_arguments(parser) -> None:
 def _add_runtime_arguments(parser) -> None:
     parser.add_argument("--model", required=True,
                         help="converted folder, Hub id, or official sapiens2_<size>_<task>.safetensors file")
-    parser.add_argument("--out", required=True, help="output folder (created)")
+    parser.add_argument("--out", type=out_folder, required=True, help="output folder (created)")
     parser.add_argument("--device", type=device_name, default="auto",
                         help="'auto' (cuda when available; under accelerate launch each process's GPU), 'cpu', "
                              "'cuda:0', ...")

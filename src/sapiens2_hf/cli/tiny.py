@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from ..modeling.sapiens2_tasks import TASK_NAMES  # torch-free: the stdlib-only catalog
+from .options import out_folder, seed
 
 
 def add_tiny_subparser(subparsers) -> None:
@@ -17,8 +18,8 @@ def add_tiny_subparser(subparsers) -> None:
     )
     parser.add_argument("tasks", nargs="+", choices=["all", *tasks], metavar="TASK",
                         help=f"one or more of {', '.join(tasks)}, or all")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    parser.add_argument("--out", type=out_folder, required=True, help="output folder")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the random weights (default 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace the files of an earlier tiny model there")
     parser.set_defaults(handler=run_tiny)
 

@@ -107,6 +107,12 @@ def requested_keypoint_set(data_args, rows=None, columns=None) -> KeypointSet | 
     """The keypoint set the run's data asks for: `--keypoint_set`, else (auto) read from the data (a COCO file or the
     first `datasets` row); None when nothing says (synthetic humans, no data yet: the model's own set)."""
     named = None if data_args.keypoint_set == "auto" else keypoint_set(data_args.keypoint_set)
+    synthetic = getattr(data_args, "dataset", None) == "synthetic" and getattr(data_args, "dataset_name", None) is None
+    if synthetic and named is not None and not is_official(named):
+        raise ValueError(f"--dataset synthetic generates the official {len(KEYPOINT_SET_PRESETS[OFFICIAL_SET])} "
+                         f"keypoints, but --keypoint_set {named.name} names {len(named)}. Write synthetic humans in "
+                         f"that set first (sapiens2_hf.data.synthetic.write_dataset(..., keypoint_set="
+                         f"{named.name!r})) and train on that folder, or leave --keypoint_set out.")
     if data_args.dataset == "coco" and data_args.dataset_name is None:
         files = [Path(t) for t in (getattr(data_args, f"{split}_targets") for split in ("train", "eval", "test"))
                  if t is not None]
