@@ -272,6 +272,9 @@ def test_the_cli_writes_a_coco17_models_keypoints_in_coco17(coco17_folder, tmp_p
     assert len(fmt["categories"][0]["keypoints"]) == 17
     assert main(["pose", *common, "--out", str(tmp_path / "b25"), "--keypoint-format", "body25"]) != 0
     assert "left_big_toe" in capsys.readouterr().err
+    # refused once the model is loaded, before any input is read: no input was processed or skipped
+    summary = json.loads((tmp_path / "b25" / "summary.json").read_text())
+    assert summary["processed"] == 0 and summary["skipped"] == [] and not list((tmp_path / "b25").glob("a*"))
 
 
 # ------------------------------------------------------------------------- the fresh pass: new surfaces, new cases

@@ -87,9 +87,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..modeling import sapiens2_tasks as catalog
 from tqdm.auto import tqdm
 
+from ..modeling import sapiens2_tasks as catalog
 from ..runs.inputs import IMAGE_SUFFIXES, check_out_not_in_inputs, collect_files
 from ..runs.inputs import output_names as _unit_names
 from ..runs.records import RunReport, merge_summaries, part_path, write_summary
