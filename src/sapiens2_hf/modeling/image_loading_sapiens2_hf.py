@@ -237,10 +237,8 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_fo
       tensors. Files and URLs always drop it.
     """
     if isinstance(image, (str,)) or hasattr(image, "__fspath__"):
-        path = str(image)
-        if path.startswith(("http://", "https://", "data:")):
-            return _read_image_url(path)
-        return _read_image_file(path)
+        is_url = str(image).startswith(("http://", "https://", "data:"))
+        return _read_image_url(str(image)) if is_url else _read_image_file(str(image))
     channels_last_known = input_data_format is not None
     if channels_last_known:
         image = channels_last(image, input_data_format)
