@@ -46,7 +46,6 @@ from .foreground_sapiens2_hf import SEGMENTER_PREFIX, load_segmenter, segmenter_
 from .lifting_sapiens2_hf import check_lifting_options, joint_depths_for, lift_keypoints
 from .person_detection_sapiens2_hf import DEFAULT_DETECTOR, _nms, detect_people, load_detector  # noqa: F401 (re-export)
 from .pipeline_base_sapiens2_hf import (  # noqa: F401 (the public names re-exported from here)
-    PIPELINE_DTYPES,
     PIPELINE_TASKS,
     _positive_int,
     _Sapiens2DensePipeline,
