@@ -273,23 +273,22 @@ def embed_pixel_values(
     return hidden_states, trunk.rope_embeddings(grid_h, grid_w)
 
 
-class Sapiens2Model(Sapiens2PreTrainedModel):
-    """The Sapiens2 backbone: patch embedding, CLS + register tokens, RoPE transformer blocks, final RMSNorm."""
+class _Sapiens2Trunk:
+    """What `Sapiens2Model` and `Sapiens2Backbone` share: the encoder's modules, under the same names so that both
+    load the same files, and a backbone's loading rules (any checkpoint's backbone, its heads left out)."""
 
-    def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
+    # A task checkpoint loaded into a backbone class: its heads are deliberately left out (no load report).
+    _keys_to_ignore_on_load_unexpected = [r"periods", *HEAD_KEY_PATTERNS]
+
+    def _build_trunk(self, config: Sapiens2Config) -> None:
         self.embeddings = Sapiens2Embeddings(config)
         self.tokenizer = Sapiens2WindowTokenizer(config) if config.uses_tokenizer else None
         self.rope_embeddings = Sapiens2RopePositionEmbedding(config)
         self.model = Sapiens2Encoder(config)
         self.norm = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_init()
 
     def get_input_embeddings(self) -> nn.Conv2d:
         return self.embeddings.patch_embeddings
-
-    # A task checkpoint loaded into the backbone class: its heads are deliberately left out (no load report).
-    _keys_to_ignore_on_load_unexpected = [r"periods", *HEAD_KEY_PATTERNS]
 
     @classmethod
     def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
@@ -298,6 +297,15 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
     @classmethod
     def _check_task(cls, config, source) -> None:
         return None
+
+
+class Sapiens2Model(_Sapiens2Trunk, Sapiens2PreTrainedModel):
+    """The Sapiens2 backbone: patch embedding, CLS + register tokens, RoPE transformer blocks, final RMSNorm."""
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__(config)
+        self._build_trunk(config)
+        self.post_init()
 
     def _grid_size(self, pixel_values: torch.Tensor) -> tuple[int, int]:
         return token_grid_size(self.config, pixel_values)
@@ -407,7 +415,7 @@ def as_sapiens2_config(config) -> Sapiens2Config:
     return converted
 
 
-class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
+class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
     """The Sapiens2 encoder as a transformers backbone (`AutoBackbone`, `load_backbone`): one feature map per stage
     named in `config.out_features` / `config.out_indices`.
 
@@ -431,27 +439,9 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
     def __init__(self, config: Sapiens2Config):
         config = as_sapiens2_config(config)
         super().__init__(config)
-        self.embeddings = Sapiens2Embeddings(config)
-        self.tokenizer = Sapiens2WindowTokenizer(config) if config.uses_tokenizer else None
-        self.rope_embeddings = Sapiens2RopePositionEmbedding(config)
-        self.model = Sapiens2Encoder(config)
-        self.norm = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self._build_trunk(config)
         self.num_features = [config.hidden_size] * (config.num_hidden_layers + 1)  # channels of every stage
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Conv2d:
-        return self.embeddings.patch_embeddings
-
-    _keys_to_ignore_on_load_unexpected = Sapiens2Model._keys_to_ignore_on_load_unexpected
-
-    @classmethod
-    def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
-        # A task checkpoint loaded into the backbone: its heads are deliberately left out, as for Sapiens2Model.
-        return Sapiens2Model._allowed_unexpected_keys()
-
-    @classmethod
-    def _check_task(cls, config, source) -> None:
-        return None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, out_features=None, out_indices=None, **kwargs):
