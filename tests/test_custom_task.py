@@ -59,11 +59,6 @@ class Sapiens2ForUVEstimation(sapiens2_hf.Sapiens2TaskModel):
     spec = TaskSpec(title="Body-surface UV regression", num_labels=2, foreground_fill=0.0,
                     description="`uvs`: body-surface (u, v) in [0, 1] per pixel")
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.build_task_layers(config)
-        self.post_init()
-
     def forward(self, pixel_values, labels=None, mask=None, **kwargs):
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 

@@ -9,48 +9,21 @@ task tables read the one registry module); each public name below imports its su
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
-# Public name -> the sub-module defining it (its one import path besides that sub-module).
+from .sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
+
+# Public name -> the sub-module defining it (its one import path besides that sub-module); the official task model
+# classes are read from the task registry.
 _PUBLIC_NAMES = {
     **dict.fromkeys(("HEAD_PRESETS", "TASKS", "VARIANTS", "Sapiens2Config", "Sapiens2HeadConfig", "tiny_config"),
                     "configuration_sapiens2_hf"),
-    **dict.fromkeys(("TASK_MODEL_CLASSES", "Sapiens2AlbedoEstimatorOutput", "Sapiens2Backbone",
-                     "Sapiens2ForAlbedoEstimation", "Sapiens2ForImageMatting", "Sapiens2ForNormalEstimation",
-                     "Sapiens2ForPointmapEstimation", "Sapiens2ForPoseEstimation", "Sapiens2ForSemanticSegmentation",
-                     "Sapiens2ImageMattingOutput", "Sapiens2Model", "Sapiens2PreTrainedModel", "Sapiens2TaskModel",
-                     "model_class_for_task"),
+    **dict.fromkeys(("TASK_MODEL_CLASSES", "Sapiens2Backbone", "Sapiens2ImageMattingOutput", "Sapiens2Model",
+                     "Sapiens2PreTrainedModel", "Sapiens2TaskModel", "model_class_for_task",
+                     *(TASK_SPECS[name].model_class for name in OFFICIAL_TASK_NAMES)),
                     "modeling_sapiens2_hf"),
-    **dict.fromkeys(("ResolvedCheckpoint", "resolve_checkpoint"), "loading_sapiens2_hf"),
+    "resolve_checkpoint": "loading_sapiens2_hf",
 }
 __all__ = sorted(_PUBLIC_NAMES)
-
-if TYPE_CHECKING:
-    from .configuration_sapiens2_hf import (
-        HEAD_PRESETS,
-        TASKS,
-        VARIANTS,
-        Sapiens2Config,
-        Sapiens2HeadConfig,
-        tiny_config,
-    )
-    from .loading_sapiens2_hf import ResolvedCheckpoint, resolve_checkpoint
-    from .modeling_sapiens2_hf import (
-        TASK_MODEL_CLASSES,
-        Sapiens2AlbedoEstimatorOutput,
-        Sapiens2Backbone,
-        Sapiens2ForAlbedoEstimation,
-        Sapiens2ForImageMatting,
-        Sapiens2ForNormalEstimation,
-        Sapiens2ForPointmapEstimation,
-        Sapiens2ForPoseEstimation,
-        Sapiens2ForSemanticSegmentation,
-        Sapiens2ImageMattingOutput,
-        Sapiens2Model,
-        Sapiens2PreTrainedModel,
-        Sapiens2TaskModel,
-        model_class_for_task,
-    )
 
 
 def __getattr__(name: str):

@@ -96,25 +96,8 @@ def load_adapter_model(cls, name_or_path, kwargs: dict, class_for_task):
         load_peft_weights = importlib.import_module("peft.utils").load_peft_weights
     except ImportError as error:
         raise ImportError(f"{source} is a LoRA adapter; loading it needs peft (`pip install peft`).") from error
-    with open(os.path.join(folder, ADAPTER_CONFIG_NAME), encoding="utf-8") as handle:
-        adapter_config = json.load(handle)
-    base = adapter_config.get("base_model_name_or_path")
-    if not base:
-        raise ValueError(
-            f"{source} is a LoRA adapter whose adapter_config.json names no base model (`base_model_name_or_path` "
-            "is empty), so there is nothing to apply it to. Set it to the backbone or model the adapter was trained "
-            "from (adapters written by sapiens2_hf.training record it)."
-        )
-    if not os.path.isabs(base) and os.path.exists(os.path.join(folder, base)):
-        base = os.path.join(folder, base)
-    if not os.path.isfile(os.path.join(folder, "config.json")):
-        raise ValueError(
-            f"{source} is a LoRA adapter without the task's config.json beside it, so the head layout is unknown; "
-            "save adapters with sapiens2_hf.training.save_lora_adapter."
-        )
-    config = Sapiens2Config.from_pretrained(folder)
-    if config.task is None:
-        raise ValueError(f"{source}: the adapter's config.json names no task; it must be a task model's config.")
+    base = _adapter_base(folder, source)
+    config = _adapter_task_config(folder, source)
     task_class = class_for_task(config.task)
     if cls.task is not None and cls.task != config.task:
         raise ValueError(f"{source} is a `{config.task}` adapter, not a `{cls.task}` one: load it with "
@@ -122,21 +105,9 @@ def load_adapter_model(cls, name_or_path, kwargs: dict, class_for_task):
     merge = kwargs.pop("merge_adapter", True)
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
     base_kwargs = {key: kwargs[key] for key in _BASE_HUB_KWARGS if kwargs.get(key) is not None}
-
     weight_names = list(load_peft_weights(folder))
     backbone = class_for_task(None).from_pretrained(base, **base_kwargs)
-    model = task_class.from_backbone(backbone, config=config)
-    heads = [head for head in _HEAD_MODULES if isinstance(getattr(model, head, None), torch.nn.Module)]
-    missing_heads = sorted(set(heads) - set(_covered_heads(weight_names, heads)))
-    if missing_heads:
-        # An adapter without trained heads: they must come from the base, which then has to be a task checkpoint.
-        try:
-            model = task_class.from_pretrained(base, **base_kwargs)
-        except ValueError as error:
-            raise ValueError(
-                f"{source} holds no weights for {missing_heads} and its base {base} is not a {config.task} "
-                "checkpoint, so the head would stay randomly initialised."
-            ) from error
+    model = _model_under_adapter(task_class, config, backbone, weight_names, base, base_kwargs, source)
     with warnings.catch_warnings():
         # peft reads transformers' deprecated `is_gradient_checkpointing` alias while wrapping (transformers >= 5.25):
         # a FutureWarning about peft's code on every adapter load, not the caller's. Only that one is silenced.
@@ -149,3 +120,50 @@ def load_adapter_model(cls, name_or_path, kwargs: dict, class_for_task):
     if isinstance(dtype, torch.dtype):
         merged = merged.to(dtype)
     return merged.model if cls.task is None else merged
+
+
+def _adapter_base(folder: str, source: str) -> str:
+    """The model the adapter in `folder` applies to: adapter_config.json's `base_model_name_or_path`, a relative
+    local path read relative to the adapter folder."""
+    with open(os.path.join(folder, ADAPTER_CONFIG_NAME), encoding="utf-8") as handle:
+        adapter_config = json.load(handle)
+    base = adapter_config.get("base_model_name_or_path")
+    if not base:
+        raise ValueError(
+            f"{source} is a LoRA adapter whose adapter_config.json names no base model (`base_model_name_or_path` "
+            "is empty), so there is nothing to apply it to. Set it to the backbone or model the adapter was trained "
+            "from (adapters written by sapiens2_hf.training record it)."
+        )
+    if not os.path.isabs(base) and os.path.exists(os.path.join(folder, base)):
+        base = os.path.join(folder, base)
+    return base
+
+
+def _adapter_task_config(folder: str, source: str) -> Sapiens2Config:
+    """The task model's config saved beside the adapter: its task and head layout."""
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise ValueError(
+            f"{source} is a LoRA adapter without the task's config.json beside it, so the head layout is unknown; "
+            "save adapters with sapiens2_hf.training.save_lora_adapter."
+        )
+    config = Sapiens2Config.from_pretrained(folder)
+    if config.task is None:
+        raise ValueError(f"{source}: the adapter's config.json names no task; it must be a task model's config.")
+    return config
+
+
+def _model_under_adapter(task_class, config, backbone, weight_names, base, base_kwargs: dict, source: str):
+    """The task model the adapter is applied to: the base backbone with a fresh head when the adapter's weights
+    (`weight_names`) hold every head, else the base task checkpoint (an adapter without trained heads)."""
+    model = task_class.from_backbone(backbone, config=config)
+    heads = [head for head in _HEAD_MODULES if isinstance(getattr(model, head, None), torch.nn.Module)]
+    missing_heads = sorted(set(heads) - set(_covered_heads(weight_names, heads)))
+    if not missing_heads:
+        return model
+    try:
+        return task_class.from_pretrained(base, **base_kwargs)
+    except ValueError as error:
+        raise ValueError(
+            f"{source} holds no weights for {missing_heads} and its base {base} is not a {config.task} "
+            "checkpoint, so the head would stay randomly initialised."
+        ) from error

@@ -237,27 +237,8 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_fo
       tensors. Files and URLs always drop it.
     """
     if isinstance(image, (str,)) or hasattr(image, "__fspath__"):
-        path = str(image)
-        if path.startswith(("http://", "https://", "data:")):
-            from huggingface_hub.utils import httpx  # the client transformers' `load_image` downloads with
-            from transformers.image_utils import load_image
-
-            name = repr(path if len(path) <= 80 else path[:77] + "...")
-            try:
-                # transformers' reader (PIL's decompression-bomb limit applies as it opens the image)
-                pil = load_image(path, timeout=URL_TIMEOUT_S)
-            except Image.DecompressionBombError as error:
-                raise _bomb_error(name, error) from error
-            except (httpx.HTTPError, OSError) as error:  # refused, unreachable, timed out; or an answer not an image
-                raise OSError(f"could not read an image from {name} ({type(error).__name__}: {error}); check the URL "
-                              "and the network, or download the image and pass its path.") from error
-            except ValueError as error:  # a base64 / data: URL: transformers rewords the error, whole payload included
-                if isinstance(error.__context__, Image.DecompressionBombError):
-                    raise _bomb_error(name, error.__context__) from error
-                cause = error.__context__ if error.__context__ is not None else error
-                raise ValueError(f"could not read an image from {name}: {cause}") from error
-            return _pil_to_rgb(pil, name)
-        return _read_image_file(path)
+        is_url = str(image).startswith(("http://", "https://", "data:"))
+        return _read_image_url(str(image)) if is_url else _read_image_file(str(image))
     channels_last_known = input_data_format is not None
     if channels_last_known:
         image = channels_last(image, input_data_format)
@@ -265,18 +246,46 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_fo
         filename = getattr(image, "filename", None)
         return _pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)", do_convert_rgb)
     if isinstance(image, torch.Tensor):
-        image = image.detach().cpu()
-        if not channels_last_known and image.ndim == 3 and image.shape[0] in (1, 3, 4):
-            image, channels_last_known = image.permute(1, 2, 0), True  # torch's convention: channels first
-        if image.ndim in (2, 3):
-            check_image_pixels(*_array_height_width(image.shape), "image tensor")
-        image = (image.float() if image.dtype == torch.bfloat16 else image).numpy()  # numpy has no bfloat16
+        image, channels_last_known = _tensor_to_array(image, channels_last_known)
     if not isinstance(image, np.ndarray):
         raise ValueError(f"unsupported image type {type(image).__name__}; pass a path, URL, PIL image, numpy array "
                          "or torch tensor.")
     if image.ndim in (2, 3):
         check_image_pixels(*_array_height_width(image.shape), "image array")
     return _array_to_rgb(image, do_convert_rgb=do_convert_rgb, channels_last_known=channels_last_known)
+
+
+def _read_image_url(url: str) -> np.ndarray:
+    """An http(s) or data: URL -> `(height, width, 3)` uint8 RGB, read with transformers' `load_image`."""
+    from huggingface_hub.utils import httpx  # the client transformers' `load_image` downloads with
+    from transformers.image_utils import load_image
+
+    name = repr(url if len(url) <= 80 else url[:77] + "...")
+    try:
+        # transformers' reader (PIL's decompression-bomb limit applies as it opens the image)
+        pil = load_image(url, timeout=URL_TIMEOUT_S)
+    except Image.DecompressionBombError as error:
+        raise _bomb_error(name, error) from error
+    except (httpx.HTTPError, OSError) as error:  # refused, unreachable, timed out; or an answer not an image
+        raise OSError(f"could not read an image from {name} ({type(error).__name__}: {error}); check the URL "
+                      "and the network, or download the image and pass its path.") from error
+    except ValueError as error:  # a base64 / data: URL: transformers rewords the error, whole payload included
+        if isinstance(error.__context__, Image.DecompressionBombError):
+            raise _bomb_error(name, error.__context__) from error
+        cause = error.__context__ if error.__context__ is not None else error
+        raise ValueError(f"could not read an image from {name}: {cause}") from error
+    return _pil_to_rgb(pil, name)
+
+
+def _tensor_to_array(image: torch.Tensor, channels_last_known: bool) -> tuple[np.ndarray, bool]:
+    """A torch image -> a numpy array (channels last when torch's channels-first layout is recognised), pixel count
+    checked; with whether its layout is now known to be channels last."""
+    image = image.detach().cpu()
+    if not channels_last_known and image.ndim == 3 and image.shape[0] in (1, 3, 4):
+        image, channels_last_known = image.permute(1, 2, 0), True  # torch's convention: channels first
+    if image.ndim in (2, 3):
+        check_image_pixels(*_array_height_width(image.shape), "image tensor")
+    return (image.float() if image.dtype == torch.bfloat16 else image).numpy(), channels_last_known  # no bf16 in numpy
 
 
 def _array_height_width(shape: Sequence[int]) -> tuple[int, int]:

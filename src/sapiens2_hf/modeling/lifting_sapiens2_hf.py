@@ -159,20 +159,7 @@ def lift_keypoints(keypoints, scores, pointmap, person_mask=None, *, score_thres
         joint_depths (`(num_keypoints,)` or a number, *optional*): metres below the skin (default: none, 0).
         box (`(4,)` xyxy, *optional*): the person's box, for the default window radius.
     """
-    keypoints = np.asarray(keypoints, dtype=np.float64).reshape(-1, 2)
-    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-    pointmap = np.asarray(pointmap, dtype=np.float64)
-    if pointmap.ndim != 3 or pointmap.shape[-1] != 3:
-        raise ValueError(f"pointmap must be (height, width, 3) XYZ, got shape {pointmap.shape}.")
-    if len(scores) != len(keypoints):
-        raise ValueError(f"{len(keypoints)} keypoints but {len(scores)} scores.")
-    height, width = pointmap.shape[:2]
-    usable = np.isfinite(pointmap).all(axis=-1) & (pointmap[..., 2] > 0)
-    if person_mask is not None:
-        person_mask = np.asarray(person_mask, dtype=bool)
-        if person_mask.shape != (height, width):
-            raise ValueError(f"person_mask has shape {person_mask.shape}, the pointmap {(height, width)}.")
-        usable &= person_mask
+    keypoints, scores, pointmap, usable = _checked_inputs(keypoints, scores, pointmap, person_mask)
     count = len(keypoints)
     check_lifting_options(score_threshold=score_threshold, window_radius=window_radius, depth_jump=depth_jump,
                           min_person_fraction=min_person_fraction, joint_depths=joint_depths, num_keypoints=count)
@@ -186,46 +173,86 @@ def lift_keypoints(keypoints, scores, pointmap, person_mask=None, *, score_thres
     support = np.zeros(count)
     status = ["valid"] * count
     for k, (x, y) in enumerate(keypoints):
-        if not (np.isfinite(x) and np.isfinite(y)) or not (-0.5 <= x < width - 0.5 and -0.5 <= y < height - 0.5):
-            status[k] = "outside_image"
+        window = _window(usable, x, y, radius)
+        if window is None or len(window[0]) == 0:
+            status[k] = "outside_image" if window is None else "outside_mask"
             continue
-        column, row = int(round(x)), int(round(y))
-        top, bottom = max(0, row - radius), min(height, row + radius + 1)
-        left, right = max(0, column - radius), min(width, column + radius + 1)
-        rows, columns = np.nonzero(usable[top:bottom, left:right])
-        if len(rows) == 0:
-            status[k] = "outside_mask"
-            continue
-        rows, columns = rows + top, columns + left
-        points = pointmap[rows, columns]
-        offsets = np.stack([columns - x, rows - y], axis=1)
-        # 2. one surface: split the sorted depths at gaps over depth_jump, keep the group of the nearest pixel
-        order = np.argsort(points[:, 2], kind="stable")
-        group = np.zeros(len(points), dtype=np.int64)
-        group[order[1:]] = np.cumsum(np.diff(points[order, 2]) > depth_jump)
-        nearest = int(np.argmin((offsets ** 2).sum(axis=1)))
-        keep = group == group[nearest]
-        discontinuity = bool(group.max() > 0)
+        points = pointmap[window]
+        offsets = np.stack([window[1] - x, window[0] - y], axis=1)
+        keep, discontinuity = _one_surface(points[:, 2], offsets, depth_jump)
         # 3. the surface point: an affine fit of X, Y, Z over the kept pixels, at the keypoint
-        point, gradients = _affine_at(offsets[keep], points[keep])
-        surface[k] = point
-        # 4. into the body along the inward normal (away from the camera on visible surfaces)
-        if depths[k] != 0 and gradients is not None:
-            normal = np.cross(gradients[0], gradients[1])
-            length = np.linalg.norm(normal)
-            point = point + depths[k] * normal / length if length > 0 else point
-        lifted[k] = point
+        surface[k], gradients = _affine_at(offsets[keep], points[keep])
+        lifted[k] = _into_body(surface[k], gradients, depths[k])
         support[k] = keep.sum() / window_size
-        if len(rows) < min_person_fraction * window_size:
-            status[k] = "outside_mask"
-        elif discontinuity:
-            status[k] = "depth_discontinuity"
-        elif scores[k] < score_threshold or not np.isfinite(scores[k]):
-            status[k] = "low_score"
+        status[k] = _status(len(points) < min_person_fraction * window_size, discontinuity, scores[k], score_threshold)
     valid = np.array([s == "valid" for s in status], dtype=bool)
     confidence = np.where(valid, np.clip(scores, 0, 1) * support, 0.0)
     return LiftedKeypoints(keypoints_3d=lifted.astype(np.float32), confidence=confidence.astype(np.float32),
                            valid=valid, status=status, surface_points=surface.astype(np.float32))
+
+
+def _checked_inputs(keypoints, scores, pointmap, person_mask):
+    """The inputs as float64 arrays, their shapes checked, with the usable pixels `(height, width)` bool: finite
+    XYZ with Z > 0, within `person_mask` when it is given."""
+    keypoints = np.asarray(keypoints, dtype=np.float64).reshape(-1, 2)
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    pointmap = np.asarray(pointmap, dtype=np.float64)
+    if pointmap.ndim != 3 or pointmap.shape[-1] != 3:
+        raise ValueError(f"pointmap must be (height, width, 3) XYZ, got shape {pointmap.shape}.")
+    if len(scores) != len(keypoints):
+        raise ValueError(f"{len(keypoints)} keypoints but {len(scores)} scores.")
+    usable = np.isfinite(pointmap).all(axis=-1) & (pointmap[..., 2] > 0)
+    if person_mask is not None:
+        person_mask = np.asarray(person_mask, dtype=bool)
+        if person_mask.shape != pointmap.shape[:2]:
+            raise ValueError(f"person_mask has shape {person_mask.shape}, the pointmap {pointmap.shape[:2]}.")
+        usable &= person_mask
+    return keypoints, scores, pointmap, usable
+
+
+def _window(usable: np.ndarray, x: float, y: float, radius: int):
+    """1. the (rows, columns) of the person pixels within `radius` of the keypoint `(x, y)`, or None for a keypoint
+    outside the image."""
+    height, width = usable.shape
+    if not (np.isfinite(x) and np.isfinite(y)) or not (-0.5 <= x < width - 0.5 and -0.5 <= y < height - 0.5):
+        return None
+    column, row = int(round(x)), int(round(y))
+    top, bottom = max(0, row - radius), min(height, row + radius + 1)
+    left, right = max(0, column - radius), min(width, column + radius + 1)
+    rows, columns = np.nonzero(usable[top:bottom, left:right])
+    return rows + top, columns + left
+
+
+def _one_surface(z: np.ndarray, offsets: np.ndarray, depth_jump: float) -> tuple[np.ndarray, bool]:
+    """2. split the sorted depths `z` at gaps over `depth_jump` and keep the group of the pixel nearest the keypoint
+    (`offsets` from it): the kept pixels' mask, and whether there was a split."""
+    order = np.argsort(z, kind="stable")
+    group = np.zeros(len(z), dtype=np.int64)
+    group[order[1:]] = np.cumsum(np.diff(z[order]) > depth_jump)
+    nearest = int(np.argmin((offsets ** 2).sum(axis=1)))
+    return group == group[nearest], bool(group.max() > 0)
+
+
+def _status(few_person_pixels: bool, discontinuity: bool, score: float, score_threshold: float) -> str:
+    """The status of a keypoint whose point was computed, in the order of precedence: too few person pixels in its
+    window, a split of its window's depths, a 2D score under the threshold."""
+    if few_person_pixels:
+        return "outside_mask"
+    if discontinuity:
+        return "depth_discontinuity"
+    if score < score_threshold or not np.isfinite(score):
+        return "low_score"
+    return "valid"
+
+
+def _into_body(point: np.ndarray, gradients: np.ndarray | None, depth: float) -> np.ndarray:
+    """4. `point` moved `depth` metres along the fitted plane's inward normal (away from the camera on visible
+    surfaces); unmoved for a degenerate fit or a zero normal."""
+    if depth == 0 or gradients is None:
+        return point
+    normal = np.cross(gradients[0], gradients[1])
+    length = np.linalg.norm(normal)
+    return point + depth * normal / length if length > 0 else point
 
 
 def mpjpe(predicted, target, valid=None) -> float:

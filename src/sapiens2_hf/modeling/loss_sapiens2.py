@@ -121,6 +121,16 @@ def check_same_shape(pred: torch.Tensor, target: torch.Tensor, pred_name: str, t
         )
 
 
+def on_target_grid(pred: torch.Tensor, target: torch.Tensor, pred_name: str, target_name: str):
+    """`(pred, target)` in float32, a `(batch, channels, height, width)` prediction resized bilinearly to the target's
+    grid, their shapes checked (`check_same_shape`)."""
+    pred, target = pred.float(), target.float()
+    if pred.dim() == 4 and pred.shape[2:] != target.shape[2:]:
+        pred = F.interpolate(pred, size=target.shape[2:], mode="bilinear", align_corners=False)
+    check_same_shape(pred, target, pred_name, target_name)
+    return pred, target
+
+
 # ---------------------------------------------------------------------------------------------------------------- pose
 
 # Pose heatmap loss of the official Sapiens2 308-keypoint recipe.
@@ -408,11 +418,7 @@ class NormalLoss(nn.Module):
             `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `cosine_loss`,
             `l1_loss` and `grad_loss`.
         """
-        normals = normals.float()
-        target_normals = target_normals.float()
-        if normals.dim() == 4 and normals.shape[2:] != target_normals.shape[2:]:
-            normals = F.interpolate(normals, size=target_normals.shape[2:], mode="bilinear", align_corners=False)
-        check_same_shape(normals, target_normals, "normals", "target_normals")
+        normals, target_normals = on_target_grid(normals, target_normals, "normals", "target_normals")
         valid = as_valid_mask(mask, target_normals)
         target_normals = torch.where(valid.bool(), target_normals, torch.zeros_like(target_normals))
 
@@ -582,11 +588,7 @@ def pointmap_normal_loss(
 def _pointmap_loss_inputs(pointmaps, scales, target_pointmaps, target_scales, mask, intrinsics):
     """`PointmapLoss`'s inputs in float32, checked: the prediction resized to the target's grid, one scale per
     sample, `(batch_size, 3, 3)` intrinsics; the target zeroed off the valid mask, returned with that mask."""
-    pointmaps = pointmaps.float()
-    target_pointmaps = target_pointmaps.float()
-    if pointmaps.dim() == 4 and pointmaps.shape[2:] != target_pointmaps.shape[2:]:
-        pointmaps = F.interpolate(pointmaps, size=target_pointmaps.shape[2:], mode="bilinear", align_corners=False)
-    check_same_shape(pointmaps, target_pointmaps, "pointmaps", "target_pointmaps")
+    pointmaps, target_pointmaps = on_target_grid(pointmaps, target_pointmaps, "pointmaps", "target_pointmaps")
     batch_size = pointmaps.shape[0]
     if intrinsics.shape != (batch_size, 3, 3):
         raise ValueError(f"`intrinsics` must have shape {(batch_size, 3, 3)}, got {tuple(intrinsics.shape)}.")
@@ -679,16 +681,20 @@ class PointmapLoss(nn.Module):
         """
         pointmaps, scales, target_pointmaps, target_scales, valid = _pointmap_loss_inputs(
             pointmaps, scales, target_pointmaps, target_scales, mask, intrinsics)
-        batch_size = pointmaps.shape[0]
         if target_mean_depth is None:
             target_mean_depth = (target_pointmaps[:, 2:3] * valid).sum(dim=(1, 2, 3)) / valid.sum(dim=(1, 2, 3)).clamp(
                 min=1
             )
-        mean_depth = target_mean_depth.float().reshape(batch_size, 1, 1, 1)
+        mean_depth = target_mean_depth.float().reshape(pointmaps.shape[0], 1, 1, 1)
+        terms = self._terms(pointmaps, scales, target_pointmaps, target_scales, valid, intrinsics, mean_depth)
+        return sum(terms.values()), terms
+
+    def _terms(self, pointmaps, scales, target_pointmaps, target_scales, valid, intrinsics,
+               mean_depth) -> dict[str, torch.Tensor]:
+        """The seven weighted terms (the class docstring's table); `mean_depth` `(batch_size, 1, 1, 1)` is m."""
         pred_normalised = pointmaps / mean_depth
         target_normalised = target_pointmaps / mean_depth
-
-        terms = {
+        return {
             "l1_loss": (self.l1_weight * masked_l1(pred_normalised, target_normalised, valid)).clamp(
                 max=self.clamp_max
             ),
@@ -705,7 +711,6 @@ class PointmapLoss(nn.Module):
             * pointmap_normal_loss(pointmaps, target_pointmaps, valid, target_scales),
             "scale_l1_loss": self.scale_weight * (scales - target_scales).abs().mean(),
         }
-        return sum(terms.values()), terms
 
 
 # -------------------------------------------------------------------------------------------------------------- albedo
@@ -771,11 +776,7 @@ class AlbedoLoss(nn.Module):
             `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `l1_loss`,
             `grad_loss` and `chromaticity_loss`.
         """
-        albedos = albedos.float()
-        target_albedos = target_albedos.float()
-        if albedos.dim() == 4 and albedos.shape[2:] != target_albedos.shape[2:]:
-            albedos = F.interpolate(albedos, size=target_albedos.shape[2:], mode="bilinear", align_corners=False)
-        check_same_shape(albedos, target_albedos, "albedos", "target_albedos")
+        albedos, target_albedos = on_target_grid(albedos, target_albedos, "albedos", "target_albedos")
         if albedos.shape[1] != 3:
             raise ValueError(f"`albedos` must have 3 (RGB) channels, got {albedos.shape[1]}.")
         valid = as_valid_mask(mask, target_albedos)
@@ -875,13 +876,26 @@ def _foreground_l1(foregrounds, target_foregrounds, valid: torch.Tensor, alphas:
     """Masked L1 of the foreground colours (resized to the target's grid); zero (on the graph) without them."""
     if foregrounds is None or target_foregrounds is None:
         return zero_like_graph(alphas)
-    foregrounds = foregrounds.float()
-    target_foregrounds = target_foregrounds.float()
-    if foregrounds.shape[2:] != target_foregrounds.shape[2:]:
-        foregrounds = F.interpolate(foregrounds, size=target_foregrounds.shape[2:], mode="bilinear",
-                                    align_corners=False)
-    check_same_shape(foregrounds, target_foregrounds, "foregrounds", "target_foregrounds")
+    foregrounds, target_foregrounds = on_target_grid(foregrounds, target_foregrounds, "foregrounds",
+                                                     "target_foregrounds")
     return _masked_mean_abs(foregrounds - target_foregrounds, valid)
+
+
+def _laplacian_l1(prediction: torch.Tensor, target: torch.Tensor, levels: int) -> torch.Tensor:
+    """L1 between the Laplacian pyramids of `prediction` and `target`, level `i` weighted `2**i`."""
+    pyramids = zip(laplacian_pyramid(prediction, levels), laplacian_pyramid(target, levels))
+    return sum((2.0**level) * (pred - tgt).abs().mean() for level, (pred, tgt) in enumerate(pyramids))
+
+
+def _matting_loss_inputs(alphas: torch.Tensor, target_alphas: torch.Tensor, mask: torch.Tensor | None):
+    """`(alphas, target_alphas, valid)` in float32 `(B, 1, H, W)` (valid bool), the prediction resized to the
+    target's grid, the shapes checked."""
+    if target_alphas.dim() == 3:
+        target_alphas = target_alphas.unsqueeze(1)
+    alphas, target_alphas = on_target_grid(alphas, target_alphas, "alphas", "target_alphas")
+    if alphas.shape[1] != 1:
+        raise ValueError(f"`alphas` must have 1 channel, got {alphas.shape[1]}.")
+    return alphas, target_alphas, as_valid_mask(mask, target_alphas).bool()
 
 
 class MattingLoss(nn.Module):
@@ -933,16 +947,7 @@ class MattingLoss(nn.Module):
             `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms
             `alpha_l1_loss`, `alpha_gradient_loss`, `alpha_laplacian_loss` and `foreground_l1_loss`.
         """
-        target_alphas = target_alphas.float()
-        if target_alphas.dim() == 3:
-            target_alphas = target_alphas.unsqueeze(1)
-        alphas = alphas.float()
-        if alphas.dim() == 4 and alphas.shape[2:] != target_alphas.shape[2:]:
-            alphas = F.interpolate(alphas, size=target_alphas.shape[2:], mode="bilinear", align_corners=False)
-        check_same_shape(alphas, target_alphas, "alphas", "target_alphas")
-        if alphas.shape[1] != 1:
-            raise ValueError(f"`alphas` must have 1 channel, got {alphas.shape[1]}.")
-        valid = as_valid_mask(mask, target_alphas).bool()  # (B, 1, H, W)
+        alphas, target_alphas, valid = _matting_loss_inputs(alphas, target_alphas, mask)
         if not valid.any():
             zero = zero_like_graph(alphas)
             return zero, {name: zero for name in ("alpha_l1_loss", "alpha_gradient_loss", "alpha_laplacian_loss",
@@ -953,11 +958,7 @@ class MattingLoss(nn.Module):
         gradient = _alpha_gradient_l1(alphas - target_alphas, valid)
         # Masked-out pixels take the target's value so that they add no error to any pyramid level.
         filled = torch.where(valid, alphas, target_alphas)
-        laplacian = sum(
-            (2.0**level) * (pred - target).abs().mean()
-            for level, (pred, target) in enumerate(zip(laplacian_pyramid(filled, self.laplacian_levels),
-                                                       laplacian_pyramid(target_alphas, self.laplacian_levels)))
-        )
+        laplacian = _laplacian_l1(filled, target_alphas, self.laplacian_levels)
         foreground = _foreground_l1(foregrounds, target_foregrounds, valid, alphas)
         terms = {
             "alpha_l1_loss": self.l1_weight * l1,

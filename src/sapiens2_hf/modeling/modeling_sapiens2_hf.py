@@ -273,23 +273,22 @@ def embed_pixel_values(
     return hidden_states, trunk.rope_embeddings(grid_h, grid_w)
 
 
-class Sapiens2Model(Sapiens2PreTrainedModel):
-    """The Sapiens2 backbone: patch embedding, CLS + register tokens, RoPE transformer blocks, final RMSNorm."""
+class _Sapiens2Trunk:
+    """What `Sapiens2Model` and `Sapiens2Backbone` share: the encoder's modules, under the same names so that both
+    load the same files, and a backbone's loading rules (any checkpoint's backbone, its heads left out)."""
 
-    def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
+    # A task checkpoint loaded into a backbone class: its heads are deliberately left out (no load report).
+    _keys_to_ignore_on_load_unexpected = [r"periods", *HEAD_KEY_PATTERNS]
+
+    def _build_trunk(self, config: Sapiens2Config) -> None:
         self.embeddings = Sapiens2Embeddings(config)
         self.tokenizer = Sapiens2WindowTokenizer(config) if config.uses_tokenizer else None
         self.rope_embeddings = Sapiens2RopePositionEmbedding(config)
         self.model = Sapiens2Encoder(config)
         self.norm = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_init()
 
     def get_input_embeddings(self) -> nn.Conv2d:
         return self.embeddings.patch_embeddings
-
-    # A task checkpoint loaded into the backbone class: its heads are deliberately left out (no load report).
-    _keys_to_ignore_on_load_unexpected = [r"periods", *HEAD_KEY_PATTERNS]
 
     @classmethod
     def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
@@ -298,6 +297,15 @@ class Sapiens2Model(Sapiens2PreTrainedModel):
     @classmethod
     def _check_task(cls, config, source) -> None:
         return None
+
+
+class Sapiens2Model(_Sapiens2Trunk, Sapiens2PreTrainedModel):
+    """The Sapiens2 backbone: patch embedding, CLS + register tokens, RoPE transformer blocks, final RMSNorm."""
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__(config)
+        self._build_trunk(config)
+        self.post_init()
 
     def _grid_size(self, pixel_values: torch.Tensor) -> tuple[int, int]:
         return token_grid_size(self.config, pixel_values)
@@ -407,7 +415,7 @@ def as_sapiens2_config(config) -> Sapiens2Config:
     return converted
 
 
-class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
+class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
     """The Sapiens2 encoder as a transformers backbone (`AutoBackbone`, `load_backbone`): one feature map per stage
     named in `config.out_features` / `config.out_indices`.
 
@@ -431,27 +439,9 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
     def __init__(self, config: Sapiens2Config):
         config = as_sapiens2_config(config)
         super().__init__(config)
-        self.embeddings = Sapiens2Embeddings(config)
-        self.tokenizer = Sapiens2WindowTokenizer(config) if config.uses_tokenizer else None
-        self.rope_embeddings = Sapiens2RopePositionEmbedding(config)
-        self.model = Sapiens2Encoder(config)
-        self.norm = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self._build_trunk(config)
         self.num_features = [config.hidden_size] * (config.num_hidden_layers + 1)  # channels of every stage
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Conv2d:
-        return self.embeddings.patch_embeddings
-
-    _keys_to_ignore_on_load_unexpected = Sapiens2Model._keys_to_ignore_on_load_unexpected
-
-    @classmethod
-    def _allowed_unexpected_keys(cls) -> tuple[str, ...]:
-        # A task checkpoint loaded into the backbone: its heads are deliberately left out, as for Sapiens2Model.
-        return Sapiens2Model._allowed_unexpected_keys()
-
-    @classmethod
-    def _check_task(cls, config, source) -> None:
-        return None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, out_features=None, out_indices=None, **kwargs):
@@ -514,20 +504,26 @@ class Sapiens2Backbone(BackboneMixin, Sapiens2PreTrainedModel):
 class Sapiens2TaskModel(Sapiens2PreTrainedModel):
     """Backbone + decode head: the base of every task model, official or registered (`sapiens2_hf.register_task`).
 
-    A subclass sets `task` (its registry name, typed once), `loss_class` and, for a task added from outside the
-    package, `output_class` (the `ModelOutput` it returns; its first field after `loss` holds the prediction) and
+    A subclass sets `task` (its registry name, typed once), `loss_class`, `output_class` (the `ModelOutput` it
+    returns; its first field after `loss` holds the prediction) and, for a task added from outside the package,
     `spec` (a `TaskSpec` of what cannot be derived: `num_labels`, title, ...; see `sapiens2_tasks.spec_of_class`).
-    It calls `self.build_task_layers(config)` then `self.post_init()` in `__init__`, and returns
-    `self.decode(pixel_values, labels=labels, loss_targets=(...))` from `forward`: the head's layout comes from
+    `__init__` builds the backbone and the head (`build_task_layers`, which a subclass extends to check its config or
+    add layers) and initialises them; `forward` returns
+    `self.decode(pixel_values, labels=labels, loss_targets=(...))`: the head's layout comes from
     `config.head_config` (the registry entry's `head_upsampling` and `head_norm`), and the loss is computed when
     `labels` is given.
     """
 
     # The official loss of the task (loss_sapiens2.py, official term weights), computed by `forward` from `labels`.
     loss_class: type[nn.Module]
-    # A registered task's model output (the official classes name theirs in `decode` calls) and its layer-0 facts.
+    # The task's model output and, for a registered task, its layer-0 facts.
     output_class: type[ModelOutput] | None = None
     spec: TaskSpec | None = None
+
+    def __init__(self, config: Sapiens2Config):
+        super().__init__(config)
+        self.build_task_layers(config)
+        self.post_init()
 
     def post_init(self):
         super().post_init()
@@ -665,11 +661,7 @@ class Sapiens2ForPoseEstimation(Sapiens2TaskModel):
 
     task = "pose"
     loss_class = PoseHeatmapLoss
-
-    def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
-        self.build_task_layers(config)
-        self.post_init()
+    output_class = Sapiens2PoseEstimatorOutput
 
     @can_return_tuple
     def forward(
@@ -694,9 +686,7 @@ class Sapiens2ForPoseEstimation(Sapiens2TaskModel):
         """
         if labels is not None:
             label_weights = self._required_target(label_weights, "label_weights", "per-keypoint weights")
-        return self.decode(
-            pixel_values, Sapiens2PoseEstimatorOutput, "heatmaps", labels, loss_targets=(label_weights,), **kwargs
-        )
+        return self.decode(pixel_values, labels=labels, loss_targets=(label_weights,), **kwargs)
 
 
 class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
@@ -704,11 +694,7 @@ class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
 
     task = "seg"
     loss_class = SegmentationLoss
-
-    def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
-        self.build_task_layers(config)
-        self.post_init()
+    output_class = SemanticSegmenterOutput
 
     def _loss_function(self) -> nn.Module:
         # The official class weights belong to the 29 body-part classes; another label set trains unweighted. The ignored
@@ -731,7 +717,7 @@ class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
         Returns:
             `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
         """
-        return self.decode(pixel_values, SemanticSegmenterOutput, "logits", labels, **kwargs)
+        return self.decode(pixel_values, labels=labels, **kwargs)
 
 
 class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
@@ -739,11 +725,7 @@ class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
 
     task = "normal"
     loss_class = NormalLoss
-
-    def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
-        self.build_task_layers(config)
-        self.post_init()
+    output_class = Sapiens2NormalEstimatorOutput
 
     @can_return_tuple
     def forward(
@@ -765,9 +747,7 @@ class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
             `Sapiens2NormalEstimatorOutput` with `normals` of shape `(batch_size, 3, height, width)`: camera-frame
             normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
         """
-        return self.decode(
-            pixel_values, Sapiens2NormalEstimatorOutput, "normals", labels, loss_targets=(mask,), **kwargs
-        )
+        return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
 
 class Sapiens2ForPointmapEstimation(Sapiens2TaskModel):
@@ -776,12 +756,10 @@ class Sapiens2ForPointmapEstimation(Sapiens2TaskModel):
     task = "pointmap"
     loss_class = PointmapLoss
 
-    def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
-        self.build_task_layers(config)
+    def build_task_layers(self, config: Sapiens2Config) -> None:
+        super().build_task_layers(config)
         has_scale = config.head_config.scale_conv_out_channels is not None
         self.scale_head = Sapiens2PointmapScaleHead(config) if has_scale else nn.Identity()
-        self.post_init()
 
     def _check_scale_input(self, feature_map: torch.Tensor) -> None:
         head = self.config.head_config
@@ -852,13 +830,12 @@ class Sapiens2ForAlbedoEstimation(Sapiens2TaskModel):
 
     task = "albedo"
     loss_class = AlbedoLoss
+    output_class = Sapiens2AlbedoEstimatorOutput
 
-    def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
+    def build_task_layers(self, config: Sapiens2Config) -> None:
         if config.head_config is not None and config.head_config.norm_type != "rms_norm":
             raise ValueError("The albedo head uses channel RMSNorms: set `head_config.norm_type='rms_norm'`.")
-        self.build_task_layers(config)
-        self.post_init()
+        super().build_task_layers(config)
 
     @can_return_tuple
     def forward(
@@ -880,9 +857,7 @@ class Sapiens2ForAlbedoEstimation(Sapiens2TaskModel):
             `Sapiens2AlbedoEstimatorOutput` with `albedos` of shape `(batch_size, 3, height, width)`: raw RGB albedo
             (target range `[0, 1]`, not clamped).
         """
-        return self.decode(
-            pixel_values, Sapiens2AlbedoEstimatorOutput, "albedos", labels, loss_targets=(mask,), **kwargs
-        )
+        return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
 
 class Sapiens2ForImageMatting(Sapiens2TaskModel):
@@ -892,15 +867,13 @@ class Sapiens2ForImageMatting(Sapiens2TaskModel):
     task = "matting"
     loss_class = MattingLoss
 
-    def __init__(self, config: Sapiens2Config):
-        super().__init__(config)
+    def build_task_layers(self, config: Sapiens2Config) -> None:
         if config.num_labels != 4:
             raise ValueError(
                 f"The matting head predicts 4 channels (pre-multiplied RGB foreground + alpha), but the config has "
                 f"num_labels={config.num_labels}; build it with Sapiens2Config.from_preset(size, task='matting')."
             )
-        self.build_task_layers(config)
-        self.post_init()
+        super().build_task_layers(config)
 
     @can_return_tuple
     def forward(

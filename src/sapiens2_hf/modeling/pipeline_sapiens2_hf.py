@@ -46,7 +46,6 @@ from .foreground_sapiens2_hf import SEGMENTER_PREFIX, load_segmenter, segmenter_
 from .lifting_sapiens2_hf import check_lifting_options, joint_depths_for, lift_keypoints
 from .person_detection_sapiens2_hf import DEFAULT_DETECTOR, _nms, detect_people, load_detector  # noqa: F401 (re-export)
 from .pipeline_base_sapiens2_hf import (  # noqa: F401 (the public names re-exported from here)
-    PIPELINE_DTYPES,
     PIPELINE_TASKS,
     _positive_int,
     _Sapiens2DensePipeline,
@@ -205,7 +204,34 @@ class _Sapiens2MaskableDensePipeline(_Sapiens2DensePipeline):
         return result
 
 
-class Sapiens2NormalPipeline(_Sapiens2MaskableDensePipeline):
+class Sapiens2DenseMapPipeline(_Sapiens2MaskableDensePipeline):
+    """The pipeline of a dense task registered with `sapiens2_hf.register_task` (`dense_map_pipeline_class` makes
+    one per task): the task's prediction, post-processed by the processor method its registry entry names
+    (`post_process_dense_maps` by default: unpad, resize), at the original image size.
+
+    Result per image: `{key: np.ndarray (height, width, channels) float32}` (`(height, width)` for a one-channel
+    map), `key` as the post-processor names it (the task's first `result_maps` entry). With `foreground_mask=` or
+    `segmenter=` (see `_Sapiens2MaskableDensePipeline`) also `"mask"`, the background set to the task's
+    `foreground_fill`. The normal and albedo pipelines are such pipelines of official tasks.
+    """
+
+    def postprocess(self, model_outputs, segmenter=None, **params):
+        spec = TASK_SPECS[self.task_name]
+        post_process = getattr(self.image_processor, spec.post_process)
+        fields = {name: name for name in self.output_fields}
+        (result,) = post_process(self._namespace(model_outputs, **fields),
+                                 source_sizes=model_outputs["original_sizes"].tolist(), paddings=model_outputs["padding"])
+        output = {}
+        for key, value in result.items():
+            if isinstance(value, torch.Tensor):
+                value = value.permute(1, 2, 0) if value.ndim == 3 else value
+                value = value[..., 0] if value.ndim == 3 and value.shape[-1] == 1 else value
+                value = value.cpu().numpy()
+            output[key] = value
+        return self._mask(output, model_outputs, segmenter)
+
+
+class Sapiens2NormalPipeline(Sapiens2DenseMapPipeline):
     """`pipeline("sapiens2-normal")`: surface normals at the original image size.
 
     Result per image: `{"normals": np.ndarray (height, width, 3) float32}`, camera frame `(x, y, z)`, unit length
@@ -216,12 +242,6 @@ class Sapiens2NormalPipeline(_Sapiens2MaskableDensePipeline):
     task_name = "normal"
     output_fields = ("normals",)
     masked_fields = ("normals",)
-
-    def postprocess(self, model_outputs, segmenter=None, **params):
-        (result,) = self.image_processor.post_process_normal_estimation(
-            self._namespace(model_outputs, normals="normals"), source_sizes=model_outputs["original_sizes"].tolist(),
-            paddings=model_outputs["padding"])
-        return self._mask({"normals": result["normals"].permute(1, 2, 0).cpu().numpy()}, model_outputs, segmenter)
 
 
 class Sapiens2PointmapPipeline(_Sapiens2MaskableDensePipeline):
@@ -262,7 +282,7 @@ class Sapiens2PointmapPipeline(_Sapiens2MaskableDensePipeline):
         return self._mask(output, model_outputs, segmenter)
 
 
-class Sapiens2AlbedoPipeline(_Sapiens2MaskableDensePipeline):
+class Sapiens2AlbedoPipeline(Sapiens2DenseMapPipeline):
     """`pipeline("sapiens2-albedo")`: RGB albedo at the original image size.
 
     Result per image: `{"albedo": np.ndarray (height, width, 3) float32 RGB in [0, 1]}`. With `foreground_mask=` or
@@ -271,42 +291,8 @@ class Sapiens2AlbedoPipeline(_Sapiens2MaskableDensePipeline):
     """
 
     task_name = "albedo"
-    output_fields = ("albedos", "albedo")
+    output_fields = ("albedos", "albedo")  # the processor reads `albedos`, else `albedo`
     masked_fields = ("albedo",)
-
-    def postprocess(self, model_outputs, segmenter=None, **params):
-        key = "albedos" if model_outputs.get("albedos") is not None else "albedo"
-        (result,) = self.image_processor.post_process_albedo_estimation(
-            self._namespace(model_outputs, albedos=key), source_sizes=model_outputs["original_sizes"].tolist(),
-            paddings=model_outputs["padding"])
-        return self._mask({"albedo": result["albedo"].permute(1, 2, 0).cpu().numpy()}, model_outputs, segmenter)
-
-
-class Sapiens2DenseMapPipeline(_Sapiens2MaskableDensePipeline):
-    """The pipeline of a dense task registered with `sapiens2_hf.register_task` (`dense_map_pipeline_class` makes
-    one per task): the task's prediction, post-processed by the processor method its registry entry names
-    (`post_process_dense_maps` by default: unpad, resize), at the original image size.
-
-    Result per image: `{key: np.ndarray (height, width, channels) float32}` (`(height, width)` for a one-channel
-    map), `key` as the post-processor names it (the task's first `result_maps` entry). With `foreground_mask=` or
-    `segmenter=` (see `_Sapiens2MaskableDensePipeline`) also `"mask"`, the background set to the task's
-    `foreground_fill`.
-    """
-
-    def postprocess(self, model_outputs, segmenter=None, **params):
-        spec = TASK_SPECS[self.task_name]
-        post_process = getattr(self.image_processor, spec.post_process)
-        fields = {name: name for name in self.output_fields}
-        (result,) = post_process(self._namespace(model_outputs, **fields),
-                                 source_sizes=model_outputs["original_sizes"].tolist(), paddings=model_outputs["padding"])
-        output = {}
-        for key, value in result.items():
-            if isinstance(value, torch.Tensor):
-                value = value.permute(1, 2, 0) if value.ndim == 3 else value
-                value = value[..., 0] if value.ndim == 3 and value.shape[-1] == 1 else value
-                value = value.cpu().numpy()
-            output[key] = value
-        return self._mask(output, model_outputs, segmenter)
 
 
 def dense_map_pipeline_class(task: str) -> type[Sapiens2DenseMapPipeline]:

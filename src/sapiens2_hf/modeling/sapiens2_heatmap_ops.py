@@ -262,6 +262,24 @@ def refine_keypoints_dark_udp(
     half = blur_kernel_size // 2
     kernel1d = opencv_gaussian_kernel1d(blur_kernel_size, device)
     kernel2d = kernel1d[:, None] * kernel1d[None, :]
+    map_index, row, col = _difference_pixels(locations, previous_map, num_crops, height, width)
+    windows = _gather_windows(maps, map_index, row - half, col - half, blur_kernel_size, blur_kernel_size)
+    blurred = (windows * kernel2d).sum(dim=(-2, -1))  # (num_crops, num_keypoints, 7) blurred values
+    row_max = maps.amax(dim=-1) if row_max is None else row_max.reshape(-1, height).to(torch.float32)
+    original_max = row_max.amax(dim=-1)
+    blurred_max = _blurred_maxima(maps, row_max, blurred[..., 0].reshape(-1), blur_kernel_size)
+    scale = (original_max / blurred_max)[map_index]  # the rescale of the map each value comes from
+    values = (blurred * scale).clamp(1e-3, 50.0).log()
+    return _newton_step(locations, values, device)
+
+
+def _difference_pixels(locations: torch.Tensor, previous_map: torch.Tensor, num_crops: int, height: int,
+                       width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The 7 pixels the central differences read at each maximum (the centre, then +-x, +-y, +(x+y), -(x+y)), as
+    `(map index, row, column)` into the flattened maps, each `(num_crops, num_keypoints, 7)` long, with the official
+    quirk (see `refine_keypoints_dark_udp`)."""
+    num_keypoints = locations.shape[1]
+    device = previous_map.device
     padded_w, padded_h = width + 2, height + 2
     per_map = padded_h * padded_w
     xs = locations[..., 0].to(torch.long)
@@ -281,14 +299,7 @@ def refine_keypoints_dark_udp(
     row = (rest // padded_w - 1).clamp(0, height - 1)
     col = (rest % padded_w - 1).clamp(0, width - 1)
     map_index = torch.arange(num_crops, device=device)[:, None, None] * num_keypoints + channel
-    windows = _gather_windows(maps, map_index, row - half, col - half, blur_kernel_size, blur_kernel_size)
-    blurred = (windows * kernel2d).sum(dim=(-2, -1))  # (num_crops, num_keypoints, 7) blurred values
-    row_max = maps.amax(dim=-1) if row_max is None else row_max.reshape(-1, height).to(torch.float32)
-    original_max = row_max.amax(dim=-1)
-    blurred_max = _blurred_maxima(maps, row_max, blurred[..., 0].reshape(-1), blur_kernel_size)
-    scale = (original_max / blurred_max)[map_index]  # the rescale of the map each value comes from
-    values = (blurred * scale).clamp(1e-3, 50.0).log()
-    return _newton_step(locations, values, device)
+    return map_index, row, col
 
 
 def _newton_step(locations: torch.Tensor, values: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -535,11 +535,14 @@ def crop_windows_torch(
 
 
 def _person_heatmaps(
-    keypoints: torch.Tensor, center: torch.Tensor, size: torch.Tensor, grid_x: torch.Tensor, grid_y: torch.Tensor,
-    sigma: float,
+    rows, center: torch.Tensor, size: torch.Tensor, grid_x: torch.Tensor, grid_y: torch.Tensor, sigma: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Heatmaps `(num_keypoints, height, width)` and weights `(num_keypoints,)` of one person's `(x, y[, v])` rows."""
+    """Heatmaps `(num_keypoints, height, width)` and weights `(num_keypoints,)` of one person's `(x, y[, v])` rows
+    (no rows: empty ones)."""
     height, width = grid_x.shape
+    if len(rows) == 0:
+        return grid_x.new_zeros((0, height, width)), grid_x.new_zeros((0,))
+    keypoints = torch.as_tensor(rows, dtype=torch.float32, device=grid_x.device)
     # UDP: the crop window's edges map to the first and last heatmap pixel centres (size - 1 steps, not size)
     last_pixel = torch.tensor([width - 1, height - 1], dtype=torch.float32, device=grid_x.device)
     position = ((keypoints[:, :2] - center) / size + 0.5) * last_pixel
@@ -605,11 +608,6 @@ def udp_gaussian_heatmaps(
         boxes = torch.as_tensor(image_boxes, dtype=torch.float32, device=device).reshape(-1, 4)
         centers, sizes = crop_windows_torch(boxes, input_size, padding)
         for person, rows in enumerate(image_keypoints):
-            if len(rows) == 0:
-                all_heatmaps.append(torch.zeros((0, height, width), dtype=torch.float32, device=device))
-                all_weights.append(torch.zeros((0,), dtype=torch.float32, device=device))
-                continue
-            rows = torch.as_tensor(rows, dtype=torch.float32, device=device)
             heatmaps, weights = _person_heatmaps(rows, centers[person], sizes[person], grid_x, grid_y, sigma)
             all_heatmaps.append(heatmaps)
             all_weights.append(weights)
