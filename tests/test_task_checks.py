@@ -99,3 +99,27 @@ def test_the_post_processor_and_the_classes_are_checked_when_registering():
     _refused(_task("maps_e"), "pipeline_class must be a transformers Pipeline", TypeError, pipeline_class=dict)
     # control: the same parts, of their kinds
     _registers(_task("maps_f", spec=TaskSpec(num_labels=1, post_process="post_process_dense_maps")), metric=Metric)
+
+
+def test_a_subclass_written_to_the_earlier_recipe_builds_its_backbone_once(monkeypatch):
+    """The earlier recipe had subclasses call `build_task_layers` in their own `__init__`; the base class now builds
+    them, and a second call must not build (and allocate) the backbone again."""
+    import sapiens2_hf
+    from sapiens2_hf.modeling import modeling_sapiens2_hf as modeling
+
+    built = []
+    original = modeling.Sapiens2Model.__init__
+    monkeypatch.setattr(modeling.Sapiens2Model, "__init__", lambda self, config: built.append(1) or original(self,
+                                                                                                           config))
+
+    class EarlierRecipe(sapiens2_hf.Sapiens2ForNormalEstimation):
+        def __init__(self, config):
+            super().__init__(config)
+            self.build_task_layers(config)
+            self.post_init()
+
+    model = EarlierRecipe(sapiens2_hf.tiny_config("normal"))
+    assert len(built) == 1
+    model._task_layers_built = False  # control: the counter sees a build when one happens
+    model.build_task_layers(model.config)
+    assert len(built) == 2

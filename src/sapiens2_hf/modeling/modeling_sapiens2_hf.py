@@ -532,6 +532,10 @@ class Sapiens2TaskModel(Sapiens2PreTrainedModel):
         self._keys_to_ignore_on_load_unexpected -= set(HEAD_KEY_PATTERNS)
 
     def build_task_layers(self, config: Sapiens2Config) -> None:
+        # Built once: `__init__` builds them, and a subclass written to the earlier recipe (its own `__init__` calling
+        # this again) must not build the backbone a second time (twice the memory while a large model is built).
+        if getattr(self, "_task_layers_built", False):
+            return
         if config.head_config is None:
             raise ValueError(
                 f"{type(self).__name__} needs `config.head_config` (the decode-head layout); build the config with "
@@ -546,6 +550,7 @@ class Sapiens2TaskModel(Sapiens2PreTrainedModel):
         self.num_labels = config.num_labels
         self.model = Sapiens2Model(config)
         self.decode_head = Sapiens2Head(config, norm_layer=head_norm_layer(config.head_config))
+        self._task_layers_built = True
 
     # The image processor's geometry outputs: transformers' stock pipelines call `model(**processor_output)`, and
     # these are not model inputs, so they must not reach the attention backends as keyword arguments.
