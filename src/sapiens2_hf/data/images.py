@@ -3,6 +3,7 @@ training and inference share one implementation of the official preprocessing co
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -10,11 +11,16 @@ import torch
 
 from ..modeling.image_loading_sapiens2_hf import load_image_rgb
 from ..modeling.sapiens2_processing_ops import normalize_uint8
+from ..runs.decode import decode_image
 
 
 def load_image(image: Any) -> np.ndarray:
-    """Path, PIL image, array or tensor -> `(height, width, 3)` uint8 RGB array (see the processor's
-    `load_image_rgb`)."""
+    """Path, encoded bytes, `datasets` image cell, PIL image, array or tensor -> `(height, width, 3)` uint8 RGB array.
+    Files and bytes are read by the run layer's one decoder (`runs.decode`: its pixel, memory and aspect limits and
+    EXIF rule), in-memory images by the processor's `load_image_rgb`, as at inference."""
+    if isinstance(image, (str, os.PathLike, bytes, bytearray)) or (
+            isinstance(image, dict) and ("bytes" in image or "path" in image)):
+        return decode_image(image)
     return load_image_rgb(image)
 
 

@@ -33,7 +33,6 @@ work of the tiny model's 64 x 48.
 """
 
 import hashlib
-import io
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -52,6 +51,7 @@ from ..data.validation import (
     validate_image_files,
 )
 from ..modeling.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
+from ..runs.decode import ImageDecodeError, decode_image
 from ..runs.inputs import IMAGE_SUFFIXES
 from .masking import num_kept_patches, random_patch_masks
 
@@ -453,18 +453,15 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
         item = self.source[index]
         if hasattr(self.source, "column_names"):
             item = item[self.image_column]
-        if isinstance(item, dict) and ("bytes" in item or "path" in item):
-            # A `datasets.Image(decode=False)` cell.
-            item = io.BytesIO(item["bytes"]) if item.get("bytes") is not None else item["path"]
-        if isinstance(item, (str, os.PathLike, io.BytesIO)):
-            from PIL import Image
-
-            name = f"image {index}" if isinstance(item, io.BytesIO) else str(item)
+        cell = isinstance(item, dict) and ("bytes" in item or "path" in item)  # a `datasets.Image(decode=False)` cell
+        if cell or isinstance(item, (str, os.PathLike, bytes)):
+            # the run layer's one decoder (its pixel, memory and aspect limits, EXIF orientation); its message names
+            # the file, and this one the sample too: among millions of images both are needed
+            path = item.get("path") if cell else item
+            name = str(path) if path is not None and not (cell and item.get("bytes")) else f"image {index}"
             try:
-                with Image.open(item) as pil_image:
-                    item = pil_image.convert("RGB")
-            except (OSError, ValueError, SyntaxError) as error:
-                # PIL's "image file is truncated" names no file; among millions of images the message must.
+                item = decode_image(item, name=name)
+            except ImageDecodeError as error:
                 raise SampleLoadError(f"Could not read pretraining image {index} ({name}): {error}") from error
         image = to_float_image(item).round().clamp(0, 255).to(torch.uint8)
         return {"image": image, "seed": example_seed(self.seed, self.epoch, index)}
