@@ -167,7 +167,7 @@ def cli_point(count: int, folder: Path) -> dict:
 
 def pretraining_comparison(seeds: list[int], steps: int, pool_size: int = 512) -> dict:
     """Pretraining on a raw pool against the same pool curated by the global stages, for the same steps, compared
-    with the kNN probe of tests/test_pretraining_evidence.py (toy shapes, 4 classes, balanced probe sets).
+    with the kNN probe of tests/test_pretraining_evidence.py (tests/pretraining_probe.py) (toy shapes, 4 classes, balanced probe sets).
 
     The raw pool is what curation is for: classes 70/15/10/5 %, and a quarter of it exact copies of 16 images. The
     curated pool is it after hash duplicates and balance (hierarchical k-means of the random-init backbone's CLS
@@ -175,7 +175,7 @@ def pretraining_comparison(seeds: list[int], steps: int, pool_size: int = 512) -
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from test_pretraining_evidence import IMAGE_SIZE, cls_features, evidence_config, knn_accuracy, pretrain
+    from pretraining_probe import IMAGE_SIZE, cls_features, evidence_config, knn_accuracy, pretrain
 
     from sapiens2_hf.curation import global_stages as stages
     from sapiens2_hf.curation.measures import perceptual_hash

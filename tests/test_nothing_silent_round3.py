@@ -21,12 +21,14 @@ import json
 import math
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import transformers
+from transformers.utils import ModelOutput
 
 import sapiens2_hf
 from sapiens2_hf.modeling.configuration_sapiens2_hf import InvalidConfigError
@@ -34,10 +36,39 @@ from sapiens2_hf.modeling.loading_sapiens2_hf import CorruptCheckpointError
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
 sys.path.insert(0, str(Path(__file__).parent))
+from finetune_runs import POSE, finetune  # noqa: E402
 from model_folders import save_tiny_model  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@dataclass
+class Sapiens2ShadeEstimatorOutput(ModelOutput):
+    """`shades`: `(batch_size, 1, height, width)`."""
+
+    loss: torch.Tensor | None = None
+    shades: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class ShadeLoss(torch.nn.Module):
+    def forward(self, shades, labels):
+        l1 = (shades - labels).abs().mean()
+        return l1, {"l1_loss": l1}
+
+
+class Sapiens2ForShadeEstimation(sapiens2_hf.Sapiens2TaskModel):
+    """A registered task of this module's own (the custom-task recipe of tests/test_custom_task.py, shortened)."""
+
+    task = "shade"
+    loss_class = ShadeLoss
+    output_class = Sapiens2ShadeEstimatorOutput
+    spec = sapiens2_hf.TaskSpec(title="Shading", num_labels=1, description="`shades`: shading per pixel")
+
+    def forward(self, pixel_values, labels=None, **kwargs):
+        return self.decode(pixel_values, labels=labels, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -87,23 +118,21 @@ def test_a_valid_config_still_loads_through_every_entry_point(pose_folder):
 
 
 def test_a_folder_of_an_unregistered_custom_task_names_the_task_and_how_to_register_it(tmp_path):
-    from test_custom_task import Sapiens2ForUVEstimation, UVMetric
-
-    sapiens2_hf.register_task(Sapiens2ForUVEstimation, metric=UVMetric)
+    sapiens2_hf.register_task(Sapiens2ForShadeEstimation)
     try:
         torch.manual_seed(0)
-        Sapiens2ForUVEstimation(sapiens2_hf.Sapiens2Config.from_preset("tiny", task="uv")).save_pretrained(
-            tmp_path / "uv")
+        Sapiens2ForShadeEstimation(sapiens2_hf.Sapiens2Config.from_preset("tiny", task="shade")).save_pretrained(
+            tmp_path / "shade")
         # control: registered, it loads
-        assert Sapiens2ForUVEstimation.from_pretrained(tmp_path / "uv").config.task == "uv"
+        assert Sapiens2ForShadeEstimation.from_pretrained(tmp_path / "shade").config.task == "shade"
     finally:
-        sapiens2_hf.unregister_task("uv")
-    for load in (lambda: transformers.AutoConfig.from_pretrained(tmp_path / "uv"),
-                 lambda: sapiens2_hf.Sapiens2Model.from_pretrained(tmp_path / "uv")):
+        sapiens2_hf.unregister_task("shade")
+    for load in (lambda: transformers.AutoConfig.from_pretrained(tmp_path / "shade"),
+                 lambda: sapiens2_hf.Sapiens2Model.from_pretrained(tmp_path / "shade")):
         with pytest.raises(InvalidConfigError) as error:
             load()
         message = str(error.value)
-        assert "'uv'" in message and "Sapiens2ForUVEstimation" in message and "\n" not in message
+        assert "'shade'" in message and "Sapiens2ForShadeEstimation" in message and "\n" not in message
         assert "sapiens2_hf.tasks" in message and "register_task" in message and "config.json" in message
 
 
@@ -148,8 +177,6 @@ def test_resuming_a_pose_run_from_a_seg_checkpoint_is_refused_naming_both_tasks(
 
 
 def test_the_fine_tuning_script_refuses_the_other_tasks_checkpoint_before_training(tmp_path):
-    from test_run_folders import POSE, finetune
-
     seg_run = tmp_path / "seg_run"
     finetune(["--task", "seg", *POSE[2:], "--output_dir", str(seg_run), "--max_steps", "1", "--save_strategy",
               "steps", "--save_steps", "1"])
@@ -279,8 +306,6 @@ def test_the_cli_writes_a_coco17_models_keypoints_in_coco17(coco17_folder, tmp_p
 
 # ------------------------------------------------------------------------- the fresh pass: new surfaces, new cases
 def test_init_head_from_a_model_of_another_task_names_both_tasks(tmp_path):
-    from test_run_folders import POSE, finetune
-
     pose = save_tiny_model(tmp_path, "pose")
     with pytest.raises(ValueError, match=r"--init_head_from .* task 'pose', but this run trains a 'seg' head") as error:
         finetune(["--task", "seg", *POSE[2:], "--output_dir", str(tmp_path / "seg_run"), "--max_steps", "1",
@@ -293,17 +318,15 @@ def test_init_head_from_a_model_of_another_task_names_both_tasks(tmp_path):
 
 
 def test_a_registered_tasks_pipeline_without_a_model_offers_no_official_checkpoint():
-    from test_custom_task import Sapiens2ForUVEstimation, UVMetric
-
-    sapiens2_hf.register_task(Sapiens2ForUVEstimation, metric=UVMetric)
+    sapiens2_hf.register_task(Sapiens2ForShadeEstimation)
     try:
-        with pytest.raises(ValueError, match=r"needs model=: a folder or Hub repo id of a 'uv' model") as error:
-            sapiens2_hf.pipeline("sapiens2-uv")
+        with pytest.raises(ValueError, match=r"needs model=: a folder or Hub repo id of a 'shade' model") as error:
+            sapiens2_hf.pipeline("sapiens2-shade")
         assert "facebook/" not in str(error.value) and "sapiens2-hf tiny" not in str(error.value)
-        model = Sapiens2ForUVEstimation(sapiens2_hf.Sapiens2Config.from_preset("tiny", task="uv"))
-        assert sapiens2_hf.pipeline("sapiens2-uv", model=model).model is model  # control
+        model = Sapiens2ForShadeEstimation(sapiens2_hf.Sapiens2Config.from_preset("tiny", task="shade"))
+        assert sapiens2_hf.pipeline("sapiens2-shade", model=model).model is model  # control
     finally:
-        sapiens2_hf.unregister_task("uv")
+        sapiens2_hf.unregister_task("shade")
 
 
 # ------------------------------------------------------------------------- command-line values where they enter

@@ -10,7 +10,6 @@
 """
 
 import hashlib
-import importlib.util
 import json
 import logging
 import shutil
@@ -24,26 +23,13 @@ import sapiens2_hf
 from sapiens2_hf.pretraining.run import main as pretrain_main
 from sapiens2_hf.pretraining.toy_data import make_toy_images
 
+from finetune_runs import POSE, finetune
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "training_scripts" / "finetune.py"
-COMMON = ["--per_device_train_batch_size", "2", "--report_to", "none", "--use_cpu", "true", "--disable_tqdm", "true",
-          "--warmup_steps", "1", "--optim", "adamw_torch", "--dataloader_num_workers", "0", "--logging_steps", "1",
-          "--do_train", "true"]
-POSE = ["--task", "pose", "--preset", "tiny", "--dataset", "synthetic", "--synthetic_train_samples", "4",
-        "--synthetic_image_size", "64", *COMMON]
+
 PRETRAIN = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--report_to", "none", "--disable_tqdm", "true",
             "--use_cpu", "true", "--dataloader_pin_memory", "false", "--save_strategy", "no", "--logging_steps", "1"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def finetune(argv):
-    """`training_scripts/finetune.py` with `argv` (the command line users type)."""
-    spec = importlib.util.spec_from_file_location("finetune_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(argv)
 
 
 def losses(folder):
