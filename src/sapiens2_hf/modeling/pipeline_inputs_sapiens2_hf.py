@@ -25,7 +25,6 @@ import torch
 from torch.utils.data import Dataset
 
 
-
 @dataclass
 class _DenseInput:
     """One image of a normal / pointmap / albedo call with its own options, numbered by its position in the call."""
