@@ -18,20 +18,21 @@ import pytest
 import sapiens2_hf
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-ENV.pop("SAPIENS2_HF_DEFER_REGISTRATION", None)
-# What the console script (src/sapiens2_hf_cli.py) sets before it imports the CLI.
-CLI_ENV = {**ENV, "SAPIENS2_HF_DEFER_REGISTRATION": "1"}
+# How the console script (src/sapiens2_hf_cli.py) starts the CLI: its module is loaded first, and while it runs the
+# program the package defers registration (its `DEFERS_REGISTRATION`, read in this process only).
+AS_CONSOLE_SCRIPT = "import sapiens2_hf_cli\n"
 HEAVY = ("torch", "transformers")
 # Prints which of HEAVY the code before it imported, as the last line of stdout.
 REPORT_HEAVY = "\nimport sys as _s; print(sorted(m for m in ('torch', 'transformers') if m in _s.modules))"
 
 
-def _python(code: str, timeout: int = 600, env: dict = CLI_ENV) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+def _python(code: str, timeout: int = 600, console_script: bool = True) -> subprocess.CompletedProcess:
+    code = AS_CONSOLE_SCRIPT + code if console_script else code
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=timeout)
 
 
-def _heavy_imported(code: str, env: dict = CLI_ENV) -> list[str]:
-    result = _python(code + REPORT_HEAVY, env=env)
+def _heavy_imported(code: str, console_script: bool = True) -> list[str]:
+    result = _python(code + REPORT_HEAVY, console_script=console_script)
     assert result.returncode == 0, result.stderr
     return eval(result.stdout.strip().splitlines()[-1])  # a list literal printed by REPORT_HEAVY
 
@@ -60,7 +61,7 @@ for argv, expected in [(["--help"], 0), (["pose", "--help"], 0), (["convert", "-
     assert _heavy_imported("import sapiens2_hf.modeling, sapiens2_hf.modeling.sapiens2_tasks") == []
     assert _heavy_imported("import sapiens2_hf.cli.main as m; m.build_parser(); "
                            "import sapiens2_hf.modeling.modeling_sapiens2_hf") == list(HEAVY)
-    assert _heavy_imported("import sapiens2_hf", env=ENV) == list(HEAVY)
+    assert _heavy_imported("import sapiens2_hf", console_script=False) == list(HEAVY)
 
 
 def _imported_by(argv: list[str]) -> set[str]:
@@ -76,6 +77,8 @@ def test_installed_command_help_does_not_import_torch_or_transformers():
     if not script.is_file():
         pytest.skip("the sapiens2-hf console script is not installed next to this interpreter")
     imported = _imported_by([str(script), "--help"])
+    assert "sapiens2_hf.cli.main" in imported and not imported & set(HEAVY), sorted(imported & set(HEAVY))
+    imported = _imported_by(["-m", "sapiens2_hf_cli", "--help"])  # the script's module run as `python -m`
     assert "sapiens2_hf.cli.main" in imported and not imported & set(HEAVY), sorted(imported & set(HEAVY))
     assert set(HEAVY) <= _imported_by(["-c", "import transformers, torch"])  # control: the report lists them
 
@@ -99,8 +102,7 @@ REGISTRATION_CASES = {
     # transformers imported before the package
     "transformers-first": "import transformers, sapiens2_hf",
     # the CLI's deferred registration, done on the first use of a public name
-    "deferred-public-name": "import os\nos.environ['SAPIENS2_HF_DEFER_REGISTRATION'] = '1'\n"
-                            "import sapiens2_hf\nsapiens2_hf.Sapiens2Config",
+    "deferred-public-name": "import sapiens2_hf_cli\nimport sapiens2_hf\nsapiens2_hf.Sapiens2Config",
     # the control: without the package
     "unregistered": "import transformers",
 }
@@ -123,7 +125,7 @@ assert not _registration._registered
 merge_cli.run_merge = lambda args: print("REGISTERED", _registration._registered) or 0
 raise SystemExit(main(["merge", "adapter", "--out", "o", "--threads", "1"]))
 """
-    result = _python(code)  # CLI_ENV: SAPIENS2_HF_DEFER_REGISTRATION=1, as the console script sets
+    result = _python(code)  # as the console script starts it: registration deferred
     assert result.returncode == 0 and "REGISTERED True" in result.stdout, result.stderr[-3000:]
 
 
@@ -151,7 +153,7 @@ assert mappings["MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING"][sapiens2_hf.Sapiens2C
     sapiens2_hf.Sapiens2ForSemanticSegmentation
 print("ok")
 """
-    result = _python(code, env=ENV)
+    result = _python(code, console_script=False)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
 

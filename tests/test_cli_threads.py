@@ -86,11 +86,11 @@ def test_default_is_capped_at_the_cpus_the_process_may_use(monkeypatch):
 
 
 def test_passive_openmp_waiting_is_set_only_before_torch_and_never_overrides_the_environment():
-    code = "import os, sys, sapiens2_hf.cli.threads as t; t.prefer_passive_waiting(); print(os.environ.get('OMP_WAIT_POLICY'))"
+    code = ("import os, sys, sapiens2_hf_cli, sapiens2_hf.cli.threads as t; t.prefer_passive_waiting(); "
+            "print(os.environ.get('OMP_WAIT_POLICY'))")
     for given, expected in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
         # as the console script starts the CLI (src/sapiens2_hf_cli.py): registration, hence torch, deferred
         env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
-        env["SAPIENS2_HF_DEFER_REGISTRATION"] = "1"
         if given:
             env["OMP_WAIT_POLICY"] = given
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

@@ -144,6 +144,7 @@ def test_a_reachable_hub_is_announced_before_the_lookup(monkeypatch, capsys):
 def test_a_missing_model_path_answers_before_torch_is_imported(tmp_path):
     code = f"""
 import contextlib, io, sys
+import sapiens2_hf_cli  # as the console script starts the CLI: registration deferred
 import sapiens2_hf.cli.main as m
 err = io.StringIO()
 with contextlib.redirect_stderr(err):
@@ -151,7 +152,7 @@ with contextlib.redirect_stderr(err):
 assert code == 2 and "no such file or folder" in err.getvalue(), (code, err.getvalue())
 print(sorted(name for name in ("torch", "transformers") if name in sys.modules))
 """
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SAPIENS2_HF_DEFER_REGISTRATION": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -297,12 +297,11 @@ def test_command_refuses_a_missing_pointmap_model_before_torch(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from sapiens2_hf.cli.main import main; rc = main(sys.argv[1:]); "
+    code = ("import sys, sapiens2_hf_cli; from sapiens2_hf.cli.main import main; rc = main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)")
     result = subprocess.run([sys.executable, "-c", code, "pose3d", str(PHOTO), "--model", str(tmp_path),
                              "--pointmap-model", "./no_such_model", "--out", str(tmp_path / "o")],
-                            capture_output=True, text=True, timeout=120,
-                            env={**__import__("os").environ, "SAPIENS2_HF_DEFER_REGISTRATION": "1"})
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert "--pointmap-model" in result.stderr and "no such file" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

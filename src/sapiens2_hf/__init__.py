@@ -5,15 +5,15 @@ transformers (`_registration.register`), and nothing else: no import hooks, and 
 stay as they are. Its public names (`__all__`) and sub-packages are imported on first use (PEP 562 module
 `__getattr__`).
 
-One exception keeps `sapiens2-hf --help` instant: the console script (`sapiens2_hf_cli.py`, outside this package)
-sets `SAPIENS2_HF_DEFER_REGISTRATION=1`, which postpones registration (and the torch and transformers imports it
-needs) to the first use of a public name or of the model code; the CLI's commands get it that way.
+One exception keeps `sapiens2-hf --help` instant: while the console script (`sapiens2_hf_cli.py`, outside this
+package) runs the program, registration (and the torch and transformers imports it needs) waits for the first use of a
+public name or of the model code; the CLI's commands get it that way. The console script's module says so itself
+(`DEFERS_REGISTRATION`), in this process only: no environment variable, so child processes register as usual.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -135,13 +135,9 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-# Set by the CLI's console script (see the module docstring): registration waits for the first public name.
-DEFER_REGISTRATION_ENV = "SAPIENS2_HF_DEFER_REGISTRATION"
-
-
 def _register() -> None:
     """Registers with transformers (idempotent), importing the model code: the one import of the face that is not at
-    its top, because the console script's deferral above must keep `sapiens2-hf --help` free of torch. A public name
+    its top, because the console script's deferral below must keep `sapiens2-hf --help` free of torch. A public name
     used while `_registration` itself is being imported waits: the code importing it registers once it is done."""
     importing = sys.modules.get(f"{__name__}._registration")
     if importing is not None and not hasattr(importing, "register"):
@@ -151,5 +147,6 @@ def _register() -> None:
     register()
 
 
-if os.environ.get(DEFER_REGISTRATION_ENV) != "1":
+# The console script (see the module docstring) is the program: registration waits for the first public name.
+if not getattr(sys.modules.get("sapiens2_hf_cli"), "DEFERS_REGISTRATION", False):
     _register()
