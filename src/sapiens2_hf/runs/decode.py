@@ -109,11 +109,9 @@ def decode_image(source: Any, name: str | None = None) -> np.ndarray:
         raise ImageDecodeError(f"{name or 'input'}: unsupported image type {type(source).__name__}; pass a path, "
                                "encoded bytes or a PIL image.")
     with pil if pil is not source else contextlib.nullcontext():  # a caller's PIL image stays open
-        check_header(pil.width, pil.height, pil.mode, name)
-        try:
+        try:  # check_image_pixels and pil_to_rgb raise ValueError: reworded as this decoder's error, on one line
+            check_header(pil.width, pil.height, pil.mode, name)
             return pil_to_rgb(pil, name)
-        except ImageDecodeError:
-            raise
         except (OSError, SyntaxError, ValueError) as error:
             raise ImageDecodeError(" ".join(str(error).split())) from error
 
