@@ -36,6 +36,7 @@ from .data.synthetic_source import SyntheticRecords
 from .hub import save_for_hub
 from .modeling import Sapiens2ForPoseEstimation
 from .processing import image_processor_for_task
+from .runs.decode import decode_image
 from .utils.extras import require
 from .visualization import draw_keypoints, enlarge, side_by_side
 from .visualization.io import save_image, save_json
@@ -187,9 +188,9 @@ def _run_pose_pipeline(repo: Path, out: Path, seed: int, report: dict) -> None:
         results.append(_keypoints_entry(f"synthetic_{index}", people))
     report["pipeline_pck_0_1_held_out"] = correct / max(counted, 1)
     photo_path = resources.files("sapiens2_hf").joinpath("assets", "demo", "astronaut.png")
-    photo = Image.open(photo_path).convert("RGB")
+    photo = decode_image(photo_path.read_bytes(), name="astronaut.png")
     people = pose(photo, boxes=[PHOTO_BOX_XYXY])
-    save_image(side_by_side([("bundled photo, body keypoints", draw_keypoints(np.asarray(photo), _body_only(people),
+    save_image(side_by_side([("bundled photo, body keypoints", draw_keypoints(photo, _body_only(people),
                                                                                score_threshold=0.0))],
                             caption="a tiny model trained on synthetic humans: shows the format, not the quality"),
                overlays / "astronaut.png")

@@ -1,13 +1,13 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Reading the images a Sapiens2 processor is given (layer 0, Hub-shippable): paths, URLs, PIL images, numpy arrays
-and tensors, decoded into `(height, width, 3)` uint8 RGB (`load_image_rgb`).
+"""The images a Sapiens2 processor or pipeline is given (layer 0, Hub-shippable): PIL images, numpy arrays and
+tensors, local paths and URLs, as `(height, width, 3)` uint8 RGB (`load_image_rgb`).
 
-What it guarantees, each with its test (tests/test_hostile_inputs_loading.py, tests/test_field_pose_and_inputs.py):
-a JPEG cut short is refused instead of decoded with grey rows (`_jpeg_is_complete`), the pixel limit is checked from
-the header before decoding (`check_image_pixels`), EXIF orientation is applied (PIL inputs by `ImageOps.exif_transpose`,
-files by OpenCV), 16-bit and float images are scaled to uint8, non-finite values and unknown layouts are refused,
-and URLs time out (`URL_TIMEOUT_S`). Files are decoded with OpenCV when it is installed (the official pipeline reads
-them so), else with PIL.
+Paths are opened with PIL and URLs read with transformers' `load_image`, as transformers' pipelines do; image files
+of a run are read by the run layer's decoder (`sapiens2_hf.runs.decode`), which converts with `pil_to_rgb` too.
+What it guarantees, each with its test (tests/test_hostile_inputs_loading.py, tests/test_field_pose_and_inputs.py,
+tests/test_boundary_values.py): the pixel limit is checked from the header before decoding (`check_image_pixels`),
+a truncated file is refused naming it (PIL raises), EXIF orientation is applied, 16-bit and float images are scaled
+to uint8, non-finite values and ambiguous layouts are refused, and URLs time out (`URL_TIMEOUT_S`).
 """
 
 from __future__ import annotations
@@ -17,64 +17,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from huggingface_hub.utils import httpx  # the client transformers' `load_image` downloads with
 from PIL import Image, ImageOps
+from transformers import image_utils
 
-from .sapiens2_processing_ops import composite_over_white, cv2
-
-
-def _jpeg_is_complete(data: bytes) -> bool:
-    """Whether JPEG bytes reach the end-of-image marker of the main image.
-
-    Decoders fill a JPEG cut short (an interrupted download or copy) with grey rows and only print a warning, so the
-    file is checked here: marker segments are skipped by their length and entropy-coded scans byte by byte (a 0xFF
-    there is followed by a stuffed 0x00 or a restart marker) until the end-of-image marker. Data appended after it
-    (motion photos, maker trailers) is ignored; the markers of an embedded EXIF thumbnail sit inside the APP1
-    segment and are skipped with it.
-    """
-    size, pos = len(data), 2  # after the start-of-image marker
-    while pos + 1 < size:
-        if data[pos] != 0xFF:  # stray bytes before a marker: decoders skip them (with a warning), so do we
-            pos = data.find(b"\xff", pos)
-            if pos < 0:
-                return False
-            continue
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte before a marker
-            pos += 1
-            continue
-        if marker == 0xD9:  # end of image
-            return True
-        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
-            pos += 2
-            continue
-        if pos + 4 > size:
-            return False
-        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
-        if pos > size:
-            return False
-        if marker == 0xDA:  # start of scan: entropy-coded data runs to the next marker that is not a restart
-            while True:
-                pos = data.find(b"\xff", pos)
-                if pos < 0 or pos + 1 >= size:
-                    return False
-                following = data[pos + 1]
-                if following == 0x00 or 0xD0 <= following <= 0xD7:
-                    pos += 2
-                elif following == 0xFF:
-                    pos += 1
-                else:
-                    break
-    return False
-
-
-def _check_not_truncated(path: str) -> None:
-    with open(path, "rb") as handle:
-        if handle.read(2) != b"\xff\xd8":
-            return  # not a JPEG: truncated PNG / WebP / TIFF files fail to decode instead
-        data = b"\xff\xd8" + handle.read()
-    if not _jpeg_is_complete(data):
-        raise ValueError(f"{path!r} is a truncated or corrupt JPEG (it ends before its end-of-image marker); "
-                         "re-download or re-export the file.")
+from .sapiens2_processing_ops import composite_over_white
 
 
 def _uint16_to_uint8(array: np.ndarray) -> np.ndarray:
@@ -107,13 +54,13 @@ def check_image_pixels(height: int, width: int, name: str) -> None:
         )
 
 
-def _bomb_error(name: str, error: Exception) -> ValueError:
+def bomb_error(name: str, error: Exception) -> ValueError:
     """PIL's `DecompressionBombError` (raised by `Image.open` over the same limit) as `check_image_pixels` words it."""
     return ValueError(f"{name}: {error} Downscale it, or raise the limit (2 x PIL.Image.MAX_IMAGE_PIXELS) with "
                       "`PIL.Image.MAX_IMAGE_PIXELS = <pixels>` (None: no limit).")
 
 
-def _pil_to_rgb(pil: Image.Image, name: str, do_convert_rgb: bool | None = None) -> np.ndarray:
+def pil_to_rgb(pil: Image.Image, name: str, do_convert_rgb: bool | None = None) -> np.ndarray:
     """PIL image -> `(height, width, 3)` uint8 RGB, upright by its EXIF orientation; 16-bit modes are scaled, not
     clipped (see `load_image_rgb`)."""
     check_image_pixels(pil.height, pil.width, name)  # from the header: nothing is decoded yet
@@ -209,11 +156,9 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_fo
 
     Accepts a path or URL (`str` / `os.PathLike`), a PIL image, a numpy array or a torch tensor.
 
-    - Local files are read with OpenCV when available, like the official demos (the same decoder and EXIF
-      handling; 16-bit files become 8 bit as OpenCV does, `value >> 8`), else with PIL plus EXIF transposition.
-      A JPEG that ends before its end-of-image marker (cut short) raises a `ValueError` naming the file instead of
-      being decoded with grey rows; so does a path that is not a regular file (a folder, FIFO or device, which
-      would block or fail inside the decoder).
+    - Local files are opened with PIL, URLs read with transformers' `load_image`; then both are converted as PIL
+      images are. A truncated file (PIL raises) or a path that is not a regular file (a folder, FIFO or device,
+      which would block or fail inside the decoder) raises a `ValueError` naming it.
     - EXIF orientation is honoured for every input that carries it: files, URLs and PIL images (rotated and mirrored
       upright with `ImageOps.exif_transpose`, as transformers' `load_image` does), so the same photo gives the same
       array whichever way it is passed.
@@ -236,15 +181,14 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_fo
       `do_convert_rgb=True`, with PIL's `alpha_composite` for PIL images and `composite_over_white` for arrays and
       tensors. Files and URLs always drop it.
     """
-    if isinstance(image, (str,)) or hasattr(image, "__fspath__"):
-        is_url = str(image).startswith(("http://", "https://", "data:"))
-        return _read_image_url(str(image)) if is_url else _read_image_file(str(image))
+    if isinstance(image, str) or hasattr(image, "__fspath__"):
+        return _read_image(str(image))
     channels_last_known = input_data_format is not None
     if channels_last_known:
         image = channels_last(image, input_data_format)
     if isinstance(image, Image.Image):
         filename = getattr(image, "filename", None)
-        return _pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)", do_convert_rgb)
+        return pil_to_rgb(image, repr(filename) if filename else f"(PIL {image.mode} image)", do_convert_rgb)
     if isinstance(image, torch.Tensor):
         image, channels_last_known = _tensor_to_array(image, channels_last_known)
     if not isinstance(image, np.ndarray):
@@ -255,26 +199,28 @@ def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_fo
     return _array_to_rgb(image, do_convert_rgb=do_convert_rgb, channels_last_known=channels_last_known)
 
 
-def _read_image_url(url: str) -> np.ndarray:
-    """An http(s) or data: URL -> `(height, width, 3)` uint8 RGB, read with transformers' `load_image`."""
-    from huggingface_hub.utils import httpx  # the client transformers' `load_image` downloads with
-    from transformers.image_utils import load_image
-
-    name = repr(url if len(url) <= 80 else url[:77] + "...")
+def _read_image(source: str) -> np.ndarray:
+    """A local path (opened with PIL) or an http(s) / data: URL (read with transformers' `load_image`) ->
+    `(height, width, 3)` uint8 RGB; PIL refuses an image over the pixel limit as it opens it, from the header."""
+    name = repr(source if len(source) <= 80 else source[:77] + "...")
+    is_url = source.startswith(("http://", "https://", "data:"))
+    if not is_url and os.path.exists(source) and not os.path.isfile(source):
+        raise ValueError(f"could not read an image from {name}: it is not a regular file (a folder, FIFO or "
+                         "device); pass an image file.")
     try:
-        # transformers' reader (PIL's decompression-bomb limit applies as it opens the image)
-        pil = load_image(url, timeout=URL_TIMEOUT_S)
+        pil = image_utils.load_image(source, timeout=URL_TIMEOUT_S) if is_url else Image.open(source)
     except Image.DecompressionBombError as error:
-        raise _bomb_error(name, error) from error
-    except (httpx.HTTPError, OSError) as error:  # refused, unreachable, timed out; or an answer not an image
-        raise OSError(f"could not read an image from {name} ({type(error).__name__}: {error}); check the URL "
-                      "and the network, or download the image and pass its path.") from error
+        raise bomb_error(name, error) from error
+    except (httpx.HTTPError, OSError) as error:  # missing, refused, unreachable, timed out; or not an image
+        raise OSError(f"could not read an image from {name} ({type(error).__name__}: {error}); check the path or "
+                      "URL (and the network), or download the image and pass its path.") from error
     except ValueError as error:  # a base64 / data: URL: transformers rewords the error, whole payload included
         if isinstance(error.__context__, Image.DecompressionBombError):
-            raise _bomb_error(name, error.__context__) from error
+            raise bomb_error(name, error.__context__) from error
         cause = error.__context__ if error.__context__ is not None else error
         raise ValueError(f"could not read an image from {name}: {cause}") from error
-    return _pil_to_rgb(pil, name)
+    with pil:
+        return pil_to_rgb(pil, name)
 
 
 def _tensor_to_array(image: torch.Tensor, channels_last_known: bool) -> tuple[np.ndarray, bool]:
@@ -294,35 +240,3 @@ def _array_height_width(shape: Sequence[int]) -> tuple[int, int]:
     if len(shape) == 3 and shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4):
         return shape[1], shape[2]
     return shape[0], shape[1]
-
-
-def _read_image_file(path: str) -> np.ndarray:
-    """A local image file -> `(height, width, 3)` uint8 RGB (see `load_image_rgb`): refused before decoding when it is
-    not a regular file, a truncated JPEG, or over the pixel limit (read from its header)."""
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise ValueError(f"could not read an image from {path!r}: it is not a regular file (a folder, FIFO or "
-                         "device); pass an image file.")
-    try:
-        _check_not_truncated(path)
-    except OSError as error:
-        raise ValueError(f"could not read an image from {path!r}: {error}") from error
-    pil = None
-    try:
-        pil = Image.open(path)  # reads the header only; refuses more than 2 x MAX_IMAGE_PIXELS itself
-    except Image.DecompressionBombError as error:
-        raise _bomb_error(repr(path), error) from error
-    except (OSError, SyntaxError, ValueError) as error:
-        if cv2 is None:
-            raise ValueError(f"could not read an image from {path!r}: {error}") from error
-        # a format only OpenCV reads: its size is checked once decoded (OpenCV has its own limit, 2**30 pixels)
-    if cv2 is None:
-        with pil:
-            return _pil_to_rgb(pil, repr(path))
-    if pil is not None:
-        with pil:
-            check_image_pixels(pil.height, pil.width, repr(path))
-    bgr = cv2.imread(path, cv2.IMREAD_COLOR)  # OpenCV honours the EXIF orientation itself
-    if bgr is None:
-        raise ValueError(f"could not read an image from {path!r} (missing, unreadable or not an image).")
-    check_image_pixels(bgr.shape[0], bgr.shape[1], repr(path))
-    return np.ascontiguousarray(bgr[..., ::-1])

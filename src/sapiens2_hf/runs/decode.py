@@ -1,7 +1,8 @@
 """The one image decoder for files (layer 1): a path, encoded bytes, a `datasets` image cell or a PIL image ->
 `(height, width, 3)` uint8 RGB, on PIL. Every command that reads image files (predict, pose3d, curate, the web app)
-reads them here; the pipelines' own input normalisation (arrays, tensors, URLs: `processing.load_image_rgb`) is what
-a Hub repo ships.
+reads them here, and so do the training and pretraining datasets. The pipelines' own input normalisation (PIL images,
+arrays, tensors, paths and URLs: `processing.load_image_rgb`) is what a Hub repo ships; both convert with its
+`pil_to_rgb`.
 
 Guarantees, each with its test (tests/test_runs_layer.py):
 
@@ -11,8 +12,8 @@ Guarantees, each with its test (tests/test_runs_layer.py):
 - EXIF orientation applied; every PIL mode made RGB by the rules of `load_image_rgb` (16-bit scaled, not clipped;
   float; palette, alpha dropped);
 - a file's pixels are never ambiguous: a 1x1 or a 300x3 image is that image (nothing is guessed from array shapes);
-- a zero-byte, truncated (a JPEG cut before its end-of-image marker included) or non-image file, a folder, FIFO or
-  device is refused with one line naming the file (`ImageDecodeError`, a `ValueError`).
+- a zero-byte, truncated (PIL raises on a file cut short) or non-image file, a folder, FIFO or device is refused
+  with one line naming the file (`ImageDecodeError`, a `ValueError`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ..modeling.image_loading_sapiens2_hf import _jpeg_is_complete, _pil_to_rgb, check_image_pixels
+from ..modeling.image_loading_sapiens2_hf import bomb_error, check_image_pixels, pil_to_rgb
 
 #: The decoded pixels of one image, in the file's own mode, may take at most this many bytes (1 GiB).
 MAX_DECODED_BYTES = 1 << 30
@@ -68,14 +69,10 @@ def check_header(width: int, height: int, mode: str, name: str) -> None:
 def _open(data: bytes, name: str) -> Image.Image:
     if not data:
         raise ImageDecodeError(f"could not read an image from {name}: the file is empty (0 bytes).")
-    if data[:2] == b"\xff\xd8" and not _jpeg_is_complete(data):
-        raise ImageDecodeError(f"{name} is a truncated or corrupt JPEG (it ends before its end-of-image marker); "
-                               "re-download or re-export the file.")
     try:
         return Image.open(io.BytesIO(data))  # the header only; PIL refuses over 2 x MAX_IMAGE_PIXELS itself
     except Image.DecompressionBombError as error:
-        raise ImageDecodeError(f"{name}: {error} Downscale it, or raise the limit (2 x PIL.Image.MAX_IMAGE_PIXELS) "
-                               "with `PIL.Image.MAX_IMAGE_PIXELS = <pixels>` (None: no limit).") from error
+        raise ImageDecodeError(str(bomb_error(name, error))) from error
     except (OSError, SyntaxError, ValueError) as error:
         raise ImageDecodeError(f"could not read an image from {name}: {error}".rstrip(".") + "; pass an image file "
                                "(.jpg, .png, .webp, .bmp, .tif).") from error
@@ -112,11 +109,9 @@ def decode_image(source: Any, name: str | None = None) -> np.ndarray:
         raise ImageDecodeError(f"{name or 'input'}: unsupported image type {type(source).__name__}; pass a path, "
                                "encoded bytes or a PIL image.")
     with pil if pil is not source else contextlib.nullcontext():  # a caller's PIL image stays open
-        check_header(pil.width, pil.height, pil.mode, name)
-        try:
-            return _pil_to_rgb(pil, name)
-        except ImageDecodeError:
-            raise
+        try:  # check_image_pixels and pil_to_rgb raise ValueError: reworded as this decoder's error, on one line
+            check_header(pil.width, pil.height, pil.mode, name)
+            return pil_to_rgb(pil, name)
         except (OSError, SyntaxError, ValueError) as error:
             raise ImageDecodeError(" ".join(str(error).split())) from error
 
