@@ -14,6 +14,7 @@ code works with any transformers whose public config API matches (`PreTrainedCon
 Hub-shippable: imports only transformers' public API, huggingface_hub and siblings of this folder.
 """
 
+import copy
 import math
 import operator
 import os
@@ -26,14 +27,13 @@ from transformers import BackboneConfigMixin, PreTrainedConfig
 
 from .presets_sapiens2_hf import (  # noqa: F401 (the tables' import path beside the config)
     HEAD_PRESETS,
-    HEAD_PRESETS_4K,
     NATIVE_IMAGE_SIZES,
+    TASK_LABELS,
     TINY_HEAD_LAYOUTS,
     TINY_PRESET,
     VARIANTS,
     _TINY_HEAD_BY_UPSAMPLING,
 )
-from .sapiens2_label_data import POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
 from .sapiens2_tasks import TASK_NAMES, TASK_SPECS, task_of_architecture, task_spec
 
 
@@ -100,17 +100,10 @@ def head_kwargs_for_task(task: str, head_channels: dict) -> dict:
 
 
 def task_label_kwargs(task: str | None) -> dict:
-    """Label metadata that travels in config.json: keypoint names and flip pairs for pose, class names for seg."""
-    if task == "pose":
-        return {
-            "id2label": dict(enumerate(POSE_KEYPOINT_NAMES)),
-            "flip_pairs": [list(pair) for pair in POSE_FLIP_PAIRS],
-        }
-    if task == "seg":
-        return {"id2label": dict(enumerate(SEGMENTATION_CLASS_NAMES))}
-    if task in TASK_SPECS:
-        return {"num_labels": TASK_SPECS[task].num_labels}
-    return {}
+    """Label metadata that travels in config.json (`TASK_LABELS`, else the spec's `num_labels`), as a fresh dict."""
+    if task in TASK_LABELS:
+        return copy.deepcopy(TASK_LABELS[task])
+    return {"num_labels": TASK_SPECS[task].num_labels} if task in TASK_SPECS else {}
 
 
 def pointmap_scale_features(grid_hw: tuple[int, int], kernel_sizes, out_channels) -> int:
@@ -357,8 +350,8 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         Side of the square (or `[height, width]`) patches of the patch embedding.
     hidden_size (`int`, defaults to 1024):
         Width of the token embeddings and of every transformer block.
-    intermediate_size (`int`, defaults to 4096):
-        Hidden width of the MLPs.
+    intermediate_size (`int`, *optional*):
+        Hidden width of the MLPs; `None`: `4 * hidden_size` (4096 at the default size, as in transformers).
     num_hidden_layers (`int`, defaults to 24):
         Transformer blocks of the encoder (the 4K tokenizer's blocks are counted in `num_tokenizer_layers`).
     num_attention_heads (`int`, defaults to 16):
@@ -407,8 +400,9 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         Key/value heads of each block. When `None`, it is computed: `num_attention_heads` (full multi-head attention)
         in the first `num_first_full_attention_layers` and the last `num_last_full_attention_layers` blocks, and
         `num_key_value_attention_heads` (grouped-query attention) in the others.
-    num_key_value_attention_heads (`int`, defaults to 8):
-        Key/value heads of the grouped-query blocks, when `num_key_value_heads_per_layer` is computed.
+    num_key_value_attention_heads (`int`, *optional*):
+        Key/value heads of the grouped-query blocks, when `num_key_value_heads_per_layer` is computed; `None`:
+        `num_attention_heads // 2` (8 at the default size, as in transformers).
     num_first_full_attention_layers, num_last_full_attention_layers (`int`, default to 8):
         Leading and trailing blocks with full multi-head attention, when `num_key_value_heads_per_layer` is computed.
     semantic_loss_ignore_index (`int`, defaults to 255):
@@ -457,7 +451,7 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     # The fields of transformers' Sapiens2Config, in its order and with its defaults (except the two noted).
     patch_size: int | list[int] | tuple[int, int] = 16
     hidden_size: int = 1024
-    intermediate_size: int = 4096
+    intermediate_size: int | None = None  # derived: 4 * hidden_size (transformers: 4096, the same at its default)
     num_hidden_layers: int = 24
     num_attention_heads: int = 16
     hidden_act: str = "silu"
@@ -487,7 +481,7 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     normalize_backbone_outputs: bool = True
     use_qk_norm: bool = True
     num_key_value_heads_per_layer: list[int] | None = None
-    num_key_value_attention_heads: int = 8
+    num_key_value_attention_heads: int | None = None  # derived: num_attention_heads // 2 (transformers: 8, the same)
     num_first_full_attention_layers: int = 8
     num_last_full_attention_layers: int = 8
     semantic_loss_ignore_index: int = 255
@@ -508,6 +502,10 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     check_weights_beside: ClassVar[Callable[[Any], None] | None] = None
 
     def __post_init__(self, **kwargs):
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        if self.num_key_value_attention_heads is None:
+            self.num_key_value_attention_heads = max(self.num_attention_heads // 2, 1)
         # Before anything is sized from the fields (the stage names and per-layer lists below, then the model): a
         # config.json with `num_hidden_layers: 1e9` must fail here, not allocate.
         self.validate_sizes_and_values()
@@ -696,17 +694,12 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         arch = VARIANTS[variant]
         config_kwargs = {
             **arch,
-            "intermediate_size": 4 * arch["hidden_size"],
-            "num_key_value_attention_heads": arch["num_attention_heads"] // 2,
             "image_size": NATIVE_IMAGE_SIZES.get(variant, [1024, 768]),
             "variant": variant,
             "task": task,
         }
         if task is not None:
             config_kwargs["head_config"] = head_kwargs_for_task(task, HEAD_PRESETS[task][variant])
-            if variant in NATIVE_IMAGE_SIZES and "scale_conv_out_channels" in config_kwargs["head_config"]:
-                # The scale branch reads the 64x48 pooled grid, as at 1K: 8x6 x 128 features.
-                config_kwargs["head_config"]["scale_final_input_size"] = 6144
             config_kwargs.update(task_label_kwargs(task))
         config_kwargs.update(kwargs)
         return cls(**config_kwargs)
@@ -734,12 +727,7 @@ def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
     }
     if task is not None:
         layout = TINY_HEAD_LAYOUTS.get(task) or _TINY_HEAD_BY_UPSAMPLING[task_spec(task).head_upsampling]
-        head = head_kwargs_for_task(task, layout)
-        if task == "pointmap":
-            # One stride-2 conv keeps a 2x2 map at 64x48 (InstanceNorm needs more than one pixel).
-            head.update(scale_conv_out_channels=[8], scale_conv_kernel_sizes=[1])
-            head.update(scale_final_hidden_sizes=[16, 8])
-        kwargs["head_config"] = head
+        kwargs["head_config"] = head_kwargs_for_task(task, layout)
         kwargs.update(task_label_kwargs(task))
     if overrides.get("num_tokenizer_layers"):
         # the stride-64 features of a tokenizer need a multiple of 64: 4x3 windows

@@ -42,41 +42,20 @@ ORIGINAL_NAME_PATTERN = re.compile(
 # The aspect ratio (height:width) of the official input size, 1024x768.
 OFFICIAL_ASPECT = (4, 3)
 
-# The original tensor names -> our module names (= transformers' port's), declared as transformers' own weight
-# transforms so that transformers' loader renames while it streams tensors from the file (memory-mapped, cast one by
-# one, `device_map`/offload/shards intact). They are registered for our model type, so they apply to the bare
-# backbone classes and, scoped under `model.`, to the task models' backbone. Rules that keep them safe:
-# - keys already in our layout pass through untouched: every pattern is anchored or names an original-only module
-#   (`attn.wq`, `ffn.w12`, `ln1`);
-# - transformers reverses them when a model (or a composite holding our backbone, e.g. UperNet) is saved in the
-#   original format, so they stay plain (no `$`, no empty replacement) as in transformers' own `sapiens2` entry.
+# The original tensor names -> our module names (= transformers' port's): transformers' own `sapiens2` weight
+# transforms (its loader renames while it streams tensors: memory-mapped, cast one by one, `device_map`/offload/shards
+# intact), registered for our model type so that they apply to the bare backbone classes and, scoped under `model.`,
+# to the task models' backbone; transformers reverses them when it saves a model in the original format.
 def _backbone_conversions() -> list:
-    from transformers.core_model_loading import Chunk, WeightConverter, WeightRenaming
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming
 
+    # Why code: transformers' port has no 4K tokenizer, so its entry lacks these; they run first, before its
+    # unanchored `blocks.N.` pattern could claim the tokenizer's blocks (encoder blocks without QK-norm, LayerScale).
     return [
-        WeightRenaming(r"^cls_token", r"embeddings.cls_token"),
-        WeightRenaming(r"^storage_tokens", r"embeddings.register_tokens"),
-        WeightRenaming(r"^patch_embed\.projection\.", r"embeddings.patch_embeddings."),
-        WeightRenaming(r"^ln1\.", r"norm."),
-        WeightRenaming(r"^blocks\.(\d+)\.", r"model.layer.\1."),
-        # The 4K tokenizer's blocks are encoder blocks without QK-norm and LayerScale.
         WeightRenaming(r"^tokenizer\.blocks\.(\d+)\.", r"tokenizer.layer.\1."),
         WeightRenaming(r"^tokenizer\.w_cls", r"tokenizer.window_cls"),
-        WeightRenaming(r"attn\.wq\.", r"attention.q_proj."),
-        WeightRenaming(r"attn\.wk\.", r"attention.k_proj."),
-        WeightRenaming(r"attn\.wv\.", r"attention.v_proj."),
-        WeightRenaming(r"attn\.proj\.", r"attention.o_proj."),
-        WeightRenaming(r"attn\.q_norm\.", r"attention.q_norm."),
-        WeightRenaming(r"attn\.k_norm\.", r"attention.k_norm."),
-        WeightRenaming(r"attn\.gamma\.weight", r"layer_scale1.lambda1"),
-        WeightRenaming(r"ffn\.w3\.", r"mlp.down_proj."),
-        WeightRenaming(r"\.ln1\.", r".norm1."),
-        WeightRenaming(r"\.ln2\.", r".norm2."),
-        # The fused SwiGLU input projection: the first half of its rows is the SiLU-gated branch.
-        *(
-            WeightConverter(rf"ffn\.w12\.{kind}", [f"mlp.gate_proj.{kind}", f"mlp.up_proj.{kind}"], [Chunk(dim=0)])
-            for kind in ("weight", "bias")
-        ),
+        *get_checkpoint_conversion_mapping("sapiens2"),
     ]
 
 
