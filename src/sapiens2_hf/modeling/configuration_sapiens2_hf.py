@@ -1,15 +1,11 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Configuration of the sapiens2_hf models.
+"""Configuration of the sapiens2_hf models, in the shape of transformers' own (configuration_sapiens2.py).
 
-`Sapiens2Config` and `Sapiens2HeadConfig` declare the same fields, defaults and derived values as transformers' own
-Sapiens2 configs (transformers/models/sapiens2/configuration_sapiens2.py), so a config.json written by either side
-reads on the other, plus the few fields the official model needs and the port lacks: the RoPE arithmetic dtype (the
-official model runs RoPE in bfloat16), the task the config describes, the head normalisation (the albedo head uses a
-channel RMSNorm), the 4K tokenizer, and the variant table of the official sizes and heads.
-
-They are written here rather than subclassed from the port, so that a repository shipped with these files as remote
-code works with any transformers whose public config API matches (`PreTrainedConfig` with `@strict` dataclass fields,
-`BackboneConfigMixin`); tests/test_modeling_interop.py checks that both sides still agree.
+`Sapiens2Config` and `Sapiens2HeadConfig` declare the same fields, defaults and derived values as transformers'
+Sapiens2 configs, so a config.json written by either side reads on the other, plus what the official model needs and
+the port lacks (RoPE dtype, task, head normalisation, the 4K tokenizer). `__post_init__` derives what it can; the
+presets are data tables in presets_sapiens2_hf.py. Written here rather than subclassed from the port, so that remote
+code works with any transformers whose public config API matches (tests/test_modeling_interop.py keeps both agreeing).
 
 Hub-shippable: imports only transformers' public API, huggingface_hub and siblings of this folder.
 """
@@ -241,28 +237,16 @@ class Sapiens2HeadConfig(PreTrainedConfig):
     r"""
     Decode-head configuration: the fields of transformers' `Sapiens2HeadConfig`, plus the head normalisation.
 
-    upsample_out_channels (`list[int]`, *optional*):
-        Output channels of each upsampling block; the first block takes the backbone's `hidden_size` channels.
-    upsample_kernel_sizes (`list[int]`, *optional*):
-        Kernel size of each upsampling block (same length as `upsample_out_channels`). Filled with
-        `upsample_kernel_size` when `None`.
-    upsample_kernel_size (`int`, defaults to 4):
-        Kernel size used to fill `upsample_kernel_sizes`.
+    upsample_out_channels, conv_out_channels, scale_conv_out_channels (`list[int]`, *optional*):
+        Output channels of the upsampling blocks (the first takes the backbone's `hidden_size` channels), of the
+        refinement convolutions after them, and of the stride-2 convolutions of the pointmap scale branch (`None`:
+        no scale branch).
+    upsample_kernel_sizes, conv_kernel_sizes, scale_conv_kernel_sizes (`list[int]`, *optional*):
+        Kernel size of each of those layers (one per channel entry); `None`: filled with `upsample_kernel_size`,
+        `conv_kernel_size` and `scale_conv_kernel_size` (`int`, default to 4, 1 and 1).
     use_pixel_shuffle (`bool`, *optional*):
         Pixel-shuffle upsampling (3x3 input conv, conv + `PixelShuffle(2)` blocks: normal, pointmap and albedo heads)
         instead of stride-2 transposed convolutions (pose and seg heads). `None` means transposed convolutions.
-    conv_out_channels (`list[int]`, *optional*):
-        Output channels of the refinement convolutions after the upsampling blocks.
-    conv_kernel_sizes (`list[int]`, *optional*):
-        Kernel size of each refinement convolution. Filled with `conv_kernel_size` when `None`.
-    conv_kernel_size (`int`, defaults to 1):
-        Kernel size used to fill `conv_kernel_sizes`.
-    scale_conv_out_channels (`list[int]`, *optional*):
-        Output channels of the stride-2 convolutions of the pointmap scale branch; `None` builds no scale branch.
-    scale_conv_kernel_sizes (`list[int]`, *optional*):
-        Kernel size of each scale convolution. Filled with `scale_conv_kernel_size` when `None`.
-    scale_conv_kernel_size (`int`, defaults to 1):
-        Kernel size used to fill `scale_conv_kernel_sizes`.
     scale_final_input_size (`int`, *optional*):
         Features the scale MLP takes (the flattened output of the scale convolutions). Inferred by `Sapiens2Config`
         from its `image_size` and `patch_size` when `None`.
@@ -703,6 +687,23 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
             config_kwargs.update(task_label_kwargs(task))
         config_kwargs.update(kwargs)
         return cls(**config_kwargs)
+
+
+def as_sapiens2_config(config):
+    """`config` as our `Sapiens2Config` (`None` stays `None`): transformers' own `Sapiens2Config` (what its pipeline
+    factory and a composite model's config.json read) is re-read from its dict, so that our fields it carries along
+    (RoPE dtype, tokenizer, task) are kept; a config of another model is refused."""
+    if config is None or isinstance(config, Sapiens2Config):
+        return config
+    if getattr(config, "model_type", None) not in (Sapiens2Config.model_type, TRANSFORMERS_MODEL_TYPE):
+        raise ValueError(
+            f"Sapiens2 models need a Sapiens2 config, got a `{getattr(config, 'model_type', type(config).__name__)}` "
+            "one; build it with sapiens2_hf.Sapiens2Config (e.g. `Sapiens2Config.from_preset`)."
+        )
+    converted = Sapiens2Config.from_dict(config.to_dict())
+    if config._attn_implementation is not None:  # not part of to_dict; set by the parent model or the pipeline
+        converted._attn_implementation = config._attn_implementation
+    return converted
 
 
 def _check_task(task: str | None) -> None:

@@ -509,7 +509,6 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             data["labels"] = resize_label_maps(segmentation_maps, _letterboxed(options.task), input_size, paddings)
         return np.stack(crops) if crops else np.zeros((0, *input_size, 3), np.uint8)
 
-
     # ------------------------------------------------------------------------------------------------------------
     # post-processing: pose
     # ------------------------------------------------------------------------------------------------------------
@@ -537,12 +536,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         keypoint_names: Any = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
         r"""
-        Decode pose heatmaps into keypoints in original-image pixels, batched over `POSE_DECODE_CHUNK_SIZE` crops at a
-        time (the memory of the decoding is bounded by that chunk; the results do not depend on it). The crops are
-        the processor's `size`.
-
-        The edge of `decode_pose_keypoints`, which reads one geometry input: `crops` (what `preprocess` returned),
-        or transformers' `boxes=` convention, converted once by `pose_crops`.
+        Decode pose heatmaps into keypoints in original-image pixels, `POSE_DECODE_CHUNK_SIZE` crops at a time (the
+        memory bound; the results do not depend on it): the edge of `decode_pose_keypoints`, which reads one geometry
+        input, `crops` (what `preprocess` returned), or transformers' `boxes=` convention, converted by `pose_crops`.
 
         Args:
             outputs: model output with `heatmaps` (`(num_crops, num_keypoints, height/4, width/4)`).
@@ -589,14 +585,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             return PoseFlipTest(_heatmaps(outputs_flipped.outputs), flip_indices)
         return PoseFlipTest(_heatmaps(outputs_flipped))
 
-
-
     # ------------------------------------------------------------------------------------------------------------
     # post-processing: dense tasks
     # ------------------------------------------------------------------------------------------------------------
-
-
-
 
     def post_process_semantic_segmentation(
         self, outputs, target_sizes: Any = None, return_segmentation_scores: bool = False
@@ -605,11 +596,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         Logits -> class maps, the official way: bilinear resize of the logits (align_corners=False), then argmax.
 
         The arguments and return types are those of transformers' `Sapiens2ImageProcessor` method of this name.
-
-        Memory: the class maps are computed a few channels at a time (`resize_logits_argmax`), so an 8000x6000 photo
-        needs well under 2 GB instead of the 5.6 GB of resizing all 29 channels at once; the labels are
-        bit-identical. `return_segmentation_scores=True` materialises all resized logits
-        (`num_labels * height * width` float32) and so costs that memory again.
+        The class maps are computed a few channels at a time (`resize_logits_argmax`: an 8000x6000 photo needs well
+        under 2 GB, not 5.6 GB; bit-identical labels); `return_segmentation_scores=True` materialises all resized
+        logits (`num_labels * height * width` float32) and so costs that memory again.
 
         Args:
             outputs: model output with `logits` (`(batch_size, num_labels, height, width)`).
@@ -711,14 +700,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         `apply_foreground_mask(result["predicted_depth"], foreground_mask_from_segmentation(seg))` (NaN background).
 
         Args:
-            outputs: a pointmap model's output: `pointmaps` (`(batch_size, 3, height, width)`, canonical camera) and
-                `scales` (`(batch_size, 1)`, `768 / f_x` with `f_x` the focal length in model-input pixels).
+            outputs: a pointmap model's output (`pointmaps`, `scales`; see `post_process_pointmap_estimation`).
             target_sizes: per image the original `(height, width)`: the letterbox padding is removed and the depth
                 resized to it. `None` keeps the model's output grid, padding included.
             focal_length (`float`, or one per image, *optional*): the camera's horizontal focal length in pixels of
-                the image `target_sizes` describes (of the model input when `target_sizes` is `None`). It replaces
-                the predicted scale by the camera's, `768 / (focal_length * w_resized / w_original)` (the letterbox
-                resize factor), so the depth is metric for that camera.
+                the image `target_sizes` describes, as in `post_process_pointmap_estimation`.
 
         Returns:
             Per image `{"predicted_depth": (height, width) float32 metres, "focal_length": () float32}`: the focal
@@ -766,7 +752,6 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             albedos = getattr(outputs, "albedo", outputs)
         layout = DenseLayout.resolve(albedos, self.input_size, source_sizes, target_sizes, do_remove_padding, paddings)
         return [{"albedo": a} for a in clamped_albedo(albedos, layout)]
-
 
     def post_process_dense_maps(
         self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
@@ -837,12 +822,6 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 _letterboxed(self.task) and _sizes_list(source_sizes, count, "source_sizes") is not None)
         layout = DenseLayout.resolve(maps, self.input_size, source_sizes, target_sizes, do_remove_padding, paddings)
         return alpha_mattes(maps, layout, backgrounds)
-
-
-
-
-
-
 
 
 def image_processor_for_task(task: str | None, **kwargs) -> Sapiens2HFImageProcessor:

@@ -30,7 +30,7 @@ from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, 
 from transformers.utils import logging
 
 from .adapter_loading import load_adapter_model
-from .configuration_sapiens2_hf import Sapiens2Config
+from .configuration_sapiens2_hf import Sapiens2Config, as_sapiens2_config
 from .official_format_sapiens2_hf import (
     OFFICIAL_FILENAME_PATTERN,
     ORIGINAL_NAME_PATTERN,
@@ -655,7 +655,8 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         return adapted
     strict = kwargs.pop("strict", True)
     want_loading_info = kwargs.pop("output_loading_info", False)
-    config = _as_our_config(kwargs.pop("config", None))
+    # Why code: transformers' pipeline factory reads config.json with its own `sapiens2` config class.
+    config = as_sapiens2_config(kwargs.pop("config", None))
     # `None` with `state_dict={}`: no checkpoint at all, every weight initialised by `_init_weights` (what
     # transformers' `test_can_init_all_missing_weights` does); nothing was given, so nothing can be missing.
     state_dict = kwargs.get("state_dict")
@@ -696,18 +697,6 @@ def _settle_config(model_class, config: Sapiens2Config, kwargs: dict, original_n
     config.validate_sizes_and_values()
     config.validate()
     model_class._check_task(config, source)
-
-
-# Why code: transformers' pipeline factory reads config.json with its own `sapiens2` config class.
-def _as_our_config(config):
-    """`config=` as ours: transformers' pipeline factory reads config.json with its own config class, read here as
-    ours (the official RoPE dtype, no RoPE rescale, the task from `architectures`)."""
-    if config is None or isinstance(config, Sapiens2Config):
-        return config
-    attn_implementation = config._attn_implementation_internal
-    config = Sapiens2Config.from_dict(config.to_dict())
-    config._attn_implementation_internal = attn_implementation
-    return config
 
 
 def _config_for_state_dict(model_class, config, kwargs: dict):

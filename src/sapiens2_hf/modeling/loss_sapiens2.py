@@ -20,15 +20,15 @@ from torch import nn
 
 # ----------------------------------------------- masked reductions of the dense-task losses (normal, pointmap, albedo)
 
-# Masked reductions shared by the dense-task losses (normal, pointmap, albedo).
-#
 # Every function here reproduces one reduction rule of the official Sapiens2 dense losses
 # (facebookresearch/sapiens2 ``sapiens/dense/src/models/losses``): sums run over channels *and* valid pixels, and the
 # divisor is the number of valid pixels (not pixels x channels). Masked-out pixels are excluded with ``torch.where``
 # rather than by multiplying with the mask, so a non-finite background value in a target (the official normal targets
 # use -1000, some datasets use NaN) can never leak into the result. For finite inputs the two are identical.
 #
-# Letter legend used in shape comments: B batch, C channels, H height, W width.
+# Maps are `(batch_size, channels, height, width)` and masks float 0/1 `(batch_size, 1, height, width)` (see
+# `as_valid_mask`) unless a docstring says otherwise; each reduction returns a scalar. Shape comments: B batch,
+# C channels, H height, W width.
 
 
 def as_valid_mask(mask: torch.Tensor | None, reference: torch.Tensor, name: str = "mask") -> torch.Tensor:
@@ -61,16 +61,7 @@ def zero_like_graph(pred: torch.Tensor) -> torch.Tensor:
 
 
 def masked_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sum of absolute errors over channels and valid pixels divided by the number of valid pixels.
-
-    Args:
-        pred (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Prediction.
-        target (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Target.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity (see `as_valid_mask`).
-
-    Returns:
-        `torch.Tensor`: scalar.
-    """
+    """Sum of absolute errors over channels and valid pixels divided by the number of valid pixels."""
     num_valid = mask.sum()
     if num_valid == 0:
         return zero_like_graph(pred)
@@ -86,16 +77,8 @@ def forward_difference_squared_error(
     fact a squared error).
 
     The horizontal term sums `(dx_pred - dx_target)^2` over channels and over neighbour pairs whose two pixels are
-    both valid, divided by the number of such pairs; the vertical term likewise. Both are returned separately; the
+    both valid, divided by the number of such pairs; the vertical term likewise. Returns both scalars `(dx, dy)`: the
     normal loss adds them, the albedo loss averages them.
-
-    Args:
-        pred (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Prediction.
-        target (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Target.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-
-    Returns:
-        `tuple[torch.Tensor, torch.Tensor]`: the horizontal and the vertical term (scalars).
     """
     pred_dx = pred[:, :, :, 1:] - pred[:, :, :, :-1]  # (B, C, H, W-1)
     pred_dy = pred[:, :, 1:, :] - pred[:, :, :-1, :]  # (B, C, H-1, W)
@@ -132,9 +115,6 @@ def on_target_grid(pred: torch.Tensor, target: torch.Tensor, pred_name: str, tar
 
 
 # ---------------------------------------------------------------------------------------------------------------- pose
-
-# Pose heatmap loss of the official Sapiens2 308-keypoint recipe.
-
 
 class PoseHeatmapLoss(nn.Module):
     """Keypoint-weighted mean squared error between predicted and target heatmaps (official ``KeypointMSELoss`` with
@@ -206,9 +186,6 @@ class PoseHeatmapLoss(nn.Module):
 
 # ---------------------------------------------------------------------------------------------- body-part segmentation
 
-# Body-part segmentation loss of the official Sapiens2 recipe: weighted cross-entropy + Dice.
-
-
 # The label value both seg terms ignore, and the cross-entropy class weights of every official seg config
 # (background 0.1); from the project spec file seg29.json (facebookresearch/sapiens2 commit 3098c14, the seg configs'
 # `CLASS_WEIGHT`). `sapiens2_hf.data.label_tables` re-exports both.
@@ -226,16 +203,8 @@ def weighted_cross_entropy_loss(
 
     The official config sets ``reduction="none"`` and the runner then takes the plain mean of the per-pixel map, so
     the divisor is `batch_size * height * width` (ignored pixels contribute 0 but are counted), not the sum of the
-    class weights of the labelled pixels that `F.cross_entropy(reduction="mean")` would use.
-
-    Args:
-        logits (`torch.Tensor` of shape `(batch_size, num_classes, height, width)`): Raw logits.
-        labels (`torch.Tensor` of shape `(batch_size, height, width)`, int64): Class ids or `ignore_index`.
-        class_weights (`torch.Tensor` of shape `(num_classes,)`, *optional*): Per-class weights.
-        ignore_index (`int`): Label value excluded from the loss.
-
-    Returns:
-        `torch.Tensor`: scalar.
+    class weights of the labelled pixels that `F.cross_entropy(reduction="mean")` would use. `logits`
+    `(batch_size, num_classes, height, width)`, `labels` int64 `(batch_size, height, width)`.
     """
     per_pixel = F.cross_entropy(logits, labels, weight=class_weights, reduction="none", ignore_index=ignore_index)
     return per_pixel.mean()
@@ -252,16 +221,7 @@ def dice_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, eps
     (or no labelled pixel) contribute 0; this function reproduces that.
 
     Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/seg_loss.py`` (``DiceLoss``,
-    ``naive_dice=False``, ``include_background=False``).
-
-    Args:
-        logits (`torch.Tensor` of shape `(batch_size, num_classes, height, width)`): Raw logits.
-        labels (`torch.Tensor` of shape `(batch_size, height, width)`, int64): Class ids or `ignore_index`.
-        ignore_index (`int`): Label value excluded from the loss.
-        eps (`float`, *optional*, defaults to 1e-3): Smoothing term.
-
-    Returns:
-        `torch.Tensor`: scalar.
+    ``naive_dice=False``, ``include_background=False``). Shapes as `weighted_cross_entropy_loss`; `eps` smooths.
     """
     num_classes = logits.shape[1]
     probabilities = logits.softmax(dim=1)
@@ -366,9 +326,6 @@ class SegmentationLoss(nn.Module):
 
 # ----------------------------------------------------------------------------------------------------- surface normals
 
-# Surface-normal loss of the official Sapiens2 recipe: cosine + L1 + finite-difference ("grad") term.
-
-
 class NormalLoss(nn.Module):
     """Official Sapiens2 surface-normal loss: `10 * cosine + 1 * L1 + 10 * grad`.
 
@@ -446,20 +403,11 @@ class NormalLoss(nn.Module):
 
 # ------------------------------------------------------------------------------------------------------------ pointmap
 
-# Pointmap loss of the official Sapiens2 recipe (seven terms, all in the canonical camera).
-
-
 def multiscale_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, scale_factor: int = 2) -> torch.Tensor:
     """L1 after **upsampling** both maps by `scale_factor` (bilinear, ``align_corners=False``; the mask nearest).
 
-    Despite its name the official "multiscale" term goes up, not down, in resolution.
-
-    Args:
-        pred, target (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Maps to compare.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-
-    Returns:
-        `torch.Tensor`: scalar, channel-summed error per valid upsampled pixel.
+    Despite its name the official "multiscale" term goes up, not down, in resolution. Channel-summed error per
+    valid upsampled pixel.
     """
     if mask.sum() == 0:
         return zero_like_graph(pred)
@@ -470,11 +418,7 @@ def multiscale_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, 
 
 
 def shift_invariant_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """L1 after subtracting each map's masked centroid (per sample and channel; centroid divisor `count + 1e-6`).
-
-    Returns:
-        `torch.Tensor`: scalar, channel-summed error per valid pixel.
-    """
+    """L1 after subtracting each map's masked centroid (per sample and channel; centroid divisor `count + 1e-6`)."""
     if mask.sum() == 0:
         return zero_like_graph(pred)
     count = mask.sum(dim=(2, 3)) + 1e-6  # (B, 1)
@@ -488,14 +432,7 @@ def silog(pred_depth: torch.Tensor, target_depth: torch.Tensor, mask: torch.Tens
 
     With `d = log(max(z_gt, 1e-4)) - log(max(z_pred, 1e-4))` over an image's valid pixels:
     `sqrt(mean(d^2) - 0.5 * mean(d)^2)`. Images with no valid pixel contribute 0 (and no gradient); the mean over
-    the batch includes them, as the official loss does.
-
-    Args:
-        pred_depth, target_depth (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Depth (canonical Z).
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-
-    Returns:
-        `torch.Tensor`: scalar.
+    the batch includes them, as the official loss does. Depths are canonical Z, `(batch_size, 1, height, width)`.
     """
     diff = torch.log(target_depth.clamp(min=1e-4)) - torch.log(pred_depth.clamp(min=1e-4))
     valid = (mask > 0) & ~torch.isnan(diff)
@@ -514,15 +451,8 @@ def intrinsics_consistency(pointmap: torch.Tensor, mask: torch.Tensor, intrinsic
     """`|X - (u - c_x) Z / f_x| + |Y - (v - c_y) Z / f_y|` over valid pixels, divided by their number.
 
     `u`, `v` are integer pixel indices (0 .. width-1, 0 .. height-1) of the map; `intrinsics` are those of the same
-    pixel grid **before** canonicalisation (the ratios X/Z and Y/Z do not depend on the canonical rescaling).
-
-    Args:
-        pointmap (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Predicted XYZ.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-        intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`): Pixel-unit camera matrices.
-
-    Returns:
-        `torch.Tensor`: scalar.
+    pixel grid **before** canonicalisation (the ratios X/Z and Y/Z do not depend on the canonical rescaling):
+    pixel-unit camera matrices `(batch_size, 3, 3)`; `pointmap` is the predicted XYZ.
     """
     if mask.sum() == 0:
         return zero_like_graph(pointmap)
@@ -540,19 +470,13 @@ def intrinsics_consistency(pointmap: torch.Tensor, mask: torch.Tensor, intrinsic
 
 
 def pointmap_normals(pointmap: torch.Tensor, mask: torch.Tensor, amplification: float = 100.0):
-    """Unit normals from the cross product of right and down differences of a reflect-padded pointmap.
+    """Unit normals from the cross product of right and down differences of a reflect-padded metric pointmap.
 
-    Args:
-        pointmap (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Metric XYZ.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-        amplification (`float`): Factor applied to the differences before the cross product (official 100; it only
-            moves the 1e-6 degeneracy threshold).
-
-    Returns:
-        `tuple`: normals (`(batch_size, 3, height, width)`, zero where invalid) and the bool validity
-        `(batch_size, 1, height, width)` (mask and a non-degenerate cross product). A valid pixel whose right and down
-        neighbours are both off the mask (zero) gets two parallel difference vectors; whether float32 rounding lifts
-        their cross product over 1e-6 decides its validity, exactly as in the official code.
+    `amplification` multiplies the differences before the cross product (official 100; it only moves the 1e-6
+    degeneracy threshold). Returns the normals (`(batch_size, 3, height, width)`, zero where invalid) and the bool
+    validity `(batch_size, 1, height, width)` (mask and a non-degenerate cross product). A valid pixel whose right and
+    down neighbours are both off the mask (zero) gets two parallel difference vectors; whether float32 rounding lifts
+    their cross product over 1e-6 decides its validity, exactly as in the official code.
     """
     padded = F.pad(pointmap, (1, 1, 1, 1), mode="reflect")
     center = padded[:, :, 1:-1, 1:-1]
@@ -569,11 +493,7 @@ def pointmap_normal_loss(
     pointmap: torch.Tensor, target_pointmap: torch.Tensor, mask: torch.Tensor, target_scale: torch.Tensor
 ) -> torch.Tensor:
     """`(1 - cos) + mean_c |n_pred - n_gt|` over pixels where the target normal is valid, with normals computed on
-    metric maps (canonical map divided by the target scale).
-
-    Returns:
-        `torch.Tensor`: scalar.
-    """
+    metric maps (canonical map divided by the target scale)."""
     if mask.sum() == 0:
         return zero_like_graph(pointmap)
     scale = target_scale.to(pointmap.dtype).view(-1, 1, 1, 1)
@@ -715,18 +635,8 @@ class PointmapLoss(nn.Module):
 
 # -------------------------------------------------------------------------------------------------------------- albedo
 
-# Albedo loss of the official Sapiens2 recipe: L1 + finite-difference term + chromaticity L1.
-
-
 def chromaticity(rgb: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Per-pixel chromaticity `rgb / (r + g + b + eps)`.
-
-    Args:
-        rgb (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Linear or sRGB colour in [0, 1].
-
-    Returns:
-        `torch.Tensor` of shape `(batch_size, 3, height, width)`.
-    """
+    """Per-pixel chromaticity `rgb / (r + g + b + eps)` of `(batch_size, 3, height, width)` colours in [0, 1]."""
     return rgb / (rgb.sum(dim=1, keepdim=True) + eps)
 
 
@@ -803,24 +713,14 @@ class AlbedoLoss(nn.Module):
 
 # Matting loss: alpha L1 + alpha gradient L1 + alpha Laplacian-pyramid L1 + pre-multiplied foreground L1.
 #
-# The official Sapiens2 matting recipe trains with an L1, a gradient and a Laplacian loss of weight 1 each, applied to
-# the alpha and (where a foreground target exists) to the foreground; its loss code is not in the mirrored official
-# commit, so the terms here are written from their definitions in the matting literature:
-#
-# * **alpha L1**: mean absolute alpha error over valid pixels (the basic term of every matting method since Xu et al.,
-#   "Deep Image Matting", CVPR 2017, whose "alpha-prediction loss" is this L1 made differentiable);
-# * **gradient L1**: mean absolute difference of the horizontal and vertical finite differences of the predicted and
-#   target alpha (valid neighbour pairs), which penalises blurred or jagged edges that a pixel L1 barely sees (the
-#   gradient term of e.g. Zhang et al., "A Late Fusion CNN for Digital Matting", CVPR 2019);
-# * **Laplacian L1**: L1 between the Laplacian pyramids of prediction and target (5 levels, 5x5 binomial kernel,
-#   level `i` weighted `2**i`), which weighs errors at every scale (Hou and Liu, "Context-Aware Image Matting", ICCV
-#   2019; also used by the Robust Video Matting family the official recipe follows);
-# * **foreground L1**: mean absolute error of the pre-multiplied foreground (`alpha * F`, what the head predicts)
-#   over valid pixels, only when a foreground target is given.
-#
-# The composition loss of Deep Image Matting (`|alpha F + (1 - alpha) B - I|`) is not included: it needs the
-# background plate of each training image, which human matting datasets rarely have; the pre-multiplied foreground L1
-# constrains the same colours where a foreground target exists.
+# The official recipe trains with an L1, a gradient and a Laplacian loss of weight 1 each, on the alpha and (where a
+# foreground target exists) the foreground; its loss code is not in the mirrored official commit, so the terms are
+# written from their definitions in the matting literature: the alpha L1 of Xu et al. ("Deep Image Matting", CVPR
+# 2017); the L1 of the alpha's horizontal and vertical finite differences over valid pairs (Zhang et al., CVPR 2019),
+# which sees blurred or jagged edges; the L1 of 5-level Laplacian pyramids (5x5 binomial kernel, level `i` weighted
+# `2**i`; Hou and Liu, ICCV 2019, and the Robust Video Matting family); and the L1 of the pre-multiplied foreground
+# (`alpha * F`, what the head predicts). Deep Image Matting's composition loss is left out: it needs each training
+# image's background plate, which human matting datasets rarely have.
 
 
 _BINOMIAL_5 = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0

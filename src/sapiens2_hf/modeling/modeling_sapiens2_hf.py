@@ -49,6 +49,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_sapiens2_hf import (
     TASKS,
     Sapiens2Config,
+    as_sapiens2_config,
     pointmap_scale_features,
 )
 from .layers_sapiens2_hf import (
@@ -88,7 +89,6 @@ from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS, TaskSpec, spec_of_
 
 
 logger = logging.get_logger(__name__)
-
 
 
 # The task heads' tensors, which the backbone classes ignore when they load a task checkpoint.
@@ -396,23 +396,6 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
         for layer in self.layer:
             hidden_states = layer(hidden_states, position_embeddings=position_embeddings, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
-
-
-def as_sapiens2_config(config) -> Sapiens2Config:
-    """`config` as our `Sapiens2Config`: transformers' own `Sapiens2Config` (how a composite model's config.json
-    reads a `sapiens2` backbone back) is re-read from its dict, so its RoPE dtype, tokenizer and the other fields it
-    carries along are kept; a config of another model is refused."""
-    if isinstance(config, Sapiens2Config):
-        return config
-    if getattr(config, "model_type", None) not in (Sapiens2Config.model_type, "sapiens2"):
-        raise ValueError(
-            f"Sapiens2Backbone needs a Sapiens2 config, got a `{getattr(config, 'model_type', type(config).__name__)}` "
-            "one; build the backbone config with sapiens2_hf.Sapiens2Config (e.g. `Sapiens2Config.from_preset`)."
-        )
-    converted = Sapiens2Config.from_dict(config.to_dict())
-    if config._attn_implementation is not None:  # not part of to_dict; set by the parent model's loading
-        converted._attn_implementation = config._attn_implementation
-    return converted
 
 
 class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):

@@ -77,7 +77,6 @@ def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torc
     return base ** (2 * torch.arange(num_periods, dtype=dtype) / (head_dim // 2))
 
 
-
 def pixel_shuffle_head_key_mapping(task: str) -> dict[str, str]:
     """transformers `key_mapping` (regex -> replacement) from the original names of a pixel-shuffle task checkpoint
     whose head transformers' port does not declare (albedo; its layer-wise norms included).
@@ -240,26 +239,18 @@ def _indexed_weights(head_state, pattern):
 
 def infer_head_config_kwargs(task: str, head_state: dict[str, torch.Tensor]) -> dict:
     """Infers a task head's layout (channels and kernel sizes) from the shapes of its official `decode_head.*` state."""
-    if task_spec(task).head_upsampling == "deconv":
-        deconvs = _indexed_weights(head_state, r"^deconv_layers\.(\d+)\.weight$")  # (in, out, k, k) each
-        convs = _indexed_weights(head_state, r"^conv_layers\.(\d+)\.weight$")  # (out, in, k, k) each
-        head = {
-            "upsample_out_channels": [w.shape[1] for w in deconvs],
-            "upsample_kernel_sizes": [w.shape[-1] for w in deconvs],
-            "conv_out_channels": [w.shape[0] for w in convs],
-            "conv_kernel_sizes": [w.shape[-1] for w in convs],
-        }
-    else:
+    if task_spec(task).head_upsampling == "deconv":  # transposed convs: (in, out, k, k) each
+        upsamples, out_axis, factor = _indexed_weights(head_state, r"^deconv_layers\.(\d+)\.weight$"), 1, 1
+    else:  # conv + pixel shuffle x2, which turns 4*c conv channels into c: (4*out, in, k, k) each
         _require(head_state, "input_conv.0.weight", "head input conv")
-        upsamples = _indexed_weights(head_state, r"^upsample_blocks\.(\d+)\.0\.weight$")  # (4*out, in, k, k) each
-        convs = _indexed_weights(head_state, r"^conv_layers\.(\d+)\.weight$")
-        head = {
-            # Pixel shuffle x2 turns 4*c conv channels into c output channels.
-            "upsample_out_channels": [w.shape[0] // 4 for w in upsamples],
-            "upsample_kernel_sizes": [w.shape[-1] for w in upsamples],
-            "conv_out_channels": [w.shape[0] for w in convs],
-            "conv_kernel_sizes": [w.shape[-1] for w in convs],
-        }
+        upsamples, out_axis, factor = _indexed_weights(head_state, r"^upsample_blocks\.(\d+)\.0\.weight$"), 0, 4
+    convs = _indexed_weights(head_state, r"^conv_layers\.(\d+)\.weight$")  # (out, in, k, k) each
+    head = {
+        "upsample_out_channels": [w.shape[out_axis] // factor for w in upsamples],
+        "upsample_kernel_sizes": [w.shape[-1] for w in upsamples],
+        "conv_out_channels": [w.shape[0] for w in convs],
+        "conv_kernel_sizes": [w.shape[-1] for w in convs],
+    }
     if not head["upsample_out_channels"]:
         raise OfficialCheckpointError(f"The {task} head has no upsampling layers; unsupported layout.")
     head = head_kwargs_for_task(task, head)
