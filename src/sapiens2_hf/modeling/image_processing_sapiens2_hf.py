@@ -99,15 +99,11 @@ PREPROCESS_OVERRIDES = ("task", "box_format", "size", "geometry_backend", "image
 @dataclass(frozen=True)
 class PreprocessOptions:
     """One `preprocess` call's settings, read once from the processor's fields and the call's overrides
-    (`Sapiens2HFImageProcessor.call_options`): the task, the pose `box_format`, the model input `(height, width)`,
-    the geometry backend, the 0-255 mean and std, and how images are read:
-
-    - `do_convert_rgb` (the call's, else the processor's): `True` composites an image's alpha channel over white, as
-      transformers' processors do with `do_convert_rgb=True`; otherwise the alpha channel is dropped, as the official
-      OpenCV reading does (see `load_image_rgb`; transformers' processor refuses 4-channel images then).
-    - `input_data_format` (`str` or `ChannelDimension`): the channel layout of array and tensor inputs,
-      `"channels_last"` or `"channels_first"`, as in transformers' processors; inferred from the shape when not
-      given, and required when both ends of the shape can be the channels (`(3, 100, 3)`).
+    (`Sapiens2HFImageProcessor.call_options`): task, pose `box_format`, model input `(height, width)`, geometry
+    backend, the 0-255 mean and std, and how images are read: `do_convert_rgb` (`True`: an alpha channel is
+    composited over white, as transformers' processors do; otherwise dropped, as the official OpenCV reading does, see
+    `load_image_rgb`) and `input_data_format` (`"channels_last"` or `"channels_first"` for arrays and tensors;
+    inferred from the shape unless both ends can be the channels, e.g. `(3, 100, 3)`).
     """
 
     task: str
@@ -122,31 +118,23 @@ class PreprocessOptions:
 
 class Sapiens2HFImageProcessorKwargs(ImagesKwargs, total=False):
     """
-    do_reduce_labels (`bool`, *optional*, defaults to `False`):
-        Kept for config compatibility with transformers' `Sapiens2ImageProcessor` (saved in
-        preprocessor_config.json); the official Sapiens2 label maps need no reduction and this processor ignores it.
-    keypoint_heatmap_downscale_factor (`int`, *optional*, defaults to 4):
-        Model input size / size of the pose training heatmaps made from `keypoints`.
-    keypoint_heatmap_sigma (`float`, *optional*, defaults to 6.0):
-        Standard deviation, in heatmap pixels, of the Gaussians of those heatmaps.
-    task (`str`, *optional*, defaults to `"pose"`):
-        Which official policy to apply: `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"` or `"matting"`.
-    box_format (`str`, *optional*, defaults to `"xywh"`):
-        Format of the pose `boxes` given to `preprocess` / `__call__`: `"xywh"` (COCO `[x_min, y_min, width,
-        height]`, transformers' convention) or `"xyxy"` (`[x_min, y_min, x_max, y_max]`). Not used by
+    do_reduce_labels (`bool`, defaults to `False`): stored for transformers' `Sapiens2ImageProcessor`
+        (preprocessor_config.json); the official label maps need no reduction, so this processor ignores it.
+    keypoint_heatmap_downscale_factor (`int`, defaults to 4), keypoint_heatmap_sigma (`float`, defaults to 6.0):
+        model input size / size of the pose training heatmaps made from `keypoints`, and the standard deviation of
+        their Gaussians in heatmap pixels.
+    task (`str`, defaults to `"pose"`): the official policy to apply: `"pose"`, `"seg"`, `"normal"`, `"pointmap"`,
+        `"albedo"` or `"matting"`.
+    box_format (`str`, defaults to `"xywh"`): format of the pose `boxes` given to `preprocess` / `__call__`:
+        `"xywh"` (COCO `[x_min, y_min, width, height]`, transformers' convention) or `"xyxy"`. Not used by
         `post_process_pose_estimation`, which needs the format named in each call that passes `boxes`.
-    bbox_padding (`float`, *optional*, defaults to 1.25):
-        Context padding of pose boxes.
-    blur_kernel_size (`int`, *optional*, defaults to 11):
-        Gaussian kernel of the DARK refinement.
-    geometry_backend (`str`, *optional*, defaults to `"auto"`):
-        `"auto"` (OpenCV when importable), `"cv2"` or `"torch"`.
-    flip_indices (`list[int]`, *optional*):
-        Keypoint permutation under a horizontal flip. Defaults to the official 308-keypoint table.
-    pointmap_num_blurs (`int`, *optional*, defaults to 4):
-        Number of 3x3 Gaussian passes (sigma `pointmap_blur_sigma`) before enlarging a pointmap.
-    pointmap_blur_sigma (`float`, *optional*, defaults to 0.8):
-        Sigma of those passes.
+    bbox_padding (`float`, defaults to 1.25): context padding of pose boxes.
+    blur_kernel_size (`int`, defaults to 11): Gaussian kernel of the DARK refinement.
+    geometry_backend (`str`, defaults to `"auto"`): `"auto"` (OpenCV when importable), `"cv2"` or `"torch"`.
+    flip_indices (`list[int]`, *optional*): keypoint permutation under a horizontal flip; default: the official
+        308-keypoint table.
+    pointmap_num_blurs (`int`, defaults to 4), pointmap_blur_sigma (`float`, defaults to 0.8): 3x3 Gaussian passes
+        before enlarging a pointmap, and their sigma.
     """
 
     do_reduce_labels: bool
@@ -164,12 +152,8 @@ class Sapiens2HFImageProcessorKwargs(ImagesKwargs, total=False):
 
 class Sapiens2HFImageProcessor(TorchvisionBackend):
     r"""
-    Image processor reproducing the official Sapiens2 pre- and post-processing for every task.
-
-    Built on transformers' public processing API (`TorchvisionBackend`: config fields, `from_pretrained` /
-    `save_pretrained`, `__call__`), with every Sapiens2 step written here and in `sapiens2_processing_ops`. The saved
-    fields are those of transformers' own `Sapiens2ImageProcessor` plus ours, so each class reads the other's
-    preprocessor_config.json; `from_image_processor` turns either into ours for a task.
+    Image processor reproducing the official Sapiens2 pre- and post-processing for every task (see the module
+    docstring); `from_image_processor` turns transformers' `Sapiens2ImageProcessor` (or ours) into ours for a task.
 
     Sizes follow transformers' convention `size={"height": H, "width": W}` (default 1024x768). Normalisation is
     `(x - mean) / std` on the 0-255 scale in float32, with `mean = image_mean / rescale_factor` (ImageNet values),
@@ -180,10 +164,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     the official letterbox truncation and padding split, the official DARK decoder including its quirks, a pose
     `box_format` option, decoded keypoints in float64, an albedo post-processor and a depth output for pointmaps.
 
-    Pose boxes: `preprocess` / `__call__` read `boxes` in `box_format` (default `"xywh"`, COCO, like transformers;
-    the pipeline and CLI use `"xyxy"` and say so in each call). `post_process_pose_estimation(boxes=...)` requires
-    `box_format=` in the call (or the format-free `bbox_center` / `bbox_scale` / `image_index` from `preprocess`),
-    so that the two steps cannot silently read the same numbers in two formats.
+    Pose boxes are read in `box_format` (default `"xywh"`, COCO, like transformers; the pipeline and CLI name
+    `"xyxy"` in each call); `post_process_pose_estimation(boxes=...)` requires `box_format=` in the call (or the
+    format-free `crops` from `preprocess`), so that the two steps cannot read the same numbers in two formats.
 
     preprocess outputs (a `BatchFeature`):
     - `pixel_values` (`torch.Tensor` of shape `(num_inputs, 3, height, width)`, float32): one row per image, or per

@@ -10,6 +10,8 @@ from functools import partial
 
 import torch
 from torch import nn
+from torchvision.ops import StochasticDepth
+from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
@@ -23,18 +25,6 @@ _TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 # ------------------------------------------------------------------------------------------------ small layers
-
-
-# The activations a config may name (`hidden_act`), as the modules transformers' `ACT2FN` gives for them
-# (SiLU and erf-GELU are the same `torch.nn.functional` calls).
-_ACTIVATIONS = {"silu": nn.SiLU, "swish": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
-
-
-def activation_layer(name: str) -> nn.Module:
-    """A fresh activation module for the `hidden_act` name `name`."""
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"Unsupported activation {name!r}; choose one of {sorted(_ACTIVATIONS)}.")
-    return _ACTIVATIONS[name]()
 
 
 class Sapiens2RMSNorm(nn.Module):
@@ -82,26 +72,6 @@ class Sapiens2LayerScale(nn.Module):
         return hidden_states * self.lambda1
 
 
-class Sapiens2DropPath(nn.Module):
-    """Stochastic depth: in training, drops the whole residual branch of a sample with probability `drop_prob` and
-    scales the kept ones by `1 / (1 - drop_prob)` (Huang et al. 2016, https://arxiv.org/abs/1603.09382)."""
-
-    def __init__(self, drop_prob: float = 0.0):
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.drop_prob == 0.0 or not self.training:
-            return hidden_states
-        keep_prob = 1 - self.drop_prob
-        shape = (hidden_states.shape[0],) + (1,) * (hidden_states.ndim - 1)  # one draw per sample
-        keep = torch.floor(torch.rand(shape, dtype=hidden_states.dtype, device=hidden_states.device) + keep_prob)
-        return hidden_states.div(keep_prob) * keep
-
-    def extra_repr(self) -> str:
-        return f"p={self.drop_prob}"
-
-
 class Sapiens2MLP(nn.Module):
     """Two-layer MLP `down_proj(act(up_proj(x)))` (configs with `use_gated_mlp=False`)."""
 
@@ -109,7 +79,7 @@ class Sapiens2MLP(nn.Module):
         super().__init__()
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
-        self.act_fn = activation_layer(config.hidden_act)
+        self.act_fn = ACT2FN[config.hidden_act]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.up_proj(hidden_states)))
@@ -124,7 +94,7 @@ class Sapiens2GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
-        self.act_fn = activation_layer(config.hidden_act)
+        self.act_fn = ACT2FN[config.hidden_act]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
@@ -499,7 +469,8 @@ class Sapiens2Layer(GradientCheckpointingLayer):
         self.layer_scale1 = (
             Sapiens2LayerScale(config.hidden_size, config.layerscale_value) if use_layer_scale else nn.Identity()
         )
-        self.drop_path = Sapiens2DropPath(config.drop_path_rate) if config.drop_path_rate > 0.0 else nn.Identity()
+        # stochastic depth: a sample's whole residual branch dropped, the kept ones scaled by 1 / (1 - p)
+        self.drop_path = StochasticDepth(config.drop_path_rate, "row") if config.drop_path_rate > 0.0 else nn.Identity()
         self.norm2 = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = Sapiens2GatedMLP(config) if config.use_gated_mlp else Sapiens2MLP(config)
         self.layer_scale2 = nn.Identity()
@@ -533,7 +504,7 @@ class Sapiens2ConvLayer(nn.Module):
         pixel_shuffle (`bool`): the convolution outputs `out_channels * scale_factor**2` channels, rearranged by
             `PixelShuffle(scale_factor)` into `out_channels` channels at `scale_factor` times the resolution.
         norm_layer (`Callable[[int], nn.Module]`): normalisation factory, called with `out_channels`.
-        activation (`str`): activation name (see `activation_layer`).
+        activation (`str`): activation name (transformers' `ACT2FN`).
     """
 
     def __init__(
@@ -557,7 +528,7 @@ class Sapiens2ConvLayer(nn.Module):
             in_channels, conv_channels, kernel_size=kernel_size, stride=stride, padding=padding, bias=bias
         )
         self.norm = norm_layer(out_channels)
-        self.act_fn = activation_layer(activation)
+        self.act_fn = ACT2FN[activation]
         self.pixel_shuffle = nn.PixelShuffle(scale_factor) if pixel_shuffle else nn.Identity()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -637,7 +608,7 @@ class Sapiens2LinearActivation(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, activation: str):
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(in_features, out_features), activation_layer(activation))
+        self.layers = nn.Sequential(nn.Linear(in_features, out_features), ACT2FN[activation])
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.layers(hidden_states)

@@ -131,12 +131,6 @@ class PoseHeatmapLoss(nn.Module):
     Args:
         loss_weight (`float`, *optional*, defaults to 10.0): Multiplier of the mean.
         use_target_weight (`bool`, *optional*, defaults to `True`): Multiply by the per-keypoint target weights.
-
-    Example:
-        >>> loss_fn = PoseHeatmapLoss()
-        >>> total, terms = loss_fn(heatmaps, target_heatmaps, target_weights)
-        >>> sorted(terms)
-        ['keypoint_mse_loss']
     """
 
     def __init__(self, loss_weight: float = 10.0, use_target_weight: bool = True):
@@ -253,14 +247,8 @@ class SegmentationLoss(nn.Module):
         class_weights (`Sequence[float]`, *optional*): Cross-entropy class weights; defaults to the official 29
             weights (`SEG_CE_CLASS_WEIGHTS`, background 0.1). Pass `()` for an unweighted cross-entropy.
         ignore_index (`int`, *optional*, defaults to 255): Label value excluded from both terms.
-        cross_entropy_weight (`float`, *optional*, defaults to 1.0): Weight of the cross-entropy term.
-        dice_weight (`float`, *optional*, defaults to 1.0): Weight of the Dice term.
+        cross_entropy_weight, dice_weight (`float`, *optional*, default to 1.0): Weights of the two terms.
         dice_eps (`float`, *optional*, defaults to 1e-3): Dice smoothing term.
-
-    Example:
-        >>> total, terms = SegmentationLoss()(logits, labels)
-        >>> sorted(terms)
-        ['cross_entropy_loss', 'dice_loss']
     """
 
     def __init__(
@@ -343,14 +331,7 @@ class NormalLoss(nn.Module):
     ``sapiens/dense/configs/normal/*`` (loss weights 10 / 1 / 10).
 
     Args:
-        cosine_weight (`float`, *optional*, defaults to 10.0): Weight of the cosine term.
-        l1_weight (`float`, *optional*, defaults to 1.0): Weight of the L1 term.
-        grad_weight (`float`, *optional*, defaults to 10.0): Weight of the finite-difference term.
-
-    Example:
-        >>> total, terms = NormalLoss()(normals, target_normals, mask)
-        >>> sorted(terms)
-        ['cosine_loss', 'grad_loss', 'l1_loss']
+        cosine_weight, l1_weight, grad_weight (`float`, *optional*): Term weights (defaults 10, 1, 10).
     """
 
     def __init__(self, cosine_weight: float = 10.0, l1_weight: float = 1.0, grad_weight: float = 10.0):
@@ -545,9 +526,6 @@ class PointmapLoss(nn.Module):
         l1_weight, multiscale_weight, silog_weight, intrinsics_weight, shift_invariant_weight, normal_weight,
         scale_weight (`float`): Term weights (defaults 2, 1, 1, 1, 1, 2, 4).
         clamp_max (`float`, *optional*, defaults to 4.0): Upper bound of the three depth-normalised L1 terms.
-
-    Example:
-        >>> total, terms = PointmapLoss()(pointmaps, scales, target_pointmaps, target_scales, mask, intrinsics)
     """
 
     def __init__(
@@ -656,14 +634,7 @@ class AlbedoLoss(nn.Module):
     ``sapiens/dense/configs/albedo/*`` (loss weights 2 / 2 / 1).
 
     Args:
-        l1_weight (`float`, *optional*, defaults to 2.0): Weight of the L1 term.
-        grad_weight (`float`, *optional*, defaults to 2.0): Weight of the finite-difference term.
-        chromaticity_weight (`float`, *optional*, defaults to 1.0): Weight of the chromaticity term.
-
-    Example:
-        >>> total, terms = AlbedoLoss()(albedos, target_albedos, mask)
-        >>> sorted(terms)
-        ['chromaticity_loss', 'grad_loss', 'l1_loss']
+        l1_weight, grad_weight, chromaticity_weight (`float`, *optional*): Term weights (defaults 2, 2, 1).
     """
 
     def __init__(self, l1_weight: float = 2.0, grad_weight: float = 2.0, chromaticity_weight: float = 1.0):
@@ -806,11 +777,6 @@ class MattingLoss(nn.Module):
             terms (1 each, as the official recipe weighs its three terms).
         foreground_weight (`float`, *optional*, defaults to 1.0): weight of the pre-multiplied foreground L1.
         laplacian_levels (`int`, *optional*, defaults to 5): levels of the Laplacian pyramid.
-
-    Example:
-        >>> total, terms = MattingLoss()(alphas, foregrounds, target_alphas, mask, target_foregrounds)
-        >>> sorted(terms)
-        ['alpha_gradient_loss', 'alpha_l1_loss', 'alpha_laplacian_loss', 'foreground_l1_loss']
     """
 
     def __init__(self, l1_weight: float = 1.0, gradient_weight: float = 1.0, laplacian_weight: float = 1.0,

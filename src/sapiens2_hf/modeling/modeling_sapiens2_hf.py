@@ -9,18 +9,14 @@ Module names, parameter names and tensor layouts are those of transformers' own 
 (transformers/models/sapiens2/modeling_sapiens2.py), so checkpoints move freely between the two;
 tests/test_modeling_interop.py loads one state dict into both and compares outputs. Beyond the port, this file has:
 
-- RoPE in the official arithmetic. The official model keeps its RoPE periods in bfloat16, computes coordinates,
-  angles, sin and cos in bfloat16, and casts queries and keys to bfloat16 for the rotation. transformers computes all
-  of it in float32, which moves outputs by 0.2-0.4 %. The dtype is `config.rope_dtype`.
-- No random RoPE coordinate rescaling in training unless the config asks for it.
-- Token removal for masked pretraining: `patch_keep_indices` keeps a subset of patch tokens, each with its own RoPE
-  position, so a masked student pass costs only the kept tokens.
+- RoPE in the official arithmetic (`config.rope_dtype`): the official model keeps its periods, coordinates, angles,
+  sin and cos in bfloat16 and casts queries and keys to bfloat16 for the rotation; transformers' float32 moves
+  outputs by 0.2-0.4 %. No random RoPE coordinate rescaling in training unless the config asks for it.
+- Token removal for masked pretraining (`patch_keep_indices`: each kept token keeps its own RoPE position).
 - The albedo task (channel-RMSNorm head) and the windowed tokenizer of the 4K model, which transformers does not have.
-- The official fine-tuning losses (loss_sapiens2.py): with `labels`, each task model returns the loss the official
-  recipe trains with, so transformers' stock `Trainer` trains every task.
-- Strict loading: a missing or unexpected tensor is an error naming the keys, and a checkpoint of one task refuses to
-  load into the class of another. Official checkpoint files load directly, with the architecture read from the
-  tensor shapes. The loading code is in loading_sapiens2_hf.py, the official format in official_format_sapiens2_hf.py.
+- The official fine-tuning losses (loss_sapiens2.py), returned with `labels`, so that transformers' stock `Trainer`
+  trains every task.
+- Strict loading of every layout, official files included (loading_sapiens2_hf.py, official_format_sapiens2_hf.py).
 
 The building blocks (norms, RoPE, attention, layers, heads, the 4K tokenizer) are in layers_sapiens2_hf.py and the
 task outputs in outputs_sapiens2_hf.py, siblings shipped with this file; this file holds the pretrained-model base,
@@ -669,8 +665,7 @@ class Sapiens2ForPoseEstimation(Sapiens2TaskModel):
                 weights (visibility x joint weight, 0 for absent keypoints); required with `labels`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2PoseEstimatorOutput` with `heatmaps` of shape `(batch_size, num_keypoints, height / 4,
-            width / 4)`: raw heatmaps (targets peak at 1); decode them with the image processor.
+            `Sapiens2PoseEstimatorOutput` (raw `heatmaps` at 1/4 of the input size; see that class).
         """
         if labels is not None:
             label_weights = self._required_target(label_weights, "label_weights", "per-keypoint weights")
@@ -732,8 +727,7 @@ class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
                 (bool or 0/1); all pixels when omitted.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2NormalEstimatorOutput` with `normals` of shape `(batch_size, 3, height, width)`: camera-frame
-            normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
+            `Sapiens2NormalEstimatorOutput` (camera-frame `normals`, not unit length; see that class).
         """
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
@@ -786,10 +780,8 @@ class Sapiens2ForPointmapEstimation(Sapiens2TaskModel):
                 valid pixels; computed from `labels` when omitted.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2PointmapEstimatorOutput` with `pointmaps` of shape `(batch_size, 3, height, width)`: XYZ in the
-            canonical camera (focal length 768 px; X right, Y down, Z forward), and `scales` of shape
-            `(batch_size, 1)`: canonical focal / actual focal length of the network input; metric XYZ = pointmaps /
-            scales. `scales` is `None` for a head without the scale branch.
+            `Sapiens2PointmapEstimatorOutput` (canonical `pointmaps` and `scales`, metric XYZ = pointmaps / scales;
+            see that class).
         """
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         scales = None
@@ -842,8 +834,7 @@ class Sapiens2ForAlbedoEstimation(Sapiens2TaskModel):
                 (bool or 0/1); all pixels when omitted.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2AlbedoEstimatorOutput` with `albedos` of shape `(batch_size, 3, height, width)`: raw RGB albedo
-            (target range `[0, 1]`, not clamped).
+            `Sapiens2AlbedoEstimatorOutput` (raw, unclamped RGB `albedos`; see that class).
         """
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
@@ -883,8 +874,7 @@ class Sapiens2ForImageMatting(Sapiens2TaskModel):
                 pre-multiplied foreground (`alpha * F`); without it the loss has no foreground term.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2ImageMattingOutput` with `alphas` of shape `(batch_size, 1, height, width)` and `foregrounds`
-            of shape `(batch_size, 3, height, width)` (pre-multiplied RGB), both in `[0, 1]`.
+            `Sapiens2ImageMattingOutput` (`alphas` and pre-multiplied `foregrounds` in `[0, 1]`; see that class).
         """
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         matting = self.decode_head(feature_map).sigmoid()

@@ -18,6 +18,15 @@ import torch
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _flip_index(flip_indices: Sequence[int] | torch.Tensor, heatmaps: torch.Tensor) -> torch.Tensor:
+    """`flip_indices` as a long tensor on the heatmaps' device, checked against their channels."""
+    index = torch.as_tensor(flip_indices, dtype=torch.long, device=heatmaps.device)
+    if index.numel() != heatmaps.shape[1]:
+        raise ValueError(f"flip_indices has {index.numel()} entries but the heatmaps have "
+                         f"{heatmaps.shape[1]} channels; pass the model's flip pairs.")
+    return index
+
+
 def flip_back_heatmaps(heatmaps_flipped: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """Undo a horizontal input flip on heatmaps: flip along width, then channel `k` takes channel `flip_indices[k]`.
 
@@ -28,11 +37,7 @@ def flip_back_heatmaps(heatmaps_flipped: torch.Tensor, flip_indices: Sequence[in
 
     No pixel shift is applied (UDP). Applying it twice is the identity when `flip_indices` is an involution.
     """
-    index = torch.as_tensor(flip_indices, dtype=torch.long, device=heatmaps_flipped.device)
-    if index.numel() != heatmaps_flipped.shape[1]:
-        raise ValueError(f"flip_indices has {index.numel()} entries but the heatmaps have "
-                         f"{heatmaps_flipped.shape[1]} channels; pass the model's flip pairs.")
-    return heatmaps_flipped.index_select(1, index).flip(-1)
+    return heatmaps_flipped.index_select(1, _flip_index(flip_indices, heatmaps_flipped)).flip(-1)
 
 
 def flip_pairs_to_indices(flip_pairs: Sequence[Sequence[int]], num_keypoints: int) -> list[int]:
@@ -54,15 +59,10 @@ def flip_test_average(
     With `channels`, `heatmaps` hold only those model channels (in that order) and the result is
     `flip_test_average(all heatmaps, ...)[:, channels]`: only the flipped channels they need are flipped back.
     """
+    index = _flip_index(flip_indices, heatmaps_on_flipped_input)
     if channels is not None:
-        index = torch.as_tensor(flip_indices, dtype=torch.long, device=heatmaps_on_flipped_input.device)
-        if index.numel() != heatmaps_on_flipped_input.shape[1]:
-            raise ValueError(f"flip_indices has {index.numel()} entries but the heatmaps have "
-                             f"{heatmaps_on_flipped_input.shape[1]} channels; pass the model's flip pairs.")
         index = index[torch.as_tensor(channels, dtype=torch.long, device=index.device)]
-        flipped_back = heatmaps_on_flipped_input.index_select(1, index).flip(-1).to(heatmaps.dtype)
-        return flipped_back.add_(heatmaps).mul_(0.5)
-    flipped_back = flip_back_heatmaps(heatmaps_on_flipped_input, flip_indices).to(heatmaps.dtype)
+    flipped_back = heatmaps_on_flipped_input.index_select(1, index).flip(-1).to(heatmaps.dtype)
     return flipped_back.add_(heatmaps).mul_(0.5)  # in place on the fresh copy: same values, two passes fewer
 
 

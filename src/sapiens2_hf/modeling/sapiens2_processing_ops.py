@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torchvision.transforms.functional import gaussian_blur
 
 
 try:
@@ -726,22 +727,13 @@ def _running_argmax(logits: torch.Tensor, group: int, size: tuple[int, int]) -> 
 
 
 def gaussian_blur_reflect(maps: torch.Tensor, kernel_size: int = 3, sigma: float = 0.8) -> torch.Tensor:
-    """Gaussian blur with reflection padding, numerically the same as torchvision's tensor `gaussian_blur`.
-
-    Args:
-        maps (`torch.Tensor` of shape `(batch, channels, height, width)`), floating point.
-    """
-    half = (kernel_size - 1) * 0.5
-    x = torch.linspace(-half, half, steps=kernel_size, dtype=maps.dtype, device=maps.device)
-    pdf = torch.exp(-0.5 * (x / sigma).pow(2))
-    kernel1d = pdf / pdf.sum()
-    kernel2d = torch.mm(kernel1d[:, None], kernel1d[None, :])
-    channels = maps.shape[1]
-    weight = kernel2d.expand(channels, 1, kernel_size, kernel_size)
+    """torchvision's tensor `gaussian_blur` (reflection padding) of `(batch, channels, height, width)` float maps; a
+    map too small to reflect (1 pixel high: a 1x1 or a 20000x10 image) is replicate-padded first."""
     pad = kernel_size // 2
-    # reflection needs more than `pad` pixels per side: a map 1 pixel high (a 1x1 or a 20000x10 image) is replicated
-    mode = "reflect" if min(maps.shape[-2:]) > pad else "replicate"
-    return F.conv2d(F.pad(maps, [pad, pad, pad, pad], mode=mode), weight, groups=channels)
+    if min(maps.shape[-2:]) > pad:
+        return gaussian_blur(maps, [kernel_size, kernel_size], [sigma, sigma])
+    padded = F.pad(maps, [pad, pad, pad, pad], mode="replicate")
+    return gaussian_blur(padded, [kernel_size, kernel_size], [sigma, sigma])[..., pad:-pad, pad:-pad]
 
 
 def smooth_and_resize_pointmap(
