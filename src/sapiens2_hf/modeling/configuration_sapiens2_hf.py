@@ -552,10 +552,6 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     def validate_sapiens2_hf_fields(self):
         if self.rope_dtype not in ROPE_DTYPES:
             raise ValueError(f"`rope_dtype` must be one of {ROPE_DTYPES}, got {self.rope_dtype!r}.")
-        if self.num_tokenizer_layers < 0 or self.tokenizer_window_size < 1 or self.tokenizer_chunk_size < 1:
-            raise ValueError(
-                "`num_tokenizer_layers` must be >= 0, `tokenizer_window_size` and `tokenizer_chunk_size` >= 1."
-            )
         if self.task is not None and self.task not in TASKS:
             architecture = (self.architectures or [None])[0]
             raise ValueError(

@@ -325,16 +325,15 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         """A copy of a dense map with the background (outside the person foreground) set to `fill_value`.
 
         Works on the pipelines' channels-last numpy results and on the `post_process_*` methods' channels-first
-        tensors alike, e.g. for `pipeline("depth-estimation")`:
-        `processor.apply_foreground_mask(result["predicted_depth"], processor.foreground_mask_from_segmentation(seg))`.
+        tensors alike, e.g. `processor.apply_foreground_mask(result["predicted_depth"],
+        processor.foreground_mask_from_segmentation(seg))`.
 
         Args:
-            values: `(height, width)`, `(height, width, channels)` or `(channels, height, width)` numpy array or
-                torch tensor.
+            values: `(height, width)`, `(height, width, channels)` or `(channels, height, width)` array or tensor.
             mask: `(height, width)` person foreground (anything `foreground_mask_array` takes; a bool tensor stays
                 on its device).
-            fill_value: the background value; default: this processor's task's (`foreground_fill_value`: normal
-                and albedo 0, pointmap / depth NaN).
+            fill_value: the background value; default: the task's (`foreground_fill_value`: normal and albedo 0,
+                pointmap / depth NaN).
             channels_last: where the channels of 3-D `values` are; default: read from the shapes (an error when
                 both readings fit, e.g. a 3x3x3 map with a 3x3 mask).
 
@@ -628,18 +627,15 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         paddings: Any = None, do_smooth: bool = True, focal_length: Any = None, intrinsics: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Canonical pointmap -> metric XYZ at the original size.
-
-        Steps (official order): divide by the scale, unpad, when enlarging blur 4x (3x3 Gaussian, sigma 0.8,
-        reflection padding), bilinear resize.
+        Canonical pointmap -> metric XYZ at the original size. Steps (official order): divide by the scale, unpad,
+        when enlarging blur 4x (3x3 Gaussian, sigma 0.8, reflection padding), bilinear resize.
 
         The scale is the predicted one (`768 / f_x`, `f_x` the focal length in model-input pixels) unless the camera
         is known: `focal_length` replaces it by `768 / (focal_length * w_resized / w_original)` (the letterbox resize
         factor turns original-image pixels into model-input pixels), so the pointmap is metric for that camera.
         `intrinsics` does the same with its `fx`, then re-projects X and Y from the metric Z through the given
-        camera at the original resolution: `X = (u - cx) * Z / fx`, `Y = (v - cy) * Z / fy`, with `(u, v)` the
-        pixel's column and row in the original image (pixel centres at integers; a map of another size is sampled
-        at the matching original-image positions).
+        camera at the original resolution: `X = (u - cx) * Z / fx`, `Y = (v - cy) * Z / fy`, `(u, v)` the pixel's
+        column and row in the original image (a map of another size is sampled at the matching positions).
 
         Args:
             outputs: model output with `pointmaps` (`(batch_size, 3, height, width)`) and `scales` (`(batch_size, 1)`;
@@ -648,16 +644,14 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             do_smooth: apply the official smoothing before enlarging.
             focal_length (`float`, or one per image, entries may be `None`, *optional*): the horizontal focal length
                 in pixels of the original image (`source_sizes`; of the model input without them).
-            intrinsics (*optional*): the camera in pixels of the original image, `(fx, fy, cx, cy)` or a 3x3 matrix
-                `[[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`; one for all images, or one per image (entries may be
-                `None`). Not together with `focal_length`.
+            intrinsics (*optional*): the camera in original-image pixels, `(fx, fy, cx, cy)` or a 3x3 matrix; one for
+                all images, or one per image (entries may be `None`). Not together with `focal_length`.
 
         Returns:
-            Per image `{"pointmap": (3, height, width) float32 XYZ (X right, Y down, Z forward, training units
-            (metres)), "depth": (height, width) float32 (= Z), "scale": () float32 or None (the one divided by),
-            "focal_length": () float32 or None}`: the focal length used, in pixels of the original image: the given
-            one (`fx` of `intrinsics`), or the one the predicted scale implies (`None` for a model without a scale
-            branch).
+            Per image `{"pointmap": (3, height, width) float32 XYZ (X right, Y down, Z forward, metres), "depth":
+            (height, width) float32 (= Z), "scale": () float32 or None (the one divided by), "focal_length": ()
+            float32 or None}`: the focal length used, in original-image pixels (the given one, `fx` of `intrinsics`,
+            or the one the predicted scale implies; `None` for a model without a scale branch).
 
         Raises:
             ValueError: for both `focal_length` and `intrinsics`, a focal length that is not a positive finite number,
@@ -769,34 +763,29 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     ) -> list[dict[str, torch.Tensor]]:
         r"""
         Matting output -> alpha matte and pre-multiplied foreground at the original size (the arguments, keys and
-        shapes of transformers' `Sapiens2ImageProcessor.post_process_image_matting`, `alpha` included as a
-        `(1, height, width)` map; ours adds `source_sizes`, `paddings` and `do_remove_padding`).
-
-        The matting task stretches the whole image to the input size (the official test pipeline: no letterbox), so
-        the inverse is a bilinear resize (`align_corners=False`) to the original size; a letterboxed input (a
-        processor whose task pads, or `paddings` from `preprocess`) has its padding removed first. Values are
-        clamped to `[0, 1]` after the resize.
+        shapes of transformers' `Sapiens2ImageProcessor.post_process_image_matting`, `alpha` a `(1, height, width)`
+        map; ours adds `source_sizes`, `paddings` and `do_remove_padding`). The matting task stretches the whole
+        image (no letterbox), so the inverse is a bilinear resize (`align_corners=False`); a letterboxed input has its
+        padding removed first. Values are clamped to `[0, 1]` after the resize.
 
         Args:
-            outputs: model output with `alphas` (`(batch_size, 1, height, width)`) and `foregrounds`
-                (`(batch_size, 3, height, width)`, pre-multiplied RGB), or a `(batch_size, 4, height, width)` tensor
-                (foreground channels first, as the head predicts them).
-            target_sizes: per image the final `(height, width)` (normally the original size); `None` keeps the
-                model's resolution (or `source_sizes`).
-            backgrounds (*optional*): one background for all, or one per image; each an image (PIL,
-                `(height, width, 3)` uint8 RGB array, path) or a colour `(red, green, blue)` of three numbers in
-                `[0, 255]`: each result gains `composite`, `foreground + (1 - alpha) * background`, as a
-                `(3, height, width)` uint8 tensor (an image background is resized bilinearly to the result's size).
+            outputs: model output with `alphas` (`(batch_size, 1, height, width)`) and pre-multiplied RGB
+                `foregrounds` (`(batch_size, 3, height, width)`), or the head's `(batch_size, 4, height, width)` tensor
+                (foreground channels first).
+            target_sizes: per image the final `(height, width)`; `None` keeps the model's resolution (or
+                `source_sizes`).
+            backgrounds (*optional*): one for all, or one per image; an image (PIL, `(height, width, 3)` uint8 RGB
+                array, path) or a `(red, green, blue)` colour in `[0, 255]`: each result gains `composite`,
+                `foreground + (1 - alpha) * background`, `(3, height, width)` uint8 (an image resized bilinearly).
             source_sizes: per image the original `(height, width)`; the default final size, and what the letterbox
-                padding is recomputed from when padding is removed.
+                padding is recomputed from.
             paddings: optional `(left, right, top, bottom)` per image from `preprocess` (letterboxed inputs only).
-            do_remove_padding: remove letterbox padding; default: when this processor's task letterboxes and sizes
-                or paddings are given.
+            do_remove_padding: default: when this processor's task letterboxes and sizes or paddings are given.
 
         Returns:
             Per image `{"alpha": (1, height, width) float32 in [0, 1], "foreground": (3, height, width) float32
-            pre-multiplied RGB in [0, 1], "composite": (3, height, width) uint8 or None}` (`alpha[0]` is the
-            `(height, width)` matte that `pipeline("sapiens2-matting")` returns).
+            pre-multiplied RGB in [0, 1], "composite": (3, height, width) uint8 or None}` (`alpha[0]` is the matte
+            that `pipeline("sapiens2-matting")` returns).
         """
         maps = matting_maps(outputs)
         count = maps.shape[0]

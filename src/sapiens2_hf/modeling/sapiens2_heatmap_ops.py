@@ -28,15 +28,9 @@ def _flip_index(flip_indices: Sequence[int] | torch.Tensor, heatmaps: torch.Tens
 
 
 def flip_back_heatmaps(heatmaps_flipped: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """Undo a horizontal input flip on heatmaps: flip along width, then channel `k` takes channel `flip_indices[k]`.
-
-    Args:
-        heatmaps_flipped (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`): model output on
-            horizontally flipped crops.
-        flip_indices (sequence of `int` of length `num_keypoints`).
-
-    No pixel shift is applied (UDP). Applying it twice is the identity when `flip_indices` is an involution.
-    """
+    """Undo a horizontal input flip on `(num_crops, num_keypoints, height, width)` heatmaps of flipped crops: flip
+    along width, then channel `k` takes channel `flip_indices[k]`. No pixel shift (UDP); applying it twice is the
+    identity when `flip_indices` is an involution."""
     return heatmaps_flipped.index_select(1, _flip_index(flip_indices, heatmaps_flipped)).flip(-1)
 
 
@@ -93,17 +87,12 @@ def _band_matrix(kernel: torch.Tensor, size_in: int, size_out: int, offset: int)
 
 
 def gaussian_blur_zero_padded(maps: torch.Tensor, kernel_size: int = 11, valid: bool = False) -> torch.Tensor:
-    """``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` of maps surrounded by zeros (separable: rows, then columns).
+    """``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` of float32 `(..., height, width)` maps surrounded by zeros.
 
-    Computed as two banded matrix products (fast on CPU BLAS and on GPUs). On CUDA they run in float64 and are
+    Separable, as two banded matrix products (fast on CPU BLAS and on GPUs). On CUDA they run in float64 and are
     rounded back to float32: CUDA may run float32 products in TF32 (a 1e-3 relative error would spoil the DARK
-    refinement), and that switch is process-wide (`torch.backends.cuda.matmul`), so it is neither read nor changed
-    here. TF32 does not exist on the CPU or MPS, where the products stay in float32.
-
-    Args:
-        maps (`torch.Tensor` of shape `(..., height, width)`), float32.
-        valid (`bool`): if set, `maps` already carry a `kernel_size // 2` zero border and only the interior is
-            returned (`(..., height - 2 * half, width - 2 * half)`).
+    refinement), a process-wide switch that is neither read nor changed here. With `valid`, `maps` already carry a
+    `kernel_size // 2` zero border and only the interior is returned.
     """
     kernel = opencv_gaussian_kernel1d(kernel_size, maps.device)
     half = kernel_size // 2
@@ -118,14 +107,9 @@ def gaussian_blur_zero_padded(maps: torch.Tensor, kernel_size: int = 11, valid: 
 
 
 def gaussian_blur_preserve_max(heatmaps: torch.Tensor, kernel_size: int = 11) -> torch.Tensor:
-    """Official DARK pre-blur: zero-padded Gaussian blur per channel, rescaled so each channel keeps its maximum.
-
-    Args:
-        heatmaps (`torch.Tensor` of shape `(num_maps, height, width)`, float32).
-
-    Returns:
-        `torch.Tensor` of the same shape. A channel whose blurred maximum is 0 becomes non-finite, as officially.
-    """
+    """Official DARK pre-blur of `(num_maps, height, width)` float32 heatmaps: zero-padded Gaussian blur per channel,
+    rescaled so each channel keeps its maximum (a channel whose blurred maximum is 0 becomes non-finite, as
+    officially)."""
     blurred = gaussian_blur_zero_padded(heatmaps, kernel_size)
     original_max = heatmaps.amax(dim=(-2, -1))
     blurred_max = blurred.amax(dim=(-2, -1))
@@ -207,16 +191,9 @@ def _argmax_with_row_max(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 
 def heatmap_argmax(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Integer maxima of heatmaps.
-
-    Args:
-        heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`).
-
-    Returns:
-        `locations` (`(num_crops, num_keypoints, 2)` float32, `(x, y)` heatmap pixels of the first maximum in
-        row-major order, `(-1, -1)` where the maximum is <= 0) and `scores` (`(num_crops, num_keypoints)`, the maxima,
-        heatmap dtype).
-    """
+    """Integer maxima of `(num_crops, num_keypoints, height, width)` heatmaps: `locations` (`(num_crops,
+    num_keypoints, 2)` float32 `(x, y)` heatmap pixels of the first maximum in row-major order, `(-1, -1)` where the
+    maximum is <= 0) and `scores` (`(num_crops, num_keypoints)`, the maxima, heatmap dtype)."""
     _, scores, index = _argmax_with_row_max(heatmaps)
     locations = index.to(torch.float32)
     locations = torch.where((scores > 0)[..., None], locations, torch.full_like(locations, -1.0))
@@ -388,18 +365,11 @@ def keypoint_subset_maps(
 def crop_to_image(
     keypoints_input: torch.Tensor, center: torch.Tensor, scale: torch.Tensor, input_size: tuple[int, int]
 ) -> torch.Tensor:
-    """Official crop -> image mapping: `kp / input_size * scale + center - scale / 2` (float64).
+    """Official crop -> image mapping `kp / input_size * scale + center - scale / 2` in float64 (official quirk: it
+    divides by the input size, not by input size - 1).
 
-    Official quirk reproduced: it divides by the input size, not by input size - 1.
-
-    Args:
-        keypoints_input (`torch.Tensor` of shape `(num_crops, num_keypoints, 2)`): crop pixels.
-        center, scale (`torch.Tensor` of shape `(num_crops, 2)`): float32 box centre and size from
-            `boxes_to_center_scale`.
-        input_size (`tuple[int, int]`): crop `(height, width)`.
-
-    Returns:
-        `torch.Tensor` of shape `(num_crops, num_keypoints, 2)`, float64, `(x, y)` in original-image pixels.
+    `keypoints_input` `(num_crops, num_keypoints, 2)` crop pixels; `center`, `scale` the float32 `(num_crops, 2)` of
+    `boxes_to_center_scale`; `input_size` the crop `(height, width)`. Returns float64 `(x, y)` original-image pixels.
     """
     device = keypoints_input.device
     crop_size = torch.tensor([input_size[1], input_size[0]], dtype=torch.float64, device=device)
