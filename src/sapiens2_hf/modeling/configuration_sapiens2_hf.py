@@ -330,8 +330,8 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     the official models: layer scale 1e-4 on the attention branch, 8 register tokens, RoPE in bfloat16 and no RoPE
     coordinate augmentation.
 
-    patch_size (`int` or `list[int]`, defaults to 16):
-        Side of the square (or `[height, width]`) patches of the patch embedding.
+    patch_size (`int` or `list[int]`, defaults to 16), num_channels (`int`, defaults to 3):
+        Side of the square (or `[height, width]`) patches of the patch embedding, and input channels.
     hidden_size (`int`, defaults to 1024):
         Width of the token embeddings and of every transformer block.
     intermediate_size (`int`, *optional*):
@@ -341,33 +341,27 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     num_attention_heads (`int`, defaults to 16):
         Query heads per block; the head dim `hidden_size / num_attention_heads` must be divisible by 4 (2-D RoPE).
     hidden_act (`str`, defaults to `"silu"`):
-        Activation of the MLPs, the decode heads and the pointmap scale MLP.
-    attention_dropout (`float`, defaults to 0.0):
-        Dropout on the attention weights in training mode.
+        Activation of the MLPs, the decode heads and the pointmap scale MLP (a name of transformers' `ACT2FN`).
+    attention_dropout, drop_path_rate (`float`, default to 0.0):
+        Dropout on the attention weights, and stochastic-depth probability of every residual branch, in training.
     initializer_range (`float`, defaults to 0.02):
         Standard deviation of the truncated-normal initialisation of linear and convolution weights and tokens.
     rope_theta (`float`, defaults to 100.0):
         Base of the RoPE periods `rope_theta ** (4 j / head_dim)`.
     image_size (`int` or `list[int]`, defaults to 224):
         `[height, width]` the model is meant for; the pointmap scale branch is sized from it.
-    num_channels (`int`, defaults to 3):
-        Input channels.
     query_bias, key_bias, value_bias, proj_bias, mlp_bias (`bool`, default to `True`):
         Biases of the query, key, value and output projections and of the MLP linears.
     layerscale_value (`float`, defaults to 1e-4):
         Initial value of the LayerScale on the attention branch (transformers' default is 1.0).
-    drop_path_rate (`float`, defaults to 0.0):
-        Stochastic-depth probability of every residual branch in training mode.
     use_gated_mlp (`bool`, defaults to `True`):
         SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`) instead of a plain two-layer MLP (`up_proj`, `down_proj`).
     num_register_tokens (`int`, defaults to 8):
         Register tokens between the CLS token and the patch tokens.
-    pos_embed_shift, pos_embed_jitter (`float`, *optional*):
-        Random shift in `[-shift, shift]` and log-uniform per-axis scaling in `[1/jitter, jitter]` of the RoPE
-        coordinates in training mode.
-    pos_embed_rescale (`float`, *optional*, defaults to `None`):
-        Random log-uniform rescaling of the RoPE coordinates in training mode. Off by default, as in the official
-        fine-tuning code (transformers' port defaults to 2.0).
+    pos_embed_shift, pos_embed_jitter, pos_embed_rescale (`float`, *optional*):
+        Random shift in `[-shift, shift]`, log-uniform per-axis scaling in `[1/jitter, jitter]` and log-uniform
+        rescaling in `[1/rescale, rescale]` of the RoPE coordinates in training mode. Rescaling is off by default, as
+        in the official fine-tuning code (transformers' port defaults to 2.0).
     reshape_hidden_states (`bool`, defaults to `True`):
         `Sapiens2Backbone` returns feature maps `(batch_size, hidden_size, grid_h, grid_w)`; `False`: the patch tokens
         `(batch_size, grid_h * grid_w, hidden_size)`.
@@ -376,28 +370,23 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         own `Sapiens2Backbone` does.
     use_mask_token (`bool`, defaults to `False`):
         A learned mask token that replaces the patch embeddings selected by `bool_masked_pos`.
-    rms_norm_eps (`float`, defaults to 1e-6):
-        Epsilon of the RMSNorms of the backbone.
-    use_qk_norm (`bool`, defaults to `True`):
-        RMSNorm on the queries and keys of each head before RoPE.
+    rms_norm_eps (`float`, defaults to 1e-6), use_qk_norm (`bool`, defaults to `True`):
+        Epsilon of the backbone's RMSNorms, and RMSNorm on each head's queries and keys before RoPE.
     num_key_value_heads_per_layer (`list[int]`, *optional*):
         Key/value heads of each block. When `None`, it is computed: `num_attention_heads` (full multi-head attention)
-        in the first `num_first_full_attention_layers` and the last `num_last_full_attention_layers` blocks, and
-        `num_key_value_attention_heads` (grouped-query attention) in the others.
+        in the first `num_first_full_attention_layers` and the last `num_last_full_attention_layers` blocks (`int`,
+        default to 8), and `num_key_value_attention_heads` (grouped-query attention) in the others.
     num_key_value_attention_heads (`int`, *optional*):
         Key/value heads of the grouped-query blocks, when `num_key_value_heads_per_layer` is computed; `None`:
         `num_attention_heads // 2` (8 at the default size, as in transformers).
-    num_first_full_attention_layers, num_last_full_attention_layers (`int`, default to 8):
-        Leading and trailing blocks with full multi-head attention, when `num_key_value_heads_per_layer` is computed.
     semantic_loss_ignore_index (`int`, defaults to 255):
-        Label ignored by transformers' segmentation loss; kept so that config.json round-trips.
+        Label ignored by the segmentation loss (transformers' field of that name).
     flip_pairs (`list[list[int]]`, *optional*):
         Pairs `[left, right]` of keypoint indices that swap under a horizontal flip (pose).
-    skeleton (`list[list[int]]`, *optional*):
-        0-based keypoint links drawn for a pose model's keypoints; `None` with 308 keypoints: the official skeleton.
-        Written by fine-tuning on another keypoint set (`sapiens2_hf.data.keypoint_sets`), with `oks_sigmas`.
-    oks_sigmas (`list[float]`, *optional*):
-        Per-keypoint OKS sigmas of a pose model's keypoint set (evaluation); `None`: the official 308 ones.
+    skeleton (`list[list[int]]`, *optional*), oks_sigmas (`list[float]`, *optional*):
+        0-based keypoint links drawn, and per-keypoint OKS sigmas (evaluation), of a pose model's keypoint set;
+        `None` with 308 keypoints: the official ones. Written by fine-tuning on another keypoint set
+        (`sapiens2_hf.data.keypoint_sets`).
     head_config (`Sapiens2HeadConfig` or `dict`, *optional*):
         The decode-head layout (see `Sapiens2HeadConfig`).
     out_features (`list[str]`, *optional*), out_indices (`list[int]`, *optional*):
@@ -406,27 +395,25 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         or both (they must agree).
     rope_dtype (`str`, defaults to `"bfloat16"`):
         Dtype of the RoPE arithmetic: the periods, patch coordinates, angles, sin/cos, and the rotation of queries
-        and keys (which are cast to this dtype and back). The official model always runs RoPE in bfloat16, also when
-        the rest of the model is float32; `"float32"` reproduces the official model built with fp32 RoPE (and
-        transformers' own port).
+        and keys (cast to this dtype and back). The official model always runs RoPE in bfloat16, also when the rest
+        of the model is float32; `"float32"` reproduces the official model built with fp32 RoPE (and transformers'
+        own port).
     task (`str`, *optional*):
-        The task the model solves: one of `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`, or
-        `None` for the bare backbone. Used to pick the model class and the head layout, and to refuse loading a
-        checkpoint of one task into the class of another.
+        The registered task the model solves (`"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`,
+        ...), or `None` for the bare backbone: it picks the model class and the head layout, and a checkpoint of one
+        task refuses to load into the class of another.
     variant (`str`, *optional*):
-        The official size this configuration follows (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"1b-4k"`, `"5b"`), for
-        bookkeeping.
+        The official size this configuration follows (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"1b-4k"`, `"5b"`).
     num_tokenizer_layers (`int`, defaults to 0):
-        Layers of the windowed tokenizer of the hierarchical 4K model; 0 (the 1K models) means no tokenizer. With a
-        tokenizer, the patch grid is split into `tokenizer_window_size`^2-patch windows; each window, with a shared
-        window-CLS token and a learned local position embedding, runs through these layers (full multi-head
-        attention, no QK-norm, no LayerScale, no RoPE) and is pooled into its window-CLS output, so the encoder sees
-        one token per window (stride 16 x window size) with RoPE on the pooled grid.
+        Layers of the windowed tokenizer of the hierarchical 4K model; 0 (the 1K models) means none. With a
+        tokenizer, each `tokenizer_window_size`^2-patch window, with a shared window-CLS token and a learned local
+        position embedding, runs through these layers (full multi-head attention, no QK-norm, no LayerScale, no RoPE)
+        and is pooled into its window-CLS output: the encoder sees one token per window (stride 16 x window size).
     tokenizer_window_size (`int`, defaults to 4):
         Window side in patches (4: a 64x64-pixel window, one encoder token per window).
     tokenizer_chunk_size (`int`, defaults to 1024):
-        Most windows the tokenizer processes at once (patch embedding included); bounds its peak activation memory
-        independently of the input size. Does not change the outputs.
+        Most windows the tokenizer processes at once (patch embedding included): bounds its peak activation memory
+        whatever the input size, without changing the outputs.
     """
 
     model_type = "sapiens2_hf"

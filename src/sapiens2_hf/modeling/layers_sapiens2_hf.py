@@ -142,16 +142,10 @@ class Sapiens2Embeddings(nn.Module):
 def augment_patch_coordinates(
     coords: torch.Tensor, shift: float | None = None, jitter: float | None = None, rescale: float | None = None
 ) -> torch.Tensor:
-    """Random RoPE coordinate augmentation of DINOv3 (training only), drawn from the global RNG like the official code.
-
-    Args:
-        coords (`torch.Tensor` of shape `(num_patches, 2)`): `(y, x)` patch centres in `[-1, 1]`.
-        shift: adds one uniform offset in `[-shift, shift]` per axis.
-        jitter: multiplies each axis by its own log-uniform factor in `[1 / jitter, jitter]`.
-        rescale: multiplies both axes by one log-uniform factor in `[1 / rescale, rescale]`.
-    Returns:
-        `torch.Tensor` of shape `(num_patches, 2)`, dtype of `coords`.
-    """
+    """Random RoPE coordinate augmentation of DINOv3 (training only), drawn from the global RNG like the official code,
+    of `(num_patches, 2)` `(y, x)` patch centres in `[-1, 1]`: `shift` adds one uniform offset in `[-shift, shift]`
+    per axis, `jitter` multiplies each axis by its own log-uniform factor in `[1 / jitter, jitter]`, `rescale` both
+    axes by one in `[1 / rescale, rescale]`."""
     if shift is not None:
         coords = coords + torch.empty((1, 2), device=coords.device, dtype=coords.dtype).uniform_(-shift, shift)
     if jitter is not None:
@@ -166,17 +160,15 @@ def augment_patch_coordinates(
 
 
 class Sapiens2RopePositionEmbedding(nn.Module):
-    """2-D rotary position embedding of the patch tokens, in the official arithmetic and dtype.
+    """2-D rotary position embedding of the patch tokens, in the official arithmetic and dtype: patch centres
+    normalised separately by the grid height and width to `[-1, 1]`, angles `2 pi coord / period` (row angles first,
+    then column angles, the whole repeated twice to the head dim).
 
-    Coordinates are patch centres normalised separately by the grid height and width to `[-1, 1]`; the angles are
-    `2 pi coord / period` with the row angles first, then the column angles, the whole repeated twice to the head dim.
-
-    `(cos, sin)` depend only on the grid size, the periods, their device and the RoPE dtype, so they are computed once
-    per grid and kept in a small cache (a plain dict, not a buffer: state dicts are unchanged). The cache is dropped as
-    soon as `periods` is replaced (`reset_periods`, `.to()`/`_apply`, loading) or changed in place, is bypassed while
-    the coordinates are randomly augmented in training, while `periods` needs a gradient, and under tracing, compiling
-    and export (a cached tensor would be frozen into the graph as a constant of one input size). The cached tensors
-    have no autograd history (nothing they come from requires grad) and must not be modified in place by callers.
+    `(cos, sin)` depend only on the grid size, the periods, their device and the RoPE dtype, so they are kept per
+    grid in a small cache (a plain dict, not a buffer: state dicts are unchanged). The cache is dropped as soon as
+    `periods` is replaced or changed in place, and bypassed while the coordinates are randomly augmented, while
+    `periods` needs a gradient, and under tracing, compiling and export (a cached tensor would be frozen into the
+    graph). Cached tensors have no autograd history and must not be modified in place by callers.
     """
 
     periods: torch.Tensor
@@ -352,16 +344,10 @@ def eager_attention_forward(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Plain softmax attention with the signature of transformers' attention registry.
-
-    Args:
-        query (`torch.Tensor` of shape `(batch_size, num_heads, seq_len, head_dim)`)
-        key, value (`torch.Tensor` of shape `(batch_size, num_kv_heads, seq_len, head_dim)`)
-        attention_mask (`torch.Tensor`, *optional*): additive, broadcastable to the attention weights.
-    Returns:
-        `(output, weights)`: output of shape `(batch_size, seq_len, num_heads, head_dim)`, weights of shape
-        `(batch_size, num_heads, seq_len, seq_len)` (softmax in float32, cast back to the query dtype).
-    """
+    """Plain softmax attention with the signature of transformers' attention registry: `query` `(batch_size,
+    num_heads, seq_len, head_dim)`, `key` and `value` with `num_kv_heads`, an optional additive `attention_mask`.
+    Returns `(output, weights)`: `(batch_size, seq_len, num_heads, head_dim)` and `(batch_size, num_heads, seq_len,
+    seq_len)` (softmax in float32, cast back to the query dtype)."""
     scaling = module.head_dim**-0.5 if scaling is None else scaling
     key = repeat_kv(key, module.num_key_value_groups)
     value = repeat_kv(value, module.num_key_value_groups)

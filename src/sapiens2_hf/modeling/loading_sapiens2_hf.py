@@ -260,12 +260,9 @@ Sapiens2Config.check_weights_beside = staticmethod(check_local_weights)
 
 # Why code: transformers joins each `weight_map` entry to the folder unchecked (`../x` reads outside it).
 def index_shard_names(index: str | os.PathLike) -> list[str]:
-    """The shard files named by a `model.safetensors.index.json`, each a plain file name beside the index.
-
-    transformers joins each `weight_map` value to the folder as given, so a value such as `../../other/model.safetensors`
-    or an absolute path would read weights from outside the checkpoint; such an index is refused, as is one that is not
-    a JSON object mapping tensor names to file names.
-    """
+    """The shard files named by a `model.safetensors.index.json`, each a plain `.safetensors` file name beside the
+    index (no folder, no `..`, no absolute path), or an `OSError`; also for an index that is not a JSON object mapping
+    tensor names to file names."""
     try:
         weight_map = json.loads(Path(index).read_text())["weight_map"]
     except (ValueError, KeyError, TypeError) as error:
@@ -508,14 +505,11 @@ def check_finite_tensors(model: torch.nn.Module, source: str, strict: bool = Tru
 # Why code: the models never load the periods buffer (recomputed from the config), so transformers would drop it
 # unread; it is the one evidence of the RoPE base and head dim an official file carries.
 def check_official_rope_periods(stored: torch.Tensor, config: Sapiens2Config, source: str) -> None:
-    """Refuses official RoPE periods (`rope_embed.periods`) that are not the official formula for `config`.
-
-    The models recompute their periods from the config and never load them, so a stored buffer is only evidence:
-    it must equal `base ** (4 j / head_dim)` computed exactly as a known writer computes it, in bfloat16 (the official
-    RoPE dtype), float16, float32 or float64, then stored in its own dtype (a state dict cast with `.float()` keeps
-    official bfloat16 values). Anything else is not a Sapiens2 checkpoint of this architecture (another RoPE base or
-    head dim), whose outputs would be silently wrong. Runs on every path that reads the original format, whatever
-    the model's own `rope_dtype`: files, folders with the original names and state dicts in memory.
+    """Refuses official RoPE periods (`rope_embed.periods`) that are not the official formula for `config`: the
+    formula `base ** (4 j / head_dim)` computed as a known writer computes it, in bfloat16 (the official RoPE dtype),
+    float16, float32 or float64, then stored in its own dtype (a state dict cast with `.float()` keeps official
+    bfloat16 values). Anything else is another architecture (RoPE base or head dim), whose outputs would be silently
+    wrong. Runs on every path that reads the original format, whatever the model's own `rope_dtype`.
     """
     head_dim = config.hidden_size // config.num_attention_heads
     stored = stored.detach().cpu()

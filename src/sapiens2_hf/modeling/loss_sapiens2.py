@@ -122,8 +122,7 @@ class PoseHeatmapLoss(nn.Module):
 
     The squared error of every heatmap pixel is multiplied by its keypoint's target weight and the product is
     averaged over all `batch_size * num_keypoints * height * width` elements, so keypoints with weight 0 still count
-    in the divisor. This is the official normalisation, and it differs from transformers' stock pose loss
-    (`F.mse_loss(..., weight=...)` on the raw model), which this library never uses.
+    in the divisor: the official normalisation, not transformers' stock pose loss (`F.mse_loss(..., weight=...)`).
 
     Reference: facebookresearch/sapiens2 ``sapiens/pose/src/models/losses/heatmap_loss.py`` and
     ``sapiens/pose/configs/keypoints308/*`` (``loss_weight=10.0``).
@@ -235,10 +234,8 @@ def dice_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, eps
 
 
 class SegmentationLoss(nn.Module):
-    """Official Sapiens2 body-part segmentation loss: class-weighted cross-entropy (x1) + Dice (x1).
-
-    If the logits are smaller than the labels (a head at reduced resolution), they are first resized bilinearly
-    (``align_corners=False``) to the label size, as the official head does.
+    """Official Sapiens2 body-part segmentation loss: class-weighted cross-entropy (x1) + Dice (x1), on logits first
+    resized bilinearly (``align_corners=False``) to the label size when smaller, as the official head does.
 
     Reference: facebookresearch/sapiens2 ``sapiens/dense/configs/seg/shutterstock_goliath/*`` (``loss_decode``) and
     ``sapiens/dense/src/models/losses/seg_loss.py``.
@@ -315,17 +312,12 @@ class SegmentationLoss(nn.Module):
 # ----------------------------------------------------------------------------------------------------- surface normals
 
 class NormalLoss(nn.Module):
-    """Official Sapiens2 surface-normal loss: `10 * cosine + 1 * L1 + 10 * grad`.
+    """Official Sapiens2 surface-normal loss: `10 * cosine + 1 * L1 + 10 * grad`, in float32, each term NaN/inf-guarded
+    to 0 as in the official code; a smaller prediction is first resized bilinearly (``align_corners=False``).
 
     * cosine: mean over valid pixels of `1 - cos(pred, target)` after unit-normalising both (eps 1e-6);
-    * L1: absolute error of the *raw* (not normalised) prediction against the unit target, summed over channels and
-      divided by the number of valid pixels;
-    * grad: despite the official name "grad L1", the **squared** error between horizontal and between vertical
-      forward differences of the raw prediction and the target, each averaged over neighbour pairs whose two pixels
-      are valid (channel-summed), then added.
-
-    Each term is NaN/inf-guarded to 0 as in the official code, and the loss is computed in float32. If the
-    prediction is smaller than the target it is first resized bilinearly (``align_corners=False``).
+    * L1: `masked_l1` of the *raw* (not normalised) prediction against the unit target;
+    * grad: `forward_difference_squared_error` of the raw prediction and the target, both terms added.
 
     Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/normal_loss.py``, ``l1_loss.py`` and
     ``sapiens/dense/configs/normal/*`` (loss weights 10 / 1 / 10).
@@ -619,19 +611,17 @@ def chromaticity(rgb: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 class AlbedoLoss(nn.Module):
-    """Official Sapiens2 albedo loss: `2 * L1 + 2 * grad + 1 * chromaticity`.
+    """Official Sapiens2 albedo loss: `2 * L1 + 2 * grad + 1 * chromaticity`, in float32; a smaller prediction is
+    first resized bilinearly to the target size.
 
-    * L1: absolute error of the raw prediction, summed over channels, divided by the number of valid pixels;
-    * grad: `0.5 * (dx + dy)` where dx (dy) is the squared error of horizontal (vertical) forward differences,
-      channel-summed and averaged over valid neighbour pairs ("grad L1" in the official code);
+    * L1: `masked_l1` of the raw prediction;
+    * grad: `0.5 * (dx + dy)` of `forward_difference_squared_error` ("grad L1" in the official code);
     * chromaticity: L1 between `rgb / (r + g + b + 1e-6)` of the prediction **clamped to [0, 1]** and of the target,
       summed over channels, divided by the number of valid pixels.
 
     The official low-frequency L1 is commented out in every released config and is therefore not part of the
-    default objective. Computed in float32; a smaller prediction is first resized bilinearly to the target size.
-
-    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/albedo_loss.py``, ``l1_loss.py`` and
-    ``sapiens/dense/configs/albedo/*`` (loss weights 2 / 2 / 1).
+    default objective. Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/albedo_loss.py``,
+    ``l1_loss.py`` and ``sapiens/dense/configs/albedo/*`` (loss weights 2 / 2 / 1).
 
     Args:
         l1_weight, grad_weight, chromaticity_weight (`float`, *optional*): Term weights (defaults 2, 2, 1).

@@ -399,18 +399,15 @@ class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
     named in `config.out_features` / `config.out_indices`.
 
     The stages are `"stem"` (the encoder input: the patch embeddings, or the pooled windows of the 4K tokenizer) and
-    `"stage1"` ... `"stage{num_hidden_layers}"` (the output of each encoder block). Each feature map holds the patch
-    tokens of its stage (CLS and register tokens dropped) on their grid, `(batch_size, hidden_size, height / stride,
-    width / stride)` with stride 16 (64 for the 4K model), all stages at the same resolution as in every plain ViT.
+    `"stage1"` ... `"stage{num_hidden_layers}"` (each encoder block's output). Each feature map holds the patch
+    tokens of its stage on their grid, `(batch_size, hidden_size, height / stride, width / stride)` with stride 16
+    (64 for the 4K model), all stages at the same resolution as in every plain ViT.
 
-    The final RMSNorm: applied to every selected stage when `config.normalize_backbone_outputs` (the default), to
-    none otherwise, as transformers' own `Sapiens2Backbone` reads the same field, so a config.json gives the same
-    feature maps in both classes (up to their RoPE arithmetic, see `rope_dtype`). The last stage with the norm is then
-    exactly `Sapiens2Model.get_feature_map`, the map the official task heads read. (DINOv3's backbone always norms the
-    last stage and the others only with `apply_layernorm`; Sapiens2 configs have no such field.)
-
-    Module and tensor names are those of `Sapiens2Model`, so it loads the same files: official backbone and task
-    files, our and transformers' folders (a task checkpoint gives its backbone), strictly.
+    The final RMSNorm is applied to every selected stage when `config.normalize_backbone_outputs` (the default), to
+    none otherwise, as in transformers' own `Sapiens2Backbone` (the same field, so a config.json gives the same
+    feature maps in both, up to their RoPE arithmetic); the last stage with the norm is then exactly
+    `Sapiens2Model.get_feature_map`, the map the official task heads read. Module and tensor names are those of
+    `Sapiens2Model`, so it loads the same files strictly (a task checkpoint gives its backbone).
     """
 
     task = None
