@@ -15,7 +15,7 @@ import math
 import operator
 import os
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
@@ -42,7 +42,6 @@ TASKS = TASK_NAMES
 # Tasks whose checkpoints vanilla transformers can also load (None: the backbone; it has no albedo head).
 TRANSFORMERS_COMPATIBLE_TASKS = (None, *(spec.name for spec in TASK_SPECS.values() if spec.in_transformers))
 ROPE_DTYPES = ("bfloat16", "float32")
-HEAD_NORM_TYPES = ("instance_norm", "rms_norm")
 
 
 class InvalidConfigError(ValueError):
@@ -276,7 +275,7 @@ class Sapiens2HeadConfig(PreTrainedConfig):
     scale_conv_kernel_size: int = 1
     scale_final_input_size: int | None = None
     scale_final_hidden_sizes: list[int] | None = None
-    norm_type: str = "instance_norm"
+    norm_type: Literal["instance_norm", "rms_norm"] = "instance_norm"
     norm_eps: float = 1e-6
 
     def __post_init__(self, **kwargs):
@@ -288,10 +287,6 @@ class Sapiens2HeadConfig(PreTrainedConfig):
         if self.scale_conv_out_channels is not None and self.scale_conv_kernel_sizes is None:
             self.scale_conv_kernel_sizes = [self.scale_conv_kernel_size] * len(self.scale_conv_out_channels)
         super().__post_init__(**kwargs)
-
-    def validate_norm_type(self):
-        if self.norm_type not in HEAD_NORM_TYPES:
-            raise ValueError(f"`norm_type` must be one of {HEAD_NORM_TYPES}, got {self.norm_type!r}.")
 
     def validate_head_numbers(self):
         """Channels and kernel sizes are ints >= 1, `norm_eps` a finite number > 0."""

@@ -228,18 +228,15 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
     @classmethod
     def from_image_processor(cls, other: Any, task: str | None, **overrides) -> "Sapiens2HFImageProcessor":
-        """This class for `task`, keeping the settings of another Sapiens2 image processor.
-
-        The one way a processor is adopted (pipelines, `save_for_hub`, the CLI). An official repo ships transformers'
-        stock `Sapiens2ImageProcessor`, which has no task policy (its own resampling, no albedo post-processing);
-        ours for the task, with its input size and normalisation, reproduces the official pipeline instead.
+        """This class for `task`, keeping the settings of another Sapiens2 image processor: the one way a processor
+        is adopted (pipelines, `save_for_hub`, the CLI). An official repo ships transformers' stock
+        `Sapiens2ImageProcessor`, which has no task policy; ours for the task, with its input size and
+        normalisation, reproduces the official pipeline instead.
 
         Args:
-            other: ours (any task field is then checked), transformers' stock `Sapiens2ImageProcessor`, the dict
-                of a preprocessor_config.json of either, or `None` (this class's defaults). Its fields that this
-                class has (`size`, `image_mean`, `image_std`, `rescale_factor`, ..., and ours such as
-                `bbox_padding`) are kept; anything else (`image_processor_type`, `auto_map`, other processors'
-                fields) is dropped.
+            other: ours (its task field is then checked), transformers' `Sapiens2ImageProcessor`, the dict of a
+                preprocessor_config.json of either, or `None` (this class's defaults). Its fields that this class has
+                are kept; anything else (`image_processor_type`, `auto_map`, other processors' fields) is dropped.
             task (`str` or `None`): the model's task; `None` (a backbone) means `"pretrain"`.
             overrides: fields that replace `other`'s (e.g. `size=` from the command line).
 
@@ -605,9 +602,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         paddings: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Raw normals -> unit normals at the original size: normalise (eps 1e-8), unpad, bilinear.
-
-        Official quirk kept: vectors are not re-normalised after the resize (slightly shorter than 1 at edges).
+        Raw normals -> unit normals at the original size: normalise (eps 1e-8), unpad, bilinear (official quirk kept:
+        vectors are not re-normalised after the resize, slightly shorter than 1 at edges).
 
         Args:
             outputs: model output with `normals` (`(batch_size, 3, height, width)`).
@@ -714,15 +710,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         paddings: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Raw albedo -> RGB albedo in [0, 1] at the original size: clamp, unpad, bilinear.
-
-        Args:
-            outputs: model output with `albedos` (`(batch_size, 3, height, width)`, raw).
-            source_sizes, target_sizes, paddings: as in `post_process_normal_estimation`.
-
-        Returns:
-            Per image `{"albedo": (3, height, width) float32 RGB in [0, 1]}`. The official demo then saves
-            `(albedo * 255)` truncated to uint8.
+        Raw albedo (`outputs.albedos`, `(batch_size, 3, height, width)`) -> RGB albedo in [0, 1] at the original size:
+        clamp, unpad, bilinear; the arguments as in `post_process_normal_estimation`. Returns per image `{"albedo":
+        (3, height, width) float32 RGB in [0, 1]}` (the official demo then saves `(albedo * 255)` truncated to uint8).
         """
         albedos = getattr(outputs, "albedos", None)
         if albedos is None:
@@ -735,18 +725,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         paddings: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Raw maps of this processor's task -> the same maps at the original size: unpad (letterboxed tasks), bilinear;
-        no value mapping. The post-processing of a dense task registered with `sapiens2_hf.register_task` whose
-        `post_process` names this method.
-
-        Args:
-            outputs: the model output (its task's `output_field`, `(batch_size, channels, height, width)`) or that
-                tensor.
-            source_sizes, target_sizes, paddings: as in `post_process_normal_estimation`.
-
-        Returns:
-            Per image `{key: (channels, height, width) float32}`, `key` the task's first `result_maps` entry (else
-            its name).
+        Raw maps of this processor's task (its `output_field` of `outputs`, `(batch_size, channels, height, width)`, or
+        that tensor) -> the same maps at the original size: unpad (letterboxed tasks), bilinear; no value mapping.
+        The post-processing of a dense task registered with `sapiens2_hf.register_task` whose `post_process` names
+        this method; the arguments as in `post_process_normal_estimation`. Returns per image `{key: (channels,
+        height, width) float32}`, `key` the task's first `result_maps` entry (else its name).
         """
         spec = task_spec(self.task)
         maps = outputs if isinstance(outputs, torch.Tensor) else getattr(outputs, spec.output_field)

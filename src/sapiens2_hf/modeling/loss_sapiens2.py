@@ -341,8 +341,7 @@ class NormalLoss(nn.Module):
                 Raw head output (not unit length), camera frame.
             target_normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Unit normals in the camera frame on valid pixels; any value (-1000, NaN) elsewhere.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): Valid (foreground) pixels, bool or 0/1. Defaults to all pixels.
+            mask (*optional*): Valid (foreground) pixels, as `as_valid_mask` takes them; default: all.
 
         Returns:
             `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `cosine_loss`,
@@ -559,8 +558,7 @@ class PointmapLoss(nn.Module):
             target_pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Target canonical XYZ (metric XYZ times `768 / f_x`); any value off the mask.
             target_scales (`torch.Tensor` of shape `(batch_size, 1)` or `(batch_size,)`): Target `768 / f_x`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`):
-                Valid (foreground) pixels.
+            mask: Valid (foreground) pixels, as `as_valid_mask` takes them (`None`: all).
             intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`):
                 Pixel intrinsics of the map's grid before canonicalisation (`f_x` there gives `768 / f_x`).
             target_mean_depth (`torch.Tensor` of shape `(batch_size,)`, *optional*):
@@ -640,8 +638,7 @@ class AlbedoLoss(nn.Module):
         Args:
             albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Raw head output, RGB.
             target_albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Target RGB albedo in [0, 1].
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): Valid (foreground) pixels. Defaults to all pixels.
+            mask (*optional*): Valid (foreground) pixels, as `as_valid_mask` takes them; default: all.
 
         Returns:
             `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `l1_loss`,
@@ -794,8 +791,8 @@ class MattingLoss(nn.Module):
                 pre-multiplied RGB foreground in [0, 1].
             target_alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height,
                 width)`): target alpha in [0, 1].
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): pixels with a valid label (e.g. not padding). Defaults to all.
+            mask (*optional*): pixels with a valid label (e.g. not padding), as `as_valid_mask` takes them; default:
+                all.
             target_foregrounds (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target
                 pre-multiplied foreground (`alpha * F`); without it the foreground term is 0.
 

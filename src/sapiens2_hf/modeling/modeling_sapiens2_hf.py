@@ -381,13 +381,12 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
         Args:
             hidden_states (`torch.Tensor` of shape `(batch_size, seq_len, hidden_size)`): prefix tokens, then patches.
             position_embeddings (`(cos, sin)`, *optional*): RoPE of the patch tokens; `None` for no RoPE.
-            kwargs: `output_hidden_states`, `output_attentions`, `return_dict` (each defaults to the config's; read by
-                `capture_outputs`), and attention-backend arguments, passed to every layer.
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict` (read by `capture_outputs`), and
+                attention-backend arguments, passed to every layer.
         Returns:
-            `BaseModelOutput`: `last_hidden_state` of shape `(batch_size, seq_len, hidden_size)` (no final norm);
-            `hidden_states`: the input and each layer's output, `num_layers + 1` tensors of the input's shape (as
-            transformers' port records them); `attentions`: each layer's attention weights, of shape `(batch_size,
-            num_heads, seq_len, seq_len)`, from backends that return them (empty with sdpa).
+            `BaseModelOutput`: `last_hidden_state` (no final norm); `hidden_states`: the input and each layer's output
+            (`num_layers + 1` tensors, as transformers' port records them); `attentions`: each layer's `(batch_size,
+            num_heads, seq_len, seq_len)` weights, from backends that return them (empty with sdpa).
         """
         for layer in self.layer:
             hidden_states = layer(hidden_states, position_embeddings=position_embeddings, **kwargs)
@@ -446,13 +445,12 @@ class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Normalised RGB (ImageNet mean/std); height and width divisible by the stride (16; 64 for the 4K model).
-            kwargs: `output_hidden_states` (also return every stage's tokens, before the final norm),
-                `output_attentions` (also return the attention weights, from backends that give them), `return_dict`
-                (`False` returns a tuple), each defaulting to the config's; attention-backend arguments.
+            kwargs: `output_hidden_states` (also every stage's tokens, before the final norm), `output_attentions`,
+                `return_dict` (each defaulting to the config's); attention-backend arguments.
 
         Returns:
-            `BackboneOutput`: `feature_maps`, one per selected stage in stage order, each of shape `(batch_size,
-            hidden_size, height / stride, width / stride)`, or `(batch_size, num_patches, hidden_size)` tokens when
+            `BackboneOutput`: `feature_maps`, one per selected stage in stage order, each `(batch_size, hidden_size,
+            height / stride, width / stride)`, or `(batch_size, num_patches, hidden_size)` tokens when
             `config.reshape_hidden_states` is False; `hidden_states` (when asked): `num_hidden_layers + 1` tensors of
             shape `(batch_size, num_prefix_tokens + num_patches, hidden_size)`; `attentions` (when asked).
         """
