@@ -667,6 +667,7 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         return cls(**config_kwargs)
 
 
+# Why code: transformers' pipeline factory reads config.json with its own `sapiens2` config class.
 def as_sapiens2_config(config):
     """`config` as our `Sapiens2Config` (`None` stays `None`): transformers' own `Sapiens2Config` (what its pipeline
     factory and a composite model's config.json read) is re-read from its dict, so that our fields it carries along

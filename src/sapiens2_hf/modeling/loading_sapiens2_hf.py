@@ -649,7 +649,6 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         return adapted
     strict = kwargs.pop("strict", True)
     want_loading_info = kwargs.pop("output_loading_info", False)
-    # Why code: transformers' pipeline factory reads config.json with its own `sapiens2` config class.
     config = as_sapiens2_config(kwargs.pop("config", None))
     # `None` with `state_dict={}`: no checkpoint at all, every weight initialised by `_init_weights` (what
     # transformers' `test_can_init_all_missing_weights` does); nothing was given, so nothing can be missing.
