@@ -77,6 +77,7 @@ def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torc
     return base ** (2 * torch.arange(num_periods, dtype=dtype) / (head_dim // 2))
 
 
+# Why code: transformers' port declares no albedo head, and these names are ambiguous, so not registered (below).
 def pixel_shuffle_head_key_mapping(task: str) -> dict[str, str]:
     """transformers `key_mapping` (regex -> replacement) from the original names of a pixel-shuffle task checkpoint
     whose head transformers' port does not declare (albedo; its layer-wise norms included).
@@ -345,6 +346,7 @@ def _check_filename(filename: str, kind: str, variant: str | None, kwargs: dict)
         )
 
 
+# Why code: official files carry no config; transformers cannot size a model from tensor shapes.
 def infer_config_kwargs(
     state_dict: dict[str, torch.Tensor],
     filename: str | None = None,
