@@ -572,12 +572,11 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         self, outputs, target_sizes: Any = None, return_segmentation_scores: bool = False
     ) -> list[torch.Tensor] | list[SemanticSegmentationPostProcessorOutput]:
         r"""
-        Logits -> class maps, the official way: bilinear resize of the logits (align_corners=False), then argmax.
-
-        The arguments and return types are those of transformers' `Sapiens2ImageProcessor` method of this name.
-        The class maps are computed a few channels at a time (`resize_logits_argmax`: an 8000x6000 photo needs well
-        under 2 GB, not 5.6 GB; bit-identical labels); `return_segmentation_scores=True` materialises all resized
-        logits (`num_labels * height * width` float32) and so costs that memory again.
+        Logits -> class maps, the official way: bilinear resize of the logits (align_corners=False), then argmax, with
+        the arguments and return types of transformers' `Sapiens2ImageProcessor` method of this name. The class maps
+        are computed a few channels at a time (`resize_logits_argmax`: an 8000x6000 photo needs well under 2 GB, not
+        5.6 GB; bit-identical labels); `return_segmentation_scores=True` materialises all resized logits
+        (`num_labels * height * width` float32) and so costs that memory again.
 
         Args:
             outputs: model output with `logits` (`(batch_size, num_labels, height, width)`).
@@ -586,9 +585,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
         Returns:
             Per image a `(height, width)` int64 class map in `[0, num_labels)`; with `return_segmentation_scores`, per
-            image a transformers `SemanticSegmentationPostProcessorOutput` (a `BatchFeature`: read its fields as
-            keys, `result["segmentation"]`, or attributes, `result.segmentation`) with `segmentation` (that class
-            map) and `segmentation_scores` (the resized logits, `(num_labels, height, width)` float).
+            image a transformers `SemanticSegmentationPostProcessorOutput` (a `BatchFeature`, fields read as keys or
+            attributes) with `segmentation` (that class map) and `segmentation_scores` (`(num_labels, height, width)`).
         """
         logits = outputs.logits if hasattr(outputs, "logits") else outputs
         results = segmentation_maps(logits, target_sizes, return_segmentation_scores)
@@ -665,11 +663,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     ) -> list[dict[str, torch.Tensor]]:
         r"""
         Pointmap model output -> metric depth, in the format of transformers' `post_process_depth_estimation` (what
-        its `pipeline("depth-estimation")` calls, with each image's original size as `target_sizes`).
-
-        The depth is the Z channel of `post_process_pointmap_estimation`'s metric pointmap, in metres, computed by
-        that method (`target_sizes` as its `source_sizes`, the same `focal_length`), so it equals the
-        `sapiens2-pointmap` pipeline's `depth` for the same focal length. To keep only the person, mask the result:
+        its `pipeline("depth-estimation")` calls, with each image's original size as `target_sizes`): the Z channel
+        of `post_process_pointmap_estimation`'s metric pointmap in metres (`target_sizes` as its `source_sizes`, the
+        same `focal_length`), so it equals the `sapiens2-pointmap` pipeline's `depth`. To keep only the person:
         `apply_foreground_mask(result["predicted_depth"], foreground_mask_from_segmentation(seg))` (NaN background).
 
         Args:
@@ -681,8 +677,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
         Returns:
             Per image `{"predicted_depth": (height, width) float32 metres, "focal_length": () float32}`: the focal
-            length used, in pixels of the same image as `focal_length`: the given one, or the one the predicted
-            scale implies (`None` for a model without a scale branch; the depth is then the canonical camera's).
+            length used, in pixels of the same image as `focal_length` (the given one, or the one the predicted
+            scale implies; `None` for a model without a scale branch, whose depth is the canonical camera's).
 
         Raises:
             ValueError: for outputs without `pointmaps` (a normal map is no depth: run normal models with

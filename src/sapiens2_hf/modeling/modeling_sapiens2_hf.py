@@ -654,10 +654,9 @@ class Sapiens2ForPoseEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised person crops.
             labels (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`, *optional*):
-                Target heatmaps (UDP Gaussians, peak 1; the image processor's `keypoints=` builds them). With them,
-                `loss` is the official `PoseHeatmapLoss`.
-            label_weights (`torch.Tensor` of shape `(batch_size, num_keypoints)`, *optional*): per-keypoint loss
-                weights (visibility x joint weight, 0 for absent keypoints); required with `labels`.
+                Target heatmaps (UDP Gaussians, peak 1, as the image processor's `keypoints=` builds them); with them,
+                `loss` is the official `PoseHeatmapLoss` with `label_weights` (`(batch_size, num_keypoints)`:
+                visibility x joint weight, 0 for absent keypoints; required with `labels`).
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `Sapiens2PoseEstimatorOutput` (raw `heatmaps` at 1/4 of the input size; see that class).
@@ -688,9 +687,8 @@ class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
         r"""
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
-            labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*): class ids, 255 ignored.
-                With them, `loss` is the official `SegmentationLoss` (class-weighted cross-entropy + Dice; logits
-                resized to the labels' size first), not transformers' plain cross-entropy.
+            labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*): class ids, 255 ignored;
+                with them, `loss` is the official `SegmentationLoss` (not transformers' plain cross-entropy).
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
@@ -717,9 +715,8 @@ class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
             labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): unit camera-frame normals
-                on valid pixels, any value elsewhere. With them, `loss` is the official `NormalLoss`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
-                (bool or 0/1); all pixels when omitted.
+                on the valid pixels of `mask` (bool or 0/1 `(batch_size, 1, height, width)`; default: all); with them,
+                `loss` is the official `NormalLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `Sapiens2NormalEstimatorOutput` (camera-frame `normals`, not unit length; see that class).
@@ -824,9 +821,8 @@ class Sapiens2ForAlbedoEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
             labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target RGB albedo in
-                `[0, 1]`. With them, `loss` is the official `AlbedoLoss`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
-                (bool or 0/1); all pixels when omitted.
+                `[0, 1]` on the valid pixels of `mask` (bool or 0/1 `(batch_size, 1, height, width)`; default: all);
+                with them, `loss` is the official `AlbedoLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `Sapiens2AlbedoEstimatorOutput` (raw, unclamped RGB `albedos`; see that class).

@@ -130,16 +130,11 @@ def _gather_windows(maps: torch.Tensor, map_index: torch.Tensor, top: torch.Tens
 
 def _blurred_maxima(maps: torch.Tensor, row_max: torch.Tensor, lower_bound: torch.Tensor,
                     kernel_size: int) -> torch.Tensor:
-    """Exact maximum of each zero-padded Gaussian-blurred map, blurring only a small box around the peak if possible.
-
-    A blurred pixel is a weighted mean (weights summing to 1) of its `kernel_size` window, so it can reach
-    `lower_bound` (a blurred value of that map) only if its window holds a pixel >= `lower_bound`. For a peaked map
-    the pixels >= the bound sit in a small box; blurring that box grown by the kernel radius gives the same maximum as
-    blurring the whole map. Maps without such a small box are blurred whole.
-
-    Args:
-        maps (`(num_maps, height, width)`), row_max (`(num_maps, height)`: the maximum of each row),
-        lower_bound (`(num_maps,)`): a blurred value of each map (its value at the raw maximum).
+    """Exact maximum of each zero-padded Gaussian-blurred map of `(num_maps, height, width)` `maps`, blurring only a
+    small box around the peak when possible: a blurred pixel is a weighted mean of its window, so it can reach
+    `lower_bound` (`(num_maps,)`: a blurred value of that map) only if its window holds a pixel >= it; for a peaked
+    map those pixels sit in a small box, which grown by the kernel radius gives the same maximum as the whole map.
+    `row_max` `(num_maps, height)` holds each row's maximum. Maps without such a small box are blurred whole.
     """
     num_maps, height, width = maps.shape
     half = kernel_size // 2
@@ -208,24 +203,19 @@ def refine_keypoints_dark_udp(
 
     Steps: max-preserving Gaussian blur (kernel `blur_kernel_size`), clip to [1e-3, 50], log, edge-pad by 1, central
     differences at the maximum, `offset = -(H + eps I)^-1 grad` (float32 eps), applied in float64 and rounded back to
-    float32 as the official in-place numpy update does.
-
-    Only what the step reads is computed: the blurred values at the 3x3 neighbourhood of each maximum and each
-    map's blurred maximum (for the max-preserving rescale), found by blurring a small box around the peak (see
-    `_blurred_maxima`); the result equals blurring whole maps up to float32 summation order.
-
-    Official quirk reproduced: a keypoint at `(-1, -1)` (maximum <= 0) reads its neighbours from the flattened padded
-    maps of the same crop, wrapping around at index 0 exactly like numpy's negative indexing.
+    float32 as the official in-place numpy update does. Only what the step reads is computed: the blurred 3x3
+    neighbourhood of each maximum and each map's blurred maximum (`_blurred_maxima`); the result equals blurring whole
+    maps up to float32 summation order. Official quirk reproduced: a keypoint at `(-1, -1)` (maximum <= 0) reads its
+    neighbours from the flattened padded maps of the same crop, wrapping around at index 0 like numpy's negative
+    indexing.
 
     Args:
         locations (`torch.Tensor` of shape `(num_crops, num_keypoints, 2)`): integer `(x, y)` from `heatmap_argmax`.
         heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`).
-        row_max (`torch.Tensor` of shape `(num_crops, num_keypoints, height)`, *optional*): the maps' row maxima if
-            already known (saves one pass over the maps).
-        previous_map (`(num_keypoints,)` int, *optional*): for each map, the map of `heatmaps` that holds the model
-            channel before it (the one the quirk above reads). Default: the map before it, the first wrapping to
-            the last, which is right when `heatmaps` hold all the model's channels in order; a channel subset
-            (`keypoint_subset_maps`) names them.
+        row_max (`(num_crops, num_keypoints, height)`, *optional*): the maps' row maxima if already known.
+        previous_map (`(num_keypoints,)` int, *optional*): for each map, the map of `heatmaps` holding the model
+            channel before it (the one the quirk reads); default: the map before it, the first wrapping to the last,
+            right when `heatmaps` hold all the model's channels in order (a subset: `keypoint_subset_maps`).
 
     Returns:
         `torch.Tensor` of shape `(num_crops, num_keypoints, 2)`, float32, refined `(x, y)` in heatmap pixels.
@@ -306,11 +296,9 @@ def decode_udp_heatmaps(
     heatmaps: torch.Tensor, input_size: tuple[int, int], blur_kernel_size: int = 11,
     previous_map: Sequence[int] | torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Official UDP heatmap decoding, batched over crops.
-
-    Each keypoint's result depends on its own map only (and, for a maximum <= 0, on the previous channel's map: the
-    official quirk in `refine_keypoints_dark_udp`), so decoding a subset of the channels gives the same values as
-    decoding all of them and selecting (see `keypoint_subset_maps`; tests/test_keypoint_subset_decode.py).
+    """Official UDP heatmap decoding, batched over crops. Each keypoint's result depends on its own map only (and, for
+    a maximum <= 0, on the previous channel's: the quirk in `refine_keypoints_dark_udp`), so decoding a subset of the
+    channels gives the same values as decoding all and selecting (`keypoint_subset_maps`).
 
     Args:
         heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`): raw (or flip-averaged)
@@ -320,11 +308,10 @@ def decode_udp_heatmaps(
         previous_map (`(num_keypoints,)` int, *optional*): see `refine_keypoints_dark_udp`.
 
     Returns:
-        dict with
-        - `keypoints_heatmap` (`(num_crops, num_keypoints, 2)` float32): refined `(x, y)` in heatmap pixels;
-        - `keypoints_input` (`(num_crops, num_keypoints, 2)` float64, on CPU for MPS inputs): crop pixels
-          `x * W / (w - 1)`, `y * H / (h - 1)` (official quirk: input size over heatmap size minus one);
-        - `scores` (`(num_crops, num_keypoints)` float32): the heatmap maxima.
+        dict with `keypoints_heatmap` (`(num_crops, num_keypoints, 2)` float32: refined `(x, y)` in heatmap pixels),
+        `keypoints_input` (same shape, float64, on CPU for MPS inputs: crop pixels `x * W / (w - 1)`,
+        `y * H / (h - 1)`, the official quirk of input size over heatmap size minus one) and `scores`
+        (`(num_crops, num_keypoints)` float32: the heatmap maxima).
     """
     heatmaps = heatmaps.to(torch.float32)
     height, width = heatmaps.shape[-2:]
