@@ -1,24 +1,21 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Configuration of the sapiens2_hf models.
+"""Configuration of the sapiens2_hf models, in the shape of transformers' own (configuration_sapiens2.py).
 
-`Sapiens2Config` and `Sapiens2HeadConfig` declare the same fields, defaults and derived values as transformers' own
-Sapiens2 configs (transformers/models/sapiens2/configuration_sapiens2.py), so a config.json written by either side
-reads on the other, plus the few fields the official model needs and the port lacks: the RoPE arithmetic dtype (the
-official model runs RoPE in bfloat16), the task the config describes, the head normalisation (the albedo head uses a
-channel RMSNorm), the 4K tokenizer, and the variant table of the official sizes and heads.
-
-They are written here rather than subclassed from the port, so that a repository shipped with these files as remote
-code works with any transformers whose public config API matches (`PreTrainedConfig` with `@strict` dataclass fields,
-`BackboneConfigMixin`); tests/test_modeling_interop.py checks that both sides still agree.
+`Sapiens2Config` and `Sapiens2HeadConfig` declare the same fields, defaults and derived values as transformers'
+Sapiens2 configs, so a config.json written by either side reads on the other, plus what the official model needs and
+the port lacks (RoPE dtype, task, head normalisation, the 4K tokenizer). `__post_init__` derives what it can; the
+presets are data tables in presets_sapiens2_hf.py. Written here rather than subclassed from the port, so that remote
+code works with any transformers whose public config API matches (tests/test_modeling_interop.py keeps both agreeing).
 
 Hub-shippable: imports only transformers' public API, huggingface_hub and siblings of this folder.
 """
 
+import copy
 import math
 import operator
 import os
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
@@ -26,14 +23,13 @@ from transformers import BackboneConfigMixin, PreTrainedConfig
 
 from .presets_sapiens2_hf import (  # noqa: F401 (the tables' import path beside the config)
     HEAD_PRESETS,
-    HEAD_PRESETS_4K,
     NATIVE_IMAGE_SIZES,
+    TASK_LABELS,
     TINY_HEAD_LAYOUTS,
     TINY_PRESET,
     VARIANTS,
     _TINY_HEAD_BY_UPSAMPLING,
 )
-from .sapiens2_label_data import POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
 from .sapiens2_tasks import TASK_NAMES, TASK_SPECS, task_of_architecture, task_spec
 
 
@@ -46,7 +42,6 @@ TASKS = TASK_NAMES
 # Tasks whose checkpoints vanilla transformers can also load (None: the backbone; it has no albedo head).
 TRANSFORMERS_COMPATIBLE_TASKS = (None, *(spec.name for spec in TASK_SPECS.values() if spec.in_transformers))
 ROPE_DTYPES = ("bfloat16", "float32")
-HEAD_NORM_TYPES = ("instance_norm", "rms_norm")
 
 
 class InvalidConfigError(ValueError):
@@ -100,17 +95,10 @@ def head_kwargs_for_task(task: str, head_channels: dict) -> dict:
 
 
 def task_label_kwargs(task: str | None) -> dict:
-    """Label metadata that travels in config.json: keypoint names and flip pairs for pose, class names for seg."""
-    if task == "pose":
-        return {
-            "id2label": dict(enumerate(POSE_KEYPOINT_NAMES)),
-            "flip_pairs": [list(pair) for pair in POSE_FLIP_PAIRS],
-        }
-    if task == "seg":
-        return {"id2label": dict(enumerate(SEGMENTATION_CLASS_NAMES))}
-    if task in TASK_SPECS:
-        return {"num_labels": TASK_SPECS[task].num_labels}
-    return {}
+    """Label metadata that travels in config.json (`TASK_LABELS`, else the spec's `num_labels`), as a fresh dict."""
+    if task in TASK_LABELS:
+        return copy.deepcopy(TASK_LABELS[task])
+    return {"num_labels": TASK_SPECS[task].num_labels} if task in TASK_SPECS else {}
 
 
 def pointmap_scale_features(grid_hw: tuple[int, int], kernel_sizes, out_channels) -> int:
@@ -248,28 +236,16 @@ class Sapiens2HeadConfig(PreTrainedConfig):
     r"""
     Decode-head configuration: the fields of transformers' `Sapiens2HeadConfig`, plus the head normalisation.
 
-    upsample_out_channels (`list[int]`, *optional*):
-        Output channels of each upsampling block; the first block takes the backbone's `hidden_size` channels.
-    upsample_kernel_sizes (`list[int]`, *optional*):
-        Kernel size of each upsampling block (same length as `upsample_out_channels`). Filled with
-        `upsample_kernel_size` when `None`.
-    upsample_kernel_size (`int`, defaults to 4):
-        Kernel size used to fill `upsample_kernel_sizes`.
+    upsample_out_channels, conv_out_channels, scale_conv_out_channels (`list[int]`, *optional*):
+        Output channels of the upsampling blocks (the first takes the backbone's `hidden_size` channels), of the
+        refinement convolutions after them, and of the stride-2 convolutions of the pointmap scale branch (`None`:
+        no scale branch).
+    upsample_kernel_sizes, conv_kernel_sizes, scale_conv_kernel_sizes (`list[int]`, *optional*):
+        Kernel size of each of those layers (one per channel entry); `None`: filled with `upsample_kernel_size`,
+        `conv_kernel_size` and `scale_conv_kernel_size` (`int`, default to 4, 1 and 1).
     use_pixel_shuffle (`bool`, *optional*):
         Pixel-shuffle upsampling (3x3 input conv, conv + `PixelShuffle(2)` blocks: normal, pointmap and albedo heads)
         instead of stride-2 transposed convolutions (pose and seg heads). `None` means transposed convolutions.
-    conv_out_channels (`list[int]`, *optional*):
-        Output channels of the refinement convolutions after the upsampling blocks.
-    conv_kernel_sizes (`list[int]`, *optional*):
-        Kernel size of each refinement convolution. Filled with `conv_kernel_size` when `None`.
-    conv_kernel_size (`int`, defaults to 1):
-        Kernel size used to fill `conv_kernel_sizes`.
-    scale_conv_out_channels (`list[int]`, *optional*):
-        Output channels of the stride-2 convolutions of the pointmap scale branch; `None` builds no scale branch.
-    scale_conv_kernel_sizes (`list[int]`, *optional*):
-        Kernel size of each scale convolution. Filled with `scale_conv_kernel_size` when `None`.
-    scale_conv_kernel_size (`int`, defaults to 1):
-        Kernel size used to fill `scale_conv_kernel_sizes`.
     scale_final_input_size (`int`, *optional*):
         Features the scale MLP takes (the flattened output of the scale convolutions). Inferred by `Sapiens2Config`
         from its `image_size` and `patch_size` when `None`.
@@ -299,7 +275,7 @@ class Sapiens2HeadConfig(PreTrainedConfig):
     scale_conv_kernel_size: int = 1
     scale_final_input_size: int | None = None
     scale_final_hidden_sizes: list[int] | None = None
-    norm_type: str = "instance_norm"
+    norm_type: Literal["instance_norm", "rms_norm"] = "instance_norm"
     norm_eps: float = 1e-6
 
     def __post_init__(self, **kwargs):
@@ -311,10 +287,6 @@ class Sapiens2HeadConfig(PreTrainedConfig):
         if self.scale_conv_out_channels is not None and self.scale_conv_kernel_sizes is None:
             self.scale_conv_kernel_sizes = [self.scale_conv_kernel_size] * len(self.scale_conv_out_channels)
         super().__post_init__(**kwargs)
-
-    def validate_norm_type(self):
-        if self.norm_type not in HEAD_NORM_TYPES:
-            raise ValueError(f"`norm_type` must be one of {HEAD_NORM_TYPES}, got {self.norm_type!r}.")
 
     def validate_head_numbers(self):
         """Channels and kernel sizes are ints >= 1, `norm_eps` a finite number > 0."""
@@ -353,44 +325,38 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     the official models: layer scale 1e-4 on the attention branch, 8 register tokens, RoPE in bfloat16 and no RoPE
     coordinate augmentation.
 
-    patch_size (`int` or `list[int]`, defaults to 16):
-        Side of the square (or `[height, width]`) patches of the patch embedding.
+    patch_size (`int` or `list[int]`, defaults to 16), num_channels (`int`, defaults to 3):
+        Side of the square (or `[height, width]`) patches of the patch embedding, and input channels.
     hidden_size (`int`, defaults to 1024):
         Width of the token embeddings and of every transformer block.
-    intermediate_size (`int`, defaults to 4096):
-        Hidden width of the MLPs.
+    intermediate_size (`int`, *optional*):
+        Hidden width of the MLPs; `None`: `4 * hidden_size` (4096 at the default size, as in transformers).
     num_hidden_layers (`int`, defaults to 24):
         Transformer blocks of the encoder (the 4K tokenizer's blocks are counted in `num_tokenizer_layers`).
     num_attention_heads (`int`, defaults to 16):
         Query heads per block; the head dim `hidden_size / num_attention_heads` must be divisible by 4 (2-D RoPE).
     hidden_act (`str`, defaults to `"silu"`):
-        Activation of the MLPs, the decode heads and the pointmap scale MLP.
-    attention_dropout (`float`, defaults to 0.0):
-        Dropout on the attention weights in training mode.
+        Activation of the MLPs, the decode heads and the pointmap scale MLP (a name of transformers' `ACT2FN`).
+    attention_dropout, drop_path_rate (`float`, default to 0.0):
+        Dropout on the attention weights, and stochastic-depth probability of every residual branch, in training.
     initializer_range (`float`, defaults to 0.02):
         Standard deviation of the truncated-normal initialisation of linear and convolution weights and tokens.
     rope_theta (`float`, defaults to 100.0):
         Base of the RoPE periods `rope_theta ** (4 j / head_dim)`.
     image_size (`int` or `list[int]`, defaults to 224):
         `[height, width]` the model is meant for; the pointmap scale branch is sized from it.
-    num_channels (`int`, defaults to 3):
-        Input channels.
     query_bias, key_bias, value_bias, proj_bias, mlp_bias (`bool`, default to `True`):
         Biases of the query, key, value and output projections and of the MLP linears.
     layerscale_value (`float`, defaults to 1e-4):
         Initial value of the LayerScale on the attention branch (transformers' default is 1.0).
-    drop_path_rate (`float`, defaults to 0.0):
-        Stochastic-depth probability of every residual branch in training mode.
     use_gated_mlp (`bool`, defaults to `True`):
         SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`) instead of a plain two-layer MLP (`up_proj`, `down_proj`).
     num_register_tokens (`int`, defaults to 8):
         Register tokens between the CLS token and the patch tokens.
-    pos_embed_shift, pos_embed_jitter (`float`, *optional*):
-        Random shift in `[-shift, shift]` and log-uniform per-axis scaling in `[1/jitter, jitter]` of the RoPE
-        coordinates in training mode.
-    pos_embed_rescale (`float`, *optional*, defaults to `None`):
-        Random log-uniform rescaling of the RoPE coordinates in training mode. Off by default, as in the official
-        fine-tuning code (transformers' port defaults to 2.0).
+    pos_embed_shift, pos_embed_jitter, pos_embed_rescale (`float`, *optional*):
+        Random shift in `[-shift, shift]`, log-uniform per-axis scaling in `[1/jitter, jitter]` and log-uniform
+        rescaling in `[1/rescale, rescale]` of the RoPE coordinates in training mode. Rescaling is off by default, as
+        in the official fine-tuning code (transformers' port defaults to 2.0).
     reshape_hidden_states (`bool`, defaults to `True`):
         `Sapiens2Backbone` returns feature maps `(batch_size, hidden_size, grid_h, grid_w)`; `False`: the patch tokens
         `(batch_size, grid_h * grid_w, hidden_size)`.
@@ -399,27 +365,23 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         own `Sapiens2Backbone` does.
     use_mask_token (`bool`, defaults to `False`):
         A learned mask token that replaces the patch embeddings selected by `bool_masked_pos`.
-    rms_norm_eps (`float`, defaults to 1e-6):
-        Epsilon of the RMSNorms of the backbone.
-    use_qk_norm (`bool`, defaults to `True`):
-        RMSNorm on the queries and keys of each head before RoPE.
+    rms_norm_eps (`float`, defaults to 1e-6), use_qk_norm (`bool`, defaults to `True`):
+        Epsilon of the backbone's RMSNorms, and RMSNorm on each head's queries and keys before RoPE.
     num_key_value_heads_per_layer (`list[int]`, *optional*):
         Key/value heads of each block. When `None`, it is computed: `num_attention_heads` (full multi-head attention)
-        in the first `num_first_full_attention_layers` and the last `num_last_full_attention_layers` blocks, and
-        `num_key_value_attention_heads` (grouped-query attention) in the others.
-    num_key_value_attention_heads (`int`, defaults to 8):
-        Key/value heads of the grouped-query blocks, when `num_key_value_heads_per_layer` is computed.
-    num_first_full_attention_layers, num_last_full_attention_layers (`int`, default to 8):
-        Leading and trailing blocks with full multi-head attention, when `num_key_value_heads_per_layer` is computed.
+        in the first `num_first_full_attention_layers` and the last `num_last_full_attention_layers` blocks (`int`,
+        default to 8), and `num_key_value_attention_heads` (grouped-query attention) in the others.
+    num_key_value_attention_heads (`int`, *optional*):
+        Key/value heads of the grouped-query blocks, when `num_key_value_heads_per_layer` is computed; `None`:
+        `num_attention_heads // 2` (8 at the default size, as in transformers).
     semantic_loss_ignore_index (`int`, defaults to 255):
-        Label ignored by transformers' segmentation loss; kept so that config.json round-trips.
+        Label ignored by the segmentation loss (transformers' field of that name).
     flip_pairs (`list[list[int]]`, *optional*):
         Pairs `[left, right]` of keypoint indices that swap under a horizontal flip (pose).
-    skeleton (`list[list[int]]`, *optional*):
-        0-based keypoint links drawn for a pose model's keypoints; `None` with 308 keypoints: the official skeleton.
-        Written by fine-tuning on another keypoint set (`sapiens2_hf.data.keypoint_sets`), with `oks_sigmas`.
-    oks_sigmas (`list[float]`, *optional*):
-        Per-keypoint OKS sigmas of a pose model's keypoint set (evaluation); `None`: the official 308 ones.
+    skeleton (`list[list[int]]`, *optional*), oks_sigmas (`list[float]`, *optional*):
+        0-based keypoint links drawn, and per-keypoint OKS sigmas (evaluation), of a pose model's keypoint set;
+        `None` with 308 keypoints: the official ones. Written by fine-tuning on another keypoint set
+        (`sapiens2_hf.data.keypoint_sets`).
     head_config (`Sapiens2HeadConfig` or `dict`, *optional*):
         The decode-head layout (see `Sapiens2HeadConfig`).
     out_features (`list[str]`, *optional*), out_indices (`list[int]`, *optional*):
@@ -428,27 +390,25 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         or both (they must agree).
     rope_dtype (`str`, defaults to `"bfloat16"`):
         Dtype of the RoPE arithmetic: the periods, patch coordinates, angles, sin/cos, and the rotation of queries
-        and keys (which are cast to this dtype and back). The official model always runs RoPE in bfloat16, also when
-        the rest of the model is float32; `"float32"` reproduces the official model built with fp32 RoPE (and
-        transformers' own port).
+        and keys (cast to this dtype and back). The official model always runs RoPE in bfloat16, also when the rest
+        of the model is float32; `"float32"` reproduces the official model built with fp32 RoPE (and transformers'
+        own port).
     task (`str`, *optional*):
-        The task the model solves: one of `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`, or
-        `None` for the bare backbone. Used to pick the model class and the head layout, and to refuse loading a
-        checkpoint of one task into the class of another.
+        The registered task the model solves (`"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`,
+        ...), or `None` for the bare backbone: it picks the model class and the head layout, and a checkpoint of one
+        task refuses to load into the class of another.
     variant (`str`, *optional*):
-        The official size this configuration follows (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"1b-4k"`, `"5b"`), for
-        bookkeeping.
+        The official size this configuration follows (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"1b-4k"`, `"5b"`).
     num_tokenizer_layers (`int`, defaults to 0):
-        Layers of the windowed tokenizer of the hierarchical 4K model; 0 (the 1K models) means no tokenizer. With a
-        tokenizer, the patch grid is split into `tokenizer_window_size`^2-patch windows; each window, with a shared
-        window-CLS token and a learned local position embedding, runs through these layers (full multi-head
-        attention, no QK-norm, no LayerScale, no RoPE) and is pooled into its window-CLS output, so the encoder sees
-        one token per window (stride 16 x window size) with RoPE on the pooled grid.
+        Layers of the windowed tokenizer of the hierarchical 4K model; 0 (the 1K models) means none. With a
+        tokenizer, each `tokenizer_window_size`^2-patch window, with a shared window-CLS token and a learned local
+        position embedding, runs through these layers (full multi-head attention, no QK-norm, no LayerScale, no RoPE)
+        and is pooled into its window-CLS output: the encoder sees one token per window (stride 16 x window size).
     tokenizer_window_size (`int`, defaults to 4):
         Window side in patches (4: a 64x64-pixel window, one encoder token per window).
     tokenizer_chunk_size (`int`, defaults to 1024):
-        Most windows the tokenizer processes at once (patch embedding included); bounds its peak activation memory
-        independently of the input size. Does not change the outputs.
+        Most windows the tokenizer processes at once (patch embedding included): bounds its peak activation memory
+        whatever the input size, without changing the outputs.
     """
 
     model_type = "sapiens2_hf"
@@ -457,7 +417,7 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     # The fields of transformers' Sapiens2Config, in its order and with its defaults (except the two noted).
     patch_size: int | list[int] | tuple[int, int] = 16
     hidden_size: int = 1024
-    intermediate_size: int = 4096
+    intermediate_size: int | None = None  # derived: 4 * hidden_size (transformers: 4096, the same at its default)
     num_hidden_layers: int = 24
     num_attention_heads: int = 16
     hidden_act: str = "silu"
@@ -487,7 +447,7 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     normalize_backbone_outputs: bool = True
     use_qk_norm: bool = True
     num_key_value_heads_per_layer: list[int] | None = None
-    num_key_value_attention_heads: int = 8
+    num_key_value_attention_heads: int | None = None  # derived: num_attention_heads // 2 (transformers: 8, the same)
     num_first_full_attention_layers: int = 8
     num_last_full_attention_layers: int = 8
     semantic_loss_ignore_index: int = 255
@@ -508,6 +468,10 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     check_weights_beside: ClassVar[Callable[[Any], None] | None] = None
 
     def __post_init__(self, **kwargs):
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        if self.num_key_value_attention_heads is None:
+            self.num_key_value_attention_heads = max(self.num_attention_heads // 2, 1)
         # Before anything is sized from the fields (the stage names and per-layer lists below, then the model): a
         # config.json with `num_hidden_layers: 1e9` must fail here, not allocate.
         self.validate_sizes_and_values()
@@ -570,10 +534,6 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     def validate_sapiens2_hf_fields(self):
         if self.rope_dtype not in ROPE_DTYPES:
             raise ValueError(f"`rope_dtype` must be one of {ROPE_DTYPES}, got {self.rope_dtype!r}.")
-        if self.num_tokenizer_layers < 0 or self.tokenizer_window_size < 1 or self.tokenizer_chunk_size < 1:
-            raise ValueError(
-                "`num_tokenizer_layers` must be >= 0, `tokenizer_window_size` and `tokenizer_chunk_size` >= 1."
-            )
         if self.task is not None and self.task not in TASKS:
             architecture = (self.architectures or [None])[0]
             raise ValueError(
@@ -696,20 +656,33 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         arch = VARIANTS[variant]
         config_kwargs = {
             **arch,
-            "intermediate_size": 4 * arch["hidden_size"],
-            "num_key_value_attention_heads": arch["num_attention_heads"] // 2,
             "image_size": NATIVE_IMAGE_SIZES.get(variant, [1024, 768]),
             "variant": variant,
             "task": task,
         }
         if task is not None:
             config_kwargs["head_config"] = head_kwargs_for_task(task, HEAD_PRESETS[task][variant])
-            if variant in NATIVE_IMAGE_SIZES and "scale_conv_out_channels" in config_kwargs["head_config"]:
-                # The scale branch reads the 64x48 pooled grid, as at 1K: 8x6 x 128 features.
-                config_kwargs["head_config"]["scale_final_input_size"] = 6144
             config_kwargs.update(task_label_kwargs(task))
         config_kwargs.update(kwargs)
         return cls(**config_kwargs)
+
+
+# Why code: transformers' pipeline factory reads config.json with its own `sapiens2` config class.
+def as_sapiens2_config(config):
+    """`config` as our `Sapiens2Config` (`None` stays `None`): transformers' own `Sapiens2Config` (what its pipeline
+    factory and a composite model's config.json read) is re-read from its dict, so that our fields it carries along
+    (RoPE dtype, tokenizer, task) are kept; a config of another model is refused."""
+    if config is None or isinstance(config, Sapiens2Config):
+        return config
+    if getattr(config, "model_type", None) not in (Sapiens2Config.model_type, TRANSFORMERS_MODEL_TYPE):
+        raise ValueError(
+            f"Sapiens2 models need a Sapiens2 config, got a `{getattr(config, 'model_type', type(config).__name__)}` "
+            "one; build it with sapiens2_hf.Sapiens2Config (e.g. `Sapiens2Config.from_preset`)."
+        )
+    converted = Sapiens2Config.from_dict(config.to_dict())
+    if config._attn_implementation is not None:  # not part of to_dict; set by the parent model or the pipeline
+        converted._attn_implementation = config._attn_implementation
+    return converted
 
 
 def _check_task(task: str | None) -> None:
@@ -734,12 +707,7 @@ def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
     }
     if task is not None:
         layout = TINY_HEAD_LAYOUTS.get(task) or _TINY_HEAD_BY_UPSAMPLING[task_spec(task).head_upsampling]
-        head = head_kwargs_for_task(task, layout)
-        if task == "pointmap":
-            # One stride-2 conv keeps a 2x2 map at 64x48 (InstanceNorm needs more than one pixel).
-            head.update(scale_conv_out_channels=[8], scale_conv_kernel_sizes=[1])
-            head.update(scale_final_hidden_sizes=[16, 8])
-        kwargs["head_config"] = head
+        kwargs["head_config"] = head_kwargs_for_task(task, layout)
         kwargs.update(task_label_kwargs(task))
     if overrides.get("num_tokenizer_layers"):
         # the stride-64 features of a tokenizer need a multiple of 64: 4x3 windows

@@ -99,15 +99,11 @@ PREPROCESS_OVERRIDES = ("task", "box_format", "size", "geometry_backend", "image
 @dataclass(frozen=True)
 class PreprocessOptions:
     """One `preprocess` call's settings, read once from the processor's fields and the call's overrides
-    (`Sapiens2HFImageProcessor.call_options`): the task, the pose `box_format`, the model input `(height, width)`,
-    the geometry backend, the 0-255 mean and std, and how images are read:
-
-    - `do_convert_rgb` (the call's, else the processor's): `True` composites an image's alpha channel over white, as
-      transformers' processors do with `do_convert_rgb=True`; otherwise the alpha channel is dropped, as the official
-      OpenCV reading does (see `load_image_rgb`; transformers' processor refuses 4-channel images then).
-    - `input_data_format` (`str` or `ChannelDimension`): the channel layout of array and tensor inputs,
-      `"channels_last"` or `"channels_first"`, as in transformers' processors; inferred from the shape when not
-      given, and required when both ends of the shape can be the channels (`(3, 100, 3)`).
+    (`Sapiens2HFImageProcessor.call_options`): task, pose `box_format`, model input `(height, width)`, geometry
+    backend, the 0-255 mean and std, and how images are read: `do_convert_rgb` (`True`: an alpha channel is
+    composited over white, as transformers' processors do; otherwise dropped, as the official OpenCV reading does, see
+    `load_image_rgb`) and `input_data_format` (`"channels_last"` or `"channels_first"` for arrays and tensors;
+    inferred from the shape unless both ends can be the channels, e.g. `(3, 100, 3)`).
     """
 
     task: str
@@ -122,31 +118,23 @@ class PreprocessOptions:
 
 class Sapiens2HFImageProcessorKwargs(ImagesKwargs, total=False):
     """
-    do_reduce_labels (`bool`, *optional*, defaults to `False`):
-        Kept for config compatibility with transformers' `Sapiens2ImageProcessor` (saved in
-        preprocessor_config.json); the official Sapiens2 label maps need no reduction and this processor ignores it.
-    keypoint_heatmap_downscale_factor (`int`, *optional*, defaults to 4):
-        Model input size / size of the pose training heatmaps made from `keypoints`.
-    keypoint_heatmap_sigma (`float`, *optional*, defaults to 6.0):
-        Standard deviation, in heatmap pixels, of the Gaussians of those heatmaps.
-    task (`str`, *optional*, defaults to `"pose"`):
-        Which official policy to apply: `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"` or `"matting"`.
-    box_format (`str`, *optional*, defaults to `"xywh"`):
-        Format of the pose `boxes` given to `preprocess` / `__call__`: `"xywh"` (COCO `[x_min, y_min, width,
-        height]`, transformers' convention) or `"xyxy"` (`[x_min, y_min, x_max, y_max]`). Not used by
+    do_reduce_labels (`bool`, defaults to `False`): stored for transformers' `Sapiens2ImageProcessor`
+        (preprocessor_config.json); the official label maps need no reduction, so this processor ignores it.
+    keypoint_heatmap_downscale_factor (`int`, defaults to 4), keypoint_heatmap_sigma (`float`, defaults to 6.0):
+        model input size / size of the pose training heatmaps made from `keypoints`, and the standard deviation of
+        their Gaussians in heatmap pixels.
+    task (`str`, defaults to `"pose"`): the official policy to apply: `"pose"`, `"seg"`, `"normal"`, `"pointmap"`,
+        `"albedo"` or `"matting"`.
+    box_format (`str`, defaults to `"xywh"`): format of the pose `boxes` given to `preprocess` / `__call__`:
+        `"xywh"` (COCO `[x_min, y_min, width, height]`, transformers' convention) or `"xyxy"`. Not used by
         `post_process_pose_estimation`, which needs the format named in each call that passes `boxes`.
-    bbox_padding (`float`, *optional*, defaults to 1.25):
-        Context padding of pose boxes.
-    blur_kernel_size (`int`, *optional*, defaults to 11):
-        Gaussian kernel of the DARK refinement.
-    geometry_backend (`str`, *optional*, defaults to `"auto"`):
-        `"auto"` (OpenCV when importable), `"cv2"` or `"torch"`.
-    flip_indices (`list[int]`, *optional*):
-        Keypoint permutation under a horizontal flip. Defaults to the official 308-keypoint table.
-    pointmap_num_blurs (`int`, *optional*, defaults to 4):
-        Number of 3x3 Gaussian passes (sigma `pointmap_blur_sigma`) before enlarging a pointmap.
-    pointmap_blur_sigma (`float`, *optional*, defaults to 0.8):
-        Sigma of those passes.
+    bbox_padding (`float`, defaults to 1.25): context padding of pose boxes.
+    blur_kernel_size (`int`, defaults to 11): Gaussian kernel of the DARK refinement.
+    geometry_backend (`str`, defaults to `"auto"`): `"auto"` (OpenCV when importable), `"cv2"` or `"torch"`.
+    flip_indices (`list[int]`, *optional*): keypoint permutation under a horizontal flip; default: the official
+        308-keypoint table.
+    pointmap_num_blurs (`int`, defaults to 4), pointmap_blur_sigma (`float`, defaults to 0.8): 3x3 Gaussian passes
+        before enlarging a pointmap, and their sigma.
     """
 
     do_reduce_labels: bool
@@ -164,12 +152,8 @@ class Sapiens2HFImageProcessorKwargs(ImagesKwargs, total=False):
 
 class Sapiens2HFImageProcessor(TorchvisionBackend):
     r"""
-    Image processor reproducing the official Sapiens2 pre- and post-processing for every task.
-
-    Built on transformers' public processing API (`TorchvisionBackend`: config fields, `from_pretrained` /
-    `save_pretrained`, `__call__`), with every Sapiens2 step written here and in `sapiens2_processing_ops`. The saved
-    fields are those of transformers' own `Sapiens2ImageProcessor` plus ours, so each class reads the other's
-    preprocessor_config.json; `from_image_processor` turns either into ours for a task.
+    Image processor reproducing the official Sapiens2 pre- and post-processing for every task (see the module
+    docstring); `from_image_processor` turns transformers' `Sapiens2ImageProcessor` (or ours) into ours for a task.
 
     Sizes follow transformers' convention `size={"height": H, "width": W}` (default 1024x768). Normalisation is
     `(x - mean) / std` on the 0-255 scale in float32, with `mean = image_mean / rescale_factor` (ImageNet values),
@@ -180,10 +164,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     the official letterbox truncation and padding split, the official DARK decoder including its quirks, a pose
     `box_format` option, decoded keypoints in float64, an albedo post-processor and a depth output for pointmaps.
 
-    Pose boxes: `preprocess` / `__call__` read `boxes` in `box_format` (default `"xywh"`, COCO, like transformers;
-    the pipeline and CLI use `"xyxy"` and say so in each call). `post_process_pose_estimation(boxes=...)` requires
-    `box_format=` in the call (or the format-free `bbox_center` / `bbox_scale` / `image_index` from `preprocess`),
-    so that the two steps cannot silently read the same numbers in two formats.
+    Pose boxes are read in `box_format` (default `"xywh"`, COCO, like transformers; the pipeline and CLI name
+    `"xyxy"` in each call); `post_process_pose_estimation(boxes=...)` requires `box_format=` in the call (or the
+    format-free `crops` from `preprocess`), so that the two steps cannot read the same numbers in two formats.
 
     preprocess outputs (a `BatchFeature`):
     - `pixel_values` (`torch.Tensor` of shape `(num_inputs, 3, height, width)`, float32): one row per image, or per
@@ -245,18 +228,15 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
     @classmethod
     def from_image_processor(cls, other: Any, task: str | None, **overrides) -> "Sapiens2HFImageProcessor":
-        """This class for `task`, keeping the settings of another Sapiens2 image processor.
-
-        The one way a processor is adopted (pipelines, `save_for_hub`, the CLI). An official repo ships transformers'
-        stock `Sapiens2ImageProcessor`, which has no task policy (its own resampling, no albedo post-processing);
-        ours for the task, with its input size and normalisation, reproduces the official pipeline instead.
+        """This class for `task`, keeping the settings of another Sapiens2 image processor: the one way a processor
+        is adopted (pipelines, `save_for_hub`, the CLI). An official repo ships transformers' stock
+        `Sapiens2ImageProcessor`, which has no task policy; ours for the task, with its input size and
+        normalisation, reproduces the official pipeline instead.
 
         Args:
-            other: ours (any task field is then checked), transformers' stock `Sapiens2ImageProcessor`, the dict
-                of a preprocessor_config.json of either, or `None` (this class's defaults). Its fields that this
-                class has (`size`, `image_mean`, `image_std`, `rescale_factor`, ..., and ours such as
-                `bbox_padding`) are kept; anything else (`image_processor_type`, `auto_map`, other processors'
-                fields) is dropped.
+            other: ours (its task field is then checked), transformers' `Sapiens2ImageProcessor`, the dict of a
+                preprocessor_config.json of either, or `None` (this class's defaults). Its fields that this class has
+                are kept; anything else (`image_processor_type`, `auto_map`, other processors' fields) is dropped.
             task (`str` or `None`): the model's task; `None` (a backbone) means `"pretrain"`.
             overrides: fields that replace `other`'s (e.g. `size=` from the command line).
 
@@ -342,16 +322,15 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         """A copy of a dense map with the background (outside the person foreground) set to `fill_value`.
 
         Works on the pipelines' channels-last numpy results and on the `post_process_*` methods' channels-first
-        tensors alike, e.g. for `pipeline("depth-estimation")`:
-        `processor.apply_foreground_mask(result["predicted_depth"], processor.foreground_mask_from_segmentation(seg))`.
+        tensors alike, e.g. `processor.apply_foreground_mask(result["predicted_depth"],
+        processor.foreground_mask_from_segmentation(seg))`.
 
         Args:
-            values: `(height, width)`, `(height, width, channels)` or `(channels, height, width)` numpy array or
-                torch tensor.
+            values: `(height, width)`, `(height, width, channels)` or `(channels, height, width)` array or tensor.
             mask: `(height, width)` person foreground (anything `foreground_mask_array` takes; a bool tensor stays
                 on its device).
-            fill_value: the background value; default: this processor's task's (`foreground_fill_value`: normal
-                and albedo 0, pointmap / depth NaN).
+            fill_value: the background value; default: the task's (`foreground_fill_value`: normal and albedo 0,
+                pointmap / depth NaN).
             channels_last: where the channels of 3-D `values` are; default: read from the shapes (an error when
                 both readings fit, e.g. a 3x3x3 map with a 3x3 mask).
 
@@ -509,7 +488,6 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             data["labels"] = resize_label_maps(segmentation_maps, _letterboxed(options.task), input_size, paddings)
         return np.stack(crops) if crops else np.zeros((0, *input_size, 3), np.uint8)
 
-
     # ------------------------------------------------------------------------------------------------------------
     # post-processing: pose
     # ------------------------------------------------------------------------------------------------------------
@@ -537,12 +515,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         keypoint_names: Any = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
         r"""
-        Decode pose heatmaps into keypoints in original-image pixels, batched over `POSE_DECODE_CHUNK_SIZE` crops at a
-        time (the memory of the decoding is bounded by that chunk; the results do not depend on it). The crops are
-        the processor's `size`.
-
-        The edge of `decode_pose_keypoints`, which reads one geometry input: `crops` (what `preprocess` returned),
-        or transformers' `boxes=` convention, converted once by `pose_crops`.
+        Decode pose heatmaps into keypoints in original-image pixels, `POSE_DECODE_CHUNK_SIZE` crops at a time (the
+        memory bound; the results do not depend on it): the edge of `decode_pose_keypoints`, which reads one geometry
+        input, `crops` (what `preprocess` returned), or transformers' `boxes=` convention, converted by `pose_crops`.
 
         Args:
             outputs: model output with `heatmaps` (`(num_crops, num_keypoints, height/4, width/4)`).
@@ -589,26 +564,18 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             return PoseFlipTest(_heatmaps(outputs_flipped.outputs), flip_indices)
         return PoseFlipTest(_heatmaps(outputs_flipped))
 
-
-
     # ------------------------------------------------------------------------------------------------------------
     # post-processing: dense tasks
     # ------------------------------------------------------------------------------------------------------------
-
-
-
 
     def post_process_semantic_segmentation(
         self, outputs, target_sizes: Any = None, return_segmentation_scores: bool = False
     ) -> list[torch.Tensor] | list[SemanticSegmentationPostProcessorOutput]:
         r"""
-        Logits -> class maps, the official way: bilinear resize of the logits (align_corners=False), then argmax.
-
-        The arguments and return types are those of transformers' `Sapiens2ImageProcessor` method of this name.
-
-        Memory: the class maps are computed a few channels at a time (`resize_logits_argmax`), so an 8000x6000 photo
-        needs well under 2 GB instead of the 5.6 GB of resizing all 29 channels at once; the labels are
-        bit-identical. `return_segmentation_scores=True` materialises all resized logits
+        Logits -> class maps, the official way: bilinear resize of the logits (align_corners=False), then argmax, with
+        the arguments and return types of transformers' `Sapiens2ImageProcessor` method of this name. The class maps
+        are computed a few channels at a time (`resize_logits_argmax`: an 8000x6000 photo needs well under 2 GB, not
+        5.6 GB; bit-identical labels); `return_segmentation_scores=True` materialises all resized logits
         (`num_labels * height * width` float32) and so costs that memory again.
 
         Args:
@@ -618,9 +585,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
 
         Returns:
             Per image a `(height, width)` int64 class map in `[0, num_labels)`; with `return_segmentation_scores`, per
-            image a transformers `SemanticSegmentationPostProcessorOutput` (a `BatchFeature`: read its fields as
-            keys, `result["segmentation"]`, or attributes, `result.segmentation`) with `segmentation` (that class
-            map) and `segmentation_scores` (the resized logits, `(num_labels, height, width)` float).
+            image a transformers `SemanticSegmentationPostProcessorOutput` (a `BatchFeature`, fields read as keys or
+            attributes) with `segmentation` (that class map) and `segmentation_scores` (`(num_labels, height, width)`).
         """
         logits = outputs.logits if hasattr(outputs, "logits") else outputs
         results = segmentation_maps(logits, target_sizes, return_segmentation_scores)
@@ -634,9 +600,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         paddings: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Raw normals -> unit normals at the original size: normalise (eps 1e-8), unpad, bilinear.
-
-        Official quirk kept: vectors are not re-normalised after the resize (slightly shorter than 1 at edges).
+        Raw normals -> unit normals at the original size: normalise (eps 1e-8), unpad, bilinear (official quirk kept:
+        vectors are not re-normalised after the resize, slightly shorter than 1 at edges).
 
         Args:
             outputs: model output with `normals` (`(batch_size, 3, height, width)`).
@@ -656,18 +621,15 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         paddings: Any = None, do_smooth: bool = True, focal_length: Any = None, intrinsics: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Canonical pointmap -> metric XYZ at the original size.
-
-        Steps (official order): divide by the scale, unpad, when enlarging blur 4x (3x3 Gaussian, sigma 0.8,
-        reflection padding), bilinear resize.
+        Canonical pointmap -> metric XYZ at the original size. Steps (official order): divide by the scale, unpad,
+        when enlarging blur 4x (3x3 Gaussian, sigma 0.8, reflection padding), bilinear resize.
 
         The scale is the predicted one (`768 / f_x`, `f_x` the focal length in model-input pixels) unless the camera
         is known: `focal_length` replaces it by `768 / (focal_length * w_resized / w_original)` (the letterbox resize
         factor turns original-image pixels into model-input pixels), so the pointmap is metric for that camera.
         `intrinsics` does the same with its `fx`, then re-projects X and Y from the metric Z through the given
-        camera at the original resolution: `X = (u - cx) * Z / fx`, `Y = (v - cy) * Z / fy`, with `(u, v)` the
-        pixel's column and row in the original image (pixel centres at integers; a map of another size is sampled
-        at the matching original-image positions).
+        camera at the original resolution: `X = (u - cx) * Z / fx`, `Y = (v - cy) * Z / fy`, `(u, v)` the pixel's
+        column and row in the original image (a map of another size is sampled at the matching positions).
 
         Args:
             outputs: model output with `pointmaps` (`(batch_size, 3, height, width)`) and `scales` (`(batch_size, 1)`;
@@ -676,16 +638,14 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             do_smooth: apply the official smoothing before enlarging.
             focal_length (`float`, or one per image, entries may be `None`, *optional*): the horizontal focal length
                 in pixels of the original image (`source_sizes`; of the model input without them).
-            intrinsics (*optional*): the camera in pixels of the original image, `(fx, fy, cx, cy)` or a 3x3 matrix
-                `[[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`; one for all images, or one per image (entries may be
-                `None`). Not together with `focal_length`.
+            intrinsics (*optional*): the camera in original-image pixels, `(fx, fy, cx, cy)` or a 3x3 matrix; one for
+                all images, or one per image (entries may be `None`). Not together with `focal_length`.
 
         Returns:
-            Per image `{"pointmap": (3, height, width) float32 XYZ (X right, Y down, Z forward, training units
-            (metres)), "depth": (height, width) float32 (= Z), "scale": () float32 or None (the one divided by),
-            "focal_length": () float32 or None}`: the focal length used, in pixels of the original image: the given
-            one (`fx` of `intrinsics`), or the one the predicted scale implies (`None` for a model without a scale
-            branch).
+            Per image `{"pointmap": (3, height, width) float32 XYZ (X right, Y down, Z forward, metres), "depth":
+            (height, width) float32 (= Z), "scale": () float32 or None (the one divided by), "focal_length": ()
+            float32 or None}`: the focal length used, in original-image pixels (the given one, `fx` of `intrinsics`,
+            or the one the predicted scale implies; `None` for a model without a scale branch).
 
         Raises:
             ValueError: for both `focal_length` and `intrinsics`, a focal length that is not a positive finite number,
@@ -703,27 +663,22 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     ) -> list[dict[str, torch.Tensor]]:
         r"""
         Pointmap model output -> metric depth, in the format of transformers' `post_process_depth_estimation` (what
-        its `pipeline("depth-estimation")` calls, with each image's original size as `target_sizes`).
-
-        The depth is the Z channel of `post_process_pointmap_estimation`'s metric pointmap, in metres, computed by
-        that method (`target_sizes` as its `source_sizes`, the same `focal_length`), so it equals the
-        `sapiens2-pointmap` pipeline's `depth` for the same focal length. To keep only the person, mask the result:
+        its `pipeline("depth-estimation")` calls, with each image's original size as `target_sizes`): the Z channel
+        of `post_process_pointmap_estimation`'s metric pointmap in metres (`target_sizes` as its `source_sizes`, the
+        same `focal_length`), so it equals the `sapiens2-pointmap` pipeline's `depth`. To keep only the person:
         `apply_foreground_mask(result["predicted_depth"], foreground_mask_from_segmentation(seg))` (NaN background).
 
         Args:
-            outputs: a pointmap model's output: `pointmaps` (`(batch_size, 3, height, width)`, canonical camera) and
-                `scales` (`(batch_size, 1)`, `768 / f_x` with `f_x` the focal length in model-input pixels).
+            outputs: a pointmap model's output (`pointmaps`, `scales`; see `post_process_pointmap_estimation`).
             target_sizes: per image the original `(height, width)`: the letterbox padding is removed and the depth
                 resized to it. `None` keeps the model's output grid, padding included.
             focal_length (`float`, or one per image, *optional*): the camera's horizontal focal length in pixels of
-                the image `target_sizes` describes (of the model input when `target_sizes` is `None`). It replaces
-                the predicted scale by the camera's, `768 / (focal_length * w_resized / w_original)` (the letterbox
-                resize factor), so the depth is metric for that camera.
+                the image `target_sizes` describes, as in `post_process_pointmap_estimation`.
 
         Returns:
             Per image `{"predicted_depth": (height, width) float32 metres, "focal_length": () float32}`: the focal
-            length used, in pixels of the same image as `focal_length`: the given one, or the one the predicted
-            scale implies (`None` for a model without a scale branch; the depth is then the canonical camera's).
+            length used, in pixels of the same image as `focal_length` (the given one, or the one the predicted
+            scale implies; `None` for a model without a scale branch, whose depth is the canonical camera's).
 
         Raises:
             ValueError: for outputs without `pointmaps` (a normal map is no depth: run normal models with
@@ -751,15 +706,9 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         paddings: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Raw albedo -> RGB albedo in [0, 1] at the original size: clamp, unpad, bilinear.
-
-        Args:
-            outputs: model output with `albedos` (`(batch_size, 3, height, width)`, raw).
-            source_sizes, target_sizes, paddings: as in `post_process_normal_estimation`.
-
-        Returns:
-            Per image `{"albedo": (3, height, width) float32 RGB in [0, 1]}`. The official demo then saves
-            `(albedo * 255)` truncated to uint8.
+        Raw albedo (`outputs.albedos`, `(batch_size, 3, height, width)`) -> RGB albedo in [0, 1] at the original size:
+        clamp, unpad, bilinear; the arguments as in `post_process_normal_estimation`. Returns per image `{"albedo":
+        (3, height, width) float32 RGB in [0, 1]}` (the official demo then saves `(albedo * 255)` truncated to uint8).
         """
         albedos = getattr(outputs, "albedos", None)
         if albedos is None:
@@ -767,24 +716,16 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         layout = DenseLayout.resolve(albedos, self.input_size, source_sizes, target_sizes, do_remove_padding, paddings)
         return [{"albedo": a} for a in clamped_albedo(albedos, layout)]
 
-
     def post_process_dense_maps(
         self, outputs, source_sizes: Any = None, target_sizes: Any = None, do_remove_padding: bool | None = None,
         paddings: Any = None,
     ) -> list[dict[str, torch.Tensor]]:
         r"""
-        Raw maps of this processor's task -> the same maps at the original size: unpad (letterboxed tasks), bilinear;
-        no value mapping. The post-processing of a dense task registered with `sapiens2_hf.register_task` whose
-        `post_process` names this method.
-
-        Args:
-            outputs: the model output (its task's `output_field`, `(batch_size, channels, height, width)`) or that
-                tensor.
-            source_sizes, target_sizes, paddings: as in `post_process_normal_estimation`.
-
-        Returns:
-            Per image `{key: (channels, height, width) float32}`, `key` the task's first `result_maps` entry (else
-            its name).
+        Raw maps of this processor's task (its `output_field` of `outputs`, `(batch_size, channels, height, width)`, or
+        that tensor) -> the same maps at the original size: unpad (letterboxed tasks), bilinear; no value mapping.
+        The post-processing of a dense task registered with `sapiens2_hf.register_task` whose `post_process` names
+        this method; the arguments as in `post_process_normal_estimation`. Returns per image `{key: (channels,
+        height, width) float32}`, `key` the task's first `result_maps` entry (else its name).
         """
         spec = task_spec(self.task)
         maps = outputs if isinstance(outputs, torch.Tensor) else getattr(outputs, spec.output_field)
@@ -801,34 +742,29 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     ) -> list[dict[str, torch.Tensor]]:
         r"""
         Matting output -> alpha matte and pre-multiplied foreground at the original size (the arguments, keys and
-        shapes of transformers' `Sapiens2ImageProcessor.post_process_image_matting`, `alpha` included as a
-        `(1, height, width)` map; ours adds `source_sizes`, `paddings` and `do_remove_padding`).
-
-        The matting task stretches the whole image to the input size (the official test pipeline: no letterbox), so
-        the inverse is a bilinear resize (`align_corners=False`) to the original size; a letterboxed input (a
-        processor whose task pads, or `paddings` from `preprocess`) has its padding removed first. Values are
-        clamped to `[0, 1]` after the resize.
+        shapes of transformers' `Sapiens2ImageProcessor.post_process_image_matting`, `alpha` a `(1, height, width)`
+        map; ours adds `source_sizes`, `paddings` and `do_remove_padding`). The matting task stretches the whole
+        image (no letterbox), so the inverse is a bilinear resize (`align_corners=False`); a letterboxed input has its
+        padding removed first. Values are clamped to `[0, 1]` after the resize.
 
         Args:
-            outputs: model output with `alphas` (`(batch_size, 1, height, width)`) and `foregrounds`
-                (`(batch_size, 3, height, width)`, pre-multiplied RGB), or a `(batch_size, 4, height, width)` tensor
-                (foreground channels first, as the head predicts them).
-            target_sizes: per image the final `(height, width)` (normally the original size); `None` keeps the
-                model's resolution (or `source_sizes`).
-            backgrounds (*optional*): one background for all, or one per image; each an image (PIL,
-                `(height, width, 3)` uint8 RGB array, path) or a colour `(red, green, blue)` of three numbers in
-                `[0, 255]`: each result gains `composite`, `foreground + (1 - alpha) * background`, as a
-                `(3, height, width)` uint8 tensor (an image background is resized bilinearly to the result's size).
+            outputs: model output with `alphas` (`(batch_size, 1, height, width)`) and pre-multiplied RGB
+                `foregrounds` (`(batch_size, 3, height, width)`), or the head's `(batch_size, 4, height, width)` tensor
+                (foreground channels first).
+            target_sizes: per image the final `(height, width)`; `None` keeps the model's resolution (or
+                `source_sizes`).
+            backgrounds (*optional*): one for all, or one per image; an image (PIL, `(height, width, 3)` uint8 RGB
+                array, path) or a `(red, green, blue)` colour in `[0, 255]`: each result gains `composite`,
+                `foreground + (1 - alpha) * background`, `(3, height, width)` uint8 (an image resized bilinearly).
             source_sizes: per image the original `(height, width)`; the default final size, and what the letterbox
-                padding is recomputed from when padding is removed.
+                padding is recomputed from.
             paddings: optional `(left, right, top, bottom)` per image from `preprocess` (letterboxed inputs only).
-            do_remove_padding: remove letterbox padding; default: when this processor's task letterboxes and sizes
-                or paddings are given.
+            do_remove_padding: default: when this processor's task letterboxes and sizes or paddings are given.
 
         Returns:
             Per image `{"alpha": (1, height, width) float32 in [0, 1], "foreground": (3, height, width) float32
-            pre-multiplied RGB in [0, 1], "composite": (3, height, width) uint8 or None}` (`alpha[0]` is the
-            `(height, width)` matte that `pipeline("sapiens2-matting")` returns).
+            pre-multiplied RGB in [0, 1], "composite": (3, height, width) uint8 or None}` (`alpha[0]` is the matte
+            that `pipeline("sapiens2-matting")` returns).
         """
         maps = matting_maps(outputs)
         count = maps.shape[0]
@@ -837,12 +773,6 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
                 _letterboxed(self.task) and _sizes_list(source_sizes, count, "source_sizes") is not None)
         layout = DenseLayout.resolve(maps, self.input_size, source_sizes, target_sizes, do_remove_padding, paddings)
         return alpha_mattes(maps, layout, backgrounds)
-
-
-
-
-
-
 
 
 def image_processor_for_task(task: str | None, **kwargs) -> Sapiens2HFImageProcessor:

@@ -10,6 +10,8 @@ from functools import partial
 
 import torch
 from torch import nn
+from torchvision.ops import StochasticDepth
+from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
@@ -23,18 +25,6 @@ _TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 # ------------------------------------------------------------------------------------------------ small layers
-
-
-# The activations a config may name (`hidden_act`), as the modules transformers' `ACT2FN` gives for them
-# (SiLU and erf-GELU are the same `torch.nn.functional` calls).
-_ACTIVATIONS = {"silu": nn.SiLU, "swish": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
-
-
-def activation_layer(name: str) -> nn.Module:
-    """A fresh activation module for the `hidden_act` name `name`."""
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"Unsupported activation {name!r}; choose one of {sorted(_ACTIVATIONS)}.")
-    return _ACTIVATIONS[name]()
 
 
 class Sapiens2RMSNorm(nn.Module):
@@ -82,26 +72,6 @@ class Sapiens2LayerScale(nn.Module):
         return hidden_states * self.lambda1
 
 
-class Sapiens2DropPath(nn.Module):
-    """Stochastic depth: in training, drops the whole residual branch of a sample with probability `drop_prob` and
-    scales the kept ones by `1 / (1 - drop_prob)` (Huang et al. 2016, https://arxiv.org/abs/1603.09382)."""
-
-    def __init__(self, drop_prob: float = 0.0):
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.drop_prob == 0.0 or not self.training:
-            return hidden_states
-        keep_prob = 1 - self.drop_prob
-        shape = (hidden_states.shape[0],) + (1,) * (hidden_states.ndim - 1)  # one draw per sample
-        keep = torch.floor(torch.rand(shape, dtype=hidden_states.dtype, device=hidden_states.device) + keep_prob)
-        return hidden_states.div(keep_prob) * keep
-
-    def extra_repr(self) -> str:
-        return f"p={self.drop_prob}"
-
-
 class Sapiens2MLP(nn.Module):
     """Two-layer MLP `down_proj(act(up_proj(x)))` (configs with `use_gated_mlp=False`)."""
 
@@ -109,7 +79,7 @@ class Sapiens2MLP(nn.Module):
         super().__init__()
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
-        self.act_fn = activation_layer(config.hidden_act)
+        self.act_fn = ACT2FN[config.hidden_act]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.up_proj(hidden_states)))
@@ -124,7 +94,7 @@ class Sapiens2GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
-        self.act_fn = activation_layer(config.hidden_act)
+        self.act_fn = ACT2FN[config.hidden_act]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
@@ -172,16 +142,10 @@ class Sapiens2Embeddings(nn.Module):
 def augment_patch_coordinates(
     coords: torch.Tensor, shift: float | None = None, jitter: float | None = None, rescale: float | None = None
 ) -> torch.Tensor:
-    """Random RoPE coordinate augmentation of DINOv3 (training only), drawn from the global RNG like the official code.
-
-    Args:
-        coords (`torch.Tensor` of shape `(num_patches, 2)`): `(y, x)` patch centres in `[-1, 1]`.
-        shift: adds one uniform offset in `[-shift, shift]` per axis.
-        jitter: multiplies each axis by its own log-uniform factor in `[1 / jitter, jitter]`.
-        rescale: multiplies both axes by one log-uniform factor in `[1 / rescale, rescale]`.
-    Returns:
-        `torch.Tensor` of shape `(num_patches, 2)`, dtype of `coords`.
-    """
+    """Random RoPE coordinate augmentation of DINOv3 (training only), drawn from the global RNG like the official code,
+    of `(num_patches, 2)` `(y, x)` patch centres in `[-1, 1]`: `shift` adds one uniform offset in `[-shift, shift]`
+    per axis, `jitter` multiplies each axis by its own log-uniform factor in `[1 / jitter, jitter]`, `rescale` both
+    axes by one in `[1 / rescale, rescale]`."""
     if shift is not None:
         coords = coords + torch.empty((1, 2), device=coords.device, dtype=coords.dtype).uniform_(-shift, shift)
     if jitter is not None:
@@ -196,17 +160,15 @@ def augment_patch_coordinates(
 
 
 class Sapiens2RopePositionEmbedding(nn.Module):
-    """2-D rotary position embedding of the patch tokens, in the official arithmetic and dtype.
+    """2-D rotary position embedding of the patch tokens, in the official arithmetic and dtype: patch centres
+    normalised separately by the grid height and width to `[-1, 1]`, angles `2 pi coord / period` (row angles first,
+    then column angles, the whole repeated twice to the head dim).
 
-    Coordinates are patch centres normalised separately by the grid height and width to `[-1, 1]`; the angles are
-    `2 pi coord / period` with the row angles first, then the column angles, the whole repeated twice to the head dim.
-
-    `(cos, sin)` depend only on the grid size, the periods, their device and the RoPE dtype, so they are computed once
-    per grid and kept in a small cache (a plain dict, not a buffer: state dicts are unchanged). The cache is dropped as
-    soon as `periods` is replaced (`reset_periods`, `.to()`/`_apply`, loading) or changed in place, is bypassed while
-    the coordinates are randomly augmented in training, while `periods` needs a gradient, and under tracing, compiling
-    and export (a cached tensor would be frozen into the graph as a constant of one input size). The cached tensors
-    have no autograd history (nothing they come from requires grad) and must not be modified in place by callers.
+    `(cos, sin)` depend only on the grid size, the periods, their device and the RoPE dtype, so they are kept per
+    grid in a small cache (a plain dict, not a buffer: state dicts are unchanged). The cache is dropped as soon as
+    `periods` is replaced or changed in place, and bypassed while the coordinates are randomly augmented, while
+    `periods` needs a gradient, and under tracing, compiling and export (a cached tensor would be frozen into the
+    graph). Cached tensors have no autograd history and must not be modified in place by callers.
     """
 
     periods: torch.Tensor
@@ -382,16 +344,10 @@ def eager_attention_forward(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Plain softmax attention with the signature of transformers' attention registry.
-
-    Args:
-        query (`torch.Tensor` of shape `(batch_size, num_heads, seq_len, head_dim)`)
-        key, value (`torch.Tensor` of shape `(batch_size, num_kv_heads, seq_len, head_dim)`)
-        attention_mask (`torch.Tensor`, *optional*): additive, broadcastable to the attention weights.
-    Returns:
-        `(output, weights)`: output of shape `(batch_size, seq_len, num_heads, head_dim)`, weights of shape
-        `(batch_size, num_heads, seq_len, seq_len)` (softmax in float32, cast back to the query dtype).
-    """
+    """Plain softmax attention with the signature of transformers' attention registry: `query` `(batch_size,
+    num_heads, seq_len, head_dim)`, `key` and `value` with `num_kv_heads`, an optional additive `attention_mask`.
+    Returns `(output, weights)`: `(batch_size, seq_len, num_heads, head_dim)` and `(batch_size, num_heads, seq_len,
+    seq_len)` (softmax in float32, cast back to the query dtype)."""
     scaling = module.head_dim**-0.5 if scaling is None else scaling
     key = repeat_kv(key, module.num_key_value_groups)
     value = repeat_kv(value, module.num_key_value_groups)
@@ -499,7 +455,8 @@ class Sapiens2Layer(GradientCheckpointingLayer):
         self.layer_scale1 = (
             Sapiens2LayerScale(config.hidden_size, config.layerscale_value) if use_layer_scale else nn.Identity()
         )
-        self.drop_path = Sapiens2DropPath(config.drop_path_rate) if config.drop_path_rate > 0.0 else nn.Identity()
+        # stochastic depth: a sample's whole residual branch dropped, the kept ones scaled by 1 / (1 - p)
+        self.drop_path = StochasticDepth(config.drop_path_rate, "row") if config.drop_path_rate > 0.0 else nn.Identity()
         self.norm2 = Sapiens2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = Sapiens2GatedMLP(config) if config.use_gated_mlp else Sapiens2MLP(config)
         self.layer_scale2 = nn.Identity()
@@ -533,7 +490,7 @@ class Sapiens2ConvLayer(nn.Module):
         pixel_shuffle (`bool`): the convolution outputs `out_channels * scale_factor**2` channels, rearranged by
             `PixelShuffle(scale_factor)` into `out_channels` channels at `scale_factor` times the resolution.
         norm_layer (`Callable[[int], nn.Module]`): normalisation factory, called with `out_channels`.
-        activation (`str`): activation name (see `activation_layer`).
+        activation (`str`): activation name (transformers' `ACT2FN`).
     """
 
     def __init__(
@@ -557,7 +514,7 @@ class Sapiens2ConvLayer(nn.Module):
             in_channels, conv_channels, kernel_size=kernel_size, stride=stride, padding=padding, bias=bias
         )
         self.norm = norm_layer(out_channels)
-        self.act_fn = activation_layer(activation)
+        self.act_fn = ACT2FN[activation]
         self.pixel_shuffle = nn.PixelShuffle(scale_factor) if pixel_shuffle else nn.Identity()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -637,7 +594,7 @@ class Sapiens2LinearActivation(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, activation: str):
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(in_features, out_features), activation_layer(activation))
+        self.layers = nn.Sequential(nn.Linear(in_features, out_features), ACT2FN[activation])
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.layers(hidden_states)

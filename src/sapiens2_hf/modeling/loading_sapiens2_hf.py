@@ -1,29 +1,15 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Finding, reading and strictly loading Sapiens2 checkpoints in every layout found in the wild.
 
-A `from_pretrained` argument can be:
+A `from_pretrained` argument can be an official file (`sapiens2_<size>_<task>.safetensors`, original tensor names, no
+config); a folder or Hub repo with a config.json and weights in transformers' module layout, or with the *original*
+names (transformers >= 5.23 writes those when it saves a model it built itself: Meta's facebook/sapiens2-<task>-<size>
+repos); or a config.json beside only the original file. `resolve_checkpoint` tells which.
 
-- an official file (`sapiens2_<size>_<task>.safetensors`, original tensor names, no config);
-- a folder or Hub repo with a config.json and weights in transformers' module layout (saved by this library, or by
-  transformers after loading a folder of that layout);
-- a folder or Hub repo with a config.json and weights that use the *original* tensor names: transformers (>= 5.23)
-  renames Sapiens2 tensors back to the original names when it saves a model it built itself, which is how Meta's
-  official repos (facebook/sapiens2-<task>-<size>) were written;
-- a folder or Hub repo with a config.json and only the original file (no model.safetensors), or the original file
-  alone.
-
-`resolve_checkpoint` tells which. `load_pretrained`, what the model classes' `from_pretrained` runs, hands every one
-of them to transformers' own `from_pretrained` (an official file as a folder in which it is `model.safetensors`), so
-transformers' loader streams the tensors (memory-mapped, cast one by one, with `device_map`, offload, shards and every
-other argument it takes) and renames the original names through the weight conversions declared in
-official_format_sapiens2_hf.py. What it adds: the config of an original-layout checkpoint read from its tensor shapes
-(headers only), the check of its stored RoPE periods, float32 by default, and strictness (a missing, unexpected or
-mis-shaped tensor is an error naming it; `strict=False` for transformers' behaviour). The one place where loading
-validates what it loads: every safetensors file's header against the file's size, before any reader opens it
-(`check_safetensors_file`: a truncated or lying file is an error naming it, not safetensors' bare one), the config's
-sizes and values (bounded and finite, also after keyword overrides, before anything is allocated; see
-`Sapiens2Config.validate_sizes_and_values`) and, once transformers' loader has placed the tensors, their values
-(`check_finite_tensors`: NaN or inf is an error naming the tensors; a warning with `strict=False`).
+`load_pretrained` hands every layout to transformers' own `from_pretrained` (an official file as a folder in which it
+is `model.safetensors`), whose loader streams the tensors (memory-mapped, cast one by one, `device_map`, offload,
+shards) and renames the original names through the weight conversions declared in official_format_sapiens2_hf.py.
+What stays here is what transformers cannot express; each piece says why in a `# Why code:` line.
 
 Hub-shippable: imports only stdlib, torch, huggingface_hub, safetensors, transformers and siblings of this folder.
 """
@@ -44,7 +30,7 @@ from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, 
 from transformers.utils import logging
 
 from .adapter_loading import load_adapter_model
-from .configuration_sapiens2_hf import Sapiens2Config
+from .configuration_sapiens2_hf import Sapiens2Config, as_sapiens2_config
 from .official_format_sapiens2_hf import (
     OFFICIAL_FILENAME_PATTERN,
     ORIGINAL_NAME_PATTERN,
@@ -130,14 +116,13 @@ def _are_sizes(values) -> bool:
     return isinstance(values, list) and all(type(n) is int and n >= 0 for n in values)
 
 
+# Why code: transformers hands a truncated or lying file to safetensors, whose bare `SafetensorError` names no file.
 def check_safetensors_file(path) -> None:
     """Refuses a file that is not a complete safetensors file, naming its first fault, before any reader opens it.
 
-    Reads the 8-byte little-endian header length and the JSON header only (no tensor data): the length must fit the
-    file, the header must be a JSON object whose entries have a dtype, a shape and `data_offsets` `[begin, end]`
-    (relative to the data after the header), and the tensors must tile the data exactly (no byte past its end, no gap,
-    no overlap; each spans its dtype and shape's size), as safetensors requires. transformers' loader would otherwise
-    meet such a file as safetensors' bare `SafetensorError`, which names no file.
+    Reads the header length and the JSON header only: the length must fit the file, every entry needs a dtype, a
+    shape and `data_offsets`, and the tensors must tile the data exactly (no gap, no overlap, each its dtype and
+    shape's size), as safetensors requires.
     """
     size = os.path.getsize(path)
     if size < 8:
@@ -182,23 +167,7 @@ def check_safetensors_file(path) -> None:
         raise _corrupt_file_error(path, f"its tensors cover {position} of its {data_size} data bytes")
 
 
-def safetensors_keys_and_dtypes(paths) -> dict[str, str]:
-    """Tensor name -> safetensors dtype code (`"F32"`, `"BF16"`, `"I8"`, ...) of one or more files, without loading
-    any tensor. Each file passes `check_safetensors_file` first."""
-    from safetensors import SafetensorError, safe_open
-
-    found = {}
-    for path in paths:
-        check_safetensors_file(path)
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                for key in handle.keys():
-                    found[key] = handle.get_slice(key).get_dtype()
-        except (SafetensorError, OSError, ValueError) as error:
-            raise _corrupt_file_error(path, f"safetensors cannot read it ({error})") from error
-    return found
-
-
+# Why code: transformers copies integer or quantized tensors into float parameters without a word.
 def check_tensor_dtypes(dtypes: dict[str, str], source: str) -> list[str]:
     """Refuses non-floating tensors (naming them); returns the floating ones that are not float32."""
     refused = sorted(f"{key} ({dtype})" for key, dtype in dtypes.items() if dtype not in _FLOATING_DTYPES)
@@ -210,6 +179,8 @@ def check_tensor_dtypes(dtypes: dict[str, str], source: str) -> list[str]:
     return sorted(key for key, dtype in dtypes.items() if dtype != "F32")
 
 
+# Why code: an official file has no config.json; its architecture is read from the shapes in the header, and
+# transformers' loader needs the config before it opens any tensor.
 def read_safetensors_header(paths) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, str], dict]:
     """The tensors of one or more safetensors files as meta tensors (shape and dtype, no data), the file holding each
     tensor, each tensor's safetensors dtype code (`"BF16"`, `"I8"`, ...), and the header metadata of the first file.
@@ -244,7 +215,7 @@ def read_tensor(path: str, key: str) -> torch.Tensor:
 
 def official_checkpoint_kind(path: str | os.PathLike) -> str:
     """`"pretrain"` or the task of an official file, read from its tensor names only (no tensor is loaded)."""
-    return detect_official_kind(safetensors_keys_and_dtypes([path]))
+    return detect_official_kind(read_safetensors_header([path])[2])
 
 
 def uses_original_names(keys) -> bool:
@@ -252,6 +223,7 @@ def uses_original_names(keys) -> bool:
     return any(ORIGINAL_NAME_PATTERN.match(key) for key in keys)
 
 
+# Why code: transformers reads folders holding `model.safetensors` (or its index); official file names are not one.
 def find_official_file(folder: Path) -> Path | None:
     """The single original-format file of a folder (`sapiens2_<size>_<task>.safetensors`), if any."""
     candidates = sorted(p for p in folder.glob("*.safetensors") if OFFICIAL_FILENAME_PATTERN.match(p.name))
@@ -272,6 +244,7 @@ def _local_weights(folder: Path) -> tuple[str, ...]:
     return ()
 
 
+# Why code: transformers' Auto classes and pipeline factory read config.json and meet a corrupt file only later.
 def check_local_weights(location) -> None:
     """Every safetensors weights file of a local folder passes `check_safetensors_file` (nothing for a Hub id or a
     folder without weights): what `Sapiens2Config.check_weights_beside` runs when a pipeline reads the config."""
@@ -285,13 +258,11 @@ def check_local_weights(location) -> None:
 Sapiens2Config.check_weights_beside = staticmethod(check_local_weights)
 
 
+# Why code: transformers joins each `weight_map` entry to the folder unchecked (`../x` reads outside it).
 def index_shard_names(index: str | os.PathLike) -> list[str]:
-    """The shard files named by a `model.safetensors.index.json`, each a plain file name beside the index.
-
-    transformers joins each `weight_map` value to the folder as given, so a value such as `../../other/model.safetensors`
-    or an absolute path would read weights from outside the checkpoint; such an index is refused, as is one that is not
-    a JSON object mapping tensor names to file names.
-    """
+    """The shard files named by a `model.safetensors.index.json`, each a plain `.safetensors` file name beside the
+    index (no folder, no `..`, no absolute path), or an `OSError`; also for an index that is not a JSON object mapping
+    tensor names to file names."""
     try:
         weight_map = json.loads(Path(index).read_text())["weight_map"]
     except (ValueError, KeyError, TypeError) as error:
@@ -312,7 +283,7 @@ def index_shard_names(index: str | os.PathLike) -> list[str]:
 
 
 def _hf(location: str, weights: tuple[str, ...]) -> ResolvedCheckpoint:
-    dtypes = safetensors_keys_and_dtypes(weights)
+    dtypes = read_safetensors_header(weights)[2]
     return ResolvedCheckpoint("hf", location, weights, original_names=uses_original_names(dtypes), tensor_dtypes=dtypes)
 
 
@@ -361,6 +332,7 @@ def _offline_error(repo_id: str, error: Exception) -> OSError:
     )
 
 
+# Why code: transformers' loader needs `model.safetensors` in the repo; an official repo may hold only the original file.
 def _resolve_hub(repo_id: str, hub_kwargs: dict) -> ResolvedCheckpoint:
     from huggingface_hub import hf_hub_download  # read at call time: tests replace it on huggingface_hub
 
@@ -420,6 +392,7 @@ def _official_hub_file(repo_id: str, hub_kwargs: dict) -> str:
     return official[0]
 
 
+# Why code: the layouts above are ours to tell apart before transformers is handed a folder it can read.
 def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = None) -> ResolvedCheckpoint:
     """Tells what a `from_pretrained` argument points to (see the module docstring for the layouts).
 
@@ -448,11 +421,8 @@ def resolve_checkpoint(pretrained_model_name_or_path, hub_kwargs: dict | None = 
 
 
 # ------------------------------------------------------------------------------------------------------- loading
-# What the model classes' `from_pretrained` runs: transformers' own `from_pretrained`, fed a config and, for the
-# original layout, the declared weight conversions (official_format_sapiens2_hf.original_format_conversions). Ours
-# are only the parts transformers has no notion of: the architecture read from an official file's tensor shapes,
-# the RoPE-periods evidence check, strictness, and the float32 default. `model_class` is the class being loaded (a
-# `Sapiens2PreTrainedModel` subclass): its `task`, `_check_task` and `_allowed_unexpected_keys` say what it accepts.
+# `model_class` below is the class being loaded: its `task`, `_check_task` and `_allowed_unexpected_keys` say what it
+# accepts.
 
 
 def _class_name(task: str | None) -> str:
@@ -470,6 +440,8 @@ TRANSFORMERS_LOADING_KWARGS = frozenset({
 })
 
 
+# Why code: transformers applies config overrides only to a config it reads itself; ours is read first (layout,
+# task, shapes) and handed over as an object, which transformers passes through untouched.
 def apply_config_overrides(config: Sapiens2Config, kwargs: dict) -> None:
     """transformers' rule for `from_pretrained(..., **kwargs)`: every keyword that is not one of the loader's own
     and names a config attribute sets it (and is consumed); the others are left for the model."""
@@ -477,6 +449,7 @@ def apply_config_overrides(config: Sapiens2Config, kwargs: dict) -> None:
         setattr(config, key, kwargs.pop(key))
 
 
+# Why code: transformers only logs missing, unexpected and mis-shaped tensors; `strict=True` (our default) raises.
 def raise_on_loading_problems(model_class, loading_info: dict, source: str) -> None:
     """Raises a `ValueError` naming the missing, unexpected and mis-shaped tensors of a load, if any."""
     allowed = model_class._allowed_unexpected_keys()
@@ -498,16 +471,14 @@ def raise_on_loading_problems(model_class, loading_info: dict, source: str) -> N
         )
 
 
+# Why code: transformers never looks at the values it loads.
 def check_finite_tensors(model: torch.nn.Module, source: str, strict: bool = True) -> None:
-    """Refuses a loaded model whose parameters or buffers hold NaN or infinite values, naming them.
+    """Refuses a loaded model whose parameters or buffers hold NaN or infinite values, naming them (`strict=False`:
+    a warning instead, transformers' behaviour, e.g. to inspect or repair such a checkpoint).
 
-    One pass after transformers' loader has placed the tensors: the sum of each floating tensor on its own device
-    (NaN and infinities propagate through a sum, and weights cannot overflow the float32 / bfloat16 range; a
-    vectorised reduction in place, about twice as fast as `isfinite(tensor).all()`, with no copy; float16, whose range
-    a sum can overflow, takes `isfinite(tensor).all()`), one host sync per device; tensors on the meta device (offloaded by `device_map`) and integer
-    tensors are skipped. A non-finite weight gives non-finite or degenerate outputs for every input (a NaN seg head
-    predicts background everywhere) without any other error, so `strict=True` raises a `ValueError`; `strict=False`
-    (transformers' behaviour, e.g. to inspect or repair such a checkpoint) logs a warning naming them instead.
+    The sum of each floating tensor on its own device (NaN and infinities propagate through it, and float32/bfloat16
+    weights cannot overflow; about twice as fast as `isfinite(tensor).all()`, which float16 takes), one host sync per
+    device; meta (offloaded) and integer tensors are skipped.
     """
     names, flags = [], {}
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
@@ -531,15 +502,14 @@ def check_finite_tensors(model: torch.nn.Module, source: str, strict: bool = Tru
     logger.warning(message)
 
 
+# Why code: the models never load the periods buffer (recomputed from the config), so transformers would drop it
+# unread; it is the one evidence of the RoPE base and head dim an official file carries.
 def check_official_rope_periods(stored: torch.Tensor, config: Sapiens2Config, source: str) -> None:
-    """Refuses official RoPE periods (`rope_embed.periods`) that are not the official formula for `config`.
-
-    The models recompute their periods from the config and never load them, so a stored buffer is only evidence:
-    it must equal `base ** (4 j / head_dim)` computed exactly as a known writer computes it, in bfloat16 (the official
-    RoPE dtype), float16, float32 or float64, then stored in its own dtype (a state dict cast with `.float()` keeps
-    official bfloat16 values). Anything else is not a Sapiens2 checkpoint of this architecture (another RoPE base or
-    head dim), whose outputs would be silently wrong. Runs on every path that reads the original format, whatever
-    the model's own `rope_dtype`: files, folders with the original names and state dicts in memory.
+    """Refuses official RoPE periods (`rope_embed.periods`) that are not the official formula for `config`: the
+    formula `base ** (4 j / head_dim)` computed as a known writer computes it, in bfloat16 (the official RoPE dtype),
+    float16, float32 or float64, then stored in its own dtype (a state dict cast with `.float()` keeps official
+    bfloat16 values). Anything else is another architecture (RoPE base or head dim), whose outputs would be silently
+    wrong. Runs on every path that reads the original format, whatever the model's own `rope_dtype`.
     """
     head_dim = config.hidden_size // config.num_attention_heads
     stored = stored.detach().cpu()
@@ -553,6 +523,7 @@ def check_official_rope_periods(stored: torch.Tensor, config: Sapiens2Config, so
         )
 
 
+# Why code: transformers has no notion of a config read from tensor shapes (see `read_safetensors_header`).
 def config_for_original_tensors(model_class, tensors: dict, source: str, config: Sapiens2Config | None = None,
                                 filename: str | None = None, metadata: dict | None = None,
                                 image_size=None, read_periods=None) -> Sapiens2Config:
@@ -588,6 +559,7 @@ def config_for_original_tensors(model_class, tensors: dict, source: str, config:
     return config
 
 
+# Why code: transformers' `from_pretrained` takes a folder or a repo id, never a single weights file.
 def _staged_official_file(path: str) -> str:
     """A folder in which the official file is `model.safetensors` (a symbolic link), as transformers' loader reads
     folders. It outlives the call on purpose: disk offload may point at the weights file after loading."""
@@ -607,6 +579,7 @@ def _staged_official_file(path: str) -> str:
     return str(folder)
 
 
+# Why code: our default dtype is float32 whatever the storage (transformers' is "auto"), so a cast is announced.
 def _float32_note(dtypes: dict[str, str], source: str) -> None:
     """Our dtype default (float32 whatever the storage) says so when it casts."""
     cast = [key for key, dtype in dtypes.items() if dtype != "F32" and not key.endswith(_ROPE_PERIODS_SUFFIX)]
@@ -623,6 +596,7 @@ def _float32_note(dtypes: dict[str, str], source: str) -> None:
 QUIET_PROGRESS_BYTES = 64 * 2**20
 
 
+# Why code: transformers' progress bars have one global switch, no size threshold.
 @contextlib.contextmanager
 def quiet_progress_below(size_bytes: int | None):
     """Pauses transformers' progress bars while a checkpoint of `size_bytes` (None: unknown, bars kept) is loaded or
@@ -675,7 +649,7 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         return adapted
     strict = kwargs.pop("strict", True)
     want_loading_info = kwargs.pop("output_loading_info", False)
-    config = _as_our_config(kwargs.pop("config", None))
+    config = as_sapiens2_config(kwargs.pop("config", None))
     # `None` with `state_dict={}`: no checkpoint at all, every weight initialised by `_init_weights` (what
     # transformers' `test_can_init_all_missing_weights` does); nothing was given, so nothing can be missing.
     state_dict = kwargs.get("state_dict")
@@ -716,17 +690,6 @@ def _settle_config(model_class, config: Sapiens2Config, kwargs: dict, original_n
     config.validate_sizes_and_values()
     config.validate()
     model_class._check_task(config, source)
-
-
-def _as_our_config(config):
-    """`config=` as ours: transformers' pipeline factory reads config.json with its own config class, read here as
-    ours (the official RoPE dtype, no RoPE rescale, the task from `architectures`)."""
-    if config is None or isinstance(config, Sapiens2Config):
-        return config
-    attn_implementation = config._attn_implementation_internal
-    config = Sapiens2Config.from_dict(config.to_dict())
-    config._attn_implementation_internal = attn_implementation
-    return config
 
 
 def _config_for_state_dict(model_class, config, kwargs: dict):

@@ -20,15 +20,15 @@ from torch import nn
 
 # ----------------------------------------------- masked reductions of the dense-task losses (normal, pointmap, albedo)
 
-# Masked reductions shared by the dense-task losses (normal, pointmap, albedo).
-#
 # Every function here reproduces one reduction rule of the official Sapiens2 dense losses
 # (facebookresearch/sapiens2 ``sapiens/dense/src/models/losses``): sums run over channels *and* valid pixels, and the
 # divisor is the number of valid pixels (not pixels x channels). Masked-out pixels are excluded with ``torch.where``
 # rather than by multiplying with the mask, so a non-finite background value in a target (the official normal targets
 # use -1000, some datasets use NaN) can never leak into the result. For finite inputs the two are identical.
 #
-# Letter legend used in shape comments: B batch, C channels, H height, W width.
+# Maps are `(batch_size, channels, height, width)` and masks float 0/1 `(batch_size, 1, height, width)` (see
+# `as_valid_mask`) unless a docstring says otherwise; each reduction returns a scalar. Shape comments: B batch,
+# C channels, H height, W width.
 
 
 def as_valid_mask(mask: torch.Tensor | None, reference: torch.Tensor, name: str = "mask") -> torch.Tensor:
@@ -61,16 +61,7 @@ def zero_like_graph(pred: torch.Tensor) -> torch.Tensor:
 
 
 def masked_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sum of absolute errors over channels and valid pixels divided by the number of valid pixels.
-
-    Args:
-        pred (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Prediction.
-        target (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Target.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity (see `as_valid_mask`).
-
-    Returns:
-        `torch.Tensor`: scalar.
-    """
+    """Sum of absolute errors over channels and valid pixels divided by the number of valid pixels."""
     num_valid = mask.sum()
     if num_valid == 0:
         return zero_like_graph(pred)
@@ -86,16 +77,8 @@ def forward_difference_squared_error(
     fact a squared error).
 
     The horizontal term sums `(dx_pred - dx_target)^2` over channels and over neighbour pairs whose two pixels are
-    both valid, divided by the number of such pairs; the vertical term likewise. Both are returned separately; the
+    both valid, divided by the number of such pairs; the vertical term likewise. Returns both scalars `(dx, dy)`: the
     normal loss adds them, the albedo loss averages them.
-
-    Args:
-        pred (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Prediction.
-        target (`torch.Tensor` of shape `(batch_size, channels, height, width)`): Target.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-
-    Returns:
-        `tuple[torch.Tensor, torch.Tensor]`: the horizontal and the vertical term (scalars).
     """
     pred_dx = pred[:, :, :, 1:] - pred[:, :, :, :-1]  # (B, C, H, W-1)
     pred_dy = pred[:, :, 1:, :] - pred[:, :, :-1, :]  # (B, C, H-1, W)
@@ -133,17 +116,13 @@ def on_target_grid(pred: torch.Tensor, target: torch.Tensor, pred_name: str, tar
 
 # ---------------------------------------------------------------------------------------------------------------- pose
 
-# Pose heatmap loss of the official Sapiens2 308-keypoint recipe.
-
-
 class PoseHeatmapLoss(nn.Module):
     """Keypoint-weighted mean squared error between predicted and target heatmaps (official ``KeypointMSELoss`` with
     ``use_target_weight=True``, loss weight 10).
 
     The squared error of every heatmap pixel is multiplied by its keypoint's target weight and the product is
     averaged over all `batch_size * num_keypoints * height * width` elements, so keypoints with weight 0 still count
-    in the divisor. This is the official normalisation, and it differs from transformers' stock pose loss
-    (`F.mse_loss(..., weight=...)` on the raw model), which this library never uses.
+    in the divisor: the official normalisation, not transformers' stock pose loss (`F.mse_loss(..., weight=...)`).
 
     Reference: facebookresearch/sapiens2 ``sapiens/pose/src/models/losses/heatmap_loss.py`` and
     ``sapiens/pose/configs/keypoints308/*`` (``loss_weight=10.0``).
@@ -151,12 +130,6 @@ class PoseHeatmapLoss(nn.Module):
     Args:
         loss_weight (`float`, *optional*, defaults to 10.0): Multiplier of the mean.
         use_target_weight (`bool`, *optional*, defaults to `True`): Multiply by the per-keypoint target weights.
-
-    Example:
-        >>> loss_fn = PoseHeatmapLoss()
-        >>> total, terms = loss_fn(heatmaps, target_heatmaps, target_weights)
-        >>> sorted(terms)
-        ['keypoint_mse_loss']
     """
 
     def __init__(self, loss_weight: float = 10.0, use_target_weight: bool = True):
@@ -206,9 +179,6 @@ class PoseHeatmapLoss(nn.Module):
 
 # ---------------------------------------------------------------------------------------------- body-part segmentation
 
-# Body-part segmentation loss of the official Sapiens2 recipe: weighted cross-entropy + Dice.
-
-
 # The label value both seg terms ignore, and the cross-entropy class weights of every official seg config
 # (background 0.1); from the project spec file seg29.json (facebookresearch/sapiens2 commit 3098c14, the seg configs'
 # `CLASS_WEIGHT`). `sapiens2_hf.data.label_tables` re-exports both.
@@ -226,16 +196,8 @@ def weighted_cross_entropy_loss(
 
     The official config sets ``reduction="none"`` and the runner then takes the plain mean of the per-pixel map, so
     the divisor is `batch_size * height * width` (ignored pixels contribute 0 but are counted), not the sum of the
-    class weights of the labelled pixels that `F.cross_entropy(reduction="mean")` would use.
-
-    Args:
-        logits (`torch.Tensor` of shape `(batch_size, num_classes, height, width)`): Raw logits.
-        labels (`torch.Tensor` of shape `(batch_size, height, width)`, int64): Class ids or `ignore_index`.
-        class_weights (`torch.Tensor` of shape `(num_classes,)`, *optional*): Per-class weights.
-        ignore_index (`int`): Label value excluded from the loss.
-
-    Returns:
-        `torch.Tensor`: scalar.
+    class weights of the labelled pixels that `F.cross_entropy(reduction="mean")` would use. `logits`
+    `(batch_size, num_classes, height, width)`, `labels` int64 `(batch_size, height, width)`.
     """
     per_pixel = F.cross_entropy(logits, labels, weight=class_weights, reduction="none", ignore_index=ignore_index)
     return per_pixel.mean()
@@ -252,16 +214,7 @@ def dice_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, eps
     (or no labelled pixel) contribute 0; this function reproduces that.
 
     Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/seg_loss.py`` (``DiceLoss``,
-    ``naive_dice=False``, ``include_background=False``).
-
-    Args:
-        logits (`torch.Tensor` of shape `(batch_size, num_classes, height, width)`): Raw logits.
-        labels (`torch.Tensor` of shape `(batch_size, height, width)`, int64): Class ids or `ignore_index`.
-        ignore_index (`int`): Label value excluded from the loss.
-        eps (`float`, *optional*, defaults to 1e-3): Smoothing term.
-
-    Returns:
-        `torch.Tensor`: scalar.
+    ``naive_dice=False``, ``include_background=False``). Shapes as `weighted_cross_entropy_loss`; `eps` smooths.
     """
     num_classes = logits.shape[1]
     probabilities = logits.softmax(dim=1)
@@ -281,10 +234,8 @@ def dice_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, eps
 
 
 class SegmentationLoss(nn.Module):
-    """Official Sapiens2 body-part segmentation loss: class-weighted cross-entropy (x1) + Dice (x1).
-
-    If the logits are smaller than the labels (a head at reduced resolution), they are first resized bilinearly
-    (``align_corners=False``) to the label size, as the official head does.
+    """Official Sapiens2 body-part segmentation loss: class-weighted cross-entropy (x1) + Dice (x1), on logits first
+    resized bilinearly (``align_corners=False``) to the label size when smaller, as the official head does.
 
     Reference: facebookresearch/sapiens2 ``sapiens/dense/configs/seg/shutterstock_goliath/*`` (``loss_decode``) and
     ``sapiens/dense/src/models/losses/seg_loss.py``.
@@ -293,14 +244,8 @@ class SegmentationLoss(nn.Module):
         class_weights (`Sequence[float]`, *optional*): Cross-entropy class weights; defaults to the official 29
             weights (`SEG_CE_CLASS_WEIGHTS`, background 0.1). Pass `()` for an unweighted cross-entropy.
         ignore_index (`int`, *optional*, defaults to 255): Label value excluded from both terms.
-        cross_entropy_weight (`float`, *optional*, defaults to 1.0): Weight of the cross-entropy term.
-        dice_weight (`float`, *optional*, defaults to 1.0): Weight of the Dice term.
+        cross_entropy_weight, dice_weight (`float`, *optional*, default to 1.0): Weights of the two terms.
         dice_eps (`float`, *optional*, defaults to 1e-3): Dice smoothing term.
-
-    Example:
-        >>> total, terms = SegmentationLoss()(logits, labels)
-        >>> sorted(terms)
-        ['cross_entropy_loss', 'dice_loss']
     """
 
     def __init__(
@@ -366,34 +311,19 @@ class SegmentationLoss(nn.Module):
 
 # ----------------------------------------------------------------------------------------------------- surface normals
 
-# Surface-normal loss of the official Sapiens2 recipe: cosine + L1 + finite-difference ("grad") term.
-
-
 class NormalLoss(nn.Module):
-    """Official Sapiens2 surface-normal loss: `10 * cosine + 1 * L1 + 10 * grad`.
+    """Official Sapiens2 surface-normal loss: `10 * cosine + 1 * L1 + 10 * grad`, in float32, each term NaN/inf-guarded
+    to 0 as in the official code; a smaller prediction is first resized bilinearly (``align_corners=False``).
 
     * cosine: mean over valid pixels of `1 - cos(pred, target)` after unit-normalising both (eps 1e-6);
-    * L1: absolute error of the *raw* (not normalised) prediction against the unit target, summed over channels and
-      divided by the number of valid pixels;
-    * grad: despite the official name "grad L1", the **squared** error between horizontal and between vertical
-      forward differences of the raw prediction and the target, each averaged over neighbour pairs whose two pixels
-      are valid (channel-summed), then added.
-
-    Each term is NaN/inf-guarded to 0 as in the official code, and the loss is computed in float32. If the
-    prediction is smaller than the target it is first resized bilinearly (``align_corners=False``).
+    * L1: `masked_l1` of the *raw* (not normalised) prediction against the unit target;
+    * grad: `forward_difference_squared_error` of the raw prediction and the target, both terms added.
 
     Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/normal_loss.py``, ``l1_loss.py`` and
     ``sapiens/dense/configs/normal/*`` (loss weights 10 / 1 / 10).
 
     Args:
-        cosine_weight (`float`, *optional*, defaults to 10.0): Weight of the cosine term.
-        l1_weight (`float`, *optional*, defaults to 1.0): Weight of the L1 term.
-        grad_weight (`float`, *optional*, defaults to 10.0): Weight of the finite-difference term.
-
-    Example:
-        >>> total, terms = NormalLoss()(normals, target_normals, mask)
-        >>> sorted(terms)
-        ['cosine_loss', 'grad_loss', 'l1_loss']
+        cosine_weight, l1_weight, grad_weight (`float`, *optional*): Term weights (defaults 10, 1, 10).
     """
 
     def __init__(self, cosine_weight: float = 10.0, l1_weight: float = 1.0, grad_weight: float = 10.0):
@@ -411,8 +341,7 @@ class NormalLoss(nn.Module):
                 Raw head output (not unit length), camera frame.
             target_normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Unit normals in the camera frame on valid pixels; any value (-1000, NaN) elsewhere.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): Valid (foreground) pixels, bool or 0/1. Defaults to all pixels.
+            mask (*optional*): Valid (foreground) pixels, as `as_valid_mask` takes them; default: all.
 
         Returns:
             `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `cosine_loss`,
@@ -446,20 +375,11 @@ class NormalLoss(nn.Module):
 
 # ------------------------------------------------------------------------------------------------------------ pointmap
 
-# Pointmap loss of the official Sapiens2 recipe (seven terms, all in the canonical camera).
-
-
 def multiscale_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, scale_factor: int = 2) -> torch.Tensor:
     """L1 after **upsampling** both maps by `scale_factor` (bilinear, ``align_corners=False``; the mask nearest).
 
-    Despite its name the official "multiscale" term goes up, not down, in resolution.
-
-    Args:
-        pred, target (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Maps to compare.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-
-    Returns:
-        `torch.Tensor`: scalar, channel-summed error per valid upsampled pixel.
+    Despite its name the official "multiscale" term goes up, not down, in resolution. Channel-summed error per
+    valid upsampled pixel.
     """
     if mask.sum() == 0:
         return zero_like_graph(pred)
@@ -470,11 +390,7 @@ def multiscale_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, 
 
 
 def shift_invariant_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """L1 after subtracting each map's masked centroid (per sample and channel; centroid divisor `count + 1e-6`).
-
-    Returns:
-        `torch.Tensor`: scalar, channel-summed error per valid pixel.
-    """
+    """L1 after subtracting each map's masked centroid (per sample and channel; centroid divisor `count + 1e-6`)."""
     if mask.sum() == 0:
         return zero_like_graph(pred)
     count = mask.sum(dim=(2, 3)) + 1e-6  # (B, 1)
@@ -488,14 +404,7 @@ def silog(pred_depth: torch.Tensor, target_depth: torch.Tensor, mask: torch.Tens
 
     With `d = log(max(z_gt, 1e-4)) - log(max(z_pred, 1e-4))` over an image's valid pixels:
     `sqrt(mean(d^2) - 0.5 * mean(d)^2)`. Images with no valid pixel contribute 0 (and no gradient); the mean over
-    the batch includes them, as the official loss does.
-
-    Args:
-        pred_depth, target_depth (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Depth (canonical Z).
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-
-    Returns:
-        `torch.Tensor`: scalar.
+    the batch includes them, as the official loss does. Depths are canonical Z, `(batch_size, 1, height, width)`.
     """
     diff = torch.log(target_depth.clamp(min=1e-4)) - torch.log(pred_depth.clamp(min=1e-4))
     valid = (mask > 0) & ~torch.isnan(diff)
@@ -514,15 +423,8 @@ def intrinsics_consistency(pointmap: torch.Tensor, mask: torch.Tensor, intrinsic
     """`|X - (u - c_x) Z / f_x| + |Y - (v - c_y) Z / f_y|` over valid pixels, divided by their number.
 
     `u`, `v` are integer pixel indices (0 .. width-1, 0 .. height-1) of the map; `intrinsics` are those of the same
-    pixel grid **before** canonicalisation (the ratios X/Z and Y/Z do not depend on the canonical rescaling).
-
-    Args:
-        pointmap (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Predicted XYZ.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-        intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`): Pixel-unit camera matrices.
-
-    Returns:
-        `torch.Tensor`: scalar.
+    pixel grid **before** canonicalisation (the ratios X/Z and Y/Z do not depend on the canonical rescaling):
+    pixel-unit camera matrices `(batch_size, 3, 3)`; `pointmap` is the predicted XYZ.
     """
     if mask.sum() == 0:
         return zero_like_graph(pointmap)
@@ -540,19 +442,13 @@ def intrinsics_consistency(pointmap: torch.Tensor, mask: torch.Tensor, intrinsic
 
 
 def pointmap_normals(pointmap: torch.Tensor, mask: torch.Tensor, amplification: float = 100.0):
-    """Unit normals from the cross product of right and down differences of a reflect-padded pointmap.
+    """Unit normals from the cross product of right and down differences of a reflect-padded metric pointmap.
 
-    Args:
-        pointmap (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Metric XYZ.
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`): Float 0/1 validity.
-        amplification (`float`): Factor applied to the differences before the cross product (official 100; it only
-            moves the 1e-6 degeneracy threshold).
-
-    Returns:
-        `tuple`: normals (`(batch_size, 3, height, width)`, zero where invalid) and the bool validity
-        `(batch_size, 1, height, width)` (mask and a non-degenerate cross product). A valid pixel whose right and down
-        neighbours are both off the mask (zero) gets two parallel difference vectors; whether float32 rounding lifts
-        their cross product over 1e-6 decides its validity, exactly as in the official code.
+    `amplification` multiplies the differences before the cross product (official 100; it only moves the 1e-6
+    degeneracy threshold). Returns the normals (`(batch_size, 3, height, width)`, zero where invalid) and the bool
+    validity `(batch_size, 1, height, width)` (mask and a non-degenerate cross product). A valid pixel whose right and
+    down neighbours are both off the mask (zero) gets two parallel difference vectors; whether float32 rounding lifts
+    their cross product over 1e-6 decides its validity, exactly as in the official code.
     """
     padded = F.pad(pointmap, (1, 1, 1, 1), mode="reflect")
     center = padded[:, :, 1:-1, 1:-1]
@@ -569,11 +465,7 @@ def pointmap_normal_loss(
     pointmap: torch.Tensor, target_pointmap: torch.Tensor, mask: torch.Tensor, target_scale: torch.Tensor
 ) -> torch.Tensor:
     """`(1 - cos) + mean_c |n_pred - n_gt|` over pixels where the target normal is valid, with normals computed on
-    metric maps (canonical map divided by the target scale).
-
-    Returns:
-        `torch.Tensor`: scalar.
-    """
+    metric maps (canonical map divided by the target scale)."""
     if mask.sum() == 0:
         return zero_like_graph(pointmap)
     scale = target_scale.to(pointmap.dtype).view(-1, 1, 1, 1)
@@ -625,9 +517,6 @@ class PointmapLoss(nn.Module):
         l1_weight, multiscale_weight, silog_weight, intrinsics_weight, shift_invariant_weight, normal_weight,
         scale_weight (`float`): Term weights (defaults 2, 1, 1, 1, 1, 2, 4).
         clamp_max (`float`, *optional*, defaults to 4.0): Upper bound of the three depth-normalised L1 terms.
-
-    Example:
-        >>> total, terms = PointmapLoss()(pointmaps, scales, target_pointmaps, target_scales, mask, intrinsics)
     """
 
     def __init__(
@@ -669,8 +558,7 @@ class PointmapLoss(nn.Module):
             target_pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Target canonical XYZ (metric XYZ times `768 / f_x`); any value off the mask.
             target_scales (`torch.Tensor` of shape `(batch_size, 1)` or `(batch_size,)`): Target `768 / f_x`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`):
-                Valid (foreground) pixels.
+            mask: Valid (foreground) pixels, as `as_valid_mask` takes them (`None`: all).
             intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`):
                 Pixel intrinsics of the map's grid before canonicalisation (`f_x` there gives `768 / f_x`).
             target_mean_depth (`torch.Tensor` of shape `(batch_size,)`, *optional*):
@@ -715,45 +603,26 @@ class PointmapLoss(nn.Module):
 
 # -------------------------------------------------------------------------------------------------------------- albedo
 
-# Albedo loss of the official Sapiens2 recipe: L1 + finite-difference term + chromaticity L1.
-
-
 def chromaticity(rgb: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Per-pixel chromaticity `rgb / (r + g + b + eps)`.
-
-    Args:
-        rgb (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Linear or sRGB colour in [0, 1].
-
-    Returns:
-        `torch.Tensor` of shape `(batch_size, 3, height, width)`.
-    """
+    """Per-pixel chromaticity `rgb / (r + g + b + eps)` of `(batch_size, 3, height, width)` colours in [0, 1]."""
     return rgb / (rgb.sum(dim=1, keepdim=True) + eps)
 
 
 class AlbedoLoss(nn.Module):
-    """Official Sapiens2 albedo loss: `2 * L1 + 2 * grad + 1 * chromaticity`.
+    """Official Sapiens2 albedo loss: `2 * L1 + 2 * grad + 1 * chromaticity`, in float32; a smaller prediction is
+    first resized bilinearly to the target size.
 
-    * L1: absolute error of the raw prediction, summed over channels, divided by the number of valid pixels;
-    * grad: `0.5 * (dx + dy)` where dx (dy) is the squared error of horizontal (vertical) forward differences,
-      channel-summed and averaged over valid neighbour pairs ("grad L1" in the official code);
+    * L1: `masked_l1` of the raw prediction;
+    * grad: `0.5 * (dx + dy)` of `forward_difference_squared_error` ("grad L1" in the official code);
     * chromaticity: L1 between `rgb / (r + g + b + 1e-6)` of the prediction **clamped to [0, 1]** and of the target,
       summed over channels, divided by the number of valid pixels.
 
     The official low-frequency L1 is commented out in every released config and is therefore not part of the
-    default objective. Computed in float32; a smaller prediction is first resized bilinearly to the target size.
-
-    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/albedo_loss.py``, ``l1_loss.py`` and
-    ``sapiens/dense/configs/albedo/*`` (loss weights 2 / 2 / 1).
+    default objective. Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/albedo_loss.py``,
+    ``l1_loss.py`` and ``sapiens/dense/configs/albedo/*`` (loss weights 2 / 2 / 1).
 
     Args:
-        l1_weight (`float`, *optional*, defaults to 2.0): Weight of the L1 term.
-        grad_weight (`float`, *optional*, defaults to 2.0): Weight of the finite-difference term.
-        chromaticity_weight (`float`, *optional*, defaults to 1.0): Weight of the chromaticity term.
-
-    Example:
-        >>> total, terms = AlbedoLoss()(albedos, target_albedos, mask)
-        >>> sorted(terms)
-        ['chromaticity_loss', 'grad_loss', 'l1_loss']
+        l1_weight, grad_weight, chromaticity_weight (`float`, *optional*): Term weights (defaults 2, 2, 1).
     """
 
     def __init__(self, l1_weight: float = 2.0, grad_weight: float = 2.0, chromaticity_weight: float = 1.0):
@@ -769,8 +638,7 @@ class AlbedoLoss(nn.Module):
         Args:
             albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Raw head output, RGB.
             target_albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Target RGB albedo in [0, 1].
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): Valid (foreground) pixels. Defaults to all pixels.
+            mask (*optional*): Valid (foreground) pixels, as `as_valid_mask` takes them; default: all.
 
         Returns:
             `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `l1_loss`,
@@ -803,24 +671,14 @@ class AlbedoLoss(nn.Module):
 
 # Matting loss: alpha L1 + alpha gradient L1 + alpha Laplacian-pyramid L1 + pre-multiplied foreground L1.
 #
-# The official Sapiens2 matting recipe trains with an L1, a gradient and a Laplacian loss of weight 1 each, applied to
-# the alpha and (where a foreground target exists) to the foreground; its loss code is not in the mirrored official
-# commit, so the terms here are written from their definitions in the matting literature:
-#
-# * **alpha L1**: mean absolute alpha error over valid pixels (the basic term of every matting method since Xu et al.,
-#   "Deep Image Matting", CVPR 2017, whose "alpha-prediction loss" is this L1 made differentiable);
-# * **gradient L1**: mean absolute difference of the horizontal and vertical finite differences of the predicted and
-#   target alpha (valid neighbour pairs), which penalises blurred or jagged edges that a pixel L1 barely sees (the
-#   gradient term of e.g. Zhang et al., "A Late Fusion CNN for Digital Matting", CVPR 2019);
-# * **Laplacian L1**: L1 between the Laplacian pyramids of prediction and target (5 levels, 5x5 binomial kernel,
-#   level `i` weighted `2**i`), which weighs errors at every scale (Hou and Liu, "Context-Aware Image Matting", ICCV
-#   2019; also used by the Robust Video Matting family the official recipe follows);
-# * **foreground L1**: mean absolute error of the pre-multiplied foreground (`alpha * F`, what the head predicts)
-#   over valid pixels, only when a foreground target is given.
-#
-# The composition loss of Deep Image Matting (`|alpha F + (1 - alpha) B - I|`) is not included: it needs the
-# background plate of each training image, which human matting datasets rarely have; the pre-multiplied foreground L1
-# constrains the same colours where a foreground target exists.
+# The official recipe trains with an L1, a gradient and a Laplacian loss of weight 1 each, on the alpha and (where a
+# foreground target exists) the foreground; its loss code is not in the mirrored official commit, so the terms are
+# written from their definitions in the matting literature: the alpha L1 of Xu et al. ("Deep Image Matting", CVPR
+# 2017); the L1 of the alpha's horizontal and vertical finite differences over valid pairs (Zhang et al., CVPR 2019),
+# which sees blurred or jagged edges; the L1 of 5-level Laplacian pyramids (5x5 binomial kernel, level `i` weighted
+# `2**i`; Hou and Liu, ICCV 2019, and the Robust Video Matting family); and the L1 of the pre-multiplied foreground
+# (`alpha * F`, what the head predicts). Deep Image Matting's composition loss is left out: it needs each training
+# image's background plate, which human matting datasets rarely have.
 
 
 _BINOMIAL_5 = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0
@@ -906,11 +764,6 @@ class MattingLoss(nn.Module):
             terms (1 each, as the official recipe weighs its three terms).
         foreground_weight (`float`, *optional*, defaults to 1.0): weight of the pre-multiplied foreground L1.
         laplacian_levels (`int`, *optional*, defaults to 5): levels of the Laplacian pyramid.
-
-    Example:
-        >>> total, terms = MattingLoss()(alphas, foregrounds, target_alphas, mask, target_foregrounds)
-        >>> sorted(terms)
-        ['alpha_gradient_loss', 'alpha_l1_loss', 'alpha_laplacian_loss', 'foreground_l1_loss']
     """
 
     def __init__(self, l1_weight: float = 1.0, gradient_weight: float = 1.0, laplacian_weight: float = 1.0,
@@ -938,8 +791,8 @@ class MattingLoss(nn.Module):
                 pre-multiplied RGB foreground in [0, 1].
             target_alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height,
                 width)`): target alpha in [0, 1].
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): pixels with a valid label (e.g. not padding). Defaults to all.
+            mask (*optional*): pixels with a valid label (e.g. not padding), as `as_valid_mask` takes them; default:
+                all.
             target_foregrounds (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target
                 pre-multiplied foreground (`alpha * F`); without it the foreground term is 0.
 

@@ -9,18 +9,14 @@ Module names, parameter names and tensor layouts are those of transformers' own 
 (transformers/models/sapiens2/modeling_sapiens2.py), so checkpoints move freely between the two;
 tests/test_modeling_interop.py loads one state dict into both and compares outputs. Beyond the port, this file has:
 
-- RoPE in the official arithmetic. The official model keeps its RoPE periods in bfloat16, computes coordinates,
-  angles, sin and cos in bfloat16, and casts queries and keys to bfloat16 for the rotation. transformers computes all
-  of it in float32, which moves outputs by 0.2-0.4 %. The dtype is `config.rope_dtype`.
-- No random RoPE coordinate rescaling in training unless the config asks for it.
-- Token removal for masked pretraining: `patch_keep_indices` keeps a subset of patch tokens, each with its own RoPE
-  position, so a masked student pass costs only the kept tokens.
+- RoPE in the official arithmetic (`config.rope_dtype`): the official model keeps its periods, coordinates, angles,
+  sin and cos in bfloat16 and casts queries and keys to bfloat16 for the rotation; transformers' float32 moves
+  outputs by 0.2-0.4 %. No random RoPE coordinate rescaling in training unless the config asks for it.
+- Token removal for masked pretraining (`patch_keep_indices`: each kept token keeps its own RoPE position).
 - The albedo task (channel-RMSNorm head) and the windowed tokenizer of the 4K model, which transformers does not have.
-- The official fine-tuning losses (loss_sapiens2.py): with `labels`, each task model returns the loss the official
-  recipe trains with, so transformers' stock `Trainer` trains every task.
-- Strict loading: a missing or unexpected tensor is an error naming the keys, and a checkpoint of one task refuses to
-  load into the class of another. Official checkpoint files load directly, with the architecture read from the
-  tensor shapes. The loading code is in loading_sapiens2_hf.py, the official format in official_format_sapiens2_hf.py.
+- The official fine-tuning losses (loss_sapiens2.py), returned with `labels`, so that transformers' stock `Trainer`
+  trains every task.
+- Strict loading of every layout, official files included (loading_sapiens2_hf.py, official_format_sapiens2_hf.py).
 
 The building blocks (norms, RoPE, attention, layers, heads, the 4K tokenizer) are in layers_sapiens2_hf.py and the
 task outputs in outputs_sapiens2_hf.py, siblings shipped with this file; this file holds the pretrained-model base,
@@ -49,6 +45,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_sapiens2_hf import (
     TASKS,
     Sapiens2Config,
+    as_sapiens2_config,
     pointmap_scale_features,
 )
 from .layers_sapiens2_hf import (
@@ -88,7 +85,6 @@ from .sapiens2_tasks import BACKBONE_MODEL_CLASS, TASK_SPECS, TaskSpec, spec_of_
 
 
 logger = logging.get_logger(__name__)
-
 
 
 # The task heads' tensors, which the backbone classes ignore when they load a task checkpoint.
@@ -385,34 +381,16 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
         Args:
             hidden_states (`torch.Tensor` of shape `(batch_size, seq_len, hidden_size)`): prefix tokens, then patches.
             position_embeddings (`(cos, sin)`, *optional*): RoPE of the patch tokens; `None` for no RoPE.
-            kwargs: `output_hidden_states`, `output_attentions`, `return_dict` (each defaults to the config's; read by
-                `capture_outputs`), and attention-backend arguments, passed to every layer.
+            kwargs: `output_hidden_states`, `output_attentions`, `return_dict` (read by `capture_outputs`), and
+                attention-backend arguments, passed to every layer.
         Returns:
-            `BaseModelOutput`: `last_hidden_state` of shape `(batch_size, seq_len, hidden_size)` (no final norm);
-            `hidden_states`: the input and each layer's output, `num_layers + 1` tensors of the input's shape (as
-            transformers' port records them); `attentions`: each layer's attention weights, of shape `(batch_size,
-            num_heads, seq_len, seq_len)`, from backends that return them (empty with sdpa).
+            `BaseModelOutput`: `last_hidden_state` (no final norm); `hidden_states`: the input and each layer's output
+            (`num_layers + 1` tensors, as transformers' port records them); `attentions`: each layer's `(batch_size,
+            num_heads, seq_len, seq_len)` weights, from backends that return them (empty with sdpa).
         """
         for layer in self.layer:
             hidden_states = layer(hidden_states, position_embeddings=position_embeddings, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
-
-
-def as_sapiens2_config(config) -> Sapiens2Config:
-    """`config` as our `Sapiens2Config`: transformers' own `Sapiens2Config` (how a composite model's config.json
-    reads a `sapiens2` backbone back) is re-read from its dict, so its RoPE dtype, tokenizer and the other fields it
-    carries along are kept; a config of another model is refused."""
-    if isinstance(config, Sapiens2Config):
-        return config
-    if getattr(config, "model_type", None) not in (Sapiens2Config.model_type, "sapiens2"):
-        raise ValueError(
-            f"Sapiens2Backbone needs a Sapiens2 config, got a `{getattr(config, 'model_type', type(config).__name__)}` "
-            "one; build the backbone config with sapiens2_hf.Sapiens2Config (e.g. `Sapiens2Config.from_preset`)."
-        )
-    converted = Sapiens2Config.from_dict(config.to_dict())
-    if config._attn_implementation is not None:  # not part of to_dict; set by the parent model's loading
-        converted._attn_implementation = config._attn_implementation
-    return converted
 
 
 class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
@@ -420,18 +398,15 @@ class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
     named in `config.out_features` / `config.out_indices`.
 
     The stages are `"stem"` (the encoder input: the patch embeddings, or the pooled windows of the 4K tokenizer) and
-    `"stage1"` ... `"stage{num_hidden_layers}"` (the output of each encoder block). Each feature map holds the patch
-    tokens of its stage (CLS and register tokens dropped) on their grid, `(batch_size, hidden_size, height / stride,
-    width / stride)` with stride 16 (64 for the 4K model), all stages at the same resolution as in every plain ViT.
+    `"stage1"` ... `"stage{num_hidden_layers}"` (each encoder block's output). Each feature map holds the patch
+    tokens of its stage on their grid, `(batch_size, hidden_size, height / stride, width / stride)` with stride 16
+    (64 for the 4K model), all stages at the same resolution as in every plain ViT.
 
-    The final RMSNorm: applied to every selected stage when `config.normalize_backbone_outputs` (the default), to
-    none otherwise, as transformers' own `Sapiens2Backbone` reads the same field, so a config.json gives the same
-    feature maps in both classes (up to their RoPE arithmetic, see `rope_dtype`). The last stage with the norm is then
-    exactly `Sapiens2Model.get_feature_map`, the map the official task heads read. (DINOv3's backbone always norms the
-    last stage and the others only with `apply_layernorm`; Sapiens2 configs have no such field.)
-
-    Module and tensor names are those of `Sapiens2Model`, so it loads the same files: official backbone and task
-    files, our and transformers' folders (a task checkpoint gives its backbone), strictly.
+    The final RMSNorm is applied to every selected stage when `config.normalize_backbone_outputs` (the default), to
+    none otherwise, as in transformers' own `Sapiens2Backbone` (the same field, so a config.json gives the same
+    feature maps in both, up to their RoPE arithmetic); the last stage with the norm is then exactly
+    `Sapiens2Model.get_feature_map`, the map the official task heads read. Module and tensor names are those of
+    `Sapiens2Model`, so it loads the same files strictly (a task checkpoint gives its backbone).
     """
 
     task = None
@@ -470,13 +445,12 @@ class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Normalised RGB (ImageNet mean/std); height and width divisible by the stride (16; 64 for the 4K model).
-            kwargs: `output_hidden_states` (also return every stage's tokens, before the final norm),
-                `output_attentions` (also return the attention weights, from backends that give them), `return_dict`
-                (`False` returns a tuple), each defaulting to the config's; attention-backend arguments.
+            kwargs: `output_hidden_states` (also every stage's tokens, before the final norm), `output_attentions`,
+                `return_dict` (each defaulting to the config's); attention-backend arguments.
 
         Returns:
-            `BackboneOutput`: `feature_maps`, one per selected stage in stage order, each of shape `(batch_size,
-            hidden_size, height / stride, width / stride)`, or `(batch_size, num_patches, hidden_size)` tokens when
+            `BackboneOutput`: `feature_maps`, one per selected stage in stage order, each `(batch_size, hidden_size,
+            height / stride, width / stride)`, or `(batch_size, num_patches, hidden_size)` tokens when
             `config.reshape_hidden_states` is False; `hidden_states` (when asked): `num_hidden_layers + 1` tensors of
             shape `(batch_size, num_prefix_tokens + num_patches, hidden_size)`; `attentions` (when asked).
         """
@@ -680,14 +654,12 @@ class Sapiens2ForPoseEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised person crops.
             labels (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`, *optional*):
-                Target heatmaps (UDP Gaussians, peak 1; the image processor's `keypoints=` builds them). With them,
-                `loss` is the official `PoseHeatmapLoss`.
-            label_weights (`torch.Tensor` of shape `(batch_size, num_keypoints)`, *optional*): per-keypoint loss
-                weights (visibility x joint weight, 0 for absent keypoints); required with `labels`.
+                Target heatmaps (UDP Gaussians, peak 1, as the image processor's `keypoints=` builds them); with them,
+                `loss` is the official `PoseHeatmapLoss` with `label_weights` (`(batch_size, num_keypoints)`:
+                visibility x joint weight, 0 for absent keypoints; required with `labels`).
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2PoseEstimatorOutput` with `heatmaps` of shape `(batch_size, num_keypoints, height / 4,
-            width / 4)`: raw heatmaps (targets peak at 1); decode them with the image processor.
+            `Sapiens2PoseEstimatorOutput` (raw `heatmaps` at 1/4 of the input size; see that class).
         """
         if labels is not None:
             label_weights = self._required_target(label_weights, "label_weights", "per-keypoint weights")
@@ -715,9 +687,8 @@ class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
         r"""
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
-            labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*): class ids, 255 ignored.
-                With them, `loss` is the official `SegmentationLoss` (class-weighted cross-entropy + Dice; logits
-                resized to the labels' size first), not transformers' plain cross-entropy.
+            labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*): class ids, 255 ignored;
+                with them, `loss` is the official `SegmentationLoss` (not transformers' plain cross-entropy).
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
             `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
@@ -744,13 +715,11 @@ class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
             labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): unit camera-frame normals
-                on valid pixels, any value elsewhere. With them, `loss` is the official `NormalLoss`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
-                (bool or 0/1); all pixels when omitted.
+                on the valid pixels of `mask` (bool or 0/1 `(batch_size, 1, height, width)`; default: all); with them,
+                `loss` is the official `NormalLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2NormalEstimatorOutput` with `normals` of shape `(batch_size, 3, height, width)`: camera-frame
-            normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
+            `Sapiens2NormalEstimatorOutput` (camera-frame `normals`, not unit length; see that class).
         """
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
@@ -803,10 +772,8 @@ class Sapiens2ForPointmapEstimation(Sapiens2TaskModel):
                 valid pixels; computed from `labels` when omitted.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2PointmapEstimatorOutput` with `pointmaps` of shape `(batch_size, 3, height, width)`: XYZ in the
-            canonical camera (focal length 768 px; X right, Y down, Z forward), and `scales` of shape
-            `(batch_size, 1)`: canonical focal / actual focal length of the network input; metric XYZ = pointmaps /
-            scales. `scales` is `None` for a head without the scale branch.
+            `Sapiens2PointmapEstimatorOutput` (canonical `pointmaps` and `scales`, metric XYZ = pointmaps / scales;
+            see that class).
         """
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         scales = None
@@ -854,13 +821,11 @@ class Sapiens2ForAlbedoEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
             labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target RGB albedo in
-                `[0, 1]`. With them, `loss` is the official `AlbedoLoss`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
-                (bool or 0/1); all pixels when omitted.
+                `[0, 1]` on the valid pixels of `mask` (bool or 0/1 `(batch_size, 1, height, width)`; default: all);
+                with them, `loss` is the official `AlbedoLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2AlbedoEstimatorOutput` with `albedos` of shape `(batch_size, 3, height, width)`: raw RGB albedo
-            (target range `[0, 1]`, not clamped).
+            `Sapiens2AlbedoEstimatorOutput` (raw, unclamped RGB `albedos`; see that class).
         """
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
@@ -900,8 +865,7 @@ class Sapiens2ForImageMatting(Sapiens2TaskModel):
                 pre-multiplied foreground (`alpha * F`); without it the loss has no foreground term.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
         Returns:
-            `Sapiens2ImageMattingOutput` with `alphas` of shape `(batch_size, 1, height, width)` and `foregrounds`
-            of shape `(batch_size, 3, height, width)` (pre-multiplied RGB), both in `[0, 1]`.
+            `Sapiens2ImageMattingOutput` (`alphas` and pre-multiplied `foregrounds` in `[0, 1]`; see that class).
         """
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         matting = self.decode_head(feature_map).sigmoid()

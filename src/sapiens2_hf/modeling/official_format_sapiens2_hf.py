@@ -42,41 +42,20 @@ ORIGINAL_NAME_PATTERN = re.compile(
 # The aspect ratio (height:width) of the official input size, 1024x768.
 OFFICIAL_ASPECT = (4, 3)
 
-# The original tensor names -> our module names (= transformers' port's), declared as transformers' own weight
-# transforms so that transformers' loader renames while it streams tensors from the file (memory-mapped, cast one by
-# one, `device_map`/offload/shards intact). They are registered for our model type, so they apply to the bare
-# backbone classes and, scoped under `model.`, to the task models' backbone. Rules that keep them safe:
-# - keys already in our layout pass through untouched: every pattern is anchored or names an original-only module
-#   (`attn.wq`, `ffn.w12`, `ln1`);
-# - transformers reverses them when a model (or a composite holding our backbone, e.g. UperNet) is saved in the
-#   original format, so they stay plain (no `$`, no empty replacement) as in transformers' own `sapiens2` entry.
+# The original tensor names -> our module names (= transformers' port's): transformers' own `sapiens2` weight
+# transforms (its loader renames while it streams tensors: memory-mapped, cast one by one, `device_map`/offload/shards
+# intact), registered for our model type so that they apply to the bare backbone classes and, scoped under `model.`,
+# to the task models' backbone; transformers reverses them when it saves a model in the original format.
 def _backbone_conversions() -> list:
-    from transformers.core_model_loading import Chunk, WeightConverter, WeightRenaming
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming
 
+    # Why code: transformers' port has no 4K tokenizer, so its entry lacks these; they run first, before its
+    # unanchored `blocks.N.` pattern could claim the tokenizer's blocks (encoder blocks without QK-norm, LayerScale).
     return [
-        WeightRenaming(r"^cls_token", r"embeddings.cls_token"),
-        WeightRenaming(r"^storage_tokens", r"embeddings.register_tokens"),
-        WeightRenaming(r"^patch_embed\.projection\.", r"embeddings.patch_embeddings."),
-        WeightRenaming(r"^ln1\.", r"norm."),
-        WeightRenaming(r"^blocks\.(\d+)\.", r"model.layer.\1."),
-        # The 4K tokenizer's blocks are encoder blocks without QK-norm and LayerScale.
         WeightRenaming(r"^tokenizer\.blocks\.(\d+)\.", r"tokenizer.layer.\1."),
         WeightRenaming(r"^tokenizer\.w_cls", r"tokenizer.window_cls"),
-        WeightRenaming(r"attn\.wq\.", r"attention.q_proj."),
-        WeightRenaming(r"attn\.wk\.", r"attention.k_proj."),
-        WeightRenaming(r"attn\.wv\.", r"attention.v_proj."),
-        WeightRenaming(r"attn\.proj\.", r"attention.o_proj."),
-        WeightRenaming(r"attn\.q_norm\.", r"attention.q_norm."),
-        WeightRenaming(r"attn\.k_norm\.", r"attention.k_norm."),
-        WeightRenaming(r"attn\.gamma\.weight", r"layer_scale1.lambda1"),
-        WeightRenaming(r"ffn\.w3\.", r"mlp.down_proj."),
-        WeightRenaming(r"\.ln1\.", r".norm1."),
-        WeightRenaming(r"\.ln2\.", r".norm2."),
-        # The fused SwiGLU input projection: the first half of its rows is the SiLU-gated branch.
-        *(
-            WeightConverter(rf"ffn\.w12\.{kind}", [f"mlp.gate_proj.{kind}", f"mlp.up_proj.{kind}"], [Chunk(dim=0)])
-            for kind in ("weight", "bias")
-        ),
+        *get_checkpoint_conversion_mapping("sapiens2"),
     ]
 
 
@@ -98,7 +77,7 @@ def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torc
     return base ** (2 * torch.arange(num_periods, dtype=dtype) / (head_dim // 2))
 
 
-
+# Why code: transformers' port declares no albedo head, and these names are ambiguous, so not registered (below).
 def pixel_shuffle_head_key_mapping(task: str) -> dict[str, str]:
     """transformers `key_mapping` (regex -> replacement) from the original names of a pixel-shuffle task checkpoint
     whose head transformers' port does not declare (albedo; its layer-wise norms included).
@@ -261,26 +240,18 @@ def _indexed_weights(head_state, pattern):
 
 def infer_head_config_kwargs(task: str, head_state: dict[str, torch.Tensor]) -> dict:
     """Infers a task head's layout (channels and kernel sizes) from the shapes of its official `decode_head.*` state."""
-    if task_spec(task).head_upsampling == "deconv":
-        deconvs = _indexed_weights(head_state, r"^deconv_layers\.(\d+)\.weight$")  # (in, out, k, k) each
-        convs = _indexed_weights(head_state, r"^conv_layers\.(\d+)\.weight$")  # (out, in, k, k) each
-        head = {
-            "upsample_out_channels": [w.shape[1] for w in deconvs],
-            "upsample_kernel_sizes": [w.shape[-1] for w in deconvs],
-            "conv_out_channels": [w.shape[0] for w in convs],
-            "conv_kernel_sizes": [w.shape[-1] for w in convs],
-        }
-    else:
+    if task_spec(task).head_upsampling == "deconv":  # transposed convs: (in, out, k, k) each
+        upsamples, out_axis, factor = _indexed_weights(head_state, r"^deconv_layers\.(\d+)\.weight$"), 1, 1
+    else:  # conv + pixel shuffle x2, which turns 4*c conv channels into c: (4*out, in, k, k) each
         _require(head_state, "input_conv.0.weight", "head input conv")
-        upsamples = _indexed_weights(head_state, r"^upsample_blocks\.(\d+)\.0\.weight$")  # (4*out, in, k, k) each
-        convs = _indexed_weights(head_state, r"^conv_layers\.(\d+)\.weight$")
-        head = {
-            # Pixel shuffle x2 turns 4*c conv channels into c output channels.
-            "upsample_out_channels": [w.shape[0] // 4 for w in upsamples],
-            "upsample_kernel_sizes": [w.shape[-1] for w in upsamples],
-            "conv_out_channels": [w.shape[0] for w in convs],
-            "conv_kernel_sizes": [w.shape[-1] for w in convs],
-        }
+        upsamples, out_axis, factor = _indexed_weights(head_state, r"^upsample_blocks\.(\d+)\.0\.weight$"), 0, 4
+    convs = _indexed_weights(head_state, r"^conv_layers\.(\d+)\.weight$")  # (out, in, k, k) each
+    head = {
+        "upsample_out_channels": [w.shape[out_axis] // factor for w in upsamples],
+        "upsample_kernel_sizes": [w.shape[-1] for w in upsamples],
+        "conv_out_channels": [w.shape[0] for w in convs],
+        "conv_kernel_sizes": [w.shape[-1] for w in convs],
+    }
     if not head["upsample_out_channels"]:
         raise OfficialCheckpointError(f"The {task} head has no upsampling layers; unsupported layout.")
     head = head_kwargs_for_task(task, head)
@@ -375,6 +346,7 @@ def _check_filename(filename: str, kind: str, variant: str | None, kwargs: dict)
         )
 
 
+# Why code: official files carry no config; transformers cannot size a model from tensor shapes.
 def infer_config_kwargs(
     state_dict: dict[str, torch.Tensor],
     filename: str | None = None,

@@ -17,17 +17,14 @@ class Sapiens2PoseEstimatorOutput(ModelOutput):
     Output of [`Sapiens2ForPoseEstimation`] (the fields of transformers' class of the same name).
 
     Args:
-        loss (`torch.Tensor` of shape `()`, *optional*):
-            The official pose loss (`PoseHeatmapLoss`: keypoint-weighted heatmap MSE x 10), returned when `labels`
-            (and `label_weights`) are given.
+        loss (`torch.Tensor` of shape `()`, *optional*): `PoseHeatmapLoss`, when `labels` and `label_weights` are given.
         heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`):
             Raw keypoint heatmaps (training targets peak at 1); decode them with the image processor.
         hidden_states (`tuple(torch.Tensor)`, *optional*, returned with `output_hidden_states=True`):
-            The encoder input and the output of each encoder layer, each of shape
-            `(batch_size, sequence_length, hidden_size)`.
+            The encoder input and each encoder layer's output, each `(batch_size, sequence_length, hidden_size)`.
         attentions (`tuple(torch.Tensor)`, *optional*, returned with `output_attentions=True`):
-            Attention weights of each layer, of shape `(batch_size, num_heads, sequence_length, sequence_length)`;
-            empty with attention backends that do not return weights (sdpa).
+            Each layer's `(batch_size, num_heads, sequence_length, sequence_length)` attention weights; empty with
+            backends that do not return them (sdpa).
     """
 
     loss: torch.Tensor | None = None
@@ -42,9 +39,7 @@ class Sapiens2NormalEstimatorOutput(ModelOutput):
     Output of [`Sapiens2ForNormalEstimation`] (the fields of transformers' class of the same name).
 
     Args:
-        loss (`torch.Tensor` of shape `()`, *optional*):
-            The official normal loss (`NormalLoss`: 10 cosine + L1 + 10 finite-difference), returned when `labels` is
-            given.
+        loss (`torch.Tensor` of shape `()`, *optional*): `NormalLoss`, when `labels` is given.
         normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
             Camera-frame normal vectors (x right, y down, z forward), not unit length; post-processing normalises them.
         hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
@@ -62,9 +57,8 @@ class Sapiens2PointmapEstimatorOutput(ModelOutput):
     Output of [`Sapiens2ForPointmapEstimation`] (the fields of transformers' class of the same name).
 
     Args:
-        loss (`torch.Tensor` of shape `()`, *optional*):
-            The official pointmap loss (`PointmapLoss`, seven terms), returned when `labels` (with `target_scales`
-            and `intrinsics`) is given.
+        loss (`torch.Tensor` of shape `()`, *optional*): `PointmapLoss`, when `labels` (with `target_scales` and
+            `intrinsics`) is given.
         pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
             XYZ in the canonical camera (focal length 768 px; X right, Y down, Z forward).
         scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
@@ -86,12 +80,10 @@ class Sapiens2AlbedoEstimatorOutput(ModelOutput):
     Output of [`Sapiens2ForAlbedoEstimation`].
 
     Args:
-        loss (`torch.Tensor` of shape `()`, *optional*):
-            The official albedo loss (`AlbedoLoss`: 2 L1 + 2 finite-difference + chromaticity), returned when
-            `labels` is given.
+        loss (`torch.Tensor` of shape `()`, *optional*): `AlbedoLoss`, when `labels` is given.
         albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
-            Raw RGB albedo as the official head returns it, with no activation or clamp: the training target range is
-            `[0, 1]` and values slightly outside it occur. Post-processing clamps to `[0, 1]`.
+            Raw RGB albedo as the official head returns it, with no activation or clamp (the target range is `[0, 1]`
+            and values slightly outside it occur); post-processing clamps to `[0, 1]`.
         hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
     """
 
@@ -107,9 +99,7 @@ class Sapiens2ImageMattingOutput(ModelOutput):
     Output of [`Sapiens2ForImageMatting`] (the fields of transformers' class of the same name, in its order).
 
     Args:
-        loss (`torch.Tensor` of shape `()`, *optional*):
-            The matting loss (`MattingLoss`: alpha L1 + gradient + Laplacian + foreground L1), returned when
-            `labels` is given.
+        loss (`torch.Tensor` of shape `()`, *optional*): `MattingLoss`, when `labels` is given.
         alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)`):
             Alpha matte in `[0, 1]` (the head's channel 3 after a sigmoid).
         hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].

@@ -3,6 +3,8 @@
 official task heads per size, ours for the 4K backbone, and the tiny model's heads. `Sapiens2Config.from_preset` and
 `tiny_config` read them; nothing here is code."""
 
+from .sapiens2_label_data import POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
+
 
 # Official backbone sizes (facebookresearch/sapiens2, sapiens/backbones/standalone/sapiens2.py). Every size uses
 # 8 register tokens, patch 16, SwiGLU with hidden 4*d, QK-norm, LayerScale 1e-4 on the attention branch only, and
@@ -94,6 +96,7 @@ HEAD_PRESETS_4K = {
         "upsample_out_channels": [1536, 768, 512, 256, 128],
         "conv_out_channels": [64, 32, 16],
         **_POINTMAP_SCALE_BRANCH,
+        "scale_final_input_size": 6144,  # the branch reads the 64x48 pooled grid, as at 1K: 8x6 x 128 features
     },
     "albedo": {"upsample_out_channels": [768, 512, 256, 128, 64], "conv_out_channels": [64, 32, 16]},
 }
@@ -116,5 +119,15 @@ _TINY_HEAD_BY_UPSAMPLING = {"deconv": _TINY_DECONV_HEAD, "pixel_shuffle": _TINY_
 TINY_HEAD_LAYOUTS = {
     "pose": {"upsample_out_channels": [16, 16], "conv_out_channels": [16, 16, 16]},
     "seg": _TINY_DECONV_HEAD,
-    **dict.fromkeys(("normal", "pointmap", "albedo", "matting"), _TINY_PIXEL_SHUFFLE_HEAD),
+    **dict.fromkeys(("normal", "albedo", "matting"), _TINY_PIXEL_SHUFFLE_HEAD),
+    # One stride-2 scale conv keeps a 2x2 map at 64x48 (InstanceNorm needs more than one pixel).
+    "pointmap": {**_TINY_PIXEL_SHUFFLE_HEAD, "scale_conv_out_channels": [8], "scale_conv_kernel_sizes": [1],
+                 "scale_final_hidden_sizes": [16, 8]},
+}
+
+
+# Label metadata that travels in config.json, per task with named labels (the others: `num_labels` of their spec).
+TASK_LABELS = {
+    "pose": {"id2label": dict(enumerate(POSE_KEYPOINT_NAMES)), "flip_pairs": [list(pair) for pair in POSE_FLIP_PAIRS]},
+    "seg": {"id2label": dict(enumerate(SEGMENTATION_CLASS_NAMES))},
 }

@@ -189,8 +189,6 @@ def _sizes_list(sizes: Any, count: int, name: str) -> list[tuple[int, int]] | No
 CANONICAL_FOCAL_LENGTH = 768.0
 
 
-
-
 def _mask_image_to_bool(pil: Image.Image) -> np.ndarray:
     if pil.mode == "1":
         return np.asarray(pil, dtype=bool).copy()

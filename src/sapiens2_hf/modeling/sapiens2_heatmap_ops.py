@@ -18,21 +18,20 @@ import torch
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def flip_back_heatmaps(heatmaps_flipped: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """Undo a horizontal input flip on heatmaps: flip along width, then channel `k` takes channel `flip_indices[k]`.
-
-    Args:
-        heatmaps_flipped (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`): model output on
-            horizontally flipped crops.
-        flip_indices (sequence of `int` of length `num_keypoints`).
-
-    No pixel shift is applied (UDP). Applying it twice is the identity when `flip_indices` is an involution.
-    """
-    index = torch.as_tensor(flip_indices, dtype=torch.long, device=heatmaps_flipped.device)
-    if index.numel() != heatmaps_flipped.shape[1]:
+def _flip_index(flip_indices: Sequence[int] | torch.Tensor, heatmaps: torch.Tensor) -> torch.Tensor:
+    """`flip_indices` as a long tensor on the heatmaps' device, checked against their channels."""
+    index = torch.as_tensor(flip_indices, dtype=torch.long, device=heatmaps.device)
+    if index.numel() != heatmaps.shape[1]:
         raise ValueError(f"flip_indices has {index.numel()} entries but the heatmaps have "
-                         f"{heatmaps_flipped.shape[1]} channels; pass the model's flip pairs.")
-    return heatmaps_flipped.index_select(1, index).flip(-1)
+                         f"{heatmaps.shape[1]} channels; pass the model's flip pairs.")
+    return index
+
+
+def flip_back_heatmaps(heatmaps_flipped: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """Undo a horizontal input flip on `(num_crops, num_keypoints, height, width)` heatmaps of flipped crops: flip
+    along width, then channel `k` takes channel `flip_indices[k]`. No pixel shift (UDP); applying it twice is the
+    identity when `flip_indices` is an involution."""
+    return heatmaps_flipped.index_select(1, _flip_index(flip_indices, heatmaps_flipped)).flip(-1)
 
 
 def flip_pairs_to_indices(flip_pairs: Sequence[Sequence[int]], num_keypoints: int) -> list[int]:
@@ -54,15 +53,10 @@ def flip_test_average(
     With `channels`, `heatmaps` hold only those model channels (in that order) and the result is
     `flip_test_average(all heatmaps, ...)[:, channels]`: only the flipped channels they need are flipped back.
     """
+    index = _flip_index(flip_indices, heatmaps_on_flipped_input)
     if channels is not None:
-        index = torch.as_tensor(flip_indices, dtype=torch.long, device=heatmaps_on_flipped_input.device)
-        if index.numel() != heatmaps_on_flipped_input.shape[1]:
-            raise ValueError(f"flip_indices has {index.numel()} entries but the heatmaps have "
-                             f"{heatmaps_on_flipped_input.shape[1]} channels; pass the model's flip pairs.")
         index = index[torch.as_tensor(channels, dtype=torch.long, device=index.device)]
-        flipped_back = heatmaps_on_flipped_input.index_select(1, index).flip(-1).to(heatmaps.dtype)
-        return flipped_back.add_(heatmaps).mul_(0.5)
-    flipped_back = flip_back_heatmaps(heatmaps_on_flipped_input, flip_indices).to(heatmaps.dtype)
+    flipped_back = heatmaps_on_flipped_input.index_select(1, index).flip(-1).to(heatmaps.dtype)
     return flipped_back.add_(heatmaps).mul_(0.5)  # in place on the fresh copy: same values, two passes fewer
 
 
@@ -93,17 +87,12 @@ def _band_matrix(kernel: torch.Tensor, size_in: int, size_out: int, offset: int)
 
 
 def gaussian_blur_zero_padded(maps: torch.Tensor, kernel_size: int = 11, valid: bool = False) -> torch.Tensor:
-    """``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` of maps surrounded by zeros (separable: rows, then columns).
+    """``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` of float32 `(..., height, width)` maps surrounded by zeros.
 
-    Computed as two banded matrix products (fast on CPU BLAS and on GPUs). On CUDA they run in float64 and are
+    Separable, as two banded matrix products (fast on CPU BLAS and on GPUs). On CUDA they run in float64 and are
     rounded back to float32: CUDA may run float32 products in TF32 (a 1e-3 relative error would spoil the DARK
-    refinement), and that switch is process-wide (`torch.backends.cuda.matmul`), so it is neither read nor changed
-    here. TF32 does not exist on the CPU or MPS, where the products stay in float32.
-
-    Args:
-        maps (`torch.Tensor` of shape `(..., height, width)`), float32.
-        valid (`bool`): if set, `maps` already carry a `kernel_size // 2` zero border and only the interior is
-            returned (`(..., height - 2 * half, width - 2 * half)`).
+    refinement), a process-wide switch that is neither read nor changed here. With `valid`, `maps` already carry a
+    `kernel_size // 2` zero border and only the interior is returned.
     """
     kernel = opencv_gaussian_kernel1d(kernel_size, maps.device)
     half = kernel_size // 2
@@ -118,14 +107,9 @@ def gaussian_blur_zero_padded(maps: torch.Tensor, kernel_size: int = 11, valid: 
 
 
 def gaussian_blur_preserve_max(heatmaps: torch.Tensor, kernel_size: int = 11) -> torch.Tensor:
-    """Official DARK pre-blur: zero-padded Gaussian blur per channel, rescaled so each channel keeps its maximum.
-
-    Args:
-        heatmaps (`torch.Tensor` of shape `(num_maps, height, width)`, float32).
-
-    Returns:
-        `torch.Tensor` of the same shape. A channel whose blurred maximum is 0 becomes non-finite, as officially.
-    """
+    """Official DARK pre-blur of `(num_maps, height, width)` float32 heatmaps: zero-padded Gaussian blur per channel,
+    rescaled so each channel keeps its maximum (a channel whose blurred maximum is 0 becomes non-finite, as
+    officially)."""
     blurred = gaussian_blur_zero_padded(heatmaps, kernel_size)
     original_max = heatmaps.amax(dim=(-2, -1))
     blurred_max = blurred.amax(dim=(-2, -1))
@@ -146,16 +130,11 @@ def _gather_windows(maps: torch.Tensor, map_index: torch.Tensor, top: torch.Tens
 
 def _blurred_maxima(maps: torch.Tensor, row_max: torch.Tensor, lower_bound: torch.Tensor,
                     kernel_size: int) -> torch.Tensor:
-    """Exact maximum of each zero-padded Gaussian-blurred map, blurring only a small box around the peak if possible.
-
-    A blurred pixel is a weighted mean (weights summing to 1) of its `kernel_size` window, so it can reach
-    `lower_bound` (a blurred value of that map) only if its window holds a pixel >= `lower_bound`. For a peaked map
-    the pixels >= the bound sit in a small box; blurring that box grown by the kernel radius gives the same maximum as
-    blurring the whole map. Maps without such a small box are blurred whole.
-
-    Args:
-        maps (`(num_maps, height, width)`), row_max (`(num_maps, height)`: the maximum of each row),
-        lower_bound (`(num_maps,)`): a blurred value of each map (its value at the raw maximum).
+    """Exact maximum of each zero-padded Gaussian-blurred map of `(num_maps, height, width)` `maps`, blurring only a
+    small box around the peak when possible: a blurred pixel is a weighted mean of its window, so it can reach
+    `lower_bound` (`(num_maps,)`: a blurred value of that map) only if its window holds a pixel >= it; for a peaked
+    map those pixels sit in a small box, which grown by the kernel radius gives the same maximum as the whole map.
+    `row_max` `(num_maps, height)` holds each row's maximum. Maps without such a small box are blurred whole.
     """
     num_maps, height, width = maps.shape
     half = kernel_size // 2
@@ -207,16 +186,9 @@ def _argmax_with_row_max(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 
 def heatmap_argmax(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Integer maxima of heatmaps.
-
-    Args:
-        heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`).
-
-    Returns:
-        `locations` (`(num_crops, num_keypoints, 2)` float32, `(x, y)` heatmap pixels of the first maximum in
-        row-major order, `(-1, -1)` where the maximum is <= 0) and `scores` (`(num_crops, num_keypoints)`, the maxima,
-        heatmap dtype).
-    """
+    """Integer maxima of `(num_crops, num_keypoints, height, width)` heatmaps: `locations` (`(num_crops,
+    num_keypoints, 2)` float32 `(x, y)` heatmap pixels of the first maximum in row-major order, `(-1, -1)` where the
+    maximum is <= 0) and `scores` (`(num_crops, num_keypoints)`, the maxima, heatmap dtype)."""
     _, scores, index = _argmax_with_row_max(heatmaps)
     locations = index.to(torch.float32)
     locations = torch.where((scores > 0)[..., None], locations, torch.full_like(locations, -1.0))
@@ -231,24 +203,19 @@ def refine_keypoints_dark_udp(
 
     Steps: max-preserving Gaussian blur (kernel `blur_kernel_size`), clip to [1e-3, 50], log, edge-pad by 1, central
     differences at the maximum, `offset = -(H + eps I)^-1 grad` (float32 eps), applied in float64 and rounded back to
-    float32 as the official in-place numpy update does.
-
-    Only what the step reads is computed: the blurred values at the 3x3 neighbourhood of each maximum and each
-    map's blurred maximum (for the max-preserving rescale), found by blurring a small box around the peak (see
-    `_blurred_maxima`); the result equals blurring whole maps up to float32 summation order.
-
-    Official quirk reproduced: a keypoint at `(-1, -1)` (maximum <= 0) reads its neighbours from the flattened padded
-    maps of the same crop, wrapping around at index 0 exactly like numpy's negative indexing.
+    float32 as the official in-place numpy update does. Only what the step reads is computed: the blurred 3x3
+    neighbourhood of each maximum and each map's blurred maximum (`_blurred_maxima`); the result equals blurring whole
+    maps up to float32 summation order. Official quirk reproduced: a keypoint at `(-1, -1)` (maximum <= 0) reads its
+    neighbours from the flattened padded maps of the same crop, wrapping around at index 0 like numpy's negative
+    indexing.
 
     Args:
         locations (`torch.Tensor` of shape `(num_crops, num_keypoints, 2)`): integer `(x, y)` from `heatmap_argmax`.
         heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`).
-        row_max (`torch.Tensor` of shape `(num_crops, num_keypoints, height)`, *optional*): the maps' row maxima if
-            already known (saves one pass over the maps).
-        previous_map (`(num_keypoints,)` int, *optional*): for each map, the map of `heatmaps` that holds the model
-            channel before it (the one the quirk above reads). Default: the map before it, the first wrapping to
-            the last, which is right when `heatmaps` hold all the model's channels in order; a channel subset
-            (`keypoint_subset_maps`) names them.
+        row_max (`(num_crops, num_keypoints, height)`, *optional*): the maps' row maxima if already known.
+        previous_map (`(num_keypoints,)` int, *optional*): for each map, the map of `heatmaps` holding the model
+            channel before it (the one the quirk reads); default: the map before it, the first wrapping to the last,
+            right when `heatmaps` hold all the model's channels in order (a subset: `keypoint_subset_maps`).
 
     Returns:
         `torch.Tensor` of shape `(num_crops, num_keypoints, 2)`, float32, refined `(x, y)` in heatmap pixels.
@@ -329,11 +296,9 @@ def decode_udp_heatmaps(
     heatmaps: torch.Tensor, input_size: tuple[int, int], blur_kernel_size: int = 11,
     previous_map: Sequence[int] | torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Official UDP heatmap decoding, batched over crops.
-
-    Each keypoint's result depends on its own map only (and, for a maximum <= 0, on the previous channel's map: the
-    official quirk in `refine_keypoints_dark_udp`), so decoding a subset of the channels gives the same values as
-    decoding all of them and selecting (see `keypoint_subset_maps`; tests/test_keypoint_subset_decode.py).
+    """Official UDP heatmap decoding, batched over crops. Each keypoint's result depends on its own map only (and, for
+    a maximum <= 0, on the previous channel's: the quirk in `refine_keypoints_dark_udp`), so decoding a subset of the
+    channels gives the same values as decoding all and selecting (`keypoint_subset_maps`).
 
     Args:
         heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`): raw (or flip-averaged)
@@ -343,11 +308,10 @@ def decode_udp_heatmaps(
         previous_map (`(num_keypoints,)` int, *optional*): see `refine_keypoints_dark_udp`.
 
     Returns:
-        dict with
-        - `keypoints_heatmap` (`(num_crops, num_keypoints, 2)` float32): refined `(x, y)` in heatmap pixels;
-        - `keypoints_input` (`(num_crops, num_keypoints, 2)` float64, on CPU for MPS inputs): crop pixels
-          `x * W / (w - 1)`, `y * H / (h - 1)` (official quirk: input size over heatmap size minus one);
-        - `scores` (`(num_crops, num_keypoints)` float32): the heatmap maxima.
+        dict with `keypoints_heatmap` (`(num_crops, num_keypoints, 2)` float32: refined `(x, y)` in heatmap pixels),
+        `keypoints_input` (same shape, float64, on CPU for MPS inputs: crop pixels `x * W / (w - 1)`,
+        `y * H / (h - 1)`, the official quirk of input size over heatmap size minus one) and `scores`
+        (`(num_crops, num_keypoints)` float32: the heatmap maxima).
     """
     heatmaps = heatmaps.to(torch.float32)
     height, width = heatmaps.shape[-2:]
@@ -388,18 +352,11 @@ def keypoint_subset_maps(
 def crop_to_image(
     keypoints_input: torch.Tensor, center: torch.Tensor, scale: torch.Tensor, input_size: tuple[int, int]
 ) -> torch.Tensor:
-    """Official crop -> image mapping: `kp / input_size * scale + center - scale / 2` (float64).
+    """Official crop -> image mapping `kp / input_size * scale + center - scale / 2` in float64 (official quirk: it
+    divides by the input size, not by input size - 1).
 
-    Official quirk reproduced: it divides by the input size, not by input size - 1.
-
-    Args:
-        keypoints_input (`torch.Tensor` of shape `(num_crops, num_keypoints, 2)`): crop pixels.
-        center, scale (`torch.Tensor` of shape `(num_crops, 2)`): float32 box centre and size from
-            `boxes_to_center_scale`.
-        input_size (`tuple[int, int]`): crop `(height, width)`.
-
-    Returns:
-        `torch.Tensor` of shape `(num_crops, num_keypoints, 2)`, float64, `(x, y)` in original-image pixels.
+    `keypoints_input` `(num_crops, num_keypoints, 2)` crop pixels; `center`, `scale` the float32 `(num_crops, 2)` of
+    `boxes_to_center_scale`; `input_size` the crop `(height, width)`. Returns float64 `(x, y)` original-image pixels.
     """
     device = keypoints_input.device
     crop_size = torch.tensor([input_size[1], input_size[0]], dtype=torch.float64, device=device)

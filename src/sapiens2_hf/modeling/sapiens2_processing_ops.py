@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torchvision.transforms.functional import gaussian_blur
 
 
 try:
@@ -82,17 +83,12 @@ def resolve_backend(backend: str | None) -> str:
 def boxes_to_center_scale(
     boxes_xyxy: np.ndarray, input_size: tuple[int, int], padding: float = 1.25
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Box -> (centre, padded and aspect-fixed size), exactly as the official top-down test pipeline.
+    """Box -> (centre, padded and aspect-fixed size), exactly as the official top-down test pipeline, in float32 numpy
+    as the official code (so that both are bit-identical).
 
-    The official code works in float32 numpy; so does this function, so that the centre and size are bit-identical.
-
-    Args:
-        boxes_xyxy (`np.ndarray` of shape `(num_boxes, 4)`): `(x_min, y_min, x_max, y_max)` in image pixels.
-        input_size (`tuple[int, int]`): model input `(height, width)`; the size is fixed to its aspect `width / height`.
-        padding (`float`, defaults to 1.25): multiplicative context padding.
-
-    Returns:
-        `(center, scale)`: two float32 arrays of shape `(num_boxes, 2)`, `(x, y)` and `(width, height)` in image pixels.
+    `boxes_xyxy` `(num_boxes, 4)` are `(x_min, y_min, x_max, y_max)` image pixels; the size is padded by `padding`
+    and fixed to the aspect `width / height` of `input_size` `(height, width)`. Returns `(center, scale)`: two float32
+    `(num_boxes, 2)` arrays, `(x, y)` and `(width, height)` in image pixels.
     """
     boxes = np.asarray(boxes_xyxy, dtype=np.float32).reshape(-1, 4)
     x1, y1, x2, y2 = boxes[:, 0:1], boxes[:, 1:2], boxes[:, 2:3], boxes[:, 3:4]
@@ -105,17 +101,11 @@ def boxes_to_center_scale(
 
 
 def udp_warp_matrices(center: np.ndarray, scale: np.ndarray, input_size: tuple[int, int]) -> np.ndarray:
-    """UDP affine matrices (image -> crop), rotation 0, float32 as the official code builds them.
+    """UDP affine matrices (image -> crop), rotation 0, float32 as the official code builds them: the box's left/right
+    edges map to crop pixel centres 0 and `width - 1` (unbiased data processing).
 
-    The box's left/right edges map to crop pixel centres 0 and `width - 1` (unbiased data processing).
-
-    Args:
-        center (`np.ndarray` of shape `(num_boxes, 2)`): float32 box centres `(x, y)`.
-        scale (`np.ndarray` of shape `(num_boxes, 2)`): float32 box sizes `(width, height)` after padding/aspect fix.
-        input_size (`tuple[int, int]`): crop `(height, width)`.
-
-    Returns:
-        `np.ndarray` of shape `(num_boxes, 2, 3)`, float32.
+    `center` and `scale` are the float32 `(num_boxes, 2)` arrays of `boxes_to_center_scale`, `input_size` the crop
+    `(height, width)`. Returns `(num_boxes, 2, 3)` float32.
     """
     center = np.asarray(center, dtype=np.float32).reshape(-1, 2)
     scale = np.asarray(scale, dtype=np.float32).reshape(-1, 2)
@@ -257,16 +247,10 @@ def _warp_affine_torch(image: np.ndarray, matrix: np.ndarray, output_size: tuple
 def warp_crops(
     image: np.ndarray, matrices: np.ndarray, input_size: tuple[int, int], backend: str | None = "auto"
 ) -> np.ndarray:
-    """Warp one image into one crop per matrix, as the official top-down affine step.
+    """Warp a `(height, width, 3)` uint8 image into one crop per `udp_warp_matrices` matrix, as the official top-down
+    affine step (`backend` `"auto"`, `"cv2"` or `"torch"`, the bit-exact emulation of OpenCV 4.x; channel order kept).
 
-    Args:
-        image (`np.ndarray` of shape `(height, width, 3)`, uint8): the image (channel order is kept).
-        matrices (`np.ndarray` of shape `(num_boxes, 2, 3)`): image -> crop matrices from `udp_warp_matrices`.
-        input_size (`tuple[int, int]`): crop `(height, width)`.
-        backend (`str`): ``"auto"``, ``"cv2"`` or ``"torch"`` (bit-exact emulation of OpenCV 4.x).
-
-    Returns:
-        `np.ndarray` of shape `(num_boxes, height, width, 3)`, uint8.
+    Returns `(num_boxes, input_height, input_width, 3)` uint8.
     """
     backend = resolve_backend(backend)
     out_h, out_w = input_size
@@ -422,16 +406,10 @@ def stretch_resize(image: np.ndarray, input_size: tuple[int, int], backend: str 
 
 
 def letterbox_geometry(image_size: tuple[int, int], input_size: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
-    """Resized size and padding of the official letterbox.
-
-    Args:
-        image_size (`tuple[int, int]`): original `(height, width)`.
-        input_size (`tuple[int, int]`): model input `(height, width)`.
-
-    Returns:
-        `((new_height, new_width), (left, right, top, bottom))`: the new size truncates `size * scale`
-        (scale = min of the two axis ratios; at least 1) and the padding is centred, the odd pixel going right /
-        bottom.
+    """Resized size and padding of the official letterbox of an `image_size` image into `input_size` (both
+    `(height, width)`): `((new_height, new_width), (left, right, top, bottom))`. The new size truncates
+    `size * scale` (scale = min of the two axis ratios; at least 1 pixel) and the padding is centred, the odd pixel
+    going right / bottom.
     """
     in_h, in_w = image_size
     out_h, out_w = input_size
@@ -459,18 +437,11 @@ def letterbox(
 
 
 def composite_over_white(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Alpha-composite uint8 colours over a white background: transformers' `do_convert_rgb=True` for RGBA images.
-
-    Not an official step (the official demos read files with OpenCV, which drops the alpha channel): this is the
-    convention of transformers' image processors, computed as they do, on [0, 1] in float32 (`rgb * a + 1 - a`) with
-    torchvision's scaled dtype conversions both ways, so the pixels equal theirs.
-
-    Args:
-        rgb (`np.ndarray` of shape `(height, width, 3)`, uint8).
-        alpha (`np.ndarray` of shape `(height, width, 1)`, uint8): 0 transparent, 255 opaque.
-
-    Returns:
-        `np.ndarray` of shape `(height, width, 3)`, uint8, contiguous.
+    """Alpha-composite `(height, width, 3)` uint8 colours over white with a `(height, width, 1)` uint8 alpha (255
+    opaque): transformers' `do_convert_rgb=True` for RGBA images, not an official step (the official demos read files
+    with OpenCV, which drops the alpha channel). Computed as transformers does, on [0, 1] in float32
+    (`rgb * a + 1 - a`) with torchvision's scaled dtype conversions both ways, so the pixels equal theirs. Returns a
+    contiguous `(height, width, 3)` uint8 array.
     """
     from torchvision.transforms.v2.functional import to_dtype
 
@@ -486,14 +457,8 @@ def normalize_uint8(
     std_255: Sequence[float] = OFFICIAL_STD_255,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """`(x - mean) / std` on the 0-255 scale in float32, like the official preprocessor.
-
-    Args:
-        images (`np.ndarray` or `torch.Tensor` of shape `(batch_size, height, width, 3)`, uint8, RGB).
-
-    Returns:
-        `torch.Tensor` of shape `(batch_size, 3, height, width)`, float32.
-    """
+    """`(x - mean) / std` on the 0-255 scale in float32, like the official preprocessor: `(batch_size, height, width,
+    3)` uint8 RGB (numpy or torch) -> `(batch_size, 3, height, width)` float32."""
     x = torch.as_tensor(np.ascontiguousarray(images) if isinstance(images, np.ndarray) else images, device=device)
     x = x.permute(0, 3, 1, 2).to(torch.float32)
     mean = torch.tensor(mean_255, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
@@ -514,15 +479,8 @@ def crop_windows_torch(
     The window is the box padded by `padding` and widened (or heightened) to the input aspect `width / height`.
     `boxes_to_center_scale` computes the same window the official way (float32 numpy from xyxy corners); the two
     can differ in the last float32 bit, and training targets follow transformers' heatmap targets, so this is kept
-    separate.
-
-    Args:
-        boxes_xywh (`torch.Tensor` of shape `(num_boxes, 4)`, float32): `[x_min, y_min, width, height]`, pixels.
-        input_size (`tuple[int, int]`): crop `(height, width)`.
-        padding (`float`, defaults to 1.25): multiplicative context padding.
-
-    Returns:
-        `(center, size)`: two float32 tensors of shape `(num_boxes, 2)`, `(x, y)` and `(width, height)`, pixels.
+    separate. `boxes_xywh` `(num_boxes, 4)` float32 pixels, `input_size` the crop `(height, width)`; returns two
+    float32 `(num_boxes, 2)` tensors, `(x, y)` and `(width, height)` in pixels.
     """
     x_min, y_min, width, height = boxes_xywh.unbind(-1)
     center = torch.stack([x_min + 0.5 * width, y_min + 0.5 * height], dim=-1)
@@ -583,10 +541,8 @@ def udp_gaussian_heatmaps(
         keypoints: per image, per person (in box order), the rows `[x, y, visibility]` (or `[x, y]`, all visible) in
             image pixels; visibility `<= 0` gives weight 0.
         input_size (`tuple[int, int]`): crop `(height, width)`; the heatmaps are `input_size // downscale_factor`.
-        downscale_factor (`int`, defaults to 4): model input size / heatmap size.
-        sigma (`float`, defaults to 6.0): Gaussian standard deviation, heatmap pixels.
-        padding (`float`, defaults to 1.25): box context padding (the processor's `bbox_padding`).
-        device: where to build the tensors.
+        sigma (`float`, defaults to 6.0): Gaussian standard deviation in heatmap pixels; `padding`: the processor's
+            `bbox_padding`; `device`: where to build the tensors.
 
     Returns:
         `(heatmaps, weights)`: two lists with one entry per person, images concatenated in order: float32
@@ -646,24 +602,14 @@ def resize_logits_argmax(
 
     Resizing all channels of a photo-sized output at once costs `num_labels * height * width * 4` bytes (29 channels
     of an 8000x6000 photo: 5.6 GB). Here the channels are resized a group at a time (at most `max_chunk_elements`
-    resized values per group) and a running maximum keeps the first best class, so the peak is about
-    `(group + 2) * height * width * 4` bytes plus the int64 result (8000x6000, 29 classes: about 0.5 GB, measured
-    1.4 GB RSS for the whole process instead of 6.8 GB). The labels are bit-identical to the one-shot computation:
-    each output value of a bilinear resize depends only on its own channel, so resizing a group of channels yields
-    the same values as resizing all of them (given the group sizes chosen below). Chunking by channel rather than by
-    output row is what makes this exact: a band of rows cannot be given to `F.interpolate` with the source
-    coordinates of the full resize, and recomputing them by hand would round differently.
+    resized values, at least one channel) and a running maximum keeps the first best class: about 0.5 GB there
+    (measured 1.4 GB RSS for the whole process instead of 6.8 GB). The labels are bit-identical, because each output
+    value of a bilinear resize depends only on its own channel (given the group sizes `_channel_group` chooses);
+    chunking by output row could not be exact, as `F.interpolate` cannot be given the full resize's source
+    coordinates for a band of rows. Ties resolve to the lowest class and NaN wins, as in `torch.max(dim=0)`.
 
-    Ties resolve to the lowest class and NaN wins, as in `torch.max(dim=0)` (`argmax` semantics).
-
-    Args:
-        logits (`torch.Tensor` of shape `(num_labels, height, width)`), floating point.
-        output_size (`tuple[int, int]`): `(height, width)` of the class map.
-        max_chunk_elements (`int`, defaults to `SEGMENTATION_CHUNK_ELEMENTS`): resized values held at once; at
-            least one channel is always resized at a time.
-
-    Returns:
-        `torch.Tensor` of shape `output_size`, int64, class ids in `[0, num_labels)`, on the logits' device.
+    `logits` `(num_labels, height, width)` floating point -> an int64 map of `output_size` `(height, width)` with
+    class ids in `[0, num_labels)`, on the logits' device.
     """
     if max_chunk_elements < 1:
         raise ValueError(f"max_chunk_elements must be >= 1, got {max_chunk_elements}.")
@@ -726,33 +672,20 @@ def _running_argmax(logits: torch.Tensor, group: int, size: tuple[int, int]) -> 
 
 
 def gaussian_blur_reflect(maps: torch.Tensor, kernel_size: int = 3, sigma: float = 0.8) -> torch.Tensor:
-    """Gaussian blur with reflection padding, numerically the same as torchvision's tensor `gaussian_blur`.
-
-    Args:
-        maps (`torch.Tensor` of shape `(batch, channels, height, width)`), floating point.
-    """
-    half = (kernel_size - 1) * 0.5
-    x = torch.linspace(-half, half, steps=kernel_size, dtype=maps.dtype, device=maps.device)
-    pdf = torch.exp(-0.5 * (x / sigma).pow(2))
-    kernel1d = pdf / pdf.sum()
-    kernel2d = torch.mm(kernel1d[:, None], kernel1d[None, :])
-    channels = maps.shape[1]
-    weight = kernel2d.expand(channels, 1, kernel_size, kernel_size)
+    """torchvision's tensor `gaussian_blur` (reflection padding) of `(batch, channels, height, width)` float maps; a
+    map too small to reflect (1 pixel high: a 1x1 or a 20000x10 image) is replicate-padded first."""
     pad = kernel_size // 2
-    # reflection needs more than `pad` pixels per side: a map 1 pixel high (a 1x1 or a 20000x10 image) is replicated
-    mode = "reflect" if min(maps.shape[-2:]) > pad else "replicate"
-    return F.conv2d(F.pad(maps, [pad, pad, pad, pad], mode=mode), weight, groups=channels)
+    if min(maps.shape[-2:]) > pad:
+        return gaussian_blur(maps, [kernel_size, kernel_size], [sigma, sigma])
+    padded = F.pad(maps, [pad, pad, pad, pad], mode="replicate")
+    return gaussian_blur(padded, [kernel_size, kernel_size], [sigma, sigma])[..., pad:-pad, pad:-pad]
 
 
 def smooth_and_resize_pointmap(
     pointmap: torch.Tensor, output_size: tuple[int, int], num_blurs: int = 4, sigma: float = 0.8
 ) -> torch.Tensor:
-    """Official pointmap resize: when upsampling in either direction, blur 4x (3x3, sigma 0.8), then bilinear.
-
-    Args:
-        pointmap (`torch.Tensor` of shape `(batch, 3, height, width)`).
-        output_size (`tuple[int, int]`): target `(height, width)`.
-    """
+    """Official pointmap resize of `(batch, 3, height, width)` maps to `output_size` `(height, width)`: when upsampling
+    in either direction, blur 4x (3x3, sigma 0.8), then bilinear."""
     if output_size[0] > pointmap.shape[-2] or output_size[1] > pointmap.shape[-1]:
         for _ in range(num_blurs):
             pointmap = gaussian_blur_reflect(pointmap, 3, sigma)
