@@ -147,13 +147,7 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
         config = getattr(model, "config", None)
         if config is None or not hasattr(config, "rope_dtype"):  # e.g. a PEFT wrapper: its base model carries it
             config = model.get_base_model().config
-        metrics = {}
-        for entry in reversed(self.state.log_history):
-            found = {k[len("eval_"):]: v for k, v in entry.items() if k.startswith("eval_") and isinstance(v, (int, float))
-                     and k not in ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second")}
-            if found:
-                metrics = found
-                break
+        metrics = next(filter(None, map(card_metrics, reversed(self.state.log_history))), None)
         repo_id = self.args.hub_model_id or model_name or os.path.basename(os.path.abspath(self.args.output_dir))
         card = render_model_card(
             config,
@@ -161,10 +155,18 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
             num_parameters=sum(p.numel() for p in model.parameters()),
             source=f"fine-tuned with sapiens2_hf.training.Sapiens2Trainer ({self.task})",
             datasets=[dataset] if isinstance(dataset, str) else dataset,
-            eval_results=metrics or None,
+            eval_results=metrics,
             eval_dataset=(dataset if isinstance(dataset, str) else None) or "evaluation set",
         )
         card.save(os.path.join(self.args.output_dir, "README.md"))
+
+
+def card_metrics(metrics: dict) -> dict[str, float] | None:
+    """The `eval_*` figures of a metrics dict as a model card shows them (no loss or speed), or `None`."""
+    skip = ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
+    found = {k[len("eval_"):]: float(v) for k, v in metrics.items()
+             if k.startswith("eval_") and k not in skip and isinstance(v, (int, float))}
+    return found or None
 
 
 def _model_loss(model, task: str) -> nn.Module:
