@@ -26,14 +26,8 @@ computes beyond the chosen precision:
    milliseconds per image (`benchmarks/bench_gpu.py` measures both). A CUDA-graph replay overwrites the previous
    replay's outputs, and the pose pipeline runs the model twice per batch (flip test), so the outputs are copied out
    of the graph's memory (`clone_outputs`, on by default with CUDA graphs).
-
-5. **A persistent compile cache** (`compile_cache_dir`, default `~/.cache/sapiens2_hf/compile`): after each call that
-   compiled, torch's portable cache artefacts (`torch.compiler.save_cache_artifacts`: inductor's compiled graphs and
-   kernels, AOTAutograd's entries) are written to one file per model, device, dtype and compile setting
-   (`CompileCache`); the next process loads them (`torch.compiler.load_cache_artifacts`) before its first call, so
-   its compile finds every graph in inductor's cache instead of generating and building the kernels again (Dynamo
-   still traces the model: seconds, not the minutes of a cold CPU compile). The first call logs one line saying
-   that it compiles and how many artefacts the cache gave it. `compile_cache_dir=False` turns the file off.
+5. **A persistent compile cache** (`compile_cache_dir`, `CompileCache`; docs/deployment.md): the next process loads
+   the compiled graphs and kernels of this one instead of building them again (Dynamo still traces the model).
 
 Shapes: compiled code is specialised to the input shape; a second shape (a smaller last batch, another number of
 people) recompiles once with a dynamic batch dimension (torch's default `dynamic=None`). Pass `dynamic=False` to keep

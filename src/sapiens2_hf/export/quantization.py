@@ -76,22 +76,13 @@ class _CalibrationReader:
         pass
 
 
-def _default_calibration(input_size, channels: int = 3, batches: int = 4):
-    generator = np.random.default_rng(0)
-    for _ in range(batches):
-        yield generator.standard_normal((1, channels, *input_size), dtype=np.float32)
-
-
-class _DropPreprocessingAdvice(logging.Filter):
-    # onnxruntime's quantizer logs "Please consider to run pre-processing" on the root logger for every graph; its
-    # pre-processing (shape inference + graph optimisation) fuses MatMuls into ops it then cannot quantize.
-    def filter(self, record):
-        return "pre-processing before quantization" not in record.getMessage()
-
-
 @contextmanager
 def _quiet_quantizer():
-    quiet = _DropPreprocessingAdvice()
+    # onnxruntime's quantizer logs "Please consider to run pre-processing" on the root logger for every graph; its
+    # pre-processing (shape inference + graph optimisation) fuses MatMuls into ops it then cannot quantize.
+    def quiet(record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
     root = logging.getLogger()
     root.addFilter(quiet)
     try:
@@ -160,7 +151,8 @@ def _calibration(calibration_inputs, input_size):
         return calibration_inputs, "the caller's images"
     if input_size is None:
         raise ValueError("int8-static needs calibration_inputs (or input_size for noise inputs).")
-    return (_default_calibration(input_size),
+    generator = np.random.default_rng(0)
+    return ((generator.standard_normal((1, 3, *input_size), dtype=np.float32) for _ in range(4)),
             "4 seeded N(0, 1) images (no real images given: ranges not representative)")
 
 
