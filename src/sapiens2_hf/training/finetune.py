@@ -33,6 +33,7 @@ from ..data.keypoint_sets import KeypointSet
 from ..data.pose import check_coco_images_found, read_coco_keypoints
 from ..data.tasks import is_top_down
 from ..data.validation import NoUsableSamplesError, describe_skipped, validate_records, write_skipped_samples
+from ..hub.model_card import is_hub_id
 from ..hub.sharing import ship_pipeline, enable_remote_code
 from ..modeling import HEAD_PRESETS, VARIANTS, Sapiens2Config, Sapiens2Model, model_class_for_task, tiny_config
 from ..modeling.sapiens2_tasks import task_of_architecture, task_spec
@@ -663,7 +664,7 @@ def finalize_output_dir(trainer: Sapiens2Trainer, model_args: ModelArguments, da
             if model_args.remote_code:
                 ship_pipeline(output_dir, task)
             dataset = data_args.dataset_name
-            trainer.create_model_card(dataset=dataset if dataset and _is_hub_dataset_id(dataset) else None)
+            trainer.create_model_card(dataset=dataset if dataset and is_hub_id(dataset) else None)
     else:
         return
     if push and trainer.is_world_process_zero():
@@ -675,7 +676,3 @@ def finalize_output_dir(trainer: Sapiens2Trainer, model_args: ModelArguments, da
             revision=trainer.args.hub_revision,
             ignore_patterns=["_*", f"{PREFIX_CHECKPOINT_DIR}-*"])
     trainer.accelerator.wait_for_everyone()
-
-
-def _is_hub_dataset_id(name: str) -> bool:
-    return name.count("/") == 1 and not os.path.exists(name)
