@@ -36,6 +36,7 @@ from .data.synthetic_source import SyntheticRecords
 from .hub import save_for_hub
 from .modeling import Sapiens2ForPoseEstimation
 from .processing import image_processor_for_task
+from .serialization import to_json_compatible
 from .utils.extras import require
 from .visualization import draw_keypoints, enlarge, side_by_side
 from .visualization.io import save_image, save_json
@@ -182,7 +183,7 @@ def _run_pose_pipeline(repo: Path, out: Path, seed: int, report: dict) -> None:
         for person, keypoints, visibility, box in zip(people, sample["keypoints"], sample["keypoint_visibility"], boxes):
             c, n = _pck(np.asarray(person["keypoints"]), keypoints, visibility > 0, box)
             correct, counted = correct + c, counted + n
-        save_image(_ground_truth_beside_prediction(sample, people, draw_keypoints, enlarge, side_by_side),
+        save_image(_ground_truth_beside_prediction(sample, people),
                    overlays / f"synthetic_{index}.png")
         results.append(_keypoints_entry(f"synthetic_{index}", people))
     report["pipeline_pck_0_1_held_out"] = correct / max(counted, 1)
@@ -206,7 +207,7 @@ METRIC_NOTES = {
 }
 
 
-def _ground_truth_beside_prediction(sample: dict, people: list[dict], draw_keypoints, enlarge, side_by_side):
+def _ground_truth_beside_prediction(sample: dict, people: list[dict]):
     """A held-out synthetic human enlarged to a readable size: its ground-truth skeleton (left) beside the model's
     (right), body keypoints only (`_body_only`)."""
     truth = [{"keypoints": points, "scores": (visibility > 0).astype(np.float32), "bbox": box}
@@ -222,7 +223,8 @@ def _keypoints_entry(image: str, people: list[dict]) -> dict:
     """One image of keypoints.json: the keypoint names once (row i of every person's `keypoints` / `scores`), the
     box format, and the people."""
     names = list(people[0]["labels"]) if people else []
-    return {"image": image, "keypoint_names": names, "bbox_format": "xyxy", "people": _jsonable(people)}
+    return {"image": image, "keypoint_names": names, "bbox_format": "xyxy",
+            "people": to_json_compatible([{k: v for k, v in person.items() if k != "labels"} for person in people])}
 
 
 def _body_only(people: list[dict]) -> list[dict]:
@@ -230,14 +232,6 @@ def _body_only(people: list[dict]) -> list[dict]:
     the synthetic humans model, and drawing all 308 would bury the skeleton."""
     return [{**person, "keypoints": np.asarray(person["keypoints"])[:21], "scores": np.asarray(person["scores"])[:21]}
             for person in people]
-
-
-def _jsonable(people: list[dict]) -> list[dict]:
-    return [
-        {key: (np.asarray(value).tolist() if not isinstance(value, (str, float, int, list)) else value)
-         for key, value in person.items() if key != "labels"}
-        for person in people
-    ]
 
 
 def _number(value) -> str:

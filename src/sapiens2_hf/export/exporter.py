@@ -45,8 +45,8 @@ import transformers
 from torch import nn
 
 from ..modeling import Sapiens2Config, model_class_for_task
-from ..modeling.loading_sapiens2_hf import official_checkpoint_kind, resolve_checkpoint
 from ..processing import image_processor_for_task
+from ..hub.convert_official import checkpoint_task
 from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
 from ..utils.extras import require
 from ..utils.run_lock import check_run_folder_free, folder_entries, run_folder_lock
@@ -112,14 +112,6 @@ class ExportResult:
 # ------------------------------------------------------------------------------------------------ model loading
 
 
-def _checkpoint_task(source: str) -> str | None:
-    resolved = resolve_checkpoint(source)
-    if resolved.kind == "official":
-        kind = official_checkpoint_kind(resolved.location)
-        return None if kind == "pretrain" else kind
-    return Sapiens2Config.from_pretrained(resolved.location).task
-
-
 def load_model_for_export(model_or_path, task: str | None = "auto", rope_dtype: str | None = None,
                           image_size=None) -> nn.Module:
     """The eager float32 model to export, in eval mode.
@@ -152,7 +144,7 @@ def load_model_for_export(model_or_path, task: str | None = "auto", rope_dtype: 
     else:
         source = str(model_or_path)
         if task == "auto":
-            task = _checkpoint_task(source)
+            task = checkpoint_task(source)[0]
         elif task == "pretrain":
             task = None
         model = model_class_for_task(task).from_pretrained(source, **overrides)

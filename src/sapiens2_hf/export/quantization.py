@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..utils.extras import require
+from .onnx_bf16 import rounding_pairs
 
 
 QUANTIZATION_MODES = ("int8-dynamic", "int8-dynamic-linear", "int8-static")
@@ -98,37 +99,23 @@ def drop_bf16_rounding(model) -> int:
     Returns:
         `int`: the number of pairs removed.
     """
-    from onnx import TensorProto
-
-    def casts_to(node, dtype) -> bool:
-        return node.op_type == "Cast" and any(a.name == "to" and a.i == dtype for a in node.attribute)
-
     graph = model.graph
-    consumers = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
     graph_outputs = {value.name for value in graph.output}
-    replaced, removed = {}, set()
-    for node in graph.node:
-        if not casts_to(node, TensorProto.BFLOAT16):
-            continue
-        after = consumers.get(node.output[0], [])
-        if not after or not all(casts_to(n, TensorProto.FLOAT) for n in after):
-            continue
+    replaced, removed, pairs = {}, set(), 0
+    for node, after in rounding_pairs(graph):
         if any(n.output[0] in graph_outputs for n in after):  # a graph output keeps its name
             continue
         for widen in after:
             replaced[widen.output[0]] = node.input[0]
             removed.add(id(widen))
         removed.add(id(node))
+        pairs += 1
     kept = [node for node in graph.node if id(node) not in removed]
     for node in kept:
         for position, name in enumerate(node.input):
             while name in replaced:  # a rounded value rounded again
                 name = replaced[name]
             node.input[position] = name
-    pairs = sum(1 for node in graph.node if id(node) in removed and casts_to(node, TensorProto.BFLOAT16))
     del graph.node[:]
     graph.node.extend(kept)
     return pairs

@@ -54,6 +54,7 @@ from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
 from .run_setup import hold_output_dir, prepare_output_dir, seed_run, with_skipped_list
 from .tasks import check_task, training_task
 from .trainer import Sapiens2Trainer, card_metrics
+from .warm_start import warm_start_head
 
 
 logger = logging.getLogger(__name__)
@@ -374,8 +375,6 @@ def lora_base_name_or_path(model_args: ModelArguments, output_dir: Path) -> str:
 
 def warm_start(model, model_args: ModelArguments, task: str) -> None:
     """`--init_head_from`: the new head starts from the source model's head."""
-    from .warm_start import warm_start_head
-
     kind = training_task(task).prediction
     if kind not in ("keypoints", "classes"):
         raise ValueError(f"--init_head_from warm-starts pose and segmentation heads, not {task}.")

@@ -3,12 +3,16 @@ accumulation, layer-wise learning-rate decay, the official schedule and bounded-
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 from transformers import Trainer
 
 from ..data.collators import Sapiens2DataCollator
+from ..data.keypoint_sets import KeypointSet
 from ..data.label_tables import KEYPOINT_FLIP_INDICES
+from ..hub.model_card import render_model_card
 from .evaluation import TaskEvaluator, flip_test_heatmaps
 from .loss_logging import LossTermsLoggingMixin
 from .optim import official_schedule, parameter_groups
@@ -55,8 +59,6 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
         # the flip test mirrors the model's own keypoint set; one without left/right pairs is not flip-tested
         self.flip_indices = KEYPOINT_FLIP_INDICES
         if training_task(task).flip_test and config is not None and getattr(config, "num_labels", None):
-            from ..data.keypoint_sets import KeypointSet
-
             self.flip_indices = KeypointSet.from_config(config).flip_indices()
         self.layer_decay_rate = layer_decay_rate
         self.use_official_schedule = official_schedule
@@ -137,10 +139,6 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
     def create_model_card(self, model_name: str | None = None, dataset: str | list[str] | None = None, **kwargs):
         """Writes the sapiens2_hf model card (task, labels, usage, the last evaluation metrics in the YAML
         model-index) to `output_dir/README.md`; `push_to_hub` uploads it with the weights."""
-        import os
-
-        from ..hub.model_card import render_model_card
-
         if not self.is_world_process_zero():
             return
         model = self.model
