@@ -183,7 +183,7 @@ def _run_pose_pipeline(repo: Path, out: Path, seed: int, report: dict) -> None:
         for person, keypoints, visibility, box in zip(people, sample["keypoints"], sample["keypoint_visibility"], boxes):
             c, n = _pck(np.asarray(person["keypoints"]), keypoints, visibility > 0, box)
             correct, counted = correct + c, counted + n
-        save_image(_ground_truth_beside_prediction(sample, people),
+        save_image(_ground_truth_beside_prediction(sample, people, draw_keypoints, enlarge, side_by_side),
                    overlays / f"synthetic_{index}.png")
         results.append(_keypoints_entry(f"synthetic_{index}", people))
     report["pipeline_pck_0_1_held_out"] = correct / max(counted, 1)
@@ -207,7 +207,7 @@ METRIC_NOTES = {
 }
 
 
-def _ground_truth_beside_prediction(sample: dict, people: list[dict]):
+def _ground_truth_beside_prediction(sample: dict, people: list[dict], draw_keypoints, enlarge, side_by_side):
     """A held-out synthetic human enlarged to a readable size: its ground-truth skeleton (left) beside the model's
     (right), body keypoints only (`_body_only`)."""
     truth = [{"keypoints": points, "scores": (visibility > 0).astype(np.float32), "bbox": box}
@@ -220,8 +220,7 @@ def _ground_truth_beside_prediction(sample: dict, people: list[dict]):
 
 
 def _keypoints_entry(image: str, people: list[dict]) -> dict:
-    """One image of keypoints.json: the keypoint names once (row i of every person's `keypoints` / `scores`), the
-    box format, and the people."""
+    """One image of keypoints.json: the keypoint names once (row i of every person's arrays), box format, people."""
     names = list(people[0]["labels"]) if people else []
     return {"image": image, "keypoint_names": names, "bbox_format": "xyxy",
             "people": to_json_compatible([{k: v for k, v in person.items() if k != "labels"} for person in people])}

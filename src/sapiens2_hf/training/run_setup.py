@@ -218,8 +218,7 @@ def _read_marker(folder: Path) -> dict | None:
 
 
 def _weights_kind(folder: Path) -> str | None:
-    """The kind of the weights in `folder` (the final ones, else the newest checkpoint's): `"adapter"`, `"model"`
-    or `None`."""
+    """`"adapter"`, `"model"` or `None`: the kind of `folder`'s final weights, else its newest checkpoint's."""
     for candidate in (folder, *_checkpoints(folder)):
         names = set(_final_weights(candidate)) if candidate.is_dir() else set()
         if names & set(ADAPTER_FILE_NAMES):
