@@ -102,7 +102,8 @@ def drop_bf16_rounding(model) -> int:
     graph = model.graph
     graph_outputs = {value.name for value in graph.output}
     replaced, removed, pairs = {}, set(), 0
-    for node, after in rounding_pairs(graph):
+    found = rounding_pairs(graph)  # held: `removed` compares the ids of these node wrappers
+    for node, after in found:
         if any(n.output[0] in graph_outputs for n in after):  # a graph output keeps its name
             continue
         for widen in after:
