@@ -23,10 +23,7 @@ onnxruntime's CPU provider cannot run. The ONNX graph therefore computes them in
 `Cast(to=bfloat16) -> Cast(to=float)` pair after every rounding step (`onnx_bf16.py`), which reproduces torch's CPU
 bf16 arithmetic; `export_info.json -> rope` records how many such pairs the graph holds. The `torch-export` program
 keeps the bf16 ops as they are (torch runs them); the AOTInductor package compiles them with inductor's
-`emulate_precision_casts`, which rounds where eager rounds.
-
-The exporter is torch's dynamo-based `torch.onnx.export` (a `torch.export` program translated to ONNX, then
-optimised by onnxscript: constant folding turns the RoPE tables into initializers).
+`emulate_precision_casts`, which rounds where eager rounds. Each format's exporter is recorded in `formats.py`.
 """
 
 from __future__ import annotations
