@@ -8,6 +8,7 @@ from official_cases import FIXTURES
 from PIL import Image
 
 from sapiens2_hf import visualization as vis
+from sapiens2_hf.utils.atomic_io import atomic_write
 
 
 SPEC = FIXTURES.parent / "spec"
@@ -121,7 +122,7 @@ def test_atomic_writes_leave_no_partial_file(tmp_path):
 
     (tmp_path / "keep.bin").write_bytes(b"old")
     with pytest.raises(RuntimeError):
-        vis.atomic_write(tmp_path / "keep.bin", failing)
+        atomic_write(tmp_path / "keep.bin", failing)
     assert (tmp_path / "keep.bin").read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "a.png", "keep.bin", "sub"]
     with pytest.raises(ValueError, match="suffix"):

@@ -37,6 +37,7 @@ from .hub import save_for_hub
 from .modeling import Sapiens2ForPoseEstimation
 from .processing import image_processor_for_task
 from .runs.decode import decode_image
+from .serialization import to_json_compatible
 from .utils.extras import require
 from .visualization import draw_keypoints, enlarge, side_by_side
 from .visualization.io import save_image, save_json
@@ -220,10 +221,10 @@ def _ground_truth_beside_prediction(sample: dict, people: list[dict], draw_keypo
 
 
 def _keypoints_entry(image: str, people: list[dict]) -> dict:
-    """One image of keypoints.json: the keypoint names once (row i of every person's `keypoints` / `scores`), the
-    box format, and the people."""
+    """One image of keypoints.json: the keypoint names once (row i of every person's arrays), box format, people."""
     names = list(people[0]["labels"]) if people else []
-    return {"image": image, "keypoint_names": names, "bbox_format": "xyxy", "people": _jsonable(people)}
+    return {"image": image, "keypoint_names": names, "bbox_format": "xyxy",
+            "people": to_json_compatible([{k: v for k, v in person.items() if k != "labels"} for person in people])}
 
 
 def _body_only(people: list[dict]) -> list[dict]:
@@ -231,14 +232,6 @@ def _body_only(people: list[dict]) -> list[dict]:
     the synthetic humans model, and drawing all 308 would bury the skeleton."""
     return [{**person, "keypoints": np.asarray(person["keypoints"])[:21], "scores": np.asarray(person["scores"])[:21]}
             for person in people]
-
-
-def _jsonable(people: list[dict]) -> list[dict]:
-    return [
-        {key: (np.asarray(value).tolist() if not isinstance(value, (str, float, int, list)) else value)
-         for key, value in person.items() if key != "labels"}
-        for person in people
-    ]
 
 
 def _number(value) -> str:

@@ -26,14 +26,8 @@ computes beyond the chosen precision:
    milliseconds per image (`benchmarks/bench_gpu.py` measures both). A CUDA-graph replay overwrites the previous
    replay's outputs, and the pose pipeline runs the model twice per batch (flip test), so the outputs are copied out
    of the graph's memory (`clone_outputs`, on by default with CUDA graphs).
-
-5. **A persistent compile cache** (`compile_cache_dir`, default `~/.cache/sapiens2_hf/compile`): after each call that
-   compiled, torch's portable cache artefacts (`torch.compiler.save_cache_artifacts`: inductor's compiled graphs and
-   kernels, AOTAutograd's entries) are written to one file per model, device, dtype and compile setting
-   (`CompileCache`); the next process loads them (`torch.compiler.load_cache_artifacts`) before its first call, so
-   its compile finds every graph in inductor's cache instead of generating and building the kernels again (Dynamo
-   still traces the model: seconds, not the minutes of a cold CPU compile). The first call logs one line saying
-   that it compiles and how many artefacts the cache gave it. `compile_cache_dir=False` turns the file off.
+5. **A persistent compile cache** (`compile_cache_dir`, `CompileCache`; docs/deployment.md): the next process loads
+   the compiled graphs and kernels of this one instead of building them again (Dynamo still traces the model).
 
 Shapes: compiled code is specialised to the input shape; a second shape (a smaller last batch, another number of
 people) recompiles once with a dynamic batch dimension (torch's default `dynamic=None`). Pass `dynamic=False` to keep
@@ -78,6 +72,7 @@ def default_compile_cache_dir() -> Path:
     """`$SAPIENS2_HF_COMPILE_CACHE` when set, else `DEFAULT_COMPILE_CACHE_DIR` (read at each call, not at import)."""
     return Path(os.environ.get(COMPILE_CACHE_ENV) or DEFAULT_COMPILE_CACHE_DIR)
 
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -110,22 +105,6 @@ class InferenceRecipe:
     rope_restored: int
     flash_attention_available: bool
     compile_cache: str | None = None
-
-
-def _counters() -> dict[str, int]:
-    """torch's compile-cache counters of this process (`torch._dynamo.utils.counters`, the figures torch's own cache
-    tests read): FX-graph cache hits and misses (inductor), AOTAutograd cache hits and misses, and their sum
-    `graphs_compiled` (every graph compiled in this process, from the cache or not)."""
-    from torch._dynamo.utils import counters
-
-    figures = {
-        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
-        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
-        "autograd_cache_hit": counters["aot_autograd"]["autograd_cache_hit"],
-        "autograd_cache_miss": counters["aot_autograd"]["autograd_cache_miss"],
-    }
-    figures["graphs_compiled"] = sum(figures.values())
-    return figures
 
 
 class CompileCache:
@@ -183,8 +162,19 @@ class CompileCache:
 
     @staticmethod
     def counters() -> dict[str, int]:
-        """This process's compile-cache counters (see `_counters`): evidence of cache hits, without timing."""
-        return _counters()
+        """This process's compile-cache counters (`torch._dynamo.utils.counters`, the figures torch's own cache tests
+        read; evidence of cache hits without timing): FX-graph (inductor) and AOTAutograd cache hits and misses, and
+        their sum `graphs_compiled` (every graph compiled in this process, from the cache or not)."""
+        from torch._dynamo.utils import counters
+
+        figures = {
+            "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+            "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+            "autograd_cache_hit": counters["aot_autograd"]["autograd_cache_hit"],
+            "autograd_cache_miss": counters["aot_autograd"]["autograd_cache_miss"],
+        }
+        figures["graphs_compiled"] = sum(figures.values())
+        return figures
 
 
 def _compile_cache_key(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, **options) -> dict:
@@ -371,9 +361,9 @@ def _caching_forward(model, compiled_forward, cache, clone: bool, backend: str, 
                 type(model).__name__, backend, device.type, str(dtype).removeprefix("torch."),
                 "" if cache is None else (f"; compile cache {cache.path} ({loaded} artefacts loaded)" if loaded
                                           else f"; no compile cache yet, it will be written to {cache.path}"))
-        graphs = _counters()["graphs_compiled"] if cache is not None else 0
+        graphs = CompileCache.counters()["graphs_compiled"] if cache is not None else 0
         outputs = compiled_forward(*args, **kwargs)
-        if cache is not None and _counters()["graphs_compiled"] != graphs:
+        if cache is not None and CompileCache.counters()["graphs_compiled"] != graphs:
             cache.save()
         return _clone_outputs(outputs) if clone else outputs
 
@@ -400,28 +390,18 @@ def _compile_forward(model: torch.nn.Module, mode_options: dict, clone: bool, *,
     model.forward = _caching_forward(model, compiled_forward, model.compile_cache, clone, backend, device, dtype)
 
 
-def prepare_for_inference(
-    model: torch.nn.Module,
-    device="cuda",
-    dtype=torch.bfloat16,
-    compile: bool = True,
-    attention: str | None = "sdpa",
-    *,
-    mode: str | None = None,
-    fullgraph: bool = True,
-    dynamic: bool | None = None,
-    backend: str = "inductor",
-    clone_outputs: bool | None = None,
-    exact_casts: bool = True,
-    compile_cache_dir: str | os.PathLike | bool | None = None,
-) -> torch.nn.Module:
-    """Moves, casts, picks the attention kernel and compiles `model` for inference, in place; returns `model`.
+def prepare_for_inference(model: torch.nn.Module, device="cuda", dtype=torch.bfloat16, compile: bool = True,
+                          attention: str | None = "sdpa", *, mode: str | None = None, fullgraph: bool = True,
+                          dynamic: bool | None = None, backend: str = "inductor", clone_outputs: bool | None = None,
+                          exact_casts: bool = True,
+                          compile_cache_dir: str | os.PathLike | bool | None = None) -> torch.nn.Module:
+    """Moves, casts, picks the attention kernel and compiles `model` for inference, in place; returns `model`, in
+    eval mode, with `model.inference_recipe` (`InferenceRecipe`) describing it.
 
     Args:
         model: a Sapiens2 model (any task, or the backbone); transformers' own Sapiens2 classes work too (their RoPE
             is float32 by design and left alone).
-        device (`str` or `torch.device`): `"cuda"` (default), `"cuda:1"`, `"cpu"`, ... A clear `RuntimeError` when it
-            is not available.
+        device (`str` or `torch.device`): `"cuda"` (default), `"cuda:1"`, `"cpu"`, ... (`RuntimeError` if absent).
         dtype (`torch.dtype` or name): weight precision, `torch.bfloat16` (default), `torch.float16` or
             `torch.float32`. The RoPE keeps `config.rope_dtype` whatever this is.
         compile (`bool`): wrap `forward` in `torch.compile`.
@@ -431,14 +411,11 @@ def prepare_for_inference(
             `"max-autotune"` (autotuned kernels + CUDA graphs), `"max-autotune-no-cudagraphs"`.
         fullgraph (`bool`): require one graph (an error instead of a silent graph break).
         dynamic (`bool`, *optional*): torch.compile's `dynamic` (`None`: static first, dynamic after a new shape).
-        backend (`str`): torch.compile backend (`"inductor"`; `"eager"`/`"aot_eager"` to debug capture only).
+        backend (`str`): torch.compile backend (`"inductor"`; `"eager"`/`"aot_eager"` to debug capture).
         clone_outputs (`bool`, *optional*): copy outputs out of CUDA-graph memory; default on with CUDA graphs.
         exact_casts (`bool`): inductor's `emulate_precision_casts` (round bf16/fp16 intermediates as eager does).
         compile_cache_dir (`str`, *optional*): the folder of the persistent compile cache (`CompileCache`; inductor
             only); `None`: `$SAPIENS2_HF_COMPILE_CACHE` or `DEFAULT_COMPILE_CACHE_DIR`; `False`: none.
-
-    Returns:
-        the same `model` object, in eval mode, with `model.inference_recipe` (`InferenceRecipe`) describing it.
     """
     device, dtype = _check_device(device), resolve_dtype(dtype)
     _check_request(model, device, dtype, compile, mode)
@@ -446,12 +423,10 @@ def prepare_for_inference(
     cuda_graphs = bool(mode_options.get("triton.cudagraphs", False))
     if cuda_graphs and device.type != "cuda":
         raise ValueError(f"mode={mode!r} records CUDA graphs and needs device='cuda'; on {device.type} use mode=None.")
-
     model.eval()
     model.to(device=device, dtype=dtype)
     rope_restored = restore_rope_precision(model)
     in_use = _set_attention(model, attention) if attention is not None else model.config._attn_implementation
-
     clone = cuda_graphs if clone_outputs is None else bool(clone_outputs)
     if compile:
         _compile_forward(model, mode_options, clone, device=device, dtype=dtype, mode=mode, fullgraph=fullgraph,

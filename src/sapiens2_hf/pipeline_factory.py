@@ -55,6 +55,32 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
         pointmap_model (`sapiens2-pose-3d`): anything `model` takes for a pointmap model; with `segmenter=` it
             becomes the `sapiens2-pointmap` pipeline the 3D pipeline samples (on the same device and dtype).
     """
+    _check_dtype_and_device(kwargs)
+    if backend != "torch":
+        return _exported_pipeline(task, model, backend, fast=fast, compile=compile, **kwargs)
+    if task in COMPOSED_PIPELINES and isinstance(kwargs.get("pointmap_model"), (str, os.PathLike)):
+        companion = {key: kwargs[key] for key in ("device", "dtype") if kwargs.get(key) is not None}
+        kwargs["pointmap_model"] = pipeline("sapiens2-pointmap", kwargs["pointmap_model"],
+                                            segmenter=kwargs.pop("segmenter", None), fast=fast, compile=compile,
+                                            compile_cache_dir=compile_cache_dir, **companion)
+    compile, compile_options = _compile_plan(compile, compile_cache_dir, fast, kwargs)
+    image_size = _image_size_into_model_kwargs(model, kwargs)
+    model = _load_local(task, model, kwargs)
+    own_processor = kwargs.get("image_processor") is None
+    pipe = transformers_pipeline(task, model=model, **kwargs)
+    processor = getattr(pipe, "image_processor", None)
+    if image_size is not None and own_processor and hasattr(processor, "input_size"):
+        # a folder's preprocessor_config.json keeps the size it was saved with: the processor follows the override
+        height, width = pipe.model.config.image_size_hw
+        processor.size = {"height": height, "width": width}
+    if fast or compile:
+        prepare_for_inference(pipe.model, device=pipe.device, dtype=pipe.model.dtype, compile=bool(compile),
+                              attention="sdpa" if fast else None, **compile_options)
+    return pipe
+
+
+def _check_dtype_and_device(kwargs: dict) -> None:
+    """`torch_dtype` renamed `dtype`, a dtype name resolved; both checked before anything loads."""
     if "torch_dtype" in kwargs:
         if kwargs.get("dtype") is not None:
             raise ValueError("pass either dtype= or its older name torch_dtype=, not both.")
@@ -64,17 +90,12 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
         with contextlib.suppress(ValueError):  # an unknown name: check_dtype refuses it, naming the accepted ones
             kwargs["dtype"] = dtype = resolve_dtype(dtype)
     check_dtype(dtype)
-    check_device(kwargs.get("device"))  # one line naming the device and the fix, before anything loads
-    if backend != "torch":
-        return _exported_pipeline(task, model, backend, fast=fast, compile=compile, **kwargs)
-    if task in COMPOSED_PIPELINES and isinstance(kwargs.get("pointmap_model"), (str, os.PathLike)):
-        companion = {key: kwargs[key] for key in ("device", "dtype") if kwargs.get(key) is not None}
-        kwargs["pointmap_model"] = pipeline("sapiens2-pointmap", kwargs["pointmap_model"],
-                                            segmenter=kwargs.pop("segmenter", None), fast=fast, compile=compile,
-                                            compile_cache_dir=compile_cache_dir, **companion)
-    compile_options = {}
-    if compile_cache_dir is not None:
-        compile_options["compile_cache_dir"] = compile_cache_dir
+    check_device(kwargs.get("device"))
+
+
+def _compile_plan(compile, compile_cache_dir, fast: bool, kwargs: dict) -> tuple[bool | None, dict]:
+    """`(compile, prepare_for_inference keywords)`; with `fast`, the default device and dtype set in `kwargs`."""
+    compile_options = {} if compile_cache_dir is None else {"compile_cache_dir": compile_cache_dir}
     if isinstance(compile, dict):
         compile_options, compile = {**compile_options, **compile}, True
     elif compile is not None and not isinstance(compile, bool):
@@ -88,18 +109,27 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
             kwargs["dtype"] = torch.bfloat16 if on_cuda else torch.float32
         if compile is None:
             compile = True
+    return compile, compile_options
 
+
+def _image_size_into_model_kwargs(model, kwargs: dict):
+    """Moves `image_size=`, a config override of loading that transformers' factory would hand to the pipeline
+    (which refuses it), into `model_kwargs`; returns it."""
     image_size = kwargs.pop("image_size", None)
-    if image_size is not None:
-        # A config override of loading, which transformers' factory would hand to the pipeline (which refuses it).
-        model_kwargs = dict(kwargs.get("model_kwargs") or {})
-        if "image_size" in model_kwargs:
-            raise ValueError("pass image_size= or model_kwargs={'image_size': ...}, not both.")
-        if not isinstance(model, (str, os.PathLike)):
-            raise ValueError("image_size= applies when the pipeline loads the model (a file, folder or Hub id); for "
-                             "a model object, load it with from_pretrained(..., image_size=[height, width]).")
-        model_kwargs["image_size"] = image_size
-        kwargs["model_kwargs"] = model_kwargs
+    if image_size is None:
+        return None
+    model_kwargs = dict(kwargs.get("model_kwargs") or {})
+    if "image_size" in model_kwargs:
+        raise ValueError("pass image_size= or model_kwargs={'image_size': ...}, not both.")
+    if not isinstance(model, (str, os.PathLike)):
+        raise ValueError("image_size= applies when the pipeline loads the model (a file, folder or Hub id); for "
+                         "a model object, load it with from_pretrained(..., image_size=[height, width]).")
+    kwargs["model_kwargs"] = {**model_kwargs, "image_size": image_size}
+    return image_size
+
+
+def _load_local(task: str, model, kwargs: dict):
+    """An official file (or a folder holding only one) loaded with our class; anything else as it is."""
     is_local = isinstance(model, (str, os.PathLike)) and Path(model).exists()
     if isinstance(model, (str, os.PathLike)) and not is_local and looks_local(os.fspath(model)):
         raise OSError(f"{os.fspath(model)}: no such file or folder.")  # as from_pretrained says, not a Hub lookup
@@ -109,23 +139,13 @@ def pipeline(task: str, model=None, *, fast: bool = False, compile=None, backend
         resolved = resolve_checkpoint(model)
         model_class = model_class_for_task(model_task)
         if resolved.kind == "official" and resolved.config_folder is None:
-            model = model_class.from_pretrained(resolved.location, **(kwargs.pop("model_kwargs", None) or {}))
-        elif resolved.kind == "hf" and kwargs.get("config") is None:
+            return model_class.from_pretrained(resolved.location, **(kwargs.pop("model_kwargs", None) or {}))
+        if resolved.kind == "hf" and kwargs.get("config") is None:
             # from_pretrained's first checks (model type, task) before transformers' factory loads anything: after
             # our class refuses, that factory tries transformers' own class, which loads the whole folder before our
             # pipeline refuses the result (pipeline_sapiens2_hf's `_refuse_a_model_of_another_type`)
             model_class._check_task(Sapiens2Config.from_pretrained(resolved.location), str(model))
-    own_processor = kwargs.get("image_processor") is None
-    pipe = transformers_pipeline(task, model=model, **kwargs)
-    processor = getattr(pipe, "image_processor", None)
-    if image_size is not None and own_processor and hasattr(processor, "input_size"):
-        # a folder's preprocessor_config.json keeps the size it was saved with: the processor follows the override
-        height, width = pipe.model.config.image_size_hw
-        processor.size = {"height": height, "width": width}
-    if fast or compile:
-        prepare_for_inference(pipe.model, device=pipe.device, dtype=pipe.model.dtype, compile=bool(compile),
-                              attention="sdpa" if fast else None, **compile_options)
-    return pipe
+    return model
 
 
 def _exported_pipeline(task: str, folder, backend: str, fast: bool, compile, **kwargs):

@@ -69,9 +69,7 @@ def _png_uri(image) -> str:
 
 
 def _convert(value: Any, images: str, tensor_type) -> Any:
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if isinstance(value, int):  # bool handled above
+    if value is None or isinstance(value, (str, int)):  # bool is an int
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None

@@ -128,8 +128,7 @@ def _checked_spec(model_class: type, spec: TaskSpec | None) -> TaskSpec:
 def _fill_task_tables(spec: TaskSpec, model_class: type, metric, data: DataTaskSpec | None,
                       training: TrainingTaskSpec | None, head_presets: dict[str, dict] | None,
                       pipeline_class: type | None) -> None:
-    """The task's model class, head presets, pipeline and (given, or a dense map's defaults) data and training
-    facets."""
+    """The task's entries in the model, head-preset, pipeline, data and training tables."""
     TASK_MODEL_CLASSES[spec.name] = model_class
     HEAD_PRESETS[spec.name] = dict(head_presets or {})
     PIPELINE_CLASSES[spec.pipeline_name] = pipeline_class or dense_map_pipeline_class(spec.name)
@@ -141,9 +140,7 @@ def _fill_task_tables(spec: TaskSpec, model_class: type, metric, data: DataTaskS
 
 
 def _check_parts(spec: TaskSpec, model_class: type, metric, pipeline_class) -> None:
-    """What `register_task` checks of the pieces before it registers anything: the pipeline name is no pipeline
-    transformers (or a composed pipeline of ours) already answers to, the processor has the post-processing method,
-    and the loss, output, metric and pipeline are classes of their kind."""
+    """`register_task`'s checks of the pieces, before it registers anything."""
     taken = set(PIPELINE_REGISTRY.get_supported_tasks()) | set(COMPOSED_PIPELINES)
     if spec.pipeline_name in taken and spec.pipeline_name not in {other.pipeline_name for other in TASK_SPECS.values()}:
         raise ValueError(f"The pipeline name {spec.pipeline_name!r} of task {spec.name!r} is already a pipeline; "

@@ -16,10 +16,10 @@ import numpy as np
 from PIL import Image
 
 from ..modeling.sapiens2_tasks import TASK_SPECS
+from ..utils.atomic_io import atomic_write_text
 from ..visualization import (
     SKELETON_LINKS,
     albedo_to_image,
-    atomic_write,
     class_palette,
     depth_to_image,
     draw_keypoints,
@@ -346,7 +346,7 @@ def write_outputs(options: PredictOptions, base: Path, image: np.ndarray, result
 def _save_json(data: Any, path: Path, indent: int | None = None) -> None:
     """Write JSON atomically; NaN / infinity are an error (`allow_nan=False`), never written as invalid JSON."""
     text = json.dumps(data, indent=indent, allow_nan=False)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    atomic_write_text(path, text)
 
 
 def _boxes_for(source: str, boxes: dict) -> Any:

@@ -4,7 +4,8 @@ near-duplicates, domain, balance) as a pipeline from a pile of images to a `data
 """
 
 from .curate import (STAGES, BackboneEmbedder, CurationConfig, CurationResult, ImageSource, PersonSegmenter, curate,
-                     decode_image, kmeans, measure_image, open_inputs, quality_rank)
+                     decode_image, measure_image, open_inputs, quality_rank)
+from .global_stages import kmeans
 from .report import write_report
 
 __all__ = ["BackboneEmbedder", "CurationConfig", "CurationResult", "ImageSource", "PersonSegmenter", "STAGES",

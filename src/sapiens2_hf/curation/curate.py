@@ -479,57 +479,33 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     config = config or CurationConfig()
     out = Path(out)
     shard = Shard(device="cpu" if device == "cpu" else "auto", feature="curation across processes")
-    rank = shard.index
     if not isinstance(inputs, ImageSource):
         check_out_not_in_inputs(out, list(inputs), [Path(entry) for entry in inputs if Path(entry).is_file()])
     source = inputs if isinstance(inputs, ImageSource) else open_inputs(list(inputs), image_column)
     if not (config.on("domain") and reference):
         reference = None
-    if config.on("person") and person_model is None:
-        raise ValueError("the person stage needs a segmentation model: pass person_model= (CLI --person-model), or "
-                         "switch the stage off (stages without 'person'; CLI --skip person).")
-    segmenter = None
-    if config.on("person"):
-        # a function `images -> masks` is used as it is; a model, pipeline or name becomes a PersonSegmenter
-        is_function = callable(person_model) and not hasattr(person_model, "config") \
-            and not hasattr(person_model, "model")
-        segmenter = person_model if is_function else PersonSegmenter(person_model, device)
+    segmenter = _segmenter(config, person_model, device)
     embedder = _embedder(config, reference, person_model, segmenter, embedding_model, device)
     timings = {"decode": 0.0, "size+quality": 0.0, "person": 0.0, "embedding": 0.0}
-    computed, rows = 0, []
     fingerprint = _run_fingerprint(source.description, config,
                                    _describe_model(embedding_model if embedding_model is not None else person_model)
                                    if embedder is not None else None)
     chunks = ChunkStore(out, fingerprint)
     _check_same_run(chunks.folder, fingerprint, shard.is_main)
-    finished = set(chunks.done())
-
-    def flush(chunk_rows, number):
-        nonlocal computed
-        columns, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings, rank)
-        chunks.write(number, columns, embeddings)
-        computed += 1
-        if on_chunk is not None:
-            on_chunk(number)
-
-    stopped = False
-    for index, name, load in _rows_from(source, finished, config.chunk_size, shard):
-        number = index // config.chunk_size
-        if rows and rows[0][0] // config.chunk_size != number:
-            flush(rows, rows[0][0] // config.chunk_size)
-            rows = []
-            if max_chunks is not None and computed >= max_chunks:
-                stopped = True
-                break
-        rows.append((index, name, load))
-    if rows and not stopped:
-        flush(rows, rows[0][0] // config.chunk_size)
+    computed, stopped = _compute_chunks(source, chunks, shard, config, segmenter, embedder, timings, max_chunks,
+                                        on_chunk)
     if stopped:
         return CurationResult(np.zeros(0, np.int64), [], None, None, {"stopped_after_chunks": computed})
     shard.wait()
     if not shard.is_main:
-        return CurationResult(np.zeros(0, np.int64), [], None, None, {"rank": rank})
+        return CurationResult(np.zeros(0, np.int64), [], None, None, {"rank": shard.index})
     reference_vectors = _embed_reference(reference, embedder, image_column) if reference else None
+    return _finish(source, chunks, out, config, reference_vectors, timings, computed, write_dataset, progress)
+
+
+def _finish(source: ImageSource, chunks: ChunkStore, out: Path, config: CurationConfig, reference_vectors,
+            timings: dict, computed: int, write_dataset: bool, progress: bool) -> CurationResult:
+    """The main process's end of a run: the global stages, then records, dataset, report and summary."""
     begin = time.perf_counter()
     verdicts = _global_stages(chunks, config, reference_vectors, timings)
     records_path = out / "records.jsonl"
@@ -539,8 +515,7 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
                    images_per_second={key: round(summary["images"] / value, 1) for key, value in timings.items()
                                       if value > 0},
                    global_seconds=round(time.perf_counter() - begin, 3), chunks_computed_this_run=computed)
-    kept = np.flatnonzero(verdicts.kept) if len(verdicts.kept) else np.zeros(0, np.int64)
-    kept = verdicts.index[kept]
+    kept = verdicts.index[np.flatnonzero(verdicts.kept)]
     dataset_path = None
     if write_dataset and summary["kept"]:
         dataset_path = _write_dataset(source, verdicts, records_path, out / "dataset")
@@ -552,6 +527,44 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
     if progress:
         print(f"curated {summary['images']} image(s): kept {summary['kept']}; {out}")
     return CurationResult(kept, RecordsFile(records_path, summary["images"]), dataset_path, report_path, summary)
+
+
+def _segmenter(config: CurationConfig, person_model, device):
+    """The `person` stage's model when the stage is on: a function `images -> masks` as it is, else a
+    `PersonSegmenter`."""
+    if not config.on("person"):
+        return None
+    if person_model is None:
+        raise ValueError("the person stage needs a segmentation model: pass person_model= (CLI --person-model), or "
+                         "switch the stage off (stages without 'person'; CLI --skip person).")
+    is_function = callable(person_model) and not hasattr(person_model, "config") and not hasattr(person_model, "model")
+    return person_model if is_function else PersonSegmenter(person_model, device)
+
+
+def _compute_chunks(source: ImageSource, chunks: ChunkStore, shard: Shard, config: CurationConfig, segmenter,
+                    embedder, timings: dict, max_chunks: int | None, on_chunk) -> tuple[int, bool]:
+    """Computes and writes this process's unfinished chunks; returns `(chunks computed, stopped by max_chunks)`."""
+    computed, rows = 0, []
+
+    def flush(chunk_rows):
+        nonlocal computed
+        number = chunk_rows[0][0] // config.chunk_size
+        columns, embeddings = _process_chunk(chunk_rows, config, segmenter, embedder, timings, shard.index)
+        chunks.write(number, columns, embeddings)
+        computed += 1
+        if on_chunk is not None:
+            on_chunk(number)
+
+    for index, name, load in _rows_from(source, set(chunks.done()), config.chunk_size, shard):
+        if rows and rows[0][0] // config.chunk_size != index // config.chunk_size:
+            flush(rows)
+            rows = []
+            if max_chunks is not None and computed >= max_chunks:
+                return computed, True
+        rows.append((index, name, load))
+    if rows:
+        flush(rows)
+    return computed, False
 
 
 def _run_fingerprint(description: str, config: CurationConfig, embedding: str | None) -> dict:
@@ -839,10 +852,5 @@ def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: 
     return folder
 
 
-def kmeans(vectors: np.ndarray, clusters: int, seed: int = 0) -> np.ndarray:
-    """Each row's cluster by faiss k-means (`global_stages.kmeans`), seeded."""
-    return stages.kmeans(vectors, clusters, seed)
-
-
 __all__ = ["BackboneEmbedder", "CurationConfig", "CurationResult", "ImageSource", "PersonSegmenter", "RecordsFile",
-           "STAGES", "curate", "decode_image", "kmeans", "measure_image", "open_inputs", "quality_rank"]
+           "STAGES", "curate", "decode_image", "measure_image", "open_inputs", "quality_rank"]

@@ -81,9 +81,5 @@ def perceptual_hash(image: np.ndarray) -> int:
     return int(sum(1 << k for k, bit in enumerate(bits) if bit))
 
 
-def hamming(a: int, b: int) -> int:
-    return int(bin(a ^ b).count("1"))
-
-
-__all__ = ["BLOCKINESS_CROP", "STAGES", "WORKING_SHORT_SIDE", "blockiness", "exposure", "hamming", "perceptual_hash",
+__all__ = ["BLOCKINESS_CROP", "STAGES", "WORKING_SHORT_SIDE", "blockiness", "exposure", "perceptual_hash",
            "person_measures", "sharpness", "working_copy"]

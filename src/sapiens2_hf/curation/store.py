@@ -86,10 +86,7 @@ class ChunkStore:
             yield chunk, {name: table.column(name).to_numpy(zero_copy_only=False) for name in names}
 
     def embedding_shape(self, chunk: int) -> tuple[int, int]:
-        mapped = np.load(self.paths(chunk)[1], mmap_mode="r")
-        shape = mapped.shape
-        del mapped
-        return shape
+        return np.load(self.paths(chunk)[1], mmap_mode="r").shape  # the header only: the map is dropped at once
 
     def gather_embeddings(self, chunks: list[int], count: int, width: int) -> Path:
         """The chunks' embeddings as one `(count, width)` float16 `.npy` (streamed, chunk by chunk; a chunk without

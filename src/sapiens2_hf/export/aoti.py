@@ -29,7 +29,6 @@ from .runtime import ExportedSapiens2Model
 
 #: Inductor options of every package: eager's bf16/fp16 rounding points (the official bf16 RoPE arithmetic).
 AOTI_INDUCTOR_CONFIGS = {"emulate_precision_casts": True}
-_HASH_CHUNK = 1 << 24
 
 
 class AotiPackageError(RuntimeError):
@@ -37,12 +36,9 @@ class AotiPackageError(RuntimeError):
 
 
 def file_sha256(path) -> str:
-    """Hex sha256 of a file (read in 16 MiB chunks)."""
-    digest = hashlib.sha256()
+    """Hex sha256 of a file (streamed)."""
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def write_aoti_package(program, path: Path, device: str = "cpu") -> dict:

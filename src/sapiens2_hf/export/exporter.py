@@ -23,10 +23,7 @@ onnxruntime's CPU provider cannot run. The ONNX graph therefore computes them in
 `Cast(to=bfloat16) -> Cast(to=float)` pair after every rounding step (`onnx_bf16.py`), which reproduces torch's CPU
 bf16 arithmetic; `export_info.json -> rope` records how many such pairs the graph holds. The `torch-export` program
 keeps the bf16 ops as they are (torch runs them); the AOTInductor package compiles them with inductor's
-`emulate_precision_casts`, which rounds where eager rounds.
-
-The exporter is torch's dynamo-based `torch.onnx.export` (a `torch.export` program translated to ONNX, then
-optimised by onnxscript: constant folding turns the RoPE tables into initializers).
+`emulate_precision_casts`, which rounds where eager rounds. Each format's exporter is recorded in `formats.py`.
 """
 
 from __future__ import annotations
@@ -45,8 +42,8 @@ import transformers
 from torch import nn
 
 from ..modeling import Sapiens2Config, model_class_for_task
-from ..modeling.loading_sapiens2_hf import official_checkpoint_kind, resolve_checkpoint
 from ..processing import image_processor_for_task
+from ..hub.convert_official import checkpoint_task
 from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
 from ..utils.extras import require
 from ..utils.run_lock import check_run_folder_free, folder_entries, run_folder_lock
@@ -112,14 +109,6 @@ class ExportResult:
 # ------------------------------------------------------------------------------------------------ model loading
 
 
-def _checkpoint_task(source: str) -> str | None:
-    resolved = resolve_checkpoint(source)
-    if resolved.kind == "official":
-        kind = official_checkpoint_kind(resolved.location)
-        return None if kind == "pretrain" else kind
-    return Sapiens2Config.from_pretrained(resolved.location).task
-
-
 def load_model_for_export(model_or_path, task: str | None = "auto", rope_dtype: str | None = None,
                           image_size=None) -> nn.Module:
     """The eager float32 model to export, in eval mode.
@@ -147,13 +136,12 @@ def load_model_for_export(model_or_path, task: str | None = "auto", rope_dtype: 
             new_config = copy.deepcopy(config)
             for key, value in overrides.items():
                 setattr(new_config, key, value)
-            twin = type(model)(new_config)
-            twin.load_state_dict(model.state_dict(), strict=True)
-            model = twin
+            model = type(model)(new_config)
+            model.load_state_dict(model_or_path.state_dict(), strict=True)
     else:
         source = str(model_or_path)
         if task == "auto":
-            task = _checkpoint_task(source)
+            task = checkpoint_task(source)[0]
         elif task == "pretrain":
             task = None
         model = model_class_for_task(task).from_pretrained(source, **overrides)
@@ -269,14 +257,11 @@ def _example_input(channels: int, height: int, width: int, batch_size: int, seed
     return torch.randn(batch_size, channels, height, width, generator=torch.Generator().manual_seed(seed))
 
 
-def _dynamic_batch(example: torch.Tensor):
-    return ({0: torch.export.Dim("batch_size", min=1, max=4096)},)
-
-
 def _torch_export(wrapper: nn.Module, example: torch.Tensor):
     # batch 2 in the example: torch.export specialises a dimension of size 1 to a constant
     with torch.no_grad():
-        return torch.export.export(wrapper, (example,), dynamic_shapes=_dynamic_batch(example), strict=False)
+        return torch.export.export(wrapper, (example,), strict=False,
+                                   dynamic_shapes=({0: torch.export.Dim("batch_size", min=1, max=4096)},))
 
 
 def write_onnx(program, path: Path, context: ExportContext) -> dict:
@@ -430,8 +415,8 @@ def _save_processor(folder: Path, task: str | None, height: int, width: int, ima
     image_processor.save_pretrained(folder)
 
 
-def _check_request(format: str, quantize: str | None, device: str):
-    """The format's `ExportFormat` and the `torch.device`, checked against each other and this machine."""
+def _check_request(format: str, quantize: str | None, device: str, out_dir: Path, overwrite: bool):
+    """The format's `ExportFormat` and the `torch.device`, checked against each other, this machine and `out_dir`."""
     spec = EXPORT_FORMAT_TABLE.get(format)
     if spec is None:
         raise ValueError(f"unknown export format {format!r}; choose one of {EXPORT_FORMATS}.")
@@ -444,6 +429,10 @@ def _check_request(format: str, quantize: str | None, device: str):
                          "built on the CPU.")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' needs a GPU and a CUDA build of torch; export device='cpu' here.")
+    if out_dir.exists() and (not out_dir.is_dir() or folder_entries(out_dir)) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
+    check_run_folder_free(out_dir)  # refused now rather than after the export; the lock is taken to publish
+    require(*spec.packages, feature=f"{spec.title} export")
     return spec, device
 
 
@@ -512,95 +501,73 @@ def _quantize(staging: Path, artefact: str, info: dict, mode: str, calibration_i
     info["quantization"] = quantization
 
 
-def export_model(
-    model_or_path,
-    out_dir,
-    format: str = "onnx",
-    task: str | None = "auto",
-    input_size: tuple[int, int] | None = None,
-    rope_dtype: str | None = None,
-    opset: int | None = None,
-    verify: bool = True,
-    tolerance: ExportTolerance | None = None,
-    image_processor=None,
-    overwrite: bool = False,
-    quantize: str | None = None,
-    calibration_inputs=None,
-    num_threads: int | None = None,
-    device: str = "cpu",
-) -> ExportResult:
+def export_model(model_or_path, out_dir, format: str = "onnx", task: str | None = "auto",
+                 input_size: tuple[int, int] | None = None, rope_dtype: str | None = None, opset: int | None = None,
+                 verify: bool = True, tolerance: ExportTolerance | None = None, image_processor=None,
+                 overwrite: bool = False, quantize: str | None = None, calibration_inputs=None,
+                 num_threads: int | None = None, device: str = "cpu") -> ExportResult:
     """Exports a Sapiens2 model (backbone or any task) and verifies it against the eager model.
 
     Args:
         model_or_path: a sapiens2_hf model, or an official file / folder / Hub id (`from_pretrained`).
-        out_dir: the folder to write (each file written beside it, then renamed into place; held meanwhile, so
-            that a concurrent export or run into it is refused: `sapiens2_hf.utils.run_lock`).
-        format (`str`): `"onnx"` (onnxruntime, `OnnxRuntimeSapiens2Model`), `"torch-export"`, or `"aoti"` (an
-            AOTInductor package, `AotiSapiens2Model`: compiled once here, loaded without compiling).
-        task (`str`, *optional*): `"auto"` (from the checkpoint), `None`/`"pretrain"`, or a task name.
+        out_dir: the folder to write (staged beside it, then renamed into place; held meanwhile: `utils.run_lock`).
+        format (`str`): `"onnx"` (onnxruntime), `"torch-export"`, or `"aoti"` (an AOTInductor package).
+        task, rope_dtype: as `load_model_for_export`.
         input_size (`(height, width)`, *optional*): the fixed input size; default the model's `image_size`.
-        rope_dtype (`str`, *optional*): `"bfloat16"` (official) or `"float32"`; default: the model's own.
         opset (`int`, *optional*): ONNX opset; default: the exporter's.
-        verify (`bool`): compare the artefact with the eager model (2 seeded images) and refuse to write it when out
-            of `tolerance` (default `DEFAULT_TOLERANCES[rope_dtype]`).
-        image_processor: the processor to save beside (resized to the input size); default: the task's own.
-        overwrite (`bool`): replace the export files in an existing non-empty `out_dir` (other files stay).
-        quantize (`str`, *optional*): `"int8-dynamic"` (the fastest on CPU; `"int8-dynamic-linear"` is another name
-            for it) or `"int8-static"` also writes `model_int8.onnx` (ONNX only; see `quantize_onnx`); its deviation
-            from the float32 graph is measured and recorded, not checked.
+        verify (`bool`): refuse to write an artefact that differs from the eager model (2 seeded images) beyond
+            `tolerance` (default `DEFAULT_TOLERANCES[rope_dtype]`).
+        image_processor: saved beside, at the input size; default: the task's own.
+        overwrite (`bool`): replace the export files in a non-empty `out_dir` (other files stay).
+        quantize (`str`, *optional*): `"int8-dynamic"` (alias `"int8-dynamic-linear"`) or `"int8-static"` also
+            writes `model_int8.onnx` (ONNX only; `quantize_onnx`); its deviation from float32 is recorded, not checked.
         calibration_inputs: for `"int8-static"`: an iterable of `pixel_values` batches (default: seeded noise).
-        num_threads (`int`, *optional*): onnxruntime threads for the verification runs.
-        device (`str`): `"aoti"` only: the device type the package is compiled for and verified on (`"cpu"` or
-            `"cuda"`; a model on the CPU is copied there).
-
-    Returns:
-        `ExportResult`.
+        num_threads (`int`, *optional*): onnxruntime threads of the verification.
+        device (`str`): `"aoti"` only: the device the package is compiled for and verified on (`"cpu"`, `"cuda"`).
 
     Raises:
         ExportCheckError: verification failed (nothing is written).
         FileExistsError: `out_dir` is not empty and `overwrite` is False.
     """
-    spec, device = _check_request(format, quantize, device)
+    spec, device = _check_request(format, quantize, device, Path(out_dir), overwrite)
     out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or folder_entries(out_dir)) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
-    check_run_folder_free(out_dir)  # refused now rather than after the export; the lock is taken to publish
-    if spec.packages:
-        require(*spec.packages, feature=f"{spec.title} export")
-    model = load_model_for_export(model_or_path, task=task, rope_dtype=rope_dtype,
-                                  image_size=input_size if input_size is not None else None)
-    config = model.config
-    height, width = _input_size(config, input_size)
+    model = load_model_for_export(model_or_path, task=task, rope_dtype=rope_dtype, image_size=input_size)
+    height, width = _input_size(model.config, input_size)
     if device.type != "cpu":
         model = copy.deepcopy(model).to(device)
-    example = _example_input(config.num_channels, height, width, 2).to(device)
-    output_names, output_class = output_names_of(model, example)
-    started = time.perf_counter()
-    # one export (or run) at a time into out_dir; the emptiness check is repeated under the lock, for an export that
-    # published meanwhile
+    # the emptiness check again under the lock, for an export that published meanwhile
     with run_folder_lock(out_dir), staging_folder(out_dir) as staging:
         if folder_entries(out_dir) and not overwrite:
             raise FileExistsError(f"{out_dir} was written by another export meanwhile; choose another folder or pass "
                                   "overwrite=True.")
-        info = _base_info(format, model, output_class, output_names, height, width)
-        artefact = staging / spec.artefact
-        _write_artefact(spec, model, output_names, example, artefact, info,
-                        ExportContext(tuple(output_names), opset, config.rope_dtype == "bfloat16", device.type))
-        info["export_seconds"] = round(time.perf_counter() - started, 2)
-        _save_config(staging, model, height, width)
-        _save_processor(staging, config.task, height, width, image_processor)
-        atomic_write_json(staging / INFO_FILE, info, indent=1)  # read by the runtime during verification
+        info = _export_into(staging, spec, model, (height, width), device, opset, image_processor)
         if verify:
-            tolerance = tolerance or DEFAULT_TOLERANCES[config.rope_dtype]
-            report = verify_export(staging, model, tolerance=tolerance, label=f"for {out_dir}",
-                                   num_threads=num_threads)
+            tolerance = tolerance or DEFAULT_TOLERANCES[model.config.rope_dtype]
             info["verification"] = {"input": "2 images, N(0, 1), seed 1", "tolerance": asdict(tolerance),
-                                    "outputs": report}
+                                    "outputs": verify_export(staging, model, tolerance=tolerance,
+                                                             label=f"for {out_dir}", num_threads=num_threads)}
         if quantize is not None:
             _quantize(staging, spec.artefact, info, quantize, calibration_inputs, (height, width), num_threads)
         atomic_write_json(staging / INFO_FILE, _json_safe(info), indent=1)
         replace_into_folder(staging, out_dir, stale=_STALE_PATTERNS)
-    return ExportResult(folder=out_dir, format=format, artefact=out_dir / artefact.name, info=info)
+    return ExportResult(folder=out_dir, format=format, artefact=out_dir / spec.artefact, info=info)
+
+
+def _export_into(staging: Path, spec, model, size: tuple[int, int], device, opset, image_processor) -> dict:
+    """Writes the artefact, config, processor and a first `INFO_FILE` (the runtime reads it to verify) into
+    `staging`; returns the info."""
+    config, (height, width) = model.config, size
+    started = time.perf_counter()
+    example = _example_input(config.num_channels, height, width, 2).to(device)
+    output_names, output_class = output_names_of(model, example)
+    info = _base_info(spec.name, model, output_class, output_names, height, width)
+    _write_artefact(spec, model, output_names, example, staging / spec.artefact, info,
+                    ExportContext(tuple(output_names), opset, config.rope_dtype == "bfloat16", device.type))
+    info["export_seconds"] = round(time.perf_counter() - started, 2)
+    _save_config(staging, model, height, width)
+    _save_processor(staging, config.task, height, width, image_processor)
+    atomic_write_json(staging / INFO_FILE, info, indent=1)
+    return info
 
 
 def _int8_deviation(folder: Path, num_threads: int | None = None) -> dict:

@@ -154,21 +154,26 @@ def _float32_nodes(onnx, node, report: dict) -> list:
     )
 
 
-def count_rounding_casts(model) -> int:
-    """Number of `Cast(to=bfloat16)` nodes directly followed by `Cast(to=float)` in `model`'s main graph."""
+def rounding_pairs(graph) -> list[tuple]:
+    """The bf16 rounding pairs of `graph`: `(Cast(to=bfloat16) node, its consumers)` where every consumer is a
+    `Cast(to=float)`."""
     from onnx import TensorProto
 
+    def casts_to(node, dtype) -> bool:
+        return node.op_type == "Cast" and any(a.name == "to" and a.i == dtype for a in node.attribute)
+
     consumers = {}
-    for node in model.graph.node:
+    for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    count = 0
-    for node in model.graph.node:
-        if node.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.BFLOAT16 for a in node.attribute):
-            after = consumers.get(node.output[0], [])
-            if after and all(
-                n.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.FLOAT for a in n.attribute)
-                for n in after
-            ):
-                count += 1
-    return count
+    found = []
+    for node in graph.node:
+        after = consumers.get(node.output[0], []) if casts_to(node, TensorProto.BFLOAT16) else []
+        if after and all(casts_to(n, TensorProto.FLOAT) for n in after):
+            found.append((node, after))
+    return found
+
+
+def count_rounding_casts(model) -> int:
+    """Number of `Cast(to=bfloat16)` nodes directly followed by `Cast(to=float)` in `model`'s main graph."""
+    return len(rounding_pairs(model.graph))

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..utils.extras import require
+from .onnx_bf16 import rounding_pairs
 
 
 QUANTIZATION_MODES = ("int8-dynamic", "int8-dynamic-linear", "int8-static")
@@ -76,22 +77,13 @@ class _CalibrationReader:
         pass
 
 
-def _default_calibration(input_size, channels: int = 3, batches: int = 4):
-    generator = np.random.default_rng(0)
-    for _ in range(batches):
-        yield generator.standard_normal((1, channels, *input_size), dtype=np.float32)
-
-
-class _DropPreprocessingAdvice(logging.Filter):
-    # onnxruntime's quantizer logs "Please consider to run pre-processing" on the root logger for every graph; its
-    # pre-processing (shape inference + graph optimisation) fuses MatMuls into ops it then cannot quantize.
-    def filter(self, record):
-        return "pre-processing before quantization" not in record.getMessage()
-
-
 @contextmanager
 def _quiet_quantizer():
-    quiet = _DropPreprocessingAdvice()
+    # onnxruntime's quantizer logs "Please consider to run pre-processing" on the root logger for every graph; its
+    # pre-processing (shape inference + graph optimisation) fuses MatMuls into ops it then cannot quantize.
+    def quiet(record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
     root = logging.getLogger()
     root.addFilter(quiet)
     try:
@@ -107,37 +99,24 @@ def drop_bf16_rounding(model) -> int:
     Returns:
         `int`: the number of pairs removed.
     """
-    from onnx import TensorProto
-
-    def casts_to(node, dtype) -> bool:
-        return node.op_type == "Cast" and any(a.name == "to" and a.i == dtype for a in node.attribute)
-
     graph = model.graph
-    consumers = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
     graph_outputs = {value.name for value in graph.output}
-    replaced, removed = {}, set()
-    for node in graph.node:
-        if not casts_to(node, TensorProto.BFLOAT16):
-            continue
-        after = consumers.get(node.output[0], [])
-        if not after or not all(casts_to(n, TensorProto.FLOAT) for n in after):
-            continue
+    replaced, removed, pairs = {}, set(), 0
+    found = rounding_pairs(graph)  # held: `removed` compares the ids of these node wrappers
+    for node, after in found:
         if any(n.output[0] in graph_outputs for n in after):  # a graph output keeps its name
             continue
         for widen in after:
             replaced[widen.output[0]] = node.input[0]
             removed.add(id(widen))
         removed.add(id(node))
+        pairs += 1
     kept = [node for node in graph.node if id(node) not in removed]
     for node in kept:
         for position, name in enumerate(node.input):
             while name in replaced:  # a rounded value rounded again
                 name = replaced[name]
             node.input[position] = name
-    pairs = sum(1 for node in graph.node if id(node) in removed and casts_to(node, TensorProto.BFLOAT16))
     del graph.node[:]
     graph.node.extend(kept)
     return pairs
@@ -160,7 +139,8 @@ def _calibration(calibration_inputs, input_size):
         return calibration_inputs, "the caller's images"
     if input_size is None:
         raise ValueError("int8-static needs calibration_inputs (or input_size for noise inputs).")
-    return (_default_calibration(input_size),
+    generator = np.random.default_rng(0)
+    return ((generator.standard_normal((1, 3, *input_size), dtype=np.float32) for _ in range(4)),
             "4 seeded N(0, 1) images (no real images given: ranges not representative)")
 
 

@@ -106,7 +106,7 @@ def _save_image_processor(folder: Path, config: Sapiens2Config) -> None:
     image_processor_for_task(config.task, size={"height": height, "width": width}).save_pretrained(folder)
 
 
-def _checkpoint_task(source: str) -> tuple[str | None, str]:
+def checkpoint_task(source: str) -> tuple[str | None, str]:
     """`(task, description)` of any `from_pretrained` source: an official file, or a folder or Hub repo in any of the
     layouts `resolve_checkpoint` reads (Meta's official repos included)."""
     resolved = resolve_checkpoint(source)
@@ -147,8 +147,8 @@ def convert_official_checkpoint(
     """
     source_name = os.fspath(source)
     out_dir = Path(out_dir)
-    checkpoint_task, description = _checkpoint_task(source_name)
-    task = _requested_task(task, checkpoint_task, source_name)
+    saved_task, description = checkpoint_task(source_name)
+    task = _requested_task(task, saved_task, source_name)
     _refuse_filled_folder(out_dir, overwrite)
     check_run_folder_free(out_dir)  # refused now rather than after the load; the lock is taken to publish
     overrides = {"rope_dtype": rope_dtype}

@@ -34,8 +34,8 @@ def _transformers_auto(task: str | None) -> str | None:
     return spec.auto_class if spec.in_transformers else None
 
 
-def _is_hub_id(name: str) -> bool:
-    """`namespace/name` that is not a local path (the only form the card's `base_model` field takes)."""
+def is_hub_id(name: str) -> bool:
+    """`namespace/name` that is not a local path (the only form the card's `base_model` and `datasets` take)."""
     return name.count("/") == 1 and not os.path.isabs(name) and not os.path.exists(name)
 
 
@@ -158,7 +158,7 @@ def render_model_card(
     pipeline and `sapiens2-hf merge`. A Hub id also becomes the YAML `base_model` (a local path cannot).
     """
     pipeline_tag, task_description, class_name, output_description = _task_facts(config.task)
-    if adapter_base is not None and base_model is None and _is_hub_id(adapter_base):
+    if adapter_base is not None and base_model is None and is_hub_id(adapter_base):
         base_model = adapter_base
     title = f"Sapiens2 {config.variant or 'custom-size'} - {task_description}"
     summary = (f"A Sapiens2 model ({task_description.lower()}) in the Hugging Face format, loadable with "

@@ -37,15 +37,6 @@ def _auto_class_name(task: str | None) -> str:
     return "AutoModel" if task is None else TASK_SPECS[task].auto_class
 
 
-def _as_sapiens2_hf_processor(image_processor, task):
-    """Ours for the model's task (see `Sapiens2HFImageProcessor.from_image_processor`): transformers' stock
-    `Sapiens2ImageProcessor` (from an official repo's preprocessor_config.json) has no task policy and no remote code,
-    so a repo saved with it would not run in the pipelines without sapiens2_hf."""
-    if image_processor is None:
-        return None
-    return Sapiens2HFImageProcessor.from_image_processor(image_processor, task)
-
-
 def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> None:
     """Makes `save_pretrained` ship our modeling (and processing) files with an `auto_map`.
 
@@ -104,15 +95,16 @@ WEIGHT_FILE_PATTERNS = (
 ADAPTER_FILE_NAMES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 
 
+def is_weight_file(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in WEIGHT_FILE_PATTERNS + ADAPTER_FILE_NAMES)
+
+
 def _refuse_other_weights(folder: Path, written: set[str]) -> None:
     """Refuses `folder` when it holds weight files that this save does not replace."""
     if not folder.is_dir():
         return
-    others = sorted(
-        path.name for path in folder.iterdir()
-        if path.is_file() and path.name not in written
-        and any(fnmatch.fnmatchcase(path.name, pattern) for pattern in WEIGHT_FILE_PATTERNS + ADAPTER_FILE_NAMES)
-    )
+    others = sorted(path.name for path in folder.iterdir()
+                    if path.is_file() and path.name not in written and is_weight_file(path.name))
     if others:
         raise FileExistsError(
             f"{folder} holds weight files this save does not replace ({', '.join(others)}): a loader could take them "
@@ -140,7 +132,10 @@ def _check_destination(folder: Path, overwrite: bool) -> None:
 def _write_repository(staging: Path, model: Sapiens2PreTrainedModel, image_processor, card: ModelCard | None,
                       card_kwargs: dict | None, remote_code: bool) -> None:
     """The repository's files, in `staging`."""
-    image_processor = _as_sapiens2_hf_processor(image_processor, model.config.task)
+    if image_processor is not None:
+        # ours for the task: transformers' stock `Sapiens2ImageProcessor` (an official repo's) has no task policy and
+        # no remote code, so a repo saved with it would not run in the pipelines without sapiens2_hf
+        image_processor = Sapiens2HFImageProcessor.from_image_processor(image_processor, model.config.task)
     if remote_code:
         enable_remote_code(model, image_processor)
     model.save_pretrained(staging)

@@ -11,13 +11,12 @@ from .lora import (
     trainable_parameter_count,
 )
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone, layer_id, official_schedule, parameter_groups
-from .tasks import TASKS, TRAINING_TASKS, TrainingTaskSpec, default_loss, task_loss
+from .tasks import TRAINING_TASKS, TrainingTaskSpec, default_loss, task_loss
 from .trainer import Sapiens2Trainer
 
 
 __all__ = [
     "OFFICIAL_LAYER_DECAY",
-    "TASKS",
     "TRAINING_TASKS",
     "MultiTaskLoraModel",
     "Sapiens2Trainer",

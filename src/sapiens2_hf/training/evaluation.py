@@ -8,6 +8,8 @@ dataset metrics on the last batch. Nothing proportional to the dataset's pixels 
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 import torch
 
 from ..data.label_tables import KEYPOINT_FLIP_INDICES
@@ -37,8 +39,6 @@ METRIC_UNITS = (
 
 def metric_unit(name: str) -> str | None:
     """The unit of the metric `name` (`eval_miou` -> "percent"; see `METRIC_UNITS`), None when it has none."""
-    from fnmatch import fnmatchcase
-
     for prefix in ("eval_", "predict_", "test_"):
         name = name.removeprefix(prefix)
     return next((unit for pattern, unit in METRIC_UNITS if fnmatchcase(name, pattern)), None)

@@ -33,6 +33,7 @@ from ..data.keypoint_sets import KeypointSet
 from ..data.pose import check_coco_images_found, read_coco_keypoints
 from ..data.tasks import is_top_down
 from ..data.validation import NoUsableSamplesError, describe_skipped, validate_records, write_skipped_samples
+from ..hub.model_card import is_hub_id
 from ..hub.sharing import ship_pipeline, enable_remote_code
 from ..modeling import HEAD_PRESETS, VARIANTS, Sapiens2Config, Sapiens2Model, model_class_for_task, tiny_config
 from ..modeling.sapiens2_tasks import task_of_architecture, task_spec
@@ -52,7 +53,8 @@ from .lora import apply_lora, save_lora_adapter, trainable_parameter_count
 from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone
 from .run_setup import hold_output_dir, prepare_output_dir, seed_run, with_skipped_list
 from .tasks import check_task, training_task
-from .trainer import Sapiens2Trainer
+from .trainer import Sapiens2Trainer, card_metrics
+from .warm_start import warm_start_head
 
 
 logger = logging.getLogger(__name__)
@@ -87,11 +89,8 @@ def choose_input_size(config: Sapiens2Config, input_height: int | None = None,
 
 
 def default_head_preset(task: str, backbone_config: Sapiens2Config) -> tuple[str, str | None]:
-    """The head layout for a new task model on `backbone_config`, and a note when it is not the backbone's own.
-
-    An official size with an official head for `task` gets that head. Anything else gets `"tiny"` when it is smaller
-    than every official size (a tiny pretraining run), else the official head of the nearest hidden size.
-    """
+    """The head layout for a new task model on `backbone_config`, and a note when it is not the backbone's own: the
+    official head of an official size, else `"tiny"` below every official size, else the nearest size's."""
     presets = HEAD_PRESETS.get(task, {})
     if backbone_config.variant in presets:
         return backbone_config.variant, None
@@ -126,13 +125,8 @@ def _head_config_from_flag(task: str, value: str):
 def build_model(model_args: ModelArguments, input_height: int | None = None, input_width: int | None = None,
                 label_kwargs: dict | None = None):
     """The task model from `--model_name_or_path`, `--backbone_name_or_path` or `--preset` (exactly one), and its
-    training input size (`choose_input_size`; a new model from a backbone is built for that size, so its saved
-    config and processor describe it). `label_kwargs` (a keypoint set's `config_kwargs`) give a new model's head its
-    labels; a model loaded with --model_name_or_path keeps its own.
-
-    Returns:
-        `tuple[PreTrainedModel, tuple[int, int]]`: the model and the input `(height, width)`.
-    """
+    training input `(height, width)` (`choose_input_size`; a model new from a backbone is built for it). `label_kwargs`
+    (a keypoint set's `config_kwargs`) label a new model's head; a loaded model keeps its own."""
     task = check_task(model_args.task)
     sources = [model_args.model_name_or_path, model_args.backbone_name_or_path, model_args.preset]
     if sum(source is not None for source in sources) != 1:
@@ -255,12 +249,8 @@ def build_records(data_args: DataArguments, task: str, split: str, seed: int,
 def load_hf_splits(data_args: DataArguments, source: str, task: str, seed: int,
                    wanted: Sequence[str]) -> tuple[dict, list[str]]:
     """The `datasets.Dataset` of each wanted split (`train`, `eval`, `test`) that the source has, and the names of
-    all the source's splits.
-
-    The synthetic humans render `--synthetic_{train,eval,test}_samples` rows with their own seeds; any other source
-    is loaded with `load_dataset_dict` and its splits named by `--{train,eval,test}_split_name`, an evaluation split
-    being split off the training rows (`--train_val_split`) when the source has none.
-    """
+    all the source's splits (the synthetic humans: rendered with a seed per split; an evaluation split missing from
+    another source is split off the training rows with `--train_val_split`)."""
     if source == SYNTHETIC:
         counts = {"train": data_args.synthetic_train_samples, "eval": data_args.synthetic_eval_samples,
                   "test": data_args.synthetic_test_samples}
@@ -300,9 +290,8 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
     """The `Sapiens2TaskDataset` of each split the run's stages need, and the skipped records (`None` for the
     synthetic humans, valid by construction).
 
-    Every source ends in the same records and the same task transform (`TRAINING_TASKS[task].transform`; train split
-    augmented unless `--augment false`, the others not), so a sample read through `datasets` and one read from the
-    documented files give identical tensors. `--max_{train,eval,predict}_samples` keep a seeded random subset. A pose
+    Every source ends in the same records and task transform (the train split augmented unless `--augment false`), so
+    `datasets` rows and the documented files give identical tensors. `--max_*_samples` keep a seeded subset. A pose
     model's `keypoint_set` (its config's) decides how keypoints are read (the official set: mapped into the 308 by
     `--keypoint_layout`; another: the data's own) and the transform's flips and body halves; a segmentation model's
     classes (its `config`) decide which classes swap under the flip, and `--do_reduce_labels` / `--ignore_index` apply.
@@ -322,21 +311,16 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
         transform = seg_transform(transform, config, data_args)
     built, skipped = {}, []
     for split in wanted:
-        if hf:
-            if split not in splits:
-                if split == "eval" and stages.eval_optional:
-                    continue
-                raise _missing_split_error(data_args, source, split, available)
+        if hf and split in splits:
             rows = splits[split]
-            columns = _columns(data_args, task, rows)
-            records, bad = task_records(rows, task, columns, keypoint_layout=layout, strict=data_args.strict,
-                                        split=split, num_keypoints=num_keypoints)
+            records, bad = task_records(rows, task, _columns(data_args, task, rows), keypoint_layout=layout,
+                                        strict=data_args.strict, split=split, num_keypoints=num_keypoints)
         else:
-            records = build_records(data_args, task, split, seed, keypoint_layout=layout)
+            records = None if hf else build_records(data_args, task, split, seed, keypoint_layout=layout)
             if records is None:
                 if split == "eval" and stages.eval_optional:
                     continue
-                raise _missing_split_error(data_args, source, split, ())
+                raise _missing_split_error(data_args, source, split, available)
             records, bad = validate_records(records, task, strict=data_args.strict, split=split)
         skipped += bad
         if not len(records):
@@ -349,7 +333,6 @@ def build_task_datasets(data_args: DataArguments, task: str, input_size: tuple[i
 
 
 def _columns(data_args: DataArguments, task: str, rows):
-    """The columns of a `datasets` split, from the flags or the defaults (`resolve_columns`)."""
     return resolve_columns(
         task, rows.column_names, image=data_args.image_column_name, label=data_args.label_column_name,
         mask=data_args.mask_column_name, intrinsics=data_args.intrinsics_column_name,
@@ -358,10 +341,8 @@ def _columns(data_args: DataArguments, task: str, rows):
 
 
 def data_labels(data_args: DataArguments, task: str, seed: int, stages: Stages) -> dict | None:
-    """The labels the data asks a new model's head for, read before the model is built (for a `datasets` source,
-    from the first split the run reads), as config fields: a keypoint set other than the official 308
-    (`label_sets.requested_keypoint_set`) or segmentation classes (`requested_class_names`); None: the official
-    labels, or the model's own."""
+    """The config fields of the labels the data asks a new head for (a keypoint set other than the official 308, or
+    segmentation classes), read before the model is built; None: the official labels, or the model's own."""
     is_classes = training_task(task).prediction == "classes"
     if not (is_top_down(task) or is_classes):
         return None
@@ -393,9 +374,7 @@ def lora_base_name_or_path(model_args: ModelArguments, output_dir: Path) -> str:
 
 
 def warm_start(model, model_args: ModelArguments, task: str) -> None:
-    """`--init_head_from`: the new head starts from the source model's head (`training.warm_start`)."""
-    from .warm_start import warm_start_head
-
+    """`--init_head_from`: the new head starts from the source model's head."""
     kind = training_task(task).prediction
     if kind not in ("keypoints", "classes"):
         raise ValueError(f"--init_head_from warm-starts pose and segmentation heads, not {task}.")
@@ -434,16 +413,13 @@ def run_identity(model_args: ModelArguments, use_lora: bool) -> dict:
 def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments,
                  default_stages: bool | None = None):
     """Build the model, data, LoRA / freezing and the `Sapiens2Trainer`; train, evaluate and predict as
-    `--do_train` / `--do_eval` / `--do_predict` say (`resolve_stages`; none of them: train, then evaluate when there
-    is evaluation data); save the final model into `output_dir` and push it with `--push_to_hub`.
+    `--do_train` / `--do_eval` / `--do_predict` say (`resolve_stages`); save the final model into `output_dir` and
+    push it with `--push_to_hub`.
 
-    `output_dir` ends as a model repository (`finalize_output_dir`): weights, config, image processor and model card
-    (a LoRA run: the adapter folder), beside transformers' run files (`*_results.json`, `trainer_state.json`,
-    `checkpoint-*`); `pipeline(..., model=output_dir)` loads it. Nothing is saved by a run that does not train or
-    push (as transformers' example scripts). A run that saves follows the run-folder rule first
-    (`run_setup.prepare_output_dir`): an `output_dir` holding another run is refused unless
-    `--overwrite_output_dir` clears it or `--resume_from_checkpoint` continues it. The run holds `output_dir`
-    throughout (`run_setup.hold_output_dir`): a second run started into it meanwhile is refused.
+    `output_dir` ends as a model repository (`finalize_output_dir`) beside transformers' run files;
+    `pipeline(..., model=output_dir)` loads it. A run that neither trains nor pushes saves nothing. A run that saves
+    follows the run-folder rule first (`run_setup.prepare_output_dir`), and the run holds `output_dir` throughout
+    (`run_setup.hold_output_dir`).
 
     Returns:
         `tuple[Sapiens2Trainer, dict]`: the trainer and the final metrics: `eval_*` (evaluation) and `predict_*`
@@ -485,7 +461,6 @@ def check_resume_task(checkpoint: str | None, task: str) -> None:
 
 def _run_finetune(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, task: str,
                   stages: Stages):
-    """`run_finetune` once `output_dir` is held."""
     seed_run(training_args)
     use_lora = model_args.use_lora and stages.train
     resume_from = None
@@ -501,56 +476,15 @@ def _run_finetune(model_args: ModelArguments, data_args: DataArguments, training
     training_args.remove_unused_columns = False
     output_dir = Path(training_args.output_dir)
     seed = training_args.seed + data_args.data_seed_offset
-    # the head has one channel per keypoint or class: the data's labels are known before the model is built
-    wanted_labels = data_labels(data_args, task, seed, stages)
-    fresh_labels = None if model_args.model_name_or_path else wanted_labels
-    model, input_size = build_model(model_args, data_args.input_height, data_args.input_width, fresh_labels)
-    if model_args.init_head_from is not None:
-        warm_start(model, model_args, task)
-    elif model_args.label_map is not None:
-        raise ValueError("--label_map says how new classes start from a source head: pass --init_head_from too.")
+    model, input_size = _checked_model(model_args, data_args, task, seed, stages)
     config = model.config
-    keypoint_set = None
-    if is_top_down(task):
-        keypoint_set = KeypointSet.from_config(config)
-        if model_args.model_name_or_path and wanted_labels is not None:
-            check_model_keypoints(keypoint_set, KeypointSet.build("data", wanted_labels["id2label"].values()))
-    elif model_args.model_name_or_path and wanted_labels is not None and \
-            config.num_labels != len(wanted_labels["id2label"]):
-        raise ValueError(f"The model has {config.num_labels} classes but the data {len(wanted_labels['id2label'])}. "
-                         "New classes need a new head: start from --backbone_name_or_path (or --preset), "
-                         "optionally with --init_head_from MODEL.")
     layer_decay = model_args.layer_decay_rate
     if layer_decay is None:
         layer_decay = OFFICIAL_LAYER_DECAY.get(getattr(config, "variant", None) or "")
-    if model_args.use_lora and not stages.train:
-        logger.warning("--use_lora only applies to training; this run evaluates / predicts with the model as loaded.")
-    if stages.train and (model_args.freeze_backbone or model_args.freeze_backbone_layers is not None):
-        freeze_backbone(model, None if model_args.freeze_backbone else model_args.freeze_backbone_layers)
     processor = image_processor_for_task(task, size={"height": input_size[0], "width": input_size[1]})
-    if model_args.remote_code and not use_lora:
-        # Before any save, so that checkpoints and the final folder carry the modeling files and the auto_map.
-        enable_remote_code(model, processor)
-    if use_lora:
-        if model_args.preset is not None and training_args.should_save:
-            model.save_pretrained(output_dir / "base_model")  # the random base the adapter is trained on
-        model = apply_lora(model, task, rank=model_args.lora_rank, alpha=model_args.lora_alpha,
-                           dropout=model_args.lora_dropout, include_mlp=model_args.lora_include_mlp)
-    trainable, total = trainable_parameter_count(model)
-    logger.info("Trainable parameters: %d of %d (%.2f %%)", trainable, total, 100 * trainable / total)
-
-    # The main process first downloads, prepares or renders into the `datasets` cache; the others then read it.
-    with training_args.main_process_first(desc="dataset loading"):
-        try:
-            task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages, keypoint_set,
-                                                         config)
-        except NoUsableSamplesError as error:
-            raise with_skipped_list(error, training_args) from None
-    if skipped is not None and training_args.should_save:
-        path = write_skipped_samples(output_dir, skipped)
-        if skipped:
-            logger.warning("%s. The full list is in %s (pass --strict to stop at the first bad record instead).",
-                           describe_skipped(skipped), path)
+    model = _trainable_model(model, processor, model_args, training_args, task, stages, use_lora)
+    keypoint_set = KeypointSet.from_config(config) if is_top_down(task) else None
+    task_datasets = _run_datasets(data_args, training_args, task, input_size, seed, stages, keypoint_set, config)
     trainer = Sapiens2Trainer(model=model, args=training_args, train_dataset=task_datasets.get("train"),
                               eval_dataset=task_datasets.get("eval"), processing_class=processor, task=task,
                               layer_decay_rate=layer_decay, official_schedule=model_args.official_schedule,
@@ -570,19 +504,73 @@ def _run_finetune(model_args: ModelArguments, data_args: DataArguments, training
     return trainer, metrics
 
 
-def _card_metrics(metrics: dict) -> dict[str, float] | None:
-    skip = ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "epoch")
-    found = {k[len("eval_"):]: float(v) for k, v in metrics.items()
-             if k.startswith("eval_") and k not in skip and isinstance(v, (int, float))}
-    return found or None
+def _checked_model(model_args: ModelArguments, data_args: DataArguments, task: str, seed: int, stages: Stages):
+    """`build_model` with the data's labels (warm-started with `--init_head_from`); a loaded model's labels must
+    match the data's."""
+    # the head has one channel per keypoint or class: the data's labels are known before the model is built
+    wanted_labels = data_labels(data_args, task, seed, stages)
+    fresh_labels = None if model_args.model_name_or_path else wanted_labels
+    model, input_size = build_model(model_args, data_args.input_height, data_args.input_width, fresh_labels)
+    if model_args.init_head_from is not None:
+        warm_start(model, model_args, task)
+    elif model_args.label_map is not None:
+        raise ValueError("--label_map says how new classes start from a source head: pass --init_head_from too.")
+    config = model.config
+    if not model_args.model_name_or_path or wanted_labels is None:
+        return model, input_size
+    if is_top_down(task):
+        check_model_keypoints(KeypointSet.from_config(config),
+                              KeypointSet.build("data", wanted_labels["id2label"].values()))
+    elif config.num_labels != len(wanted_labels["id2label"]):
+        raise ValueError(f"The model has {config.num_labels} classes but the data {len(wanted_labels['id2label'])}. "
+                         "New classes need a new head: start from --backbone_name_or_path (or --preset), "
+                         "optionally with --init_head_from MODEL.")
+    return model, input_size
+
+
+def _trainable_model(model, processor, model_args: ModelArguments, training_args: TrainingArguments, task: str,
+                     stages: Stages, use_lora: bool):
+    """The model as it trains: frozen layers, remote code, or a LoRA wrapper."""
+    if model_args.use_lora and not stages.train:
+        logger.warning("--use_lora only applies to training; this run evaluates / predicts with the model as loaded.")
+    if stages.train and (model_args.freeze_backbone or model_args.freeze_backbone_layers is not None):
+        freeze_backbone(model, None if model_args.freeze_backbone else model_args.freeze_backbone_layers)
+    if model_args.remote_code and not use_lora:
+        # Before any save, so that checkpoints and the final folder carry the modeling files and the auto_map.
+        enable_remote_code(model, processor)
+    if use_lora:
+        if model_args.preset is not None and training_args.should_save:
+            # the random base the adapter is trained on
+            model.save_pretrained(Path(training_args.output_dir) / "base_model")
+        model = apply_lora(model, task, rank=model_args.lora_rank, alpha=model_args.lora_alpha,
+                           dropout=model_args.lora_dropout, include_mlp=model_args.lora_include_mlp)
+    trainable, total = trainable_parameter_count(model)
+    logger.info("Trainable parameters: %d of %d (%.2f %%)", trainable, total, 100 * trainable / total)
+    return model
+
+
+def _run_datasets(data_args: DataArguments, training_args: TrainingArguments, task: str, input_size, seed: int,
+                  stages: Stages, keypoint_set, config) -> dict[str, Sapiens2TaskDataset]:
+    """`build_task_datasets`, loaded by the main process first, the skipped records written beside the run."""
+    # The main process first downloads, prepares or renders into the `datasets` cache; the others then read it.
+    with training_args.main_process_first(desc="dataset loading"):
+        try:
+            task_datasets, skipped = build_task_datasets(data_args, task, input_size, seed, stages, keypoint_set,
+                                                         config)
+        except NoUsableSamplesError as error:
+            raise with_skipped_list(error, training_args) from None
+    if skipped is not None and training_args.should_save:
+        path = write_skipped_samples(training_args.output_dir, skipped)
+        if skipped:
+            logger.warning("%s. The full list is in %s (pass --strict to stop at the first bad record instead).",
+                           describe_skipped(skipped), path)
+    return task_datasets
 
 
 # ------------------------------------------------------------------------------------------------- predictions
 def predict(trainer: Sapiens2Trainer, dataset: Sapiens2TaskDataset, task: str, folder: Path) -> dict[str, float]:
     """`--do_predict`: the test metrics (`trainer.predict`; written to `predict_results.json`) and the predictions,
-    written to `folder` by the main process:
-
-    by the training registry's `prediction` kind of the task:
+    written to `folder` by the main process, by the task's `prediction` kind:
 
     * `"keypoints"` (pose): `keypoints.json`, COCO keypoint results (`image_id`, `category_id` 1, `keypoints` as 308
       flat `[x, y, score]` in image pixels, `score` the mean keypoint score, `bbox` the person box it was cropped
@@ -656,12 +644,10 @@ def finalize_output_dir(trainer: Sapiens2Trainer, model_args: ModelArguments, da
                         processor, stages: Stages, use_lora: bool, metrics: dict) -> None:
     """Make `output_dir` the model repository of the run and push it with `--push_to_hub`.
 
-    Full models: `trainer.save_model` (weights, config and, with `--remote_code`, the modeling files and auto_map;
-    the image processor; FSDP-safe), the task pipeline as remote code (as `sapiens2_hf.hub.save_for_hub`), and the
-    sapiens2_hf model card with the evaluation metrics (`Sapiens2Trainer.create_model_card`). LoRA runs: the
-    self-describing adapter folder (`save_lora_adapter`). Runs that neither train nor push save nothing. The push
-    uploads `output_dir` in one commit (skipping `checkpoint-*` and `_*`, as transformers does), after any checkpoint
-    push still in flight.
+    Full models: `trainer.save_model` (FSDP-safe; with `--remote_code` the modeling files and pipeline too) and the
+    model card with the evaluation metrics; LoRA runs: the adapter folder (`save_lora_adapter`). The push uploads
+    `output_dir` in one commit (skipping `checkpoint-*` and `_*`, as transformers does), after any checkpoint push
+    still in flight.
     """
     output_dir = Path(trainer.args.output_dir)
     push = trainer.args.push_to_hub
@@ -669,7 +655,7 @@ def finalize_output_dir(trainer: Sapiens2Trainer, model_args: ModelArguments, da
         if trainer.is_world_process_zero():
             save_lora_adapter(trainer.model, output_dir,
                               base_model_name_or_path=lora_base_name_or_path(model_args, output_dir),
-                              image_processor=processor, eval_results=_card_metrics(metrics))
+                              image_processor=processor, eval_results=card_metrics(metrics))
     elif stages.train or push:
         # `_internal_call`: the push below uploads the complete folder once; save_model would push the bare weights.
         trainer.save_model(str(output_dir), _internal_call=True)
@@ -677,7 +663,7 @@ def finalize_output_dir(trainer: Sapiens2Trainer, model_args: ModelArguments, da
             if model_args.remote_code:
                 ship_pipeline(output_dir, task)
             dataset = data_args.dataset_name
-            trainer.create_model_card(dataset=dataset if dataset and _is_hub_dataset_id(dataset) else None)
+            trainer.create_model_card(dataset=dataset if dataset and is_hub_id(dataset) else None)
     else:
         return
     if push and trainer.is_world_process_zero():
@@ -689,7 +675,3 @@ def finalize_output_dir(trainer: Sapiens2Trainer, model_args: ModelArguments, da
             revision=trainer.args.hub_revision,
             ignore_patterns=["_*", f"{PREFIX_CHECKPOINT_DIR}-*"])
     trainer.accelerator.wait_for_everyone()
-
-
-def _is_hub_dataset_id(name: str) -> bool:
-    return name.count("/") == 1 and not os.path.exists(name)

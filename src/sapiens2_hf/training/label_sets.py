@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.keypoint_sets import KEYPOINT_SET_PRESETS, KeypointSet, keypoint_set
+from ..data.keypoint_sets import KEYPOINT_SET_PRESETS, KeypointSet, derive_flip_pairs, keypoint_set
 from ..data.pose import load_coco_keypoint_file
+from ..modeling.sapiens2_label_data import SEGMENTATION_CLASS_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -220,17 +221,9 @@ def class_set_kwargs(names: list[str], data_args) -> dict:
 def seg_transform(transform_class, config, data_args):
     """The segmentation transform for the model's own classes: left/right classes (by name) swap under the flip, and
     the ignored label and `--do_reduce_labels` apply. The official 29 classes keep the official transform."""
-    from ..data.keypoint_sets import derive_flip_pairs
-
     names = [config.id2label[i] for i in range(config.num_labels)]
     official = config.num_labels == 29 and not data_args.do_reduce_labels and data_args.ignore_index == 255
-    if official and names == list(_official_class_names()):
+    if official and names == list(SEGMENTATION_CLASS_NAMES):
         return transform_class
     return partial(transform_class, swap_pairs=derive_flip_pairs(names), ignore_index=int(data_args.ignore_index),
                    reduce_labels=bool(data_args.do_reduce_labels))
-
-
-def _official_class_names():
-    from ..modeling.sapiens2_label_data import SEGMENTATION_CLASS_NAMES
-
-    return SEGMENTATION_CLASS_NAMES

@@ -30,7 +30,7 @@ from transformers import TrainingArguments, enable_full_determinism, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..data.validation import NoUsableSamplesError, write_skipped_samples
-from ..hub.sharing import ADAPTER_FILE_NAMES, WEIGHT_FILE_PATTERNS
+from ..hub.sharing import ADAPTER_FILE_NAMES, WEIGHT_FILE_PATTERNS, is_weight_file
 from ..utils.atomic_io import atomic_write_json
 from ..utils.run_lock import run_folder_lock
 
@@ -95,10 +95,6 @@ def _checkpoints(folder: Path) -> list[Path]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
-def _is_weight_file(name: str) -> bool:
-    return any(fnmatchcase(name, pattern) for pattern in WEIGHT_FILE_PATTERNS + ADAPTER_FILE_NAMES)
-
-
 def checkpoint_problem(folder: str | os.PathLike) -> str | None:
     """Why `folder` is not a complete checkpoint, or `None` when it is.
 
@@ -118,7 +114,7 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
         return f"{_TRAINER_STATE} is truncated or unreadable"
     names = sorted(path.name for path in folder.iterdir())
     sharded_state = any(name.startswith(("pytorch_model_fsdp", "global_step")) for name in names)
-    weights = [name for name in names if _is_weight_file(name) and name != "adapter_config.json"]
+    weights = [name for name in names if is_weight_file(name) and name != "adapter_config.json"]
     if not weights and not sharded_state:
         return "no model weights"
     for name in weights:
@@ -200,7 +196,7 @@ RUN_ARTEFACTS = (*WEIGHT_FILE_PATTERNS, *ADAPTER_FILE_NAMES, *_RUN_FILES)
 
 
 def _final_weights(folder: Path) -> list[str]:
-    return sorted(path.name for path in folder.iterdir() if path.is_file() and _is_weight_file(path.name))
+    return sorted(path.name for path in folder.iterdir() if path.is_file() and is_weight_file(path.name))
 
 
 def _previous_run(folder: Path) -> list[str]:
@@ -222,8 +218,7 @@ def _read_marker(folder: Path) -> dict | None:
 
 
 def _weights_kind(folder: Path) -> str | None:
-    """The kind of the weights in `folder` (the final ones, else the newest checkpoint's): `"adapter"`, `"model"`
-    or `None`."""
+    """`"adapter"`, `"model"` or `None`: the kind of `folder`'s final weights, else its newest checkpoint's."""
     for candidate in (folder, *_checkpoints(folder)):
         names = set(_final_weights(candidate)) if candidate.is_dir() else set()
         if names & set(ADAPTER_FILE_NAMES):

@@ -133,9 +133,6 @@ if _missing:  # fail at import, naming the fix, rather than deep inside a traini
     raise ImportError(f"The training registry has no entry for task(s) {_missing}: add them to "
                       "sapiens2_hf.training.tasks.TRAINING_TASKS.")
 
-#: Task names, in the layer-0 registry order (a live view; kept under this name for its importers).
-TASKS = TASK_NAMES
-
 
 def head_modules() -> tuple[str, ...]:
     """Every head sub-module name of the task models (`head_modules`, in registry order)."""
@@ -147,7 +144,7 @@ def check_task(task: str) -> str:
         if task in TASK_NAMES:
             raise ValueError(f"Task {task!r} has no training entry: pass `training=TrainingTaskSpec(...)` to "
                              "sapiens2_hf.register_task to fine-tune it.")
-        raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
+        raise ValueError(f"Unknown task {task!r}; choose one of {TASK_NAMES}.")
     return task
 
 

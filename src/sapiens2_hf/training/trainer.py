@@ -3,12 +3,16 @@ accumulation, layer-wise learning-rate decay, the official schedule and bounded-
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 from transformers import Trainer
 
 from ..data.collators import Sapiens2DataCollator
+from ..data.keypoint_sets import KeypointSet
 from ..data.label_tables import KEYPOINT_FLIP_INDICES
+from ..hub.model_card import render_model_card
 from .evaluation import TaskEvaluator, flip_test_heatmaps
 from .loss_logging import LossTermsLoggingMixin
 from .optim import official_schedule, parameter_groups
@@ -55,8 +59,6 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
         # the flip test mirrors the model's own keypoint set; one without left/right pairs is not flip-tested
         self.flip_indices = KEYPOINT_FLIP_INDICES
         if training_task(task).flip_test and config is not None and getattr(config, "num_labels", None):
-            from ..data.keypoint_sets import KeypointSet
-
             self.flip_indices = KeypointSet.from_config(config).flip_indices()
         self.layer_decay_rate = layer_decay_rate
         self.use_official_schedule = official_schedule
@@ -137,23 +139,13 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
     def create_model_card(self, model_name: str | None = None, dataset: str | list[str] | None = None, **kwargs):
         """Writes the sapiens2_hf model card (task, labels, usage, the last evaluation metrics in the YAML
         model-index) to `output_dir/README.md`; `push_to_hub` uploads it with the weights."""
-        import os
-
-        from ..hub.model_card import render_model_card
-
         if not self.is_world_process_zero():
             return
         model = self.model
         config = getattr(model, "config", None)
         if config is None or not hasattr(config, "rope_dtype"):  # e.g. a PEFT wrapper: its base model carries it
             config = model.get_base_model().config
-        metrics = {}
-        for entry in reversed(self.state.log_history):
-            found = {k[len("eval_"):]: v for k, v in entry.items() if k.startswith("eval_") and isinstance(v, (int, float))
-                     and k not in ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second")}
-            if found:
-                metrics = found
-                break
+        metrics = next(filter(None, map(card_metrics, reversed(self.state.log_history))), None)
         repo_id = self.args.hub_model_id or model_name or os.path.basename(os.path.abspath(self.args.output_dir))
         card = render_model_card(
             config,
@@ -161,10 +153,18 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
             num_parameters=sum(p.numel() for p in model.parameters()),
             source=f"fine-tuned with sapiens2_hf.training.Sapiens2Trainer ({self.task})",
             datasets=[dataset] if isinstance(dataset, str) else dataset,
-            eval_results=metrics or None,
+            eval_results=metrics,
             eval_dataset=(dataset if isinstance(dataset, str) else None) or "evaluation set",
         )
         card.save(os.path.join(self.args.output_dir, "README.md"))
+
+
+def card_metrics(metrics: dict) -> dict[str, float] | None:
+    """The `eval_*` figures of a metrics dict as a model card shows them (no loss or speed), or `None`."""
+    skip = ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
+    found = {k[len("eval_"):]: float(v) for k, v in metrics.items()
+             if k.startswith("eval_") and k not in skip and isinstance(v, (int, float))}
+    return found or None
 
 
 def _model_loss(model, task: str) -> nn.Module:

@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 DISTRIBUTION = "sapiens2_hf"
@@ -154,12 +155,8 @@ def _import_names() -> dict[str, list[str]]:
         if module.startswith("_") or module.endswith(".pth"):
             continue
         for distribution in distributions:
-            names.setdefault(_normalise(distribution), []).append(module)
+            names.setdefault(canonicalize_name(distribution), []).append(module)
     return names
-
-
-def _normalise(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
 
 
 def _import_error(modules: list[str]) -> str | None:
@@ -188,7 +185,7 @@ def package_reports(check_imports: bool = True) -> list[PackageReport]:
                 in_range = False
         import_error = None
         if check_imports and extra is not None and version is not None:
-            modules = import_names.get(_normalise(requirement.name))
+            modules = import_names.get(canonicalize_name(requirement.name))
             import_error = _import_error(modules) if modules else None
         reports.append(PackageReport(requirement.name, extra, str(requirement.specifier), version, in_range,
                                      import_error))

@@ -234,8 +234,7 @@ def run_folder_lock(folder: str | os.PathLike, command: str | None = None, enabl
 
 
 def _remove_if_empty(folder: Path, created: bool) -> None:
-    """Remove `folder` when this hold `created` it and it is still empty: a run that wrote nothing leaves no folder
-    behind."""
+    """A run that wrote nothing leaves no folder behind."""
     if created:
         with contextlib.suppress(OSError):
             folder.rmdir()

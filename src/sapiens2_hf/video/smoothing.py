@@ -65,7 +65,6 @@ class OneEuroFilter:
         """Forget the past: the next sample starts a new trajectory."""
         self._value: np.ndarray | None = None
         self._speed: np.ndarray | None = None
-        self._raw: np.ndarray | None = None
         self._time: float | None = None
 
     def filter(self, values, t: float) -> np.ndarray:
@@ -113,8 +112,6 @@ def trajectory_errors(smoothed: np.ndarray, truth: np.ndarray, skip: int = 10) -
         along = -np.sum(error[moving] * velocity[moving], axis=-1) / speed[moving]  # behind the truth: positive
         lag = float(np.mean(along / speed[moving]))
     return {"rmse": rmse, "jitter": jitter, "lag_frames": lag}
-
-
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from .drawing import (
     save_ply,
     side_by_side,
 )
-from ..utils.atomic_io import atomic_write  # kept for callers of `sapiens2_hf.visualization.atomic_write`
 from .io import save_image, save_json, save_npy
 from .styles import (
     KEYPOINT_COLORS_RGB,
@@ -36,7 +35,6 @@ __all__ = [
     "SKELETON_LINK_COLORS_RGB",
     "albedo_to_image",
     "class_palette",
-    "atomic_write",
     "colorize_segmentation",
     "depth_to_image",
     "depth_to_rgb",

@@ -7,6 +7,8 @@ Generated from the project spec files `keypoints308.json` (official `sapiens/pos
 
 from __future__ import annotations
 
+import colorsys
+
 # Class names have one home, the generated label data beside the models; re-exported here for drawing code.
 from ..modeling.sapiens2_label_data import SEGMENTATION_CLASS_NAMES
 
@@ -94,8 +96,6 @@ def class_palette(class_names) -> tuple[tuple[int, int, int], ...]:
     """A colour per class of a segmentation model's own classes: a class named like one of the 29 official ones
     (case and `-`/space/`_` ignored) keeps its official colour; the others get distinct hues (golden-ratio steps
     around the colour wheel, full saturation, bright), none of them black (which marks unknown ids)."""
-    import colorsys
-
     def key(name):
         return str(name).lower().replace("-", "_").replace(" ", "_")
 
