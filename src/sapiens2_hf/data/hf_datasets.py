@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from torch.utils.data import Subset
 
 from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from ..utils.extras import require
@@ -392,17 +393,6 @@ class PoseRecords(Sequence):
         return record
 
 
-class _Subset(Sequence):
-    def __init__(self, source: Sequence, indices: Sequence[int]):
-        self.source, self.indices = source, list(indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, index: int):
-        return self.source[self.indices[index]]
-
-
 def subsample(records: Sequence, max_samples: int | None, seed: int) -> Sequence:
     """At most `max_samples` records, a seeded random subset in their original order (transformers'
     `--max_train_samples` / `--max_eval_samples`; for pose the samples are people)."""
@@ -411,7 +401,7 @@ def subsample(records: Sequence, max_samples: int | None, seed: int) -> Sequence
     if max_samples <= 0:
         raise ValueError(f"--max_*_samples must be positive, got {max_samples}.")
     chosen = np.sort(np.random.default_rng(seed).permutation(len(records))[:max_samples])
-    return _Subset(records, chosen.tolist())
+    return Subset(records, chosen.tolist())
 
 
 def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str = "auto", strict: bool = False,

@@ -21,14 +21,8 @@ class DinoProjectionHead(nn.Module):
         num_layers (`int`, defaults to 3): linear layers of the MLP (GELU between them, none after the last).
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        num_prototypes: int,
-        hidden_size: int = 2048,
-        bottleneck_size: int = 256,
-        num_layers: int = 3,
-    ):
+    def __init__(self, in_features: int, num_prototypes: int, hidden_size: int = 2048, bottleneck_size: int = 256,
+                 num_layers: int = 3):
         super().__init__()
         widths = [in_features] + [hidden_size] * (num_layers - 1) + [bottleneck_size]
         layers: list[nn.Module] = []

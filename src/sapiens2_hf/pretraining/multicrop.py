@@ -50,13 +50,12 @@ from ..data.validation import (
     describe_skipped,
     validate_image_files,
 )
-from ..modeling.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
+from ..modeling.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255, gaussian_blur_reflect
 from ..runs.decode import ImageDecodeError, decode_image
-from ..runs.inputs import IMAGE_SUFFIXES
+from ..runs.inputs import IMAGE_SUFFIXES, image_files
 from .masking import num_kept_patches, random_patch_masks
 
 
-IMAGE_EXTENSIONS = tuple(sorted(IMAGE_SUFFIXES))  # the house's one list (sapiens2_hf.runs.inputs)
 # DINOv2's local/global crop side ratio (96 / 224 px), applied to the global crop size by `from_config`.
 LOCAL_CROP_SIDE_RATIO = 96 / 224
 _GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601 luma, as PIL and torchvision
@@ -172,13 +171,8 @@ def _bernoulli(generator: torch.Generator, probability: float) -> bool:
     return probability > 0 and float(torch.rand((), generator=generator)) < probability
 
 
-def sample_crop_box(
-    image_hw: tuple[int, int],
-    output_hw: tuple[int, int],
-    scale: tuple[float, float],
-    aspect_jitter: tuple[float, float],
-    generator: torch.Generator,
-) -> tuple[int, int, int, int]:
+def sample_crop_box(image_hw: tuple[int, int], output_hw: tuple[int, int], scale: tuple[float, float],
+                    aspect_jitter: tuple[float, float], generator: torch.Generator) -> tuple[int, int, int, int]:
     """RandomResizedCrop box: area fraction uniform in `scale`, aspect log-uniform in `aspect_jitter` times the
     output aspect; up to 10 tries, then the largest centred box with the output aspect.
 
@@ -224,21 +218,12 @@ def color_jitter(image: torch.Tensor, brightness: float, contrast: float, satura
 
 
 def gaussian_blur(image: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Separable Gaussian blur with radius `ceil(3 sigma)` (capped by the image size) and reflect padding.
-
-    Args:
-        image (`torch.Tensor` of shape `(3, height, width)`)
-    """
+    """Gaussian blur of a `(3, height, width)` image with radius `ceil(3 sigma)` (capped by the image size) and
+    reflect padding (the processor's `gaussian_blur_reflect`)."""
     radius = min(int(math.ceil(3 * sigma)), image.shape[-2] - 1, image.shape[-1] - 1)
     if radius < 1:
         return image
-    offsets = torch.arange(-radius, radius + 1, dtype=image.dtype, device=image.device)
-    kernel = torch.exp(-0.5 * (offsets / sigma) ** 2)
-    kernel = kernel / kernel.sum()
-    batch = F.pad(image[None], (radius, radius, radius, radius), mode="reflect")  # (1, 3, h + 2r, w + 2r)
-    batch = F.conv2d(batch, kernel.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)
-    batch = F.conv2d(batch, kernel.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)
-    return batch[0]
+    return gaussian_blur_reflect(image[None], 2 * radius + 1, sigma)[0]
 
 
 def normalize_image(image: torch.Tensor) -> torch.Tensor:
@@ -252,13 +237,8 @@ def normalize_image(image: torch.Tensor) -> torch.Tensor:
     return (image - mean) / std
 
 
-def augmented_view(
-    image: torch.Tensor,
-    output_hw: tuple[int, int],
-    scale: tuple[float, float],
-    augmentation: MultiCropAugmentation,
-    generator: torch.Generator,
-) -> torch.Tensor:
+def augmented_view(image: torch.Tensor, output_hw: tuple[int, int], scale: tuple[float, float],
+                   augmentation: MultiCropAugmentation, generator: torch.Generator) -> torch.Tensor:
     """One random view: random resized crop, horizontal flip, colour jitter, blur, normalisation.
 
     Args:
@@ -307,13 +287,8 @@ class MultiCropCollator:
           row-major patch indices of each global view's grid, partitioning it.
     """
 
-    def __init__(
-        self,
-        augmentation: MultiCropAugmentation,
-        patch_size: int | tuple[int, int],
-        mask_ratio: float,
-        seed: int = 0,
-    ):
+    def __init__(self, augmentation: MultiCropAugmentation, patch_size: int | tuple[int, int], mask_ratio: float,
+                 seed: int = 0):
         self.augmentation = augmentation
         self.patch_size = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
         self.mask_ratio = mask_ratio
@@ -432,15 +407,15 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
             raise NoUsableSamplesError(f"The pretraining dataset is empty{detail}.", self.skipped)
 
     @classmethod
-    def from_folder(cls, folder: str | os.PathLike, seed: int = 0, extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
-                    strict: bool = False):
-        """All image files under `folder` (recursively, sorted by path), checked up front (see `validate`)."""
+    def from_folder(cls, folder: str | os.PathLike, seed: int = 0, strict: bool = False):
+        """All image files under `folder` (the run layer's `image_files`, recursive), checked up front (see
+        `validate`)."""
         root = Path(folder)
         if not root.is_dir():
             raise ValueError(f"{root} is not a folder.")
-        paths = sorted(str(p) for p in root.rglob("*") if p.is_file() and p.suffix.lower() in extensions)
+        paths = [str(path) for path in image_files(root, recursive=True)]
         if not paths:
-            raise ValueError(f"No image files ({', '.join(extensions)}) found under {root}.")
+            raise ValueError(f"No image files ({', '.join(sorted(IMAGE_SUFFIXES))}) found under {root}.")
         return cls(paths, seed=seed, strict=strict)
 
     def set_epoch(self, epoch: int) -> None:
@@ -468,7 +443,6 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
 
 
 __all__ = [
-    "IMAGE_EXTENSIONS",
     "LOCAL_CROP_SIDE_RATIO",
     "MultiCropAugmentation",
     "MultiCropCollator",

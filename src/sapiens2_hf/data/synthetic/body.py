@@ -17,9 +17,7 @@ from .human import (
 )
 from ...modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 
-# ----------------------------------------------------------------------------------------------------------------
-# Face constants (head frame, relative to the head-ellipsoid centre, metres for head scale 1, LEFT side)
-# ----------------------------------------------------------------------------------------------------------------
+# --------------- Face constants (head frame, relative to the head-ellipsoid centre, metres for head scale 1, LEFT side)
 
 HEAD_RADII = np.array([0.078, 0.115, 0.100])
 HEAD_CENTER = np.array([0.0, 0.09, 0.02])  # from the head joint
@@ -129,11 +127,7 @@ def gaze_direction(gaze):
     return np.array([np.sin(yaw) * np.cos(pitch), np.sin(pitch), np.cos(yaw) * np.cos(pitch)])
 
 
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Geometry
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------- Geometry
 
 ELLIPSOID_CODE = 10_000
 """Keypoint owner codes: a round cone ``i`` is ``i``, an ellipsoid ``i`` is ``ELLIPSOID_CODE + i``."""
@@ -522,9 +516,7 @@ def _to_body_frame(required, optional, o, G):
     )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Static keypoint tables (owners, tolerances, which keypoints exist)
-# ----------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------- Static keypoint tables (owners, tolerances, which keypoints exist)
 
 def _keypoint_spec():
     """(left-form name, owner part names with ``{t}`` for the side tag, depth tolerance in metres)."""

@@ -6,12 +6,13 @@ centres sit at integer coordinates; the default principal point is the image cen
 
 from __future__ import annotations
 
+import colorsys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .body import build_person
-from .human import _hsv_to_rgb, mirror_person, sample_person
+from .human import mirror_person, sample_person
 
 
 @dataclass
@@ -92,7 +93,7 @@ def _num_people(rng, num_people):
 
 def _random_color(rng, value=(0.1, 0.95)):
     u = rng.random(3).tolist()
-    return _hsv_to_rgb(u[0], 0.8 * u[1], value[0] + (value[1] - value[0]) * u[2])
+    return np.array(colorsys.hsv_to_rgb(u[0], 0.8 * u[1], value[0] + (value[1] - value[0]) * u[2]))
 
 
 def _sample_background(rng, height, width):

@@ -115,13 +115,8 @@ class TeacherCentering(nn.Module):
 
     center: torch.Tensor
 
-    def __init__(
-        self,
-        num_prototypes: int,
-        mode: str = "sinkhorn_knopp",
-        center_momentum: float = 0.9,
-        sinkhorn_iterations: int = 3,
-    ):
+    def __init__(self, num_prototypes: int, mode: str = "sinkhorn_knopp", center_momentum: float = 0.9,
+                 sinkhorn_iterations: int = 3):
         super().__init__()
         if mode not in CENTERING_MODES:
             raise ValueError(f"Unknown centering mode {mode!r}; choose one of {CENTERING_MODES}.")

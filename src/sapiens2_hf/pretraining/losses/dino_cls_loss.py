@@ -45,15 +45,8 @@ class DinoClsLoss(nn.Module):
         >>> loss = loss_fn(torch.randn(4, 8, 16), torch.randn(2, 8, 16), teacher_temp=0.04)
     """
 
-    def __init__(
-        self,
-        num_prototypes: int,
-        student_temp: float = 0.1,
-        centering: str = "sinkhorn_knopp",
-        center_momentum: float = 0.9,
-        sinkhorn_iterations: int = 3,
-        ignore_diagonal: bool = True,
-    ):
+    def __init__(self, num_prototypes: int, student_temp: float = 0.1, centering: str = "sinkhorn_knopp",
+                 center_momentum: float = 0.9, sinkhorn_iterations: int = 3, ignore_diagonal: bool = True):
         super().__init__()
         self.student_temp = student_temp
         self.ignore_diagonal = ignore_diagonal
