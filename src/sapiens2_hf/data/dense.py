@@ -371,40 +371,6 @@ class NormalTransform(_TaskTransform):
                 "mask": torch.from_numpy(mask > 0)[None]}
 
 
-class AlbedoTransform(_TaskTransform):
-    """Official albedo pipeline.
-
-    Train: random scale 0.5-2.0 p 0.3 -> random crop p 0.3 -> horizontal flip p 0.3 -> aspect resize + centred
-    padding -> Gaussian noise p 0.2. Samples with < 16 valid pixels, or whose albedo is near-constant (largest
-    per-channel standard deviation over the foreground < 0.02, the official dataset filter) return `None`.
-
-    Returns `pixel_values`, `labels` (`(3, H, W)` albedo in [0, 1]) and `mask` (`(1, H, W)` bool).
-    """
-
-    DEFAULT_PROBABILITIES = {"scale": 0.3, "crop": 0.3, "flip": 0.3, "noise": 0.2}
-
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
-        albedo = np.asarray(_load_array(record["albedo"]))
-        albedo = albedo.astype(np.float32) / 255.0 if albedo.dtype == np.uint8 else albedo.astype(np.float32)
-        albedo = albedo[..., :3]
-        mask = _load_mask(record, lambda: albedo.max(axis=-1) > 0)
-        if self.train:
-            image, (albedo, mask), _, _ = self._scale_and_crop(image, [albedo, mask], generator)
-            if augment.coin(generator, self.p["flip"]):
-                image, albedo, mask = _flip(image, albedo, mask)
-        image, (albedo, mask) = _letterbox_all(image, [albedo, mask], self.input_size)
-        if self.train:
-            image = _pixel_noise_blur(image, generator, 0.0, self.p["noise"])
-            if (mask > 0).sum() < 16 or albedo[mask > 0].std(axis=0).max() < 0.02:
-                return None
-        albedo = np.where(mask[..., None] > 0, albedo, 0.0).astype(np.float32)
-        return {"pixel_values": normalize_image(image),
-                "labels": torch.from_numpy(np.ascontiguousarray(albedo.transpose(2, 0, 1))),
-                "mask": torch.from_numpy(mask > 0)[None]}
-
-
 class LetterboxMapTransform(_TaskTransform):
     """The transform of a dense task registered with `sapiens2_hf.register_task` whose target is a map of any channel
     count, read from `record[key]` (an array or a .npy / image file; `(H, W)` or `(H, W, C)`) with an
@@ -427,25 +393,55 @@ class LetterboxMapTransform(_TaskTransform):
         """This transform reading its target from `record[key]`."""
         return type(f"{cls.__name__}[{key}]", (cls,), {"key": key, "__module__": cls.__module__})
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _target_and_mask(self, record: dict) -> tuple[np.ndarray, np.ndarray]:
         target = np.asarray(_load_array(record[self.key]), dtype=np.float32)
         target = target[..., None] if target.ndim == 2 else target
         mask = _load_mask(record, lambda: np.isfinite(target).all(-1))
-        target = np.nan_to_num(target)
+        return np.nan_to_num(target), mask
+
+    def _rejected(self, target: np.ndarray, mask: np.ndarray) -> bool:
+        return (mask > 0).sum() < 16
+
+    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
+        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        image = load_image(record["image"])
+        target, mask = self._target_and_mask(record)
         if self.train:
             image, (target, mask), _, _ = self._scale_and_crop(image, [target, mask], generator)
+            if "flip" in self.p and augment.coin(generator, self.p["flip"]):
+                image, target, mask = _flip(image, target, mask)
         image, (target, mask) = _letterbox_all(image, [target, mask], self.input_size)
         target = target[..., None] if target.ndim == 2 else target  # cv2 drops a single channel
         if self.train:
             image = _pixel_noise_blur(image, generator, 0.0, self.p["noise"])
-            if (mask > 0).sum() < 16:
+            if self._rejected(target, mask):
                 return None
         target = np.where(mask[..., None] > 0, target, 0.0).astype(np.float32)
         return {"pixel_values": normalize_image(image),
                 "labels": torch.from_numpy(np.ascontiguousarray(target.transpose(2, 0, 1))),
                 "mask": torch.from_numpy(mask > 0)[None]}
+
+
+class AlbedoTransform(LetterboxMapTransform):
+    """Official albedo pipeline.
+
+    Train: random scale 0.5-2.0 p 0.3 -> random crop p 0.3 -> horizontal flip p 0.3 -> aspect resize + centred
+    padding -> Gaussian noise p 0.2. Samples with < 16 valid pixels, or whose albedo is near-constant (largest
+    per-channel standard deviation over the foreground < 0.02, the official dataset filter) return `None`.
+
+    Returns `pixel_values`, `labels` (`(3, H, W)` albedo in [0, 1]) and `mask` (`(1, H, W)` bool).
+    """
+
+    key = "albedo"
+    DEFAULT_PROBABILITIES = {"scale": 0.3, "crop": 0.3, "flip": 0.3, "noise": 0.2}
+
+    def _target_and_mask(self, record: dict) -> tuple[np.ndarray, np.ndarray]:
+        albedo = np.asarray(_load_array(record["albedo"]))
+        albedo = (albedo.astype(np.float32) / 255.0 if albedo.dtype == np.uint8 else albedo.astype(np.float32))[..., :3]
+        return albedo, _load_mask(record, lambda: albedo.max(axis=-1) > 0)
+
+    def _rejected(self, target: np.ndarray, mask: np.ndarray) -> bool:
+        return super()._rejected(target, mask) or target[mask > 0].std(axis=0).max() < 0.02
 
 
 class PointmapTransform(_TaskTransform):

@@ -240,16 +240,6 @@ def sample_file(record) -> str | None:
     return str(record) if isinstance(record, (str, os.PathLike)) else None
 
 
-__all__ = [
-    "BadSampleError",
-    "NoUsableSamplesError",
-    "SampleLoadError",
-    "SkippedSample",
-    "describe_skipped",
-    "image_file_problem",
-    "record_problem",
-    "sample_file",
-    "validate_image_files",
-    "validate_records",
-    "write_skipped_samples",
-]
+__all__ = ["BadSampleError", "NoUsableSamplesError", "SampleLoadError", "SkippedSample", "describe_skipped",
+           "image_file_problem", "record_problem", "sample_file", "validate_image_files", "validate_records",
+           "write_skipped_samples"]

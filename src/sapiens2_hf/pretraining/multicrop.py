@@ -442,17 +442,6 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
         return {"image": image, "seed": example_seed(self.seed, self.epoch, index)}
 
 
-__all__ = [
-    "LOCAL_CROP_SIDE_RATIO",
-    "MultiCropAugmentation",
-    "MultiCropCollator",
-    "PretrainingImageDataset",
-    "augmented_view",
-    "check_crops_fit_config",
-    "color_jitter",
-    "example_seed",
-    "gaussian_blur",
-    "normalize_image",
-    "sample_crop_box",
-    "to_float_image",
-]
+__all__ = ["LOCAL_CROP_SIDE_RATIO", "MultiCropAugmentation", "MultiCropCollator", "PretrainingImageDataset",
+           "augmented_view", "check_crops_fit_config", "color_jitter", "example_seed", "gaussian_blur",
+           "normalize_image", "sample_crop_box", "to_float_image"]

@@ -25,20 +25,6 @@ from .render import render_scene
 from .scene import Camera, Scene, mirror_scene, sample_scene
 from .writer import read_written_sample, write_dataset
 
-__all__ = [
-    "KEYPOINT_MODELED",
-    "TASKS",
-    "Camera",
-    "Scene",
-    "SyntheticHumans",
-    "make_dataset",
-    "mirror_scene",
-    "read_written_sample",
-    "render_sample",
-    "render_scene",
-    "sample_scene",
-    "sample_seed",
-    "sample_to_row",
-    "task_features",
-    "write_dataset",
-]
+__all__ = ["KEYPOINT_MODELED", "TASKS", "Camera", "Scene", "SyntheticHumans", "make_dataset", "mirror_scene",
+           "read_written_sample", "render_sample", "render_scene", "sample_scene", "sample_seed", "sample_to_row",
+           "task_features", "write_dataset"]
