@@ -25,11 +25,8 @@ and the index), and all crops, jitters and masks of that example come from a `to
 views are therefore a pure function of (seed, epoch, index): independent of batch composition, dataloader workers,
 the number of processes, and of resuming from a checkpoint.
 
-Sizes follow the model: `MultiCropAugmentation.from_config(config)` (what `MultiCropCollator.from_config` and the
-pretraining trainer use when given no augmentation) crops at the config's `image_size`, and a collator whose global
-crop size differs from the config's `image_size` is refused where both are known (`MultiCropCollator.from_config`,
-`Sapiens2PreTrainingTrainer`): the plain `MultiCropAugmentation()` crops at the real 1024 x 768 scale, some 100x the
-work of the tiny model's 64 x 48.
+Sizes follow the model: `MultiCropAugmentation.from_config(config)` crops at the config's `image_size`, and other
+global crops are refused where the config is known (`check_crops_fit_config`).
 """
 
 import hashlib
@@ -113,17 +110,9 @@ class MultiCropAugmentation:
 
 
 def check_crops_fit_config(augmentation: MultiCropAugmentation, config) -> None:
-    """Refuses global crops of another size than the config's `image_size` (one line, naming both and the fix).
-
-    The crops set the resolution the backbone is pretrained at, and the exported backbone's config records
-    `image_size`: a mismatch either pretrains at a size the config does not say (the default
-    `MultiCropAugmentation()` is the real 1024 x 768 scale, ~100x the work of the tiny model's 64 x 48) or
-    exports a config that misstates it.
-
-    Args:
-        augmentation (`MultiCropAugmentation`): the collator's crops.
-        config (`Sapiens2PreTrainingConfig` or `Sapiens2Config`): the model's config, or its backbone config.
-    """
+    """Refuses global crops of another size than `config`'s (pretraining or backbone) `image_size`: the crops set the
+    resolution the backbone is pretrained at, which the exported config records (the default `MultiCropAugmentation()`
+    is the real 1024 x 768 scale, ~100x the work of the tiny model's 64 x 48)."""
     backbone = getattr(config, "backbone_config", config)
     expected = tuple(backbone.image_size_hw)
     crop = tuple(augmentation.global_crop_size)

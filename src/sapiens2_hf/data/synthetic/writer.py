@@ -49,27 +49,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
     atomic_write_bytes(path, data, durable=False)
 
 
-def _png(array: np.ndarray) -> bytes:
+def _encoded(save, *args, **kwargs) -> bytes:
+    """What ``save(buffer, *args, **kwargs)`` writes to an in-memory buffer."""
     buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG", compress_level=1)
+    save(buffer, *args, **kwargs)
     return buffer.getvalue()
+
+
+def _png(array: np.ndarray) -> bytes:
+    return _encoded(Image.fromarray(array).save, format="PNG", compress_level=1)
 
 
 def _to_uint8(array: np.ndarray) -> np.ndarray:
     """[0, 1] floats -> uint8, rounded (the 8-bit alpha / colour files of matting datasets)."""
     return np.clip(np.rint(np.asarray(array, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
-
-
-def _npy(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
-def _npz(**arrays) -> bytes:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
 
 
 def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 192, seed: int = 0,
@@ -177,12 +170,8 @@ def _make_folders(root: Path, tasks) -> list:
 def _write_sample(root: Path, stem: str, sample: dict, tasks, folders, image_format, class_table) -> str:
     """Write one sample's image and label files; returns the image's name relative to ``root``."""
     image_name = f"images/{stem}.{image_format}"
-    if image_format == "png":
-        _atomic_write(root / image_name, _png(sample["image"]))
-    else:
-        buffer = io.BytesIO()
-        Image.fromarray(sample["image"]).save(buffer, format="JPEG", quality=95)
-        _atomic_write(root / image_name, buffer.getvalue())
+    jpeg = _encoded(Image.fromarray(sample["image"]).save, format="JPEG", quality=95) if image_format == "jpg" else None
+    _atomic_write(root / image_name, _png(sample["image"]) if jpeg is None else jpeg)
     mask = sample["mask"]
     if "instances" in folders:
         _atomic_write(root / "instances" / f"{stem}.png", _png(sample["instance_map"].astype(np.uint8)))
@@ -192,13 +181,13 @@ def _write_sample(root: Path, stem: str, sample: dict, tasks, folders, image_for
     if "mask" in folders:
         _atomic_write(root / "mask" / f"{stem}.png", _png(mask.astype(np.uint8) * 255))
     if "normal" in tasks:
-        _atomic_write(root / "normal" / f"{stem}.npy", _npy(sample["normals"]))
+        _atomic_write(root / "normal" / f"{stem}.npy", _encoded(np.save, sample["normals"], allow_pickle=False))
     if "pointmap" in tasks:
         _atomic_write(root / "pointmap" / f"{stem}.npz",
-                      _npz(pointmap=sample["pointmap"], depth=sample["depth"],
-                           K=sample["camera_intrinsics"].astype(np.float64), mask=mask))
+                      _encoded(np.savez, pointmap=sample["pointmap"], depth=sample["depth"],
+                               K=sample["camera_intrinsics"].astype(np.float64), mask=mask))
     if "albedo" in tasks:
-        _atomic_write(root / "albedo" / f"{stem}.npy", _npy(sample["albedo"]))
+        _atomic_write(root / "albedo" / f"{stem}.npy", _encoded(np.save, sample["albedo"], allow_pickle=False))
     if "matting" in tasks:
         _atomic_write(root / "matting_image" / f"{stem}.png", _png(sample["matting_image"]))
         _atomic_write(root / "alpha" / f"{stem}.png", _png(_to_uint8(sample["alpha"])))

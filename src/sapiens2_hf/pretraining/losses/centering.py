@@ -33,13 +33,8 @@ def _is_distributed() -> bool:
 
 
 def _distributed_logsumexp_over_samples(log_values: torch.Tensor, distributed: bool) -> torch.Tensor:
-    """`logsumexp` over dim 0 (the samples), across processes when `distributed`.
-
-    Args:
-        log_values (`torch.Tensor` of shape `(num_samples, num_prototypes)`, float32)
-    Returns:
-        `torch.Tensor` of shape `(1, num_prototypes)`.
-    """
+    """`logsumexp` over the samples of `(num_samples, num_prototypes)` -> `(1, num_prototypes)`, across processes
+    when `distributed`."""
     if not distributed:
         return torch.logsumexp(log_values, dim=0, keepdim=True)
     maximum = log_values.amax(dim=0, keepdim=True)
