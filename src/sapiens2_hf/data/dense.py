@@ -52,11 +52,7 @@ def _find(folder: Path | None, stem: str, suffixes: Sequence[str]) -> Path | Non
 
 
 def read_segmentation_folder(image_dir: str | Path, label_dir: str | Path) -> list[dict]:
-    """Pair `<image_dir>/<stem>.<ext>` with `<label_dir>/<stem>.png`; images without a label are skipped.
-
-    Returns:
-        `list[dict]` with `image` and `label` paths.
-    """
+    """`read_dense_folder` for segmentation: `image` and `label` (`<label_dir>/<stem>.png`) paths per labelled image."""
     return read_dense_folder(image_dir, label_dir, "seg")
 
 

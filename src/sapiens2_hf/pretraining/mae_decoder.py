@@ -114,12 +114,8 @@ class Sapiens2MaeDecoder(nn.Module):
 
 
 def check_masks(patch_keep_indices: torch.Tensor, patch_mask_indices: torch.Tensor, num_patches: int) -> None:
-    """Raises a ValueError unless keep and mask indices partition `range(num_patches)` for every view.
-
-    Args:
-        patch_keep_indices (`torch.LongTensor` of shape `(num_views, num_kept)`)
-        patch_mask_indices (`torch.LongTensor` of shape `(num_views, num_masked)`)
-    """
+    """Raises a ValueError unless the keep `(num_views, num_kept)` and mask `(num_views, num_masked)` indices
+    partition `range(num_patches)` for every view."""
     if patch_keep_indices.shape[-1] + patch_mask_indices.shape[-1] != num_patches:
         raise ValueError(
             f"{patch_keep_indices.shape[-1]} kept + {patch_mask_indices.shape[-1]} masked patches do not make the "

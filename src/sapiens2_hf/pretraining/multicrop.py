@@ -89,14 +89,9 @@ class MultiCropAugmentation:
 
     @classmethod
     def from_config(cls, config, **overrides) -> "MultiCropAugmentation":
-        """Crops at the size a model is configured for: global crops of the config's `image_size`, local crops of
-        `LOCAL_CROP_SIDE_RATIO` of each side rounded up to a multiple of the patch size (1024 x 768 -> 448 x 336,
-        the real-scale defaults; the tiny 64 x 48 -> 32 x 32, as `tiny()`); the other fields keep their defaults.
-
-        Args:
-            config (`Sapiens2PreTrainingConfig` or `Sapiens2Config`): the pretraining config, or its backbone config.
-            overrides: any field of this class.
-        """
+        """Crops at the `image_size` of `config` (pretraining or backbone): local crops of `LOCAL_CROP_SIDE_RATIO` of
+        each side rounded up to a multiple of the patch size (1024 x 768 -> 448 x 336, the real-scale defaults; the
+        tiny 64 x 48 -> 32 x 32, as `tiny()`); `overrides` set any other field."""
         backbone = getattr(config, "backbone_config", config)
         (height, width), (patch_h, patch_w) = backbone.image_size_hw, backbone.patch_size_hw
         local = (patch_h * math.ceil(height * LOCAL_CROP_SIDE_RATIO / patch_h),
@@ -194,12 +189,9 @@ def _grayscale(image: torch.Tensor) -> torch.Tensor:
 
 
 def color_jitter(image: torch.Tensor, brightness: float, contrast: float, saturation: float) -> torch.Tensor:
-    """Brightness, then contrast, then saturation scaling by the given factors (1 = unchanged), clamped to
-    `[0, 255]`. Contrast blends with the mean grey level, saturation with the grey image (torchvision's definitions).
-
-    Args:
-        image (`torch.Tensor` of shape `(3, height, width)`, float in `[0, 255]`)
-    """
+    """Brightness, then contrast, then saturation scaling of a `(3, height, width)` image in `[0, 255]` by the given
+    factors (1 = unchanged), clamped; contrast blends with the mean grey level, saturation with the grey image
+    (torchvision's definitions)."""
     image = (image * brightness).clamp(0, 255)
     image = ((image - _grayscale(image).mean()) * contrast + _grayscale(image).mean()).clamp(0, 255)
     gray = _grayscale(image)
@@ -216,11 +208,7 @@ def gaussian_blur(image: torch.Tensor, sigma: float) -> torch.Tensor:
 
 
 def normalize_image(image: torch.Tensor) -> torch.Tensor:
-    """`(image - mean) / std` with the constants of the official Sapiens2 preprocessing, on the 0-255 scale.
-
-    Args:
-        image (`torch.Tensor` of shape `(..., 3, height, width)`, float in `[0, 255]`)
-    """
+    """`(image - mean) / std` of `(..., 3, height, width)` images in `[0, 255]`, with the official constants."""
     mean = torch.tensor(OFFICIAL_MEAN_255, dtype=image.dtype, device=image.device).view(3, 1, 1)
     std = torch.tensor(OFFICIAL_STD_255, dtype=image.dtype, device=image.device).view(3, 1, 1)
     return (image - mean) / std
@@ -228,13 +216,8 @@ def normalize_image(image: torch.Tensor) -> torch.Tensor:
 
 def augmented_view(image: torch.Tensor, output_hw: tuple[int, int], scale: tuple[float, float],
                    augmentation: MultiCropAugmentation, generator: torch.Generator) -> torch.Tensor:
-    """One random view: random resized crop, horizontal flip, colour jitter, blur, normalisation.
-
-    Args:
-        image (`torch.Tensor` of shape `(3, height, width)`, float in `[0, 255]`)
-    Returns:
-        `torch.Tensor` of shape `(3, output_h, output_w)`, float32, normalised (official mean/std).
-    """
+    """One random view of a `(3, height, width)` image in `[0, 255]`: random resized crop, horizontal flip, colour
+    jitter, blur, normalisation (official mean/std) -> `(3, output_h, output_w)` float32."""
     top, left, crop_h, crop_w = sample_crop_box(
         tuple(image.shape[-2:]), output_hw, scale, augmentation.crop_aspect_jitter, generator
     )
@@ -316,28 +299,19 @@ class MultiCropCollator:
         generator = torch.Generator().manual_seed(int(seed))
         augmentation = self.augmentation
         image = to_float_image(image)
-        global_views = torch.stack(
-            [
-                augmented_view(image, augmentation.global_crop_size, augmentation.global_crop_scale, augmentation, generator)
-                for _ in range(augmentation.num_global_crops)
-            ]
-        )
-        masks = [
-            random_patch_masks(self.grid_size[0] * self.grid_size[1], self.mask_ratio, generator)
-            for _ in range(augmentation.num_global_crops)
-        ]
-        result = {
-            "pixel_values": global_views,
-            "patch_keep_indices": torch.stack([keep for keep, _ in masks]),
-            "patch_mask_indices": torch.stack([mask for _, mask in masks]),
-        }
+
+        def crops(size, scale, count):
+            return torch.stack([augmented_view(image, size, scale, augmentation, generator) for _ in range(count)])
+
+        num_global = augmentation.num_global_crops
+        global_views = crops(augmentation.global_crop_size, augmentation.global_crop_scale, num_global)
+        num_patches = self.grid_size[0] * self.grid_size[1]
+        masks = [random_patch_masks(num_patches, self.mask_ratio, generator) for _ in range(num_global)]
+        result = {"pixel_values": global_views, "patch_keep_indices": torch.stack([keep for keep, _ in masks]),
+                  "patch_mask_indices": torch.stack([mask for _, mask in masks])}
         if augmentation.num_local_crops:
-            result["local_pixel_values"] = torch.stack(
-                [
-                    augmented_view(image, augmentation.local_crop_size, augmentation.local_crop_scale, augmentation, generator)
-                    for _ in range(augmentation.num_local_crops)
-                ]
-            )
+            result["local_pixel_values"] = crops(augmentation.local_crop_size, augmentation.local_crop_scale,
+                                                 augmentation.num_local_crops)
         return result
 
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

@@ -231,11 +231,9 @@ _EYE_CENTER_NAMES = ("left_eye", "l_center_of_iris", "l_center_of_pupil")
 
 def _eyeball_frame(g):
     """Columns (lateral, up, gaze) for a unit gaze vector ``g`` (head frame)."""
-    ux, uy, uz = -g[1] * g[0], 1.0 - g[1] * g[1], -g[1] * g[2]
-    n = (ux * ux + uy * uy + uz * uz) ** 0.5
-    ux, uy, uz = ux / n, uy / n, uz / n
-    lx, ly, lz = uy * g[2] - uz * g[1], uz * g[0] - ux * g[2], ux * g[1] - uy * g[0]
-    return np.array([[lx, ux, g[0]], [ly, uy, g[1]], [lz, uz, g[2]]])
+    up = np.array([-g[1] * g[0], 1.0 - g[1] * g[1], -g[1] * g[2]])
+    up /= np.sqrt(up @ up)
+    return np.stack([np.cross(up, g), up, g], axis=1)
 
 
 def _attr(classes, materials, s1=_INF, s2=_INF):

@@ -168,8 +168,7 @@ def euler_matrices(angles):
 
 
 def _rot_x(deg):
-    a = np.deg2rad(deg)
-    return np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+    return euler_matrices(np.deg2rad([[deg, 0.0, 0.0]]))[0]
 
 
 def _rotation_between(src, dst):

@@ -124,12 +124,8 @@ class TeacherCentering(nn.Module):
 
     @torch.no_grad()
     def update_center(self, teacher_logits: torch.Tensor) -> None:
-        """`center <- momentum * center + (1 - momentum) * mean(teacher_logits)`, the mean over the samples of all
-        processes.
-
-        Args:
-            teacher_logits (`torch.Tensor` of shape `(num_samples, num_prototypes)`)
-        """
+        """`center <- momentum * center + (1 - momentum) * mean(teacher_logits)`, the mean over the samples
+        `(num_samples, num_prototypes)` of all processes."""
         batch_sum = teacher_logits.float().sum(dim=0, keepdim=True)
         count = torch.tensor(float(teacher_logits.shape[0]), device=batch_sum.device)
         if _is_distributed():
