@@ -51,11 +51,6 @@ def _find(folder: Path | None, stem: str, suffixes: Sequence[str]) -> Path | Non
     return None
 
 
-def read_segmentation_folder(image_dir: str | Path, label_dir: str | Path) -> list[dict]:
-    """`read_dense_folder` for segmentation: `image` and `label` (`<label_dir>/<stem>.png`) paths per labelled image."""
-    return read_dense_folder(image_dir, label_dir, "seg")
-
-
 def read_dense_folder(image_dir: str | Path, target_dir: str | Path, task: str,
                       mask_dir: str | Path | None = None) -> list[dict]:
     """Pair images with their targets (formats in the module docstring; per task, the data-layer registry's
@@ -168,7 +163,8 @@ def _flip(*arrays):
 
 
 class _TaskTransform:
-    """Input size, train/eval mode and the step probabilities (`DEFAULT_PROBABILITIES` overridden by name)."""
+    """Input size, train/eval mode and the step probabilities (`DEFAULT_PROBABILITIES` overridden by name); a call
+    loads the record's image and runs the task's `_transform` with the generator (seed 0 when none is given)."""
 
     DEFAULT_PROBABILITIES: dict = {}
 
@@ -177,6 +173,10 @@ class _TaskTransform:
         self.input_size = (int(input_size[0]), int(input_size[1]))
         self.train = train
         self.p = augment.step_probabilities(self.DEFAULT_PROBABILITIES, augment_probabilities)
+
+    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
+        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        return self._transform(record, load_image(record["image"]), generator)
 
     def _scale_and_crop(self, image, maps, generator):
         """Random scale 0.5-2.0 (targets nearest) and random crop, each with its probability; returns the image,
@@ -281,9 +281,7 @@ class SegTransform(_TaskTransform):
             y, x = draw_box()
         return image[y : y + height, x : x + width], label[y : y + height, x : x + width]
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         label = self._load_label(record, image)
         if not self.train:
             return {"pixel_values": normalize_image(self._stretch(image)), "labels": torch.from_numpy(label.astype(np.int64)),
@@ -337,9 +335,7 @@ class NormalTransform(_TaskTransform):
     DEFAULT_PROBABILITIES = {"photometric": 1.0, "down_up": 0.2, "scale": 0.3, "crop": 0.3, "flip": 0.3, "blur": 0.3,
                              "noise": 0.3, "solarize": 0.3}
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         normal = np.asarray(_load_array(record["normal"]), dtype=np.float32)
         mask = _load_mask(record, lambda: np.isfinite(normal).all(-1)
                           & (np.linalg.norm(np.nan_to_num(normal), axis=-1) > 0))
@@ -398,9 +394,7 @@ class LetterboxMapTransform(_TaskTransform):
     def _rejected(self, target: np.ndarray, mask: np.ndarray) -> bool:
         return (mask > 0).sum() < 16
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         target, mask = self._target_and_mask(record)
         if self.train:
             image, (target, mask), _, _ = self._scale_and_crop(image, [target, mask], generator)
@@ -464,9 +458,7 @@ class PointmapTransform(_TaskTransform):
         super().__init__(input_size, train, augment_probabilities)
         self.canonical_focal_length = float(canonical_focal_length)
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         depth, K, file_mask = _load_pointmap_target(record)
         mask = _load_mask(record, lambda: (np.isfinite(depth) & (depth > 0)) if file_mask is None else file_mask)
         depth = np.where(mask > 0, np.nan_to_num(depth), 0.0).astype(np.float32)
@@ -555,9 +547,7 @@ class MattingTransform(_TaskTransform):
         mask = mask[..., 0] if mask.ndim == 3 else mask
         return [alpha, mask, foreground]
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         maps = self._load_maps(record, image)
         if self.train:
             if augment.coin(generator, self.p["crop"]):

@@ -32,7 +32,7 @@ global crops are refused where the config is known (`check_crops_fit_config`).
 import hashlib
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,9 +99,6 @@ class MultiCropAugmentation:
         kwargs = {"global_crop_size": (height, width), "local_crop_size": local}
         kwargs.update(overrides)
         return cls(**kwargs)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def check_crops_fit_config(augmentation: MultiCropAugmentation, config) -> None:

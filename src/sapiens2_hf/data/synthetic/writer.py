@@ -257,23 +257,20 @@ def read_written_sample(output_dir, index: int) -> dict:
     meta = json.loads((root / "meta.json").read_text())
     stem = f"{int(index):06d}"
     out = {"image": np.asarray(Image.open(root / "images" / f"{stem}.{meta['image_format']}").convert("RGB"))}
-    if (root / "seg" / f"{stem}.png").exists():
-        out["segmentation"] = np.asarray(Image.open(root / "seg" / f"{stem}.png")).astype(np.int64)
-    if (root / "instances" / f"{stem}.png").exists():
-        out["instance_map"] = np.asarray(Image.open(root / "instances" / f"{stem}.png")).astype(np.int32)
-    if (root / "mask" / f"{stem}.png").exists():
-        out["mask"] = np.asarray(Image.open(root / "mask" / f"{stem}.png")) > 0
-    if (root / "normal" / f"{stem}.npy").exists():
-        out["normals"] = np.load(root / "normal" / f"{stem}.npy", allow_pickle=False)
+    png = {"seg": ("segmentation", lambda a: a.astype(np.int64)), "mask": ("mask", lambda a: a > 0),
+           "instances": ("instance_map", lambda a: a.astype(np.int32)),
+           "alpha": ("alpha", lambda a: a.astype(np.float32) / 255.0),
+           "matting_image": ("matting_image", lambda a: a[..., :3]),
+           "foreground": ("foreground", lambda a: a.astype(np.float32) / 255.0)}
+    for folder, (key, convert) in png.items():
+        if (root / folder / f"{stem}.png").exists():
+            out[key] = convert(np.asarray(Image.open(root / folder / f"{stem}.png")))
+    for folder, key in (("normal", "normals"), ("albedo", "albedo")):
+        if (root / folder / f"{stem}.npy").exists():
+            out[key] = np.load(root / folder / f"{stem}.npy", allow_pickle=False)
     if (root / "pointmap" / f"{stem}.npz").exists():
         with np.load(root / "pointmap" / f"{stem}.npz", allow_pickle=False) as data:
             out["pointmap"], out["depth"], out["camera_intrinsics"] = data["pointmap"], data["depth"], data["K"]
-    if (root / "albedo" / f"{stem}.npy").exists():
-        out["albedo"] = np.load(root / "albedo" / f"{stem}.npy", allow_pickle=False)
-    if (root / "alpha" / f"{stem}.png").exists():
-        out["matting_image"] = np.asarray(Image.open(root / "matting_image" / f"{stem}.png").convert("RGB"))
-        out["alpha"] = np.asarray(Image.open(root / "alpha" / f"{stem}.png")).astype(np.float32) / 255.0
-        out["foreground"] = np.asarray(Image.open(root / "foreground" / f"{stem}.png")).astype(np.float32) / 255.0
     if (root / "person_keypoints.json").exists():
         coco = json.loads((root / "person_keypoints.json").read_text())
         anns = [a for a in coco["annotations"] if a["image_id"] == int(index)]
