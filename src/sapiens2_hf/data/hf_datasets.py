@@ -49,6 +49,7 @@ from torch.utils.data import Subset
 
 from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from ..utils.extras import require
+from .images import load_image
 from .pose import TEETH_INDICES_344, coco_wholebody_to_308
 from .tasks import RECORD_ROLES, data_task, is_top_down
 from .validation import SkippedSample, validate_records
@@ -244,19 +245,10 @@ def _array(value, dtype=None) -> np.ndarray:
     return array.astype(dtype, copy=False) if dtype is not None else array
 
 
-class _ImageDecoder:
-    """Decodes an `Image` column read with `decode=False` into a PIL image (what the transforms' `load_image` takes,
-    as for a file on disk); any other value (path, array) is passed through."""
-
-    def __init__(self):
-        import datasets
-
-        self.feature = datasets.Image()
-
-    def __call__(self, value):
-        if isinstance(value, dict) and ("bytes" in value or "path" in value):
-            return self.feature.decode_example(value)
-        return value
+def _decoded(value):
+    """An `Image` cell read with `decode=False` decoded by the house's decoder (`load_image`, as a file on disk); any
+    other value (path, array) is left to the transform."""
+    return load_image(value) if isinstance(value, dict) else value
 
 
 def _numpy_rows(dataset, columns: ColumnNames, only: Sequence[str] | None = None):
@@ -270,10 +262,10 @@ def _numpy_rows(dataset, columns: ColumnNames, only: Sequence[str] | None = None
     return dataset.with_format("numpy")
 
 
-def dense_record(task: str, row: dict, columns: ColumnNames, decode_image: Callable = lambda value: value) -> dict:
+def dense_record(task: str, row: dict, columns: ColumnNames) -> dict:
     """The task-transform record of one dense row (keys as the on-disk readers give them; the target's key is the
     task's `DataTaskSpec.array_key`, the other roles' `RECORD_ROLES`)."""
-    record = {"image": decode_image(row[columns.image])}
+    record = {"image": _decoded(row[columns.image])}
     target = _array(row[columns.label])
     key = data_task(task).array_key
     if not isinstance(key, str):  # picked by the number of dimensions
@@ -359,7 +351,6 @@ class DenseRecords(Sequence):
     def __init__(self, dataset, task: str, columns: ColumnNames):
         self.task, self.columns = task, columns
         self.rows = _numpy_rows(dataset, columns)
-        self.decode_image = _ImageDecoder()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -367,7 +358,7 @@ class DenseRecords(Sequence):
     def __getitem__(self, index: int) -> dict:
         if not 0 <= index < len(self):
             raise IndexError(index)
-        return dense_record(self.task, self.rows[int(index)], self.columns, self.decode_image)
+        return dense_record(self.task, self.rows[int(index)], self.columns)
 
 
 class PoseRecords(Sequence):
@@ -381,7 +372,6 @@ class PoseRecords(Sequence):
     def __init__(self, dataset, columns: ColumnNames, people: list[dict]):
         self.columns, self.people = columns, people
         self.images = _numpy_rows(dataset, columns, only=[columns.image])
-        self.decode_image = _ImageDecoder()
 
     def __len__(self) -> int:
         return len(self.people)
@@ -389,7 +379,7 @@ class PoseRecords(Sequence):
     def __getitem__(self, index: int) -> dict:
         person = self.people[int(index)]
         record = {key: value for key, value in person.items() if key != "row"}
-        record["image"] = self.decode_image(self.images[person["row"]][self.columns.image])
+        record["image"] = _decoded(self.images[person["row"]][self.columns.image])
         return record
 
 
@@ -438,12 +428,10 @@ def record_transform(task: str, columns: ColumnNames) -> Callable[[dict], dict]:
     format instead)."""
     if is_top_down(task):
         raise ValueError(f"{task} rows hold several people (one record each); use task_records, which indexes them.")
-    decode_image = _ImageDecoder()
-
     def transform(batch: dict) -> dict:
         names = list(batch)
         rows = [dict(zip(names, values)) for values in zip(*(batch[name] for name in names))]
-        records = [dense_record(task, row, columns, decode_image) for row in rows]
+        records = [dense_record(task, row, columns) for row in rows]
         return {key: [record.get(key) for record in records] for key in records[0]} if records else {}
 
     return transform
