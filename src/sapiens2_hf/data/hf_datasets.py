@@ -69,9 +69,16 @@ DEFAULT_COLUMNS = {
     "iscrowd": ("iscrowd",),
     "image_id": ("image_id",),
 }
-# The further record roles of `DataTaskSpec.roles`: what the missing-column error calls each, and its flag.
+# The record roles beside the image and a dense target (`DataTaskSpec.roles`, and a top-down task's `_PERSON_ROLES`):
+# what the missing-column error calls each, and its flag.
 _ROLE_FLAGS = {"mask": ("mask", "mask_column_name"), "intrinsics": ("camera intrinsics", "intrinsics_column_name"),
-               "foreground": ("foreground", "")}
+               "foreground": ("foreground", ""), "keypoints": ("keypoints", "keypoints_column_name"),
+               "bboxes": ("person box", "bboxes_column_name"), "area": ("area", ""), "iscrowd": ("iscrowd", ""),
+               "keypoint_visibility": ("keypoint visibility", "keypoint_visibility_column_name"),
+               "image_id": ("image_id", "")}
+# The columns of a top-down task's rows, each with whether a dataset must have it.
+_PERSON_ROLES = {"keypoints": True, "bboxes": True, "keypoint_visibility": False, "area": False, "iscrowd": False,
+                 "image_id": False}
 _KEYPOINT_LAYOUTS = {NUM_POSE_KEYPOINTS: "sapiens308", 344: "sapiens344", 133: "coco_wholebody"}
 BBOX_FORMATS = ("xywh", "xyxy")
 SYNTHETIC = "synthetic"
@@ -210,30 +217,24 @@ def resolve_columns(task: str, column_names: Sequence[str], image: str | None = 
     spec = data_task(task)
     image_candidates = tuple(dict.fromkeys((spec.image_column, *DEFAULT_COLUMNS["image"])))
     names = {"image": _pick("image", image, image_candidates, columns, True, "image_column_name")}
-    if is_top_down(task):
-        names["keypoints"] = _pick("keypoints", keypoints, DEFAULT_COLUMNS["keypoints"], columns, True,
-                                   "keypoints_column_name")
-        names["bboxes"] = _pick("person box", bboxes, DEFAULT_COLUMNS["bboxes"], columns, True,
-                                "bboxes_column_name")
-        names["keypoint_visibility"] = _pick("keypoint visibility", keypoint_visibility,
-                                             DEFAULT_COLUMNS["keypoint_visibility"], columns, False,
-                                             "keypoint_visibility_column_name")
-        for role in ("area", "iscrowd", "image_id"):
-            names[role] = _pick(role, None, DEFAULT_COLUMNS[role], columns, False, "")
-        if bbox_format is None:
-            bbox_format = "xyxy" if is_synthetic_schema(columns) else "xywh"
-        if bbox_format not in BBOX_FORMATS:
-            raise ValueError(f"--bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}.")
-        return ColumnNames(**names, bbox_format=bbox_format)
-    if not spec.target_columns:
+    top_down = is_top_down(task)
+    if not top_down and not spec.target_columns:
         raise ValueError(f"Fine-tuning from `datasets` has no column adapter for task {task!r} yet; add its target "
                          "columns to sapiens2_hf.data.tasks.DATA_TASKS (`target_columns`, `array_key`).")
-    names["label"] = _pick(f"{task} target", label, spec.target_columns, columns, True, "label_column_name")
-    given = {"mask": mask, "intrinsics": intrinsics}
-    for role, required in spec.roles.items():
+    if not top_down:
+        names["label"] = _pick(f"{task} target", label, spec.target_columns, columns, True, "label_column_name")
+    given = {"mask": mask, "intrinsics": intrinsics, "keypoints": keypoints, "bboxes": bboxes,
+             "keypoint_visibility": keypoint_visibility}
+    for role, required in (_PERSON_ROLES if top_down else spec.roles).items():
         description, flag = _ROLE_FLAGS[role]
         names[role] = _pick(description, given.get(role), DEFAULT_COLUMNS[role], columns, required, flag)
-    return ColumnNames(**names)
+    if not top_down:
+        return ColumnNames(**names)
+    if bbox_format is None:
+        bbox_format = "xyxy" if is_synthetic_schema(columns) else "xywh"
+    if bbox_format not in BBOX_FORMATS:
+        raise ValueError(f"--bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}.")
+    return ColumnNames(**names, bbox_format=bbox_format)
 
 
 # ------------------------------------------------------------------------------------------------------ adapters
