@@ -26,8 +26,7 @@ A mask (any non-zero = valid) is an `Image` or an array; without one it is deriv
 hold any number of people; each non-crowd person becomes one training sample (a top-down crop), and persons failing
 the up-front checks of `sapiens2_hf.data.validation` are skipped and reported like on-disk records.
 
-The synthetic humans' schema (`sapiens2_hf.data.synthetic.task_features`) is read as is: its `boxes` are corners,
-which is detected from its columns (`sample_index`, `num_people`).
+The synthetic humans' schema (`sapiens2_hf.data.synthetic.task_features`) is read as is (`is_synthetic_schema`).
 
 Rows are read in the numpy format and adapted one at a time when the training dataset asks for them (nothing is
 materialised up front; pose reads only its box and keypoint columns to index the people). `record_transform` gives the

@@ -19,10 +19,8 @@ _MAX_ATTEMPTS = 10
 
 
 class SyntheticRecords(Sequence):
-    """`num_samples` synthetic records of `task`, rendered on first access (and cached).
-
-    Record ``i`` renders ``sample_seed(seed, i)`` (see `sapiens2_hf.data.synthetic.dataset`), re-drawn with
-    ``sample_seed(seed, i, attempt)`` in the rare case it shows nobody; the people per render are the task's
+    """`num_samples` synthetic records of `task`, rendered on first access (and cached): record ``i`` renders
+    ``sample_seed(seed, i)`` (re-drawn with an `attempt` when it shows nobody) with the task's
     `DataTaskSpec.synthetic_people` (pose: one, the dense tasks the generator's default mix of 1-4).
 
     Args:
