@@ -19,7 +19,6 @@ from sapiens2_hf.data.dense import (
     PointmapTransform,
     SegTransform,
     read_dense_folder,
-    read_segmentation_folder,
 )
 from sapiens2_hf.data.pose import PoseTransform, coco_wholebody_to_308, encode_udp_heatmaps, read_coco_keypoints
 from sapiens2_hf.losses import PointmapLoss
@@ -212,7 +211,7 @@ def test_albedo_transform_and_dense_folder_readers(tmp_path):
     assert out["labels"].shape == (3, 40, 32) and out["mask"].sum() == (mask > 0).sum() * 4
     assert float(out["labels"][:, ~out["mask"][0]].abs().max()) == 0.0
     with pytest.raises(ValueError, match="matching"):
-        read_segmentation_folder(tmp_path / "img", tmp_path / "tgt")
+        read_dense_folder(tmp_path / "img", tmp_path / "tgt", "seg")
 
 
 def test_dataset_is_deterministic_per_seed_epoch_and_index(toy_records):

@@ -60,14 +60,9 @@ def _convert(channel: np.ndarray, alpha: float = 1.0, beta: float = 0.0) -> np.n
     return np.clip(channel.astype(np.float32) * alpha + beta, 0, 255).astype(np.uint8)
 
 
-def photometric_distortion(
-    image: np.ndarray,
-    generator: torch.Generator,
-    brightness_delta: float = 32,
-    contrast_range: tuple[float, float] = (0.5, 1.5),
-    saturation_range: tuple[float, float] = (0.5, 1.5),
-    hue_delta: int = 18,
-) -> np.ndarray:
+def photometric_distortion(image: np.ndarray, generator: torch.Generator, brightness_delta: float = 32,
+                           contrast_range: tuple[float, float] = (0.5, 1.5),
+                           saturation_range: tuple[float, float] = (0.5, 1.5), hue_delta: int = 18) -> np.ndarray:
     """Official ``PhotoMetricDistortion``: brightness, then contrast either first or last, saturation and hue, each
     applied with probability 1/2 (hue in OpenCV's 0-180 scale)."""
     if coin(generator, 0.5):

@@ -51,15 +51,6 @@ def _find(folder: Path | None, stem: str, suffixes: Sequence[str]) -> Path | Non
     return None
 
 
-def read_segmentation_folder(image_dir: str | Path, label_dir: str | Path) -> list[dict]:
-    """Pair `<image_dir>/<stem>.<ext>` with `<label_dir>/<stem>.png`; images without a label are skipped.
-
-    Returns:
-        `list[dict]` with `image` and `label` paths.
-    """
-    return read_dense_folder(image_dir, label_dir, "seg")
-
-
 def read_dense_folder(image_dir: str | Path, target_dir: str | Path, task: str,
                       mask_dir: str | Path | None = None) -> list[dict]:
     """Pair images with their targets (formats in the module docstring; per task, the data-layer registry's
@@ -172,7 +163,8 @@ def _flip(*arrays):
 
 
 class _TaskTransform:
-    """Input size, train/eval mode and the step probabilities (`DEFAULT_PROBABILITIES` overridden by name)."""
+    """Input size, train/eval mode and the step probabilities (`DEFAULT_PROBABILITIES` overridden by name); a call
+    loads the record's image and runs the task's `_transform` with the generator (seed 0 when none is given)."""
 
     DEFAULT_PROBABILITIES: dict = {}
 
@@ -181,6 +173,10 @@ class _TaskTransform:
         self.input_size = (int(input_size[0]), int(input_size[1]))
         self.train = train
         self.p = augment.step_probabilities(self.DEFAULT_PROBABILITIES, augment_probabilities)
+
+    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
+        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        return self._transform(record, load_image(record["image"]), generator)
 
     def _scale_and_crop(self, image, maps, generator):
         """Random scale 0.5-2.0 (targets nearest) and random crop, each with its probability; returns the image,
@@ -285,9 +281,7 @@ class SegTransform(_TaskTransform):
             y, x = draw_box()
         return image[y : y + height, x : x + width], label[y : y + height, x : x + width]
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         label = self._load_label(record, image)
         if not self.train:
             return {"pixel_values": normalize_image(self._stretch(image)), "labels": torch.from_numpy(label.astype(np.int64)),
@@ -341,9 +335,7 @@ class NormalTransform(_TaskTransform):
     DEFAULT_PROBABILITIES = {"photometric": 1.0, "down_up": 0.2, "scale": 0.3, "crop": 0.3, "flip": 0.3, "blur": 0.3,
                              "noise": 0.3, "solarize": 0.3}
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         normal = np.asarray(_load_array(record["normal"]), dtype=np.float32)
         mask = _load_mask(record, lambda: np.isfinite(normal).all(-1)
                           & (np.linalg.norm(np.nan_to_num(normal), axis=-1) > 0))
@@ -371,40 +363,6 @@ class NormalTransform(_TaskTransform):
                 "mask": torch.from_numpy(mask > 0)[None]}
 
 
-class AlbedoTransform(_TaskTransform):
-    """Official albedo pipeline.
-
-    Train: random scale 0.5-2.0 p 0.3 -> random crop p 0.3 -> horizontal flip p 0.3 -> aspect resize + centred
-    padding -> Gaussian noise p 0.2. Samples with < 16 valid pixels, or whose albedo is near-constant (largest
-    per-channel standard deviation over the foreground < 0.02, the official dataset filter) return `None`.
-
-    Returns `pixel_values`, `labels` (`(3, H, W)` albedo in [0, 1]) and `mask` (`(1, H, W)` bool).
-    """
-
-    DEFAULT_PROBABILITIES = {"scale": 0.3, "crop": 0.3, "flip": 0.3, "noise": 0.2}
-
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
-        albedo = np.asarray(_load_array(record["albedo"]))
-        albedo = albedo.astype(np.float32) / 255.0 if albedo.dtype == np.uint8 else albedo.astype(np.float32)
-        albedo = albedo[..., :3]
-        mask = _load_mask(record, lambda: albedo.max(axis=-1) > 0)
-        if self.train:
-            image, (albedo, mask), _, _ = self._scale_and_crop(image, [albedo, mask], generator)
-            if augment.coin(generator, self.p["flip"]):
-                image, albedo, mask = _flip(image, albedo, mask)
-        image, (albedo, mask) = _letterbox_all(image, [albedo, mask], self.input_size)
-        if self.train:
-            image = _pixel_noise_blur(image, generator, 0.0, self.p["noise"])
-            if (mask > 0).sum() < 16 or albedo[mask > 0].std(axis=0).max() < 0.02:
-                return None
-        albedo = np.where(mask[..., None] > 0, albedo, 0.0).astype(np.float32)
-        return {"pixel_values": normalize_image(image),
-                "labels": torch.from_numpy(np.ascontiguousarray(albedo.transpose(2, 0, 1))),
-                "mask": torch.from_numpy(mask > 0)[None]}
-
-
 class LetterboxMapTransform(_TaskTransform):
     """The transform of a dense task registered with `sapiens2_hf.register_task` whose target is a map of any channel
     count, read from `record[key]` (an array or a .npy / image file; `(H, W)` or `(H, W, C)`) with an
@@ -427,25 +385,53 @@ class LetterboxMapTransform(_TaskTransform):
         """This transform reading its target from `record[key]`."""
         return type(f"{cls.__name__}[{key}]", (cls,), {"key": key, "__module__": cls.__module__})
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _target_and_mask(self, record: dict) -> tuple[np.ndarray, np.ndarray]:
         target = np.asarray(_load_array(record[self.key]), dtype=np.float32)
         target = target[..., None] if target.ndim == 2 else target
         mask = _load_mask(record, lambda: np.isfinite(target).all(-1))
-        target = np.nan_to_num(target)
+        return np.nan_to_num(target), mask
+
+    def _rejected(self, target: np.ndarray, mask: np.ndarray) -> bool:
+        return (mask > 0).sum() < 16
+
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
+        target, mask = self._target_and_mask(record)
         if self.train:
             image, (target, mask), _, _ = self._scale_and_crop(image, [target, mask], generator)
+            if "flip" in self.p and augment.coin(generator, self.p["flip"]):
+                image, target, mask = _flip(image, target, mask)
         image, (target, mask) = _letterbox_all(image, [target, mask], self.input_size)
         target = target[..., None] if target.ndim == 2 else target  # cv2 drops a single channel
         if self.train:
             image = _pixel_noise_blur(image, generator, 0.0, self.p["noise"])
-            if (mask > 0).sum() < 16:
+            if self._rejected(target, mask):
                 return None
         target = np.where(mask[..., None] > 0, target, 0.0).astype(np.float32)
         return {"pixel_values": normalize_image(image),
                 "labels": torch.from_numpy(np.ascontiguousarray(target.transpose(2, 0, 1))),
                 "mask": torch.from_numpy(mask > 0)[None]}
+
+
+class AlbedoTransform(LetterboxMapTransform):
+    """Official albedo pipeline.
+
+    Train: random scale 0.5-2.0 p 0.3 -> random crop p 0.3 -> horizontal flip p 0.3 -> aspect resize + centred
+    padding -> Gaussian noise p 0.2. Samples with < 16 valid pixels, or whose albedo is near-constant (largest
+    per-channel standard deviation over the foreground < 0.02, the official dataset filter) return `None`.
+
+    Returns `pixel_values`, `labels` (`(3, H, W)` albedo in [0, 1]) and `mask` (`(1, H, W)` bool).
+    """
+
+    key = "albedo"
+    DEFAULT_PROBABILITIES = {"scale": 0.3, "crop": 0.3, "flip": 0.3, "noise": 0.2}
+
+    def _target_and_mask(self, record: dict) -> tuple[np.ndarray, np.ndarray]:
+        albedo = np.asarray(_load_array(record["albedo"]))
+        albedo = (albedo.astype(np.float32) / 255.0 if albedo.dtype == np.uint8 else albedo.astype(np.float32))[..., :3]
+        return albedo, _load_mask(record, lambda: albedo.max(axis=-1) > 0)
+
+    def _rejected(self, target: np.ndarray, mask: np.ndarray) -> bool:
+        return super()._rejected(target, mask) or target[mask > 0].std(axis=0).max() < 0.02
 
 
 class PointmapTransform(_TaskTransform):
@@ -472,9 +458,7 @@ class PointmapTransform(_TaskTransform):
         super().__init__(input_size, train, augment_probabilities)
         self.canonical_focal_length = float(canonical_focal_length)
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         depth, K, file_mask = _load_pointmap_target(record)
         mask = _load_mask(record, lambda: (np.isfinite(depth) & (depth > 0)) if file_mask is None else file_mask)
         depth = np.where(mask > 0, np.nan_to_num(depth), 0.0).astype(np.float32)
@@ -563,9 +547,7 @@ class MattingTransform(_TaskTransform):
         mask = mask[..., 0] if mask.ndim == 3 else mask
         return [alpha, mask, foreground]
 
-    def __call__(self, record: dict, generator: torch.Generator | None = None) -> dict | None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        image = load_image(record["image"])
+    def _transform(self, record: dict, image: np.ndarray, generator: torch.Generator) -> dict | None:
         maps = self._load_maps(record, image)
         if self.train:
             if augment.coin(generator, self.p["crop"]):

@@ -26,8 +26,7 @@ A mask (any non-zero = valid) is an `Image` or an array; without one it is deriv
 hold any number of people; each non-crowd person becomes one training sample (a top-down crop), and persons failing
 the up-front checks of `sapiens2_hf.data.validation` are skipped and reported like on-disk records.
 
-The synthetic humans' schema (`sapiens2_hf.data.synthetic.task_features`) is read as is: its `boxes` are corners,
-which is detected from its columns (`sample_index`, `num_people`).
+The synthetic humans' schema (`sapiens2_hf.data.synthetic.task_features`) is read as is (`is_synthetic_schema`).
 
 Rows are read in the numpy format and adapted one at a time when the training dataset asks for them (nothing is
 materialised up front; pose reads only its box and keypoint columns to index the people). `record_transform` gives the
@@ -45,9 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from torch.utils.data import Subset
 
 from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 from ..utils.extras import require
+from .images import load_image
 from .pose import TEETH_INDICES_344, coco_wholebody_to_308
 from .tasks import RECORD_ROLES, data_task, is_top_down
 from .validation import SkippedSample, validate_records
@@ -67,9 +68,16 @@ DEFAULT_COLUMNS = {
     "iscrowd": ("iscrowd",),
     "image_id": ("image_id",),
 }
-# The further record roles of `DataTaskSpec.roles`: what the missing-column error calls each, and its flag.
+# The record roles beside the image and a dense target (`DataTaskSpec.roles`, and a top-down task's `_PERSON_ROLES`):
+# what the missing-column error calls each, and its flag.
 _ROLE_FLAGS = {"mask": ("mask", "mask_column_name"), "intrinsics": ("camera intrinsics", "intrinsics_column_name"),
-               "foreground": ("foreground", "")}
+               "foreground": ("foreground", ""), "keypoints": ("keypoints", "keypoints_column_name"),
+               "bboxes": ("person box", "bboxes_column_name"), "area": ("area", ""), "iscrowd": ("iscrowd", ""),
+               "keypoint_visibility": ("keypoint visibility", "keypoint_visibility_column_name"),
+               "image_id": ("image_id", "")}
+# The columns of a top-down task's rows, each with whether a dataset must have it.
+_PERSON_ROLES = {"keypoints": True, "bboxes": True, "keypoint_visibility": False, "area": False, "iscrowd": False,
+                 "image_id": False}
 _KEYPOINT_LAYOUTS = {NUM_POSE_KEYPOINTS: "sapiens308", 344: "sapiens344", 133: "coco_wholebody"}
 BBOX_FORMATS = ("xywh", "xyxy")
 SYNTHETIC = "synthetic"
@@ -208,30 +216,24 @@ def resolve_columns(task: str, column_names: Sequence[str], image: str | None = 
     spec = data_task(task)
     image_candidates = tuple(dict.fromkeys((spec.image_column, *DEFAULT_COLUMNS["image"])))
     names = {"image": _pick("image", image, image_candidates, columns, True, "image_column_name")}
-    if is_top_down(task):
-        names["keypoints"] = _pick("keypoints", keypoints, DEFAULT_COLUMNS["keypoints"], columns, True,
-                                   "keypoints_column_name")
-        names["bboxes"] = _pick("person box", bboxes, DEFAULT_COLUMNS["bboxes"], columns, True,
-                                "bboxes_column_name")
-        names["keypoint_visibility"] = _pick("keypoint visibility", keypoint_visibility,
-                                             DEFAULT_COLUMNS["keypoint_visibility"], columns, False,
-                                             "keypoint_visibility_column_name")
-        for role in ("area", "iscrowd", "image_id"):
-            names[role] = _pick(role, None, DEFAULT_COLUMNS[role], columns, False, "")
-        if bbox_format is None:
-            bbox_format = "xyxy" if is_synthetic_schema(columns) else "xywh"
-        if bbox_format not in BBOX_FORMATS:
-            raise ValueError(f"--bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}.")
-        return ColumnNames(**names, bbox_format=bbox_format)
-    if not spec.target_columns:
+    top_down = is_top_down(task)
+    if not top_down and not spec.target_columns:
         raise ValueError(f"Fine-tuning from `datasets` has no column adapter for task {task!r} yet; add its target "
                          "columns to sapiens2_hf.data.tasks.DATA_TASKS (`target_columns`, `array_key`).")
-    names["label"] = _pick(f"{task} target", label, spec.target_columns, columns, True, "label_column_name")
-    given = {"mask": mask, "intrinsics": intrinsics}
-    for role, required in spec.roles.items():
+    if not top_down:
+        names["label"] = _pick(f"{task} target", label, spec.target_columns, columns, True, "label_column_name")
+    given = {"mask": mask, "intrinsics": intrinsics, "keypoints": keypoints, "bboxes": bboxes,
+             "keypoint_visibility": keypoint_visibility}
+    for role, required in (_PERSON_ROLES if top_down else spec.roles).items():
         description, flag = _ROLE_FLAGS[role]
         names[role] = _pick(description, given.get(role), DEFAULT_COLUMNS[role], columns, required, flag)
-    return ColumnNames(**names)
+    if not top_down:
+        return ColumnNames(**names)
+    if bbox_format is None:
+        bbox_format = "xyxy" if is_synthetic_schema(columns) else "xywh"
+    if bbox_format not in BBOX_FORMATS:
+        raise ValueError(f"--bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}.")
+    return ColumnNames(**names, bbox_format=bbox_format)
 
 
 # ------------------------------------------------------------------------------------------------------ adapters
@@ -243,19 +245,10 @@ def _array(value, dtype=None) -> np.ndarray:
     return array.astype(dtype, copy=False) if dtype is not None else array
 
 
-class _ImageDecoder:
-    """Decodes an `Image` column read with `decode=False` into a PIL image (what the transforms' `load_image` takes,
-    as for a file on disk); any other value (path, array) is passed through."""
-
-    def __init__(self):
-        import datasets
-
-        self.feature = datasets.Image()
-
-    def __call__(self, value):
-        if isinstance(value, dict) and ("bytes" in value or "path" in value):
-            return self.feature.decode_example(value)
-        return value
+def _decoded(value):
+    """An `Image` cell read with `decode=False` decoded by the house's decoder (`load_image`, as a file on disk); any
+    other value (path, array) is left to the transform."""
+    return load_image(value) if isinstance(value, dict) else value
 
 
 def _numpy_rows(dataset, columns: ColumnNames, only: Sequence[str] | None = None):
@@ -269,10 +262,10 @@ def _numpy_rows(dataset, columns: ColumnNames, only: Sequence[str] | None = None
     return dataset.with_format("numpy")
 
 
-def dense_record(task: str, row: dict, columns: ColumnNames, decode_image: Callable = lambda value: value) -> dict:
+def dense_record(task: str, row: dict, columns: ColumnNames) -> dict:
     """The task-transform record of one dense row (keys as the on-disk readers give them; the target's key is the
     task's `DataTaskSpec.array_key`, the other roles' `RECORD_ROLES`)."""
-    record = {"image": decode_image(row[columns.image])}
+    record = {"image": _decoded(row[columns.image])}
     target = _array(row[columns.label])
     key = data_task(task).array_key
     if not isinstance(key, str):  # picked by the number of dimensions
@@ -358,7 +351,6 @@ class DenseRecords(Sequence):
     def __init__(self, dataset, task: str, columns: ColumnNames):
         self.task, self.columns = task, columns
         self.rows = _numpy_rows(dataset, columns)
-        self.decode_image = _ImageDecoder()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -366,7 +358,7 @@ class DenseRecords(Sequence):
     def __getitem__(self, index: int) -> dict:
         if not 0 <= index < len(self):
             raise IndexError(index)
-        return dense_record(self.task, self.rows[int(index)], self.columns, self.decode_image)
+        return dense_record(self.task, self.rows[int(index)], self.columns)
 
 
 class PoseRecords(Sequence):
@@ -380,7 +372,6 @@ class PoseRecords(Sequence):
     def __init__(self, dataset, columns: ColumnNames, people: list[dict]):
         self.columns, self.people = columns, people
         self.images = _numpy_rows(dataset, columns, only=[columns.image])
-        self.decode_image = _ImageDecoder()
 
     def __len__(self) -> int:
         return len(self.people)
@@ -388,19 +379,8 @@ class PoseRecords(Sequence):
     def __getitem__(self, index: int) -> dict:
         person = self.people[int(index)]
         record = {key: value for key, value in person.items() if key != "row"}
-        record["image"] = self.decode_image(self.images[person["row"]][self.columns.image])
+        record["image"] = _decoded(self.images[person["row"]][self.columns.image])
         return record
-
-
-class _Subset(Sequence):
-    def __init__(self, source: Sequence, indices: Sequence[int]):
-        self.source, self.indices = source, list(indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, index: int):
-        return self.source[self.indices[index]]
 
 
 def subsample(records: Sequence, max_samples: int | None, seed: int) -> Sequence:
@@ -411,7 +391,7 @@ def subsample(records: Sequence, max_samples: int | None, seed: int) -> Sequence
     if max_samples <= 0:
         raise ValueError(f"--max_*_samples must be positive, got {max_samples}.")
     chosen = np.sort(np.random.default_rng(seed).permutation(len(records))[:max_samples])
-    return _Subset(records, chosen.tolist())
+    return Subset(records, chosen.tolist())
 
 
 def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str = "auto", strict: bool = False,
@@ -448,12 +428,10 @@ def record_transform(task: str, columns: ColumnNames) -> Callable[[dict], dict]:
     format instead)."""
     if is_top_down(task):
         raise ValueError(f"{task} rows hold several people (one record each); use task_records, which indexes them.")
-    decode_image = _ImageDecoder()
-
     def transform(batch: dict) -> dict:
         names = list(batch)
         rows = [dict(zip(names, values)) for values in zip(*(batch[name] for name in names))]
-        records = [dense_record(task, row, columns, decode_image) for row in rows]
+        records = [dense_record(task, row, columns) for row in rows]
         return {key: [record.get(key) for record in records] for key in records[0]} if records else {}
 
     return transform

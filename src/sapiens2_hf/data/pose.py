@@ -165,13 +165,8 @@ def check_coco_images_found(annotation_file: str | Path, image_dir: str | Path |
     )
 
 
-def read_coco_keypoints(
-    annotation_file: str | Path,
-    image_dir: str | Path | None = None,
-    keypoint_layout: str = "auto",
-    skip_crowd: bool = True,
-    min_keypoints: int = 1,
-) -> list[dict]:
+def read_coco_keypoints(annotation_file: str | Path, image_dir: str | Path | None = None, keypoint_layout: str = "auto",
+                        skip_crowd: bool = True, min_keypoints: int = 1) -> list[dict]:
     """Read a COCO-format keypoint annotation file into one record per person.
 
     Args:
@@ -262,10 +257,8 @@ def fix_aspect_ratio(scale: np.ndarray, aspect_ratio: float) -> np.ndarray:
     return np.array([w, w / aspect_ratio] if w > h * aspect_ratio else [h * aspect_ratio, h], dtype=np.float64)
 
 
-def encode_udp_heatmaps(
-    keypoints: np.ndarray, visible: np.ndarray, input_size: tuple[int, int], heatmap_size: tuple[int, int],
-    sigma: float = 6.0,
-) -> tuple[np.ndarray, np.ndarray]:
+def encode_udp_heatmaps(keypoints: np.ndarray, visible: np.ndarray, input_size: tuple[int, int],
+                        heatmap_size: tuple[int, int], sigma: float = 6.0) -> tuple[np.ndarray, np.ndarray]:
     """UDP Gaussian heatmap targets of one crop (official ``UDPHeatmap.encode``).
 
     A keypoint at crop pixel `p` sits at heatmap pixel `p / ((input - 1) / (heatmap - 1))` per axis; its target is
@@ -332,17 +325,10 @@ class PoseTransform:
     DEFAULT_PROBABILITIES = {"flip": 0.5, "half_body": 0.3, "shift": 0.3, "scale": 1.0, "rotate": 0.6,
                              "photometric": 0.8, "blur": 0.1, "median_blur": 0.1, "dropout": 1.0}
 
-    def __init__(
-        self,
-        input_size: tuple[int, int] = (1024, 768),
-        heatmap_size: tuple[int, int] | None = None,
-        sigma: float | None = None,
-        train: bool = True,
-        flip_indices: Sequence[int] = KEYPOINT_FLIP_INDICES,
-        upper_body_ids: Sequence[int] = UPPER_BODY_KEYPOINT_IDS,
-        lower_body_ids: Sequence[int] = LOWER_BODY_KEYPOINT_IDS,
-        augment_probabilities: dict | None = None,
-    ):
+    def __init__(self, input_size: tuple[int, int] = (1024, 768), heatmap_size: tuple[int, int] | None = None,
+                 sigma: float | None = None, train: bool = True, flip_indices: Sequence[int] = KEYPOINT_FLIP_INDICES,
+                 upper_body_ids: Sequence[int] = UPPER_BODY_KEYPOINT_IDS,
+                 lower_body_ids: Sequence[int] = LOWER_BODY_KEYPOINT_IDS, augment_probabilities: dict | None = None):
         self.input_size = (int(input_size[0]), int(input_size[1]))
         self.heatmap_size = heatmap_size or (self.input_size[0] // 4, self.input_size[1] // 4)
         self.sigma = float(sigma) if sigma is not None else 6.0 * self.heatmap_size[1] / 192.0

@@ -1,13 +1,9 @@
 """The procedural synthetic humans (`sapiens2_hf.data.synthetic`) as a fine-tuning source.
 
-A thin consumer of the synthetic schema and seed rule: record ``i`` of `SyntheticRecords(task, n, seed=s)` is built
-from the typed row ``sample_to_row(SyntheticHumans(...).sample(sample_seed(s, i)), "all", i)`` (the columns of
-`task_features`), the same render as row ``i`` of ``make_dataset(task, n, seed=s)`` and sample ``i`` of
-``write_dataset(..., seed=s)`` at the same size and settings (a render that shows nobody is re-drawn with
-``sample_seed(s, i, attempt)``, as `sample_seed` documents). It only renames and reshapes those columns into the record
-each task transform reads (the schema of the on-disk readers in `sapiens2_hf.data.pose` / `sapiens2_hf.data.dense`),
-lazily, one render per record, as the task's entry of the data-layer registry says
-(`sapiens2_hf.data.tasks.DATA_TASKS[task].synthetic_record`, see `synthetic_record` there).
+A thin consumer of the synthetic schema and seed rule: record ``i`` is the same render as row ``i`` of
+``make_dataset(task, n, seed=s)`` and sample ``i`` of ``write_dataset(..., seed=s)`` at the same size and settings,
+renamed and reshaped lazily into the record each task transform reads, as the task's entry of the data-layer registry
+says (`sapiens2_hf.data.tasks.DATA_TASKS[task].synthetic_record`).
 """
 
 from __future__ import annotations
@@ -23,10 +19,8 @@ _MAX_ATTEMPTS = 10
 
 
 class SyntheticRecords(Sequence):
-    """`num_samples` synthetic records of `task`, rendered on first access (and cached).
-
-    Record ``i`` renders ``sample_seed(seed, i)`` (see `sapiens2_hf.data.synthetic.dataset`), re-drawn with
-    ``sample_seed(seed, i, attempt)`` in the rare case it shows nobody; the people per render are the task's
+    """`num_samples` synthetic records of `task`, rendered on first access (and cached): record ``i`` renders
+    ``sample_seed(seed, i)`` (re-drawn with an `attempt` when it shows nobody) with the task's
     `DataTaskSpec.synthetic_people` (pose: one, the dense tasks the generator's default mix of 1-4).
 
     Args:

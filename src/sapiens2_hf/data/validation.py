@@ -183,38 +183,35 @@ def validate_records(records: Sequence[dict], task: str, strict: bool = False,
     Returns:
         `tuple[list[dict], list[SkippedSample]]`: the good records (in order) and the skipped ones.
     """
-    kept, skipped = [], []
-    for index in range(len(records)):
-        record = records[index]
-        problem = record_problem(record, task)
-        if problem is None:
-            kept.append(record)
-            continue
-        file, reason = problem
-        if strict:
-            raise BadSampleError(
-                f"Bad {split} record {index} ({file or 'in-memory image'}): {reason}. Fix or remove it, or run without "
-                "--strict to skip bad records (they are then listed in <output_dir>/skipped_samples.json)."
-            )
-        skipped.append(SkippedSample(index=index, file=file, reason=reason, split=split))
-    return kept, skipped
+    return _partition(records, lambda record: record_problem(record, task), strict, split, "record")
 
 
 def validate_image_files(paths: Sequence[str | os.PathLike], strict: bool = False,
                          split: str = "pretrain") -> tuple[list[str], list[SkippedSample]]:
     """`validate_records` for a plain list of image files (pretraining)."""
-    kept, skipped = [], []
-    for index, path in enumerate(paths):
+
+    def problem_of(path):
         problem = image_file_problem(path)
+        return None if problem is None else (str(path), problem)
+
+    return _partition(paths, problem_of, strict, split, "image")
+
+
+def _partition(items: Sequence, problem_of, strict: bool, split: str, noun: str) -> tuple[list, list[SkippedSample]]:
+    """The items without a problem (`problem_of(item)` is `None` or `(file, reason)`) and the skipped ones."""
+    kept, skipped = [], []
+    for index in range(len(items)):
+        problem = problem_of(items[index])
         if problem is None:
-            kept.append(path)
+            kept.append(items[index])
             continue
+        file, reason = problem
         if strict:
             raise BadSampleError(
-                f"Bad {split} image {index} ({path}): {problem}. Fix or remove it, or run without --strict to skip "
-                "bad images (they are then listed in <output_dir>/skipped_samples.json)."
+                f"Bad {split} {noun} {index} ({file or 'in-memory image'}): {reason}. Fix or remove it, or run without "
+                f"--strict to skip bad {noun}s (they are then listed in <output_dir>/skipped_samples.json)."
             )
-        skipped.append(SkippedSample(index=index, file=str(path), reason=problem, split=split))
+        skipped.append(SkippedSample(index=index, file=file, reason=reason, split=split))
     return kept, skipped
 
 
@@ -240,16 +237,6 @@ def sample_file(record) -> str | None:
     return str(record) if isinstance(record, (str, os.PathLike)) else None
 
 
-__all__ = [
-    "BadSampleError",
-    "NoUsableSamplesError",
-    "SampleLoadError",
-    "SkippedSample",
-    "describe_skipped",
-    "image_file_problem",
-    "record_problem",
-    "sample_file",
-    "validate_image_files",
-    "validate_records",
-    "write_skipped_samples",
-]
+__all__ = ["BadSampleError", "NoUsableSamplesError", "SampleLoadError", "SkippedSample", "describe_skipped",
+           "image_file_problem", "record_problem", "sample_file", "validate_image_files", "validate_records",
+           "write_skipped_samples"]

@@ -18,26 +18,8 @@ from .multicrop import MultiCropAugmentation, MultiCropCollator, PretrainingImag
 from .schedules import cosine_schedule, ema_momentum, linear_warmup, teacher_temperature
 
 
-__all__ = [
-    "LOSS_NAMES",
-    "DinoProjectionHead",
-    "MultiCropAugmentation",
-    "MultiCropCollator",
-    "PretrainingImageDataset",
-    "Sapiens2ForPreTraining",
-    "Sapiens2MaeDecoder",
-    "Sapiens2PreTrainingConfig",
-    "Sapiens2PreTrainingOutput",
-    "cosine_schedule",
-    "ema_momentum",
-    "ema_update_",
-    "example_seed",
-    "linear_warmup",
-    "num_kept_patches",
-    "paired_parameters",
-    "prototype_usage_entropy",
-    "random_patch_masks",
-    "sincos_position_embedding_2d",
-    "teacher_temperature",
-    "tiny_pretraining_config",
-]
+__all__ = ["LOSS_NAMES", "DinoProjectionHead", "MultiCropAugmentation", "MultiCropCollator", "PretrainingImageDataset",
+           "Sapiens2ForPreTraining", "Sapiens2MaeDecoder", "Sapiens2PreTrainingConfig", "Sapiens2PreTrainingOutput",
+           "cosine_schedule", "ema_momentum", "ema_update_", "example_seed", "linear_warmup", "num_kept_patches",
+           "paired_parameters", "prototype_usage_entropy", "random_patch_masks", "sincos_position_embedding_2d",
+           "teacher_temperature", "tiny_pretraining_config"]

@@ -21,14 +21,8 @@ class DinoProjectionHead(nn.Module):
         num_layers (`int`, defaults to 3): linear layers of the MLP (GELU between them, none after the last).
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        num_prototypes: int,
-        hidden_size: int = 2048,
-        bottleneck_size: int = 256,
-        num_layers: int = 3,
-    ):
+    def __init__(self, in_features: int, num_prototypes: int, hidden_size: int = 2048, bottleneck_size: int = 256,
+                 num_layers: int = 3):
         super().__init__()
         widths = [in_features] + [hidden_size] * (num_layers - 1) + [bottleneck_size]
         layers: list[nn.Module] = []
@@ -41,12 +35,7 @@ class DinoProjectionHead(nn.Module):
         nn.init.trunc_normal_(self.prototypes, std=0.02)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """
-        Args:
-            features (`torch.Tensor` of shape `(..., in_features)`)
-        Returns:
-            `torch.Tensor` of shape `(..., num_prototypes)`: cosine similarities in `[-1, 1]` between the projected
-            features and the prototypes (the logits, before any temperature).
-        """
+        """`(..., in_features)` -> `(..., num_prototypes)`: cosine similarities in `[-1, 1]` between the projected
+        features and the prototypes (the logits, before any temperature)."""
         projected = F.normalize(self.mlp(features), dim=-1, eps=1e-6)
         return F.linear(projected, F.normalize(self.prototypes, dim=-1, eps=1e-6))

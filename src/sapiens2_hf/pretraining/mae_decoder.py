@@ -56,14 +56,8 @@ class Sapiens2MaeDecoder(nn.Module):
             decoder block sizes.
     """
 
-    def __init__(
-        self,
-        backbone_config: Sapiens2Config,
-        hidden_size: int,
-        num_hidden_layers: int,
-        num_attention_heads: int,
-        intermediate_size: int,
-    ):
+    def __init__(self, backbone_config: Sapiens2Config, hidden_size: int, num_hidden_layers: int,
+                 num_attention_heads: int, intermediate_size: int):
         super().__init__()
         self.num_prefix_tokens = backbone_config.num_prefix_tokens
         patch_h, patch_w = backbone_config.patch_size_hw
@@ -88,13 +82,8 @@ class Sapiens2MaeDecoder(nn.Module):
         self.pixel_predictor = nn.Linear(hidden_size, patch_h * patch_w * backbone_config.num_channels)
         self.feature_predictor = nn.Linear(hidden_size, backbone_config.hidden_size)
 
-    def forward(
-        self,
-        encoder_hidden_states: torch.Tensor,
-        patch_keep_indices: torch.LongTensor,
-        patch_mask_indices: torch.LongTensor,
-        grid_size: tuple[int, int],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, encoder_hidden_states: torch.Tensor, patch_keep_indices: torch.LongTensor,
+                patch_mask_indices: torch.LongTensor, grid_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         """
         Args:
             encoder_hidden_states (`torch.Tensor` of shape `(batch_size, num_prefix + num_kept, backbone_hidden)`):
@@ -125,12 +114,8 @@ class Sapiens2MaeDecoder(nn.Module):
 
 
 def check_masks(patch_keep_indices: torch.Tensor, patch_mask_indices: torch.Tensor, num_patches: int) -> None:
-    """Raises a ValueError unless keep and mask indices partition `range(num_patches)` for every view.
-
-    Args:
-        patch_keep_indices (`torch.LongTensor` of shape `(num_views, num_kept)`)
-        patch_mask_indices (`torch.LongTensor` of shape `(num_views, num_masked)`)
-    """
+    """Raises a ValueError unless the keep `(num_views, num_kept)` and mask `(num_views, num_masked)` indices
+    partition `range(num_patches)` for every view."""
     if patch_keep_indices.shape[-1] + patch_mask_indices.shape[-1] != num_patches:
         raise ValueError(
             f"{patch_keep_indices.shape[-1]} kept + {patch_mask_indices.shape[-1]} masked patches do not make the "

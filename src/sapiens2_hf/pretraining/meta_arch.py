@@ -166,9 +166,7 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
         elif "RMSNorm" in type(module).__name__:
             init.ones_(module.weight)
 
-    # ---------------------------------------------------------------------------------------------------------------
-    # Teacher
-    # ---------------------------------------------------------------------------------------------------------------
+    # ---------------------------------------------------------------------------------------------------------- Teacher
 
     def _student_modules(self) -> nn.ModuleDict:
         """The student modules that have a teacher copy, under the teacher's names."""
@@ -209,9 +207,7 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
         model.freeze_teacher()
         return loaded
 
-    # ---------------------------------------------------------------------------------------------------------------
-    # Export
-    # ---------------------------------------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------------------- Export
 
     def get_backbone(self, which: str = "student") -> Sapiens2Model:
         """The student backbone (default) or the teacher's (the EMA weights, which DINO reports as slightly better)."""
@@ -251,9 +247,7 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
         model.copy_student_to_teacher()
         return model
 
-    # ---------------------------------------------------------------------------------------------------------------
-    # Forward
-    # ---------------------------------------------------------------------------------------------------------------
+    # ---------------------------------------------------------------------------------------------------------- Forward
 
     def _check_inputs(self, pixel_values, patch_keep_indices, patch_mask_indices, local_pixel_values) -> None:
         if pixel_values.ndim != 5:
@@ -373,14 +367,9 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
             raise ValueError("Every loss weight is 0: nothing to train. Set mae_loss_weight or the contrastive weights.")
         return total
 
-    def forward(
-        self,
-        pixel_values: torch.Tensor,
-        patch_keep_indices: torch.LongTensor,
-        patch_mask_indices: torch.LongTensor,
-        local_pixel_values: torch.Tensor | None = None,
-        schedule_step: int | None = None,
-    ) -> Sapiens2PreTrainingOutput:
+    def forward(self, pixel_values: torch.Tensor, patch_keep_indices: torch.LongTensor,
+                patch_mask_indices: torch.LongTensor, local_pixel_values: torch.Tensor | None = None,
+                schedule_step: int | None = None) -> Sapiens2PreTrainingOutput:
         r"""
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, num_global_crops, 3, height, width)`):

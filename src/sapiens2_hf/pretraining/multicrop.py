@@ -25,17 +25,14 @@ and the index), and all crops, jitters and masks of that example come from a `to
 views are therefore a pure function of (seed, epoch, index): independent of batch composition, dataloader workers,
 the number of processes, and of resuming from a checkpoint.
 
-Sizes follow the model: `MultiCropAugmentation.from_config(config)` (what `MultiCropCollator.from_config` and the
-pretraining trainer use when given no augmentation) crops at the config's `image_size`, and a collator whose global
-crop size differs from the config's `image_size` is refused where both are known (`MultiCropCollator.from_config`,
-`Sapiens2PreTrainingTrainer`): the plain `MultiCropAugmentation()` crops at the real 1024 x 768 scale, some 100x the
-work of the tiny model's 64 x 48.
+Sizes follow the model: `MultiCropAugmentation.from_config(config)` crops at the config's `image_size`, and other
+global crops are refused where the config is known (`check_crops_fit_config`).
 """
 
 import hashlib
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +47,12 @@ from ..data.validation import (
     describe_skipped,
     validate_image_files,
 )
-from ..modeling.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255
+from ..modeling.sapiens2_processing_ops import OFFICIAL_MEAN_255, OFFICIAL_STD_255, gaussian_blur_reflect
 from ..runs.decode import ImageDecodeError, decode_image
-from ..runs.inputs import IMAGE_SUFFIXES
+from ..runs.inputs import IMAGE_SUFFIXES, image_files
 from .masking import num_kept_patches, random_patch_masks
 
 
-IMAGE_EXTENSIONS = tuple(sorted(IMAGE_SUFFIXES))  # the house's one list (sapiens2_hf.runs.inputs)
 # DINOv2's local/global crop side ratio (96 / 224 px), applied to the global crop size by `from_config`.
 LOCAL_CROP_SIDE_RATIO = 96 / 224
 _GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601 luma, as PIL and torchvision
@@ -93,14 +89,9 @@ class MultiCropAugmentation:
 
     @classmethod
     def from_config(cls, config, **overrides) -> "MultiCropAugmentation":
-        """Crops at the size a model is configured for: global crops of the config's `image_size`, local crops of
-        `LOCAL_CROP_SIDE_RATIO` of each side rounded up to a multiple of the patch size (1024 x 768 -> 448 x 336,
-        the real-scale defaults; the tiny 64 x 48 -> 32 x 32, as `tiny()`); the other fields keep their defaults.
-
-        Args:
-            config (`Sapiens2PreTrainingConfig` or `Sapiens2Config`): the pretraining config, or its backbone config.
-            overrides: any field of this class.
-        """
+        """Crops at the `image_size` of `config` (pretraining or backbone): local crops of `LOCAL_CROP_SIDE_RATIO` of
+        each side rounded up to a multiple of the patch size (1024 x 768 -> 448 x 336, the real-scale defaults; the
+        tiny 64 x 48 -> 32 x 32, as `tiny()`); `overrides` set any other field."""
         backbone = getattr(config, "backbone_config", config)
         (height, width), (patch_h, patch_w) = backbone.image_size_hw, backbone.patch_size_hw
         local = (patch_h * math.ceil(height * LOCAL_CROP_SIDE_RATIO / patch_h),
@@ -109,22 +100,11 @@ class MultiCropAugmentation:
         kwargs.update(overrides)
         return cls(**kwargs)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def check_crops_fit_config(augmentation: MultiCropAugmentation, config) -> None:
-    """Refuses global crops of another size than the config's `image_size` (one line, naming both and the fix).
-
-    The crops set the resolution the backbone is pretrained at, and the exported backbone's config records
-    `image_size`: a mismatch either pretrains at a size the config does not say (the default
-    `MultiCropAugmentation()` is the real 1024 x 768 scale, ~100x the work of the tiny model's 64 x 48) or
-    exports a config that misstates it.
-
-    Args:
-        augmentation (`MultiCropAugmentation`): the collator's crops.
-        config (`Sapiens2PreTrainingConfig` or `Sapiens2Config`): the model's config, or its backbone config.
-    """
+    """Refuses global crops of another size than `config`'s (pretraining or backbone) `image_size`: the crops set the
+    resolution the backbone is pretrained at, which the exported config records (the default `MultiCropAugmentation()`
+    is the real 1024 x 768 scale, ~100x the work of the tiny model's 64 x 48)."""
     backbone = getattr(config, "backbone_config", config)
     expected = tuple(backbone.image_size_hw)
     crop = tuple(augmentation.global_crop_size)
@@ -172,13 +152,8 @@ def _bernoulli(generator: torch.Generator, probability: float) -> bool:
     return probability > 0 and float(torch.rand((), generator=generator)) < probability
 
 
-def sample_crop_box(
-    image_hw: tuple[int, int],
-    output_hw: tuple[int, int],
-    scale: tuple[float, float],
-    aspect_jitter: tuple[float, float],
-    generator: torch.Generator,
-) -> tuple[int, int, int, int]:
+def sample_crop_box(image_hw: tuple[int, int], output_hw: tuple[int, int], scale: tuple[float, float],
+                    aspect_jitter: tuple[float, float], generator: torch.Generator) -> tuple[int, int, int, int]:
     """RandomResizedCrop box: area fraction uniform in `scale`, aspect log-uniform in `aspect_jitter` times the
     output aspect; up to 10 tries, then the largest centred box with the output aspect.
 
@@ -211,12 +186,9 @@ def _grayscale(image: torch.Tensor) -> torch.Tensor:
 
 
 def color_jitter(image: torch.Tensor, brightness: float, contrast: float, saturation: float) -> torch.Tensor:
-    """Brightness, then contrast, then saturation scaling by the given factors (1 = unchanged), clamped to
-    `[0, 255]`. Contrast blends with the mean grey level, saturation with the grey image (torchvision's definitions).
-
-    Args:
-        image (`torch.Tensor` of shape `(3, height, width)`, float in `[0, 255]`)
-    """
+    """Brightness, then contrast, then saturation scaling of a `(3, height, width)` image in `[0, 255]` by the given
+    factors (1 = unchanged), clamped; contrast blends with the mean grey level, saturation with the grey image
+    (torchvision's definitions)."""
     image = (image * brightness).clamp(0, 255)
     image = ((image - _grayscale(image).mean()) * contrast + _grayscale(image).mean()).clamp(0, 255)
     gray = _grayscale(image)
@@ -224,48 +196,25 @@ def color_jitter(image: torch.Tensor, brightness: float, contrast: float, satura
 
 
 def gaussian_blur(image: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Separable Gaussian blur with radius `ceil(3 sigma)` (capped by the image size) and reflect padding.
-
-    Args:
-        image (`torch.Tensor` of shape `(3, height, width)`)
-    """
+    """Gaussian blur of a `(3, height, width)` image with radius `ceil(3 sigma)` (capped by the image size) and
+    reflect padding (the processor's `gaussian_blur_reflect`)."""
     radius = min(int(math.ceil(3 * sigma)), image.shape[-2] - 1, image.shape[-1] - 1)
     if radius < 1:
         return image
-    offsets = torch.arange(-radius, radius + 1, dtype=image.dtype, device=image.device)
-    kernel = torch.exp(-0.5 * (offsets / sigma) ** 2)
-    kernel = kernel / kernel.sum()
-    batch = F.pad(image[None], (radius, radius, radius, radius), mode="reflect")  # (1, 3, h + 2r, w + 2r)
-    batch = F.conv2d(batch, kernel.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)
-    batch = F.conv2d(batch, kernel.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)
-    return batch[0]
+    return gaussian_blur_reflect(image[None], 2 * radius + 1, sigma)[0]
 
 
 def normalize_image(image: torch.Tensor) -> torch.Tensor:
-    """`(image - mean) / std` with the constants of the official Sapiens2 preprocessing, on the 0-255 scale.
-
-    Args:
-        image (`torch.Tensor` of shape `(..., 3, height, width)`, float in `[0, 255]`)
-    """
+    """`(image - mean) / std` of `(..., 3, height, width)` images in `[0, 255]`, with the official constants."""
     mean = torch.tensor(OFFICIAL_MEAN_255, dtype=image.dtype, device=image.device).view(3, 1, 1)
     std = torch.tensor(OFFICIAL_STD_255, dtype=image.dtype, device=image.device).view(3, 1, 1)
     return (image - mean) / std
 
 
-def augmented_view(
-    image: torch.Tensor,
-    output_hw: tuple[int, int],
-    scale: tuple[float, float],
-    augmentation: MultiCropAugmentation,
-    generator: torch.Generator,
-) -> torch.Tensor:
-    """One random view: random resized crop, horizontal flip, colour jitter, blur, normalisation.
-
-    Args:
-        image (`torch.Tensor` of shape `(3, height, width)`, float in `[0, 255]`)
-    Returns:
-        `torch.Tensor` of shape `(3, output_h, output_w)`, float32, normalised (official mean/std).
-    """
+def augmented_view(image: torch.Tensor, output_hw: tuple[int, int], scale: tuple[float, float],
+                   augmentation: MultiCropAugmentation, generator: torch.Generator) -> torch.Tensor:
+    """One random view of a `(3, height, width)` image in `[0, 255]`: random resized crop, horizontal flip, colour
+    jitter, blur, normalisation (official mean/std) -> `(3, output_h, output_w)` float32."""
     top, left, crop_h, crop_w = sample_crop_box(
         tuple(image.shape[-2:]), output_hw, scale, augmentation.crop_aspect_jitter, generator
     )
@@ -307,13 +256,8 @@ class MultiCropCollator:
           row-major patch indices of each global view's grid, partitioning it.
     """
 
-    def __init__(
-        self,
-        augmentation: MultiCropAugmentation,
-        patch_size: int | tuple[int, int],
-        mask_ratio: float,
-        seed: int = 0,
-    ):
+    def __init__(self, augmentation: MultiCropAugmentation, patch_size: int | tuple[int, int], mask_ratio: float,
+                 seed: int = 0):
         self.augmentation = augmentation
         self.patch_size = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
         self.mask_ratio = mask_ratio
@@ -352,28 +296,19 @@ class MultiCropCollator:
         generator = torch.Generator().manual_seed(int(seed))
         augmentation = self.augmentation
         image = to_float_image(image)
-        global_views = torch.stack(
-            [
-                augmented_view(image, augmentation.global_crop_size, augmentation.global_crop_scale, augmentation, generator)
-                for _ in range(augmentation.num_global_crops)
-            ]
-        )
-        masks = [
-            random_patch_masks(self.grid_size[0] * self.grid_size[1], self.mask_ratio, generator)
-            for _ in range(augmentation.num_global_crops)
-        ]
-        result = {
-            "pixel_values": global_views,
-            "patch_keep_indices": torch.stack([keep for keep, _ in masks]),
-            "patch_mask_indices": torch.stack([mask for _, mask in masks]),
-        }
+
+        def crops(size, scale, count):
+            return torch.stack([augmented_view(image, size, scale, augmentation, generator) for _ in range(count)])
+
+        num_global = augmentation.num_global_crops
+        global_views = crops(augmentation.global_crop_size, augmentation.global_crop_scale, num_global)
+        num_patches = self.grid_size[0] * self.grid_size[1]
+        masks = [random_patch_masks(num_patches, self.mask_ratio, generator) for _ in range(num_global)]
+        result = {"pixel_values": global_views, "patch_keep_indices": torch.stack([keep for keep, _ in masks]),
+                  "patch_mask_indices": torch.stack([mask for _, mask in masks])}
         if augmentation.num_local_crops:
-            result["local_pixel_values"] = torch.stack(
-                [
-                    augmented_view(image, augmentation.local_crop_size, augmentation.local_crop_scale, augmentation, generator)
-                    for _ in range(augmentation.num_local_crops)
-                ]
-            )
+            result["local_pixel_values"] = crops(augmentation.local_crop_size, augmentation.local_crop_scale,
+                                                 augmentation.num_local_crops)
         return result
 
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -432,15 +367,15 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
             raise NoUsableSamplesError(f"The pretraining dataset is empty{detail}.", self.skipped)
 
     @classmethod
-    def from_folder(cls, folder: str | os.PathLike, seed: int = 0, extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
-                    strict: bool = False):
-        """All image files under `folder` (recursively, sorted by path), checked up front (see `validate`)."""
+    def from_folder(cls, folder: str | os.PathLike, seed: int = 0, strict: bool = False):
+        """All image files under `folder` (the run layer's `image_files`, recursive), checked up front (see
+        `validate`)."""
         root = Path(folder)
         if not root.is_dir():
             raise ValueError(f"{root} is not a folder.")
-        paths = sorted(str(p) for p in root.rglob("*") if p.is_file() and p.suffix.lower() in extensions)
+        paths = [str(path) for path in image_files(root, recursive=True)]
         if not paths:
-            raise ValueError(f"No image files ({', '.join(extensions)}) found under {root}.")
+            raise ValueError(f"No image files ({', '.join(sorted(IMAGE_SUFFIXES))}) found under {root}.")
         return cls(paths, seed=seed, strict=strict)
 
     def set_epoch(self, epoch: int) -> None:
@@ -467,18 +402,6 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
         return {"image": image, "seed": example_seed(self.seed, self.epoch, index)}
 
 
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "LOCAL_CROP_SIDE_RATIO",
-    "MultiCropAugmentation",
-    "MultiCropCollator",
-    "PretrainingImageDataset",
-    "augmented_view",
-    "check_crops_fit_config",
-    "color_jitter",
-    "example_seed",
-    "gaussian_blur",
-    "normalize_image",
-    "sample_crop_box",
-    "to_float_image",
-]
+__all__ = ["LOCAL_CROP_SIDE_RATIO", "MultiCropAugmentation", "MultiCropCollator", "PretrainingImageDataset",
+           "augmented_view", "check_crops_fit_config", "color_jitter", "example_seed", "gaussian_blur",
+           "normalize_image", "sample_crop_box", "to_float_image"]

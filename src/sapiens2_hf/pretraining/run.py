@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import logging
 
+from ..data.hf_datasets import is_saved_to_disk
 from ..data.validation import NoUsableSamplesError, describe_skipped, write_skipped_samples
 from ..modeling import Sapiens2Config
 from ..training.run_setup import (
@@ -92,7 +93,7 @@ def build_dataset(args: PretrainingArguments, seed: int) -> PretrainingImageData
         return PretrainingImageDataset.from_folder(args.image_folder, seed=seed, strict=args.strict)
     datasets = require("datasets", feature="a Hugging Face dataset")
 
-    if os.path.isdir(args.dataset_name) and os.path.isfile(os.path.join(args.dataset_name, "dataset_info.json")):
+    if is_saved_to_disk(args.dataset_name):
         dataset = datasets.load_from_disk(args.dataset_name)
         if isinstance(dataset, datasets.DatasetDict):
             dataset = dataset[args.dataset_split]

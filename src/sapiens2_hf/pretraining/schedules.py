@@ -9,13 +9,8 @@ import math
 
 
 def cosine_schedule(step: int, total_steps: int, start: float, end: float) -> float:
-    """`end + (start - end) * (1 + cos(pi * step / total_steps)) / 2`, and `end` from `total_steps` on (DINO's
-    cosine scheduler, evaluated per step).
-
-    Args:
-        step (`int`): 0-based step.
-        total_steps (`int`): steps of the whole schedule (> 0).
-    """
+    """`end + (start - end) * (1 + cos(pi * step / total_steps)) / 2` at the 0-based `step`, and `end` from
+    `total_steps` (> 0) on (DINO's cosine scheduler, evaluated per step)."""
     if total_steps <= 0:
         raise ValueError(f"`total_steps` must be positive, got {total_steps}.")
     if step >= total_steps:

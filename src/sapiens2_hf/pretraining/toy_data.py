@@ -56,15 +56,8 @@ def _stripes_mask(label, rows, cols, draw, height, width):
     return torch.sin(2 * math.pi * (rows + cols) / (period * math.sqrt(2)) + phase) > 0
 
 
-def make_toy_images(
-    num_images: int,
-    height: int,
-    width: int,
-    seed: int = 0,
-    num_classes: int = 4,
-    noise_std: float = 8.0,
-    kind: str = "shapes",
-) -> tuple[torch.Tensor, torch.Tensor]:
+def make_toy_images(num_images: int, height: int, width: int, seed: int = 0, num_classes: int = 4,
+                    noise_std: float = 8.0, kind: str = "shapes") -> tuple[torch.Tensor, torch.Tensor]:
     """Draws `num_images` toy images, classes balanced in round-robin order.
 
     Args:

@@ -1,21 +1,10 @@
 """`Sapiens2PreTrainingTrainer`: transformers' Trainer for `Sapiens2ForPreTraining`, and its EMA callback.
 
-What it adds to `transformers.Trainer`:
-
-- The teacher temperature schedule gets the optimizer step: the model is called with
-  `schedule_step=state.global_step` (constant over the micro-batches of one accumulated step).
-- Gradient accumulation: every loss term is a per-micro-batch mean, so the Trainer's division by the number of
-  accumulation steps gives the mean over the accumulated batch (`loss_is_scaled_for_ga = False`).
-- `EmaTeacherCallback` updates the teacher once per optimizer step (`on_step_end`, which the Trainer calls only after
-  an optimizer step, never per micro-batch), with the momentum of that step's index, and keeps the prototypes frozen
-  for the first `freeze_prototypes_steps` steps.
-- Every loss term, the teacher prototype entropy, the teacher temperature and the EMA momentum are logged next to
-  `loss` (means over the micro-batches since the last log, averaged over processes; `LossTermsLoggingMixin`).
-- The dataset's `set_epoch` is called at each epoch start, so the per-example augmentation seeds (and therefore the
-  loss curve) are the same after a resume as in an uninterrupted run.
-- `save_backbone` exports the student (or teacher) backbone as a plain `Sapiens2Model` checkpoint.
-- Without a `data_collator` it builds `MultiCropCollator.from_config(model.config)` (crops at the config's
-  `image_size`); a `MultiCropCollator` given must crop at that size (`check_crops_fit_config`, one-line error).
+What it adds to `transformers.Trainer`: the optimizer step as `schedule_step` (teacher temperature), per-micro-batch
+mean loss terms (`loss_is_scaled_for_ga = False`), the teacher EMA and early prototype freezing once per optimizer step
+(`EmaTeacherCallback`), every loss term, the prototype entropy, the teacher temperature and the EMA momentum in the
+logs (`LossTermsLoggingMixin`), `set_epoch` at each epoch start (so a resumed run sees the same views), the backbone
+export (`save_backbone`), and a default collator cropping at the config's `image_size` (`check_crops_fit_config`).
 
 The teacher is part of the model's state dict, so checkpoints carry it and a resume restores it; its parameters
 never require gradients (re-applied at load and on every `train()` call), so the optimizer never holds them.

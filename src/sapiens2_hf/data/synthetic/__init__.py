@@ -10,10 +10,7 @@ Entry points:
 - `SyntheticHumans(...)`: the generator config; ``.sample(seed)`` / ``.scene(seed)``.
 - `make_dataset(task, num_samples, height, width, seed)` -> `datasets.Dataset` / `IterableDataset`; the columns of
   each task are `task_features(task, ...)`, the one schema of synthetic data.
-- `sample_seed(seed, index)`: the one seed rule, ``(seed, index)``: sample ``i`` of any synthetic dataset built with
-  seed ``s`` (`make_dataset`, `write_dataset`, the fine-tuning records of `sapiens2_hf.data.synthetic_source`)
-  renders ``SyntheticHumans(...).sample(sample_seed(s, i))`` (the records re-draw the rare render that shows nobody
-  with ``sample_seed(s, i, attempt)``).
+- `sample_seed(seed, index)`: the one seed rule of every synthetic source (see `sapiens2_hf.data.synthetic.dataset`).
 - `write_dataset(output_dir, num_samples, height, width, seed)` -> COCO JSON + PNG/NPY files.
 - `mirror_scene(scene)`: the mirror-image scene (its rendering is the horizontal flip of the original).
 """
@@ -25,20 +22,6 @@ from .render import render_scene
 from .scene import Camera, Scene, mirror_scene, sample_scene
 from .writer import read_written_sample, write_dataset
 
-__all__ = [
-    "KEYPOINT_MODELED",
-    "TASKS",
-    "Camera",
-    "Scene",
-    "SyntheticHumans",
-    "make_dataset",
-    "mirror_scene",
-    "read_written_sample",
-    "render_sample",
-    "render_scene",
-    "sample_scene",
-    "sample_seed",
-    "sample_to_row",
-    "task_features",
-    "write_dataset",
-]
+__all__ = ["KEYPOINT_MODELED", "TASKS", "Camera", "Scene", "SyntheticHumans", "make_dataset", "mirror_scene",
+           "read_written_sample", "render_sample", "render_scene", "sample_scene", "sample_seed", "sample_to_row",
+           "task_features", "write_dataset"]

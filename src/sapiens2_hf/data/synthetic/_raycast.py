@@ -28,9 +28,6 @@ import numpy as np
 NEAR_PLANE = 0.05
 """Hits closer than this many metres are ignored (no primitive is ever placed that close)."""
 
-_CONE_COLUMNS = 18
-_ELLIPSOID_COLUMNS = 10
-
 
 class Primitives:
     """All primitives of one scene, camera frame, float64.
@@ -74,19 +71,7 @@ class Primitives:
         bb = np.einsum("ij,ij->i", b, b)
         rka = ra - k * aw
         cone_c = omk2 * (aa - aw * aw) - rka * rka
-        table = np.empty((self.num_cones, _CONE_COLUMNS))
-        table[:, 0:3] = a
-        table[:, 3:6] = b
-        table[:, 6:9] = w
-        table[:, 9] = ra
-        table[:, 10] = k
-        table[:, 11] = aw
-        table[:, 12] = omk2
-        table[:, 13] = rka
-        table[:, 14] = cone_c
-        table[:, 15] = aa - ra * ra
-        table[:, 16] = bb - rb * rb
-        table[:, 17] = length * omk2
+        table = np.column_stack([a, b, w, ra, k, aw, omk2, rka, cone_c, aa - ra * ra, bb - rb * rb, length * omk2])
         self._cone_table_t = np.ascontiguousarray(table.T, dtype=np.float32)  # (18, num_cones)
         self._cone_w = w
         self._cone_length = length
@@ -95,15 +80,8 @@ class Primitives:
         c, axes, r = self.ellipsoid_center, self.ellipsoid_axes, self.ellipsoid_radii
         q = np.einsum("nij,nj,nkj->nik", axes, 1.0 / (r * r), axes)  # (num_ellipsoids, 3, 3) quadric matrix
         g = np.einsum("nij,nj->ni", q, c)
-        table = np.empty((self.num_ellipsoids, _ELLIPSOID_COLUMNS))
-        table[:, 0] = q[:, 0, 0]
-        table[:, 1] = q[:, 1, 1]
-        table[:, 2] = q[:, 2, 2]
-        table[:, 3] = 2.0 * q[:, 0, 1]
-        table[:, 4] = 2.0 * q[:, 0, 2]
-        table[:, 5] = 2.0 * q[:, 1, 2]
-        table[:, 6:9] = g
-        table[:, 9] = np.einsum("ni,ni->n", c, g) - 1.0
+        table = np.column_stack([q[:, 0, 0], q[:, 1, 1], q[:, 2, 2], 2.0 * q[:, 0, 1], 2.0 * q[:, 0, 2],
+                                 2.0 * q[:, 1, 2], g, np.einsum("ni,ni->n", c, g) - 1.0])
         self._ellipsoid_table_t = np.ascontiguousarray(table.T, dtype=np.float32)  # (10, num_ellipsoids)
 
     def aabb(self):

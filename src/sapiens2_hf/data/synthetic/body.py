@@ -17,9 +17,7 @@ from .human import (
 )
 from ...modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS
 
-# ----------------------------------------------------------------------------------------------------------------
-# Face constants (head frame, relative to the head-ellipsoid centre, metres for head scale 1, LEFT side)
-# ----------------------------------------------------------------------------------------------------------------
+# --------------- Face constants (head frame, relative to the head-ellipsoid centre, metres for head scale 1, LEFT side)
 
 HEAD_RADII = np.array([0.078, 0.115, 0.100])
 HEAD_CENTER = np.array([0.0, 0.09, 0.02])  # from the head joint
@@ -129,11 +127,7 @@ def gaze_direction(gaze):
     return np.array([np.sin(yaw) * np.cos(pitch), np.sin(pitch), np.cos(yaw) * np.cos(pitch)])
 
 
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Geometry
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------- Geometry
 
 ELLIPSOID_CODE = 10_000
 """Keypoint owner codes: a round cone ``i`` is ``i``, an ellipsoid ``i`` is ``ELLIPSOID_CODE + i``."""
@@ -237,11 +231,9 @@ _EYE_CENTER_NAMES = ("left_eye", "l_center_of_iris", "l_center_of_pupil")
 
 def _eyeball_frame(g):
     """Columns (lateral, up, gaze) for a unit gaze vector ``g`` (head frame)."""
-    ux, uy, uz = -g[1] * g[0], 1.0 - g[1] * g[1], -g[1] * g[2]
-    n = (ux * ux + uy * uy + uz * uz) ** 0.5
-    ux, uy, uz = ux / n, uy / n, uz / n
-    lx, ly, lz = uy * g[2] - uz * g[1], uz * g[0] - ux * g[2], ux * g[1] - uy * g[0]
-    return np.array([[lx, ux, g[0]], [ly, uy, g[1]], [lz, uz, g[2]]])
+    up = np.array([-g[1] * g[0], 1.0 - g[1] * g[1], -g[1] * g[2]])
+    up /= np.sqrt(up @ up)
+    return np.stack([np.cross(up, g), up, g], axis=1)
 
 
 def _attr(classes, materials, s1=_INF, s2=_INF):
@@ -522,9 +514,7 @@ def _to_body_frame(required, optional, o, G):
     )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Static keypoint tables (owners, tolerances, which keypoints exist)
-# ----------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------- Static keypoint tables (owners, tolerances, which keypoints exist)
 
 def _keypoint_spec():
     """(left-form name, owner part names with ``{t}`` for the side tag, depth tolerance in metres)."""

@@ -18,6 +18,7 @@ Reference proportions are those of a 1.75 m adult and scale with the sampled hei
 
 from __future__ import annotations
 
+import colorsys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,9 +27,7 @@ from ..label_tables import KEYPOINT_FLIP_INDICES
 from ...modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES, SEGMENTATION_CLASS_NAMES
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Label ids
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------ Label ids
 
 SEG = {name: index for index, name in enumerate(SEGMENTATION_CLASS_NAMES)}
 KP = {name: index for index, name in enumerate(POSE_KEYPOINT_NAMES)}
@@ -48,9 +47,7 @@ PUPIL_ANGLE = 0.22
 
 _INF = np.inf
 
-# ----------------------------------------------------------------------------------------------------------------
-# Skeleton
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------- Skeleton
 
 _CENTER_JOINTS = ("pelvis", "spine", "chest", "neck", "head")
 _FINGERS = ("thumb", "index", "middle", "ring", "pinky")
@@ -162,28 +159,16 @@ def mirror_pose(pose):
 
 def euler_matrices(angles):
     """``Rz(rz) @ Rx(rx) @ Ry(ry)`` for `(n, 3)` angles (rx, ry, rz) in radians -> `(n, 3, 3)`."""
-    cx, cy, cz = np.cos(angles).T
-    sx, sy, sz = np.sin(angles).T
-    out = np.empty((len(angles), 3, 3))
-    # Rx @ Ry first, then Rz on the left.
-    m00, m01, m02 = cy, np.zeros_like(cy), sy
-    m10, m11, m12 = sx * sy, cx, -sx * cy
-    m20, m21, m22 = -cx * sy, sx, cx * cy
-    out[:, 0, 0] = cz * m00 - sz * m10
-    out[:, 0, 1] = cz * m01 - sz * m11
-    out[:, 0, 2] = cz * m02 - sz * m12
-    out[:, 1, 0] = sz * m00 + cz * m10
-    out[:, 1, 1] = sz * m01 + cz * m11
-    out[:, 1, 2] = sz * m02 + cz * m12
-    out[:, 2, 0] = m20
-    out[:, 2, 1] = m21
-    out[:, 2, 2] = m22
-    return out
+    (cx, cy, cz), (sx, sy, sz) = np.cos(angles).T, np.sin(angles).T
+    zero, one = np.zeros_like(cx), np.ones_like(cx)
+    rx = np.stack([one, zero, zero, zero, cx, -sx, zero, sx, cx], axis=-1).reshape(-1, 3, 3)
+    ry = np.stack([cy, zero, sy, zero, one, zero, -sy, zero, cy], axis=-1).reshape(-1, 3, 3)
+    rz = np.stack([cz, -sz, zero, sz, cz, zero, zero, zero, one], axis=-1).reshape(-1, 3, 3)
+    return rz @ rx @ ry
 
 
 def _rot_x(deg):
-    a = np.deg2rad(deg)
-    return np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+    return euler_matrices(np.deg2rad([[deg, 0.0, 0.0]]))[0]
 
 
 def _rotation_between(src, dst):
@@ -271,9 +256,7 @@ def forward_kinematics(shape, pose):
     return origins, frames
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Sampling
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------- Sampling
 
 def sample_shape(rng):
     """Body-shape factors of one person (dict of floats); height in metres, the rest relative to 1."""
@@ -335,13 +318,6 @@ def sample_pose(rng):
     return np.clip(pose, JOINT_LIMITS[..., 0], JOINT_LIMITS[..., 1])
 
 
-def _hsv_to_rgb(h, s, v):
-    i = int(h * 6.0) % 6
-    f = h * 6.0 - int(h * 6.0)
-    p, q, t = v * (1 - s), v * (1 - f * s), v * (1 - (1 - f) * s)
-    return np.array([(v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q)][i])
-
-
 _SKIN_TONES = np.array([[0.30, 0.18, 0.12], [0.52, 0.34, 0.23], [0.74, 0.54, 0.41], [0.93, 0.78, 0.67]])
 _HAIR_COLORS = np.array([[0.05, 0.04, 0.035], [0.18, 0.11, 0.06], [0.38, 0.24, 0.13], [0.78, 0.63, 0.38],
                          [0.55, 0.22, 0.10], [0.62, 0.62, 0.62]])
@@ -376,7 +352,7 @@ def _material(rng, base, textured):
 
 def _cloth_color(rng):
     u = rng.random(3).tolist()
-    return _hsv_to_rgb(u[0], 0.9 * u[1], 0.12 + 0.83 * u[2])
+    return np.array(colorsys.hsv_to_rgb(u[0], 0.9 * u[1], 0.12 + 0.83 * u[2]))
 
 
 def sample_appearance(rng):

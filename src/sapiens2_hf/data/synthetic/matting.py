@@ -21,6 +21,7 @@ flip of the scene, like the renderer.
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 from ._raycast import NEAR_PLANE, Primitives, _cone_hits, _ellipsoid_hits, screen_bounds
@@ -33,13 +34,7 @@ _PAIR_CHUNK = 1 << 22
 
 def _neighbourhood_any(mask: np.ndarray) -> np.ndarray:
     """Pixels with at least one `True` in their 3x3 neighbourhood (a 3x3 binary dilation, zero padding)."""
-    padded = np.pad(mask, 1)
-    height, width = mask.shape
-    out = np.zeros_like(mask)
-    for dy in range(3):
-        for dx in range(3):
-            out |= padded[dy:dy + height, dx:dx + width]
-    return out
+    return cv2.dilate(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
 
 
 def edge_band(mask: np.ndarray) -> np.ndarray:

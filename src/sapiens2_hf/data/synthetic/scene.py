@@ -6,12 +6,13 @@ centres sit at integer coordinates; the default principal point is the image cen
 
 from __future__ import annotations
 
+import colorsys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .body import build_person
-from .human import _hsv_to_rgb, mirror_person, sample_person
+from .human import euler_matrices, mirror_person, sample_person
 
 
 @dataclass
@@ -66,19 +67,8 @@ class Scene:
 _B2C = np.diag([1.0, -1.0, -1.0])  # body (x left, y up, z forward) -> camera, for a person facing the camera
 
 
-def _rot_x(a):
-    c, s = np.cos(a), np.sin(a)
-    return np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
-
-
-def _rot_y(a):
-    c, s = np.cos(a), np.sin(a)
-    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
-
-
-def _rot_z(a):
-    c, s = np.cos(a), np.sin(a)
-    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+def _rotation(rx=0.0, ry=0.0, rz=0.0):
+    return euler_matrices(np.array([[rx, ry, rz]]))[0]
 
 
 def _num_people(rng, num_people):
@@ -92,7 +82,7 @@ def _num_people(rng, num_people):
 
 def _random_color(rng, value=(0.1, 0.95)):
     u = rng.random(3).tolist()
-    return _hsv_to_rgb(u[0], 0.8 * u[1], value[0] + (value[1] - value[0]) * u[2])
+    return np.array(colorsys.hsv_to_rgb(u[0], 0.8 * u[1], value[0] + (value[1] - value[0]) * u[2]))
 
 
 def _sample_background(rng, height, width):
@@ -141,7 +131,7 @@ def _sample_camera(rng, config, height, width):
     camera = Camera(f, f, 0.5 * (width - 1), 0.5 * (height - 1), height, width)
     pitch = np.deg2rad(config.max_tilt_deg) * (2.0 * rng.random() - 1.0)
     roll = np.deg2rad(config.max_roll_deg) * (2.0 * rng.random() - 1.0)
-    return camera, _rot_x(pitch) @ _rot_z(roll)
+    return camera, _rotation(rx=pitch) @ _rotation(rz=roll)
 
 
 def _sample_people(rng, config, camera, r_tilt):
@@ -155,7 +145,7 @@ def _sample_people(rng, config, camera, r_tilt):
         geom = build_person(person)
         u = rng.random(8).tolist()
         yaw = np.deg2rad(np.clip(35.0 * rng.standard_normal(), -90, 90)) if u[0] < 0.6 else np.pi * (2 * u[1] - 1)
-        rotation = r_tilt @ _B2C @ _rot_y(yaw)
+        rotation = r_tilt @ _B2C @ _rotation(ry=yaw)
         if i == 0:
             level = _first_person_centre(u, config, camera, r_tilt, person.shape["height"], n)
             floor_y = level[1] + 0.5 * person.shape["height"]

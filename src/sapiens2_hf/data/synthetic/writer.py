@@ -49,27 +49,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
     atomic_write_bytes(path, data, durable=False)
 
 
-def _png(array: np.ndarray) -> bytes:
+def _encoded(save, *args, **kwargs) -> bytes:
+    """What ``save(buffer, *args, **kwargs)`` writes to an in-memory buffer."""
     buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG", compress_level=1)
+    save(buffer, *args, **kwargs)
     return buffer.getvalue()
+
+
+def _png(array: np.ndarray) -> bytes:
+    return _encoded(Image.fromarray(array).save, format="PNG", compress_level=1)
 
 
 def _to_uint8(array: np.ndarray) -> np.ndarray:
     """[0, 1] floats -> uint8, rounded (the 8-bit alpha / colour files of matting datasets)."""
     return np.clip(np.rint(np.asarray(array, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
-
-
-def _npy(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
-def _npz(**arrays) -> bytes:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
 
 
 def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 192, seed: int = 0,
@@ -177,12 +170,8 @@ def _make_folders(root: Path, tasks) -> list:
 def _write_sample(root: Path, stem: str, sample: dict, tasks, folders, image_format, class_table) -> str:
     """Write one sample's image and label files; returns the image's name relative to ``root``."""
     image_name = f"images/{stem}.{image_format}"
-    if image_format == "png":
-        _atomic_write(root / image_name, _png(sample["image"]))
-    else:
-        buffer = io.BytesIO()
-        Image.fromarray(sample["image"]).save(buffer, format="JPEG", quality=95)
-        _atomic_write(root / image_name, buffer.getvalue())
+    jpeg = _encoded(Image.fromarray(sample["image"]).save, format="JPEG", quality=95) if image_format == "jpg" else None
+    _atomic_write(root / image_name, _png(sample["image"]) if jpeg is None else jpeg)
     mask = sample["mask"]
     if "instances" in folders:
         _atomic_write(root / "instances" / f"{stem}.png", _png(sample["instance_map"].astype(np.uint8)))
@@ -192,13 +181,13 @@ def _write_sample(root: Path, stem: str, sample: dict, tasks, folders, image_for
     if "mask" in folders:
         _atomic_write(root / "mask" / f"{stem}.png", _png(mask.astype(np.uint8) * 255))
     if "normal" in tasks:
-        _atomic_write(root / "normal" / f"{stem}.npy", _npy(sample["normals"]))
+        _atomic_write(root / "normal" / f"{stem}.npy", _encoded(np.save, sample["normals"], allow_pickle=False))
     if "pointmap" in tasks:
         _atomic_write(root / "pointmap" / f"{stem}.npz",
-                      _npz(pointmap=sample["pointmap"], depth=sample["depth"],
-                           K=sample["camera_intrinsics"].astype(np.float64), mask=mask))
+                      _encoded(np.savez, pointmap=sample["pointmap"], depth=sample["depth"],
+                               K=sample["camera_intrinsics"].astype(np.float64), mask=mask))
     if "albedo" in tasks:
-        _atomic_write(root / "albedo" / f"{stem}.npy", _npy(sample["albedo"]))
+        _atomic_write(root / "albedo" / f"{stem}.npy", _encoded(np.save, sample["albedo"], allow_pickle=False))
     if "matting" in tasks:
         _atomic_write(root / "matting_image" / f"{stem}.png", _png(sample["matting_image"]))
         _atomic_write(root / "alpha" / f"{stem}.png", _png(_to_uint8(sample["alpha"])))
@@ -268,23 +257,20 @@ def read_written_sample(output_dir, index: int) -> dict:
     meta = json.loads((root / "meta.json").read_text())
     stem = f"{int(index):06d}"
     out = {"image": np.asarray(Image.open(root / "images" / f"{stem}.{meta['image_format']}").convert("RGB"))}
-    if (root / "seg" / f"{stem}.png").exists():
-        out["segmentation"] = np.asarray(Image.open(root / "seg" / f"{stem}.png")).astype(np.int64)
-    if (root / "instances" / f"{stem}.png").exists():
-        out["instance_map"] = np.asarray(Image.open(root / "instances" / f"{stem}.png")).astype(np.int32)
-    if (root / "mask" / f"{stem}.png").exists():
-        out["mask"] = np.asarray(Image.open(root / "mask" / f"{stem}.png")) > 0
-    if (root / "normal" / f"{stem}.npy").exists():
-        out["normals"] = np.load(root / "normal" / f"{stem}.npy", allow_pickle=False)
+    png = {"seg": ("segmentation", lambda a: a.astype(np.int64)), "mask": ("mask", lambda a: a > 0),
+           "instances": ("instance_map", lambda a: a.astype(np.int32)),
+           "alpha": ("alpha", lambda a: a.astype(np.float32) / 255.0),
+           "matting_image": ("matting_image", lambda a: a[..., :3]),
+           "foreground": ("foreground", lambda a: a.astype(np.float32) / 255.0)}
+    for folder, (key, convert) in png.items():
+        if (root / folder / f"{stem}.png").exists():
+            out[key] = convert(np.asarray(Image.open(root / folder / f"{stem}.png")))
+    for folder, key in (("normal", "normals"), ("albedo", "albedo")):
+        if (root / folder / f"{stem}.npy").exists():
+            out[key] = np.load(root / folder / f"{stem}.npy", allow_pickle=False)
     if (root / "pointmap" / f"{stem}.npz").exists():
         with np.load(root / "pointmap" / f"{stem}.npz", allow_pickle=False) as data:
             out["pointmap"], out["depth"], out["camera_intrinsics"] = data["pointmap"], data["depth"], data["K"]
-    if (root / "albedo" / f"{stem}.npy").exists():
-        out["albedo"] = np.load(root / "albedo" / f"{stem}.npy", allow_pickle=False)
-    if (root / "alpha" / f"{stem}.png").exists():
-        out["matting_image"] = np.asarray(Image.open(root / "matting_image" / f"{stem}.png").convert("RGB"))
-        out["alpha"] = np.asarray(Image.open(root / "alpha" / f"{stem}.png")).astype(np.float32) / 255.0
-        out["foreground"] = np.asarray(Image.open(root / "foreground" / f"{stem}.png")).astype(np.float32) / 255.0
     if (root / "person_keypoints.json").exists():
         coco = json.loads((root / "person_keypoints.json").read_text())
         anns = [a for a in coco["annotations"] if a["image_id"] == int(index)]

@@ -13,14 +13,5 @@ from .koleo_loss import KoLeoLoss
 from .mae_loss import MaeLoss, patchify, unpatchify
 
 
-__all__ = [
-    "CENTERING_MODES",
-    "DinoClsLoss",
-    "IbotPatchLoss",
-    "KoLeoLoss",
-    "MaeLoss",
-    "TeacherCentering",
-    "patchify",
-    "sinkhorn_knopp_log",
-    "unpatchify",
-]
+__all__ = ["CENTERING_MODES", "DinoClsLoss", "IbotPatchLoss", "KoLeoLoss", "MaeLoss", "TeacherCentering", "patchify",
+           "sinkhorn_knopp_log", "unpatchify"]

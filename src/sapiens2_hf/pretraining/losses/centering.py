@@ -33,13 +33,8 @@ def _is_distributed() -> bool:
 
 
 def _distributed_logsumexp_over_samples(log_values: torch.Tensor, distributed: bool) -> torch.Tensor:
-    """`logsumexp` over dim 0 (the samples), across processes when `distributed`.
-
-    Args:
-        log_values (`torch.Tensor` of shape `(num_samples, num_prototypes)`, float32)
-    Returns:
-        `torch.Tensor` of shape `(1, num_prototypes)`.
-    """
+    """`logsumexp` over the samples of `(num_samples, num_prototypes)` -> `(1, num_prototypes)`, across processes
+    when `distributed`."""
     if not distributed:
         return torch.logsumexp(log_values, dim=0, keepdim=True)
     maximum = log_values.amax(dim=0, keepdim=True)
@@ -115,13 +110,8 @@ class TeacherCentering(nn.Module):
 
     center: torch.Tensor
 
-    def __init__(
-        self,
-        num_prototypes: int,
-        mode: str = "sinkhorn_knopp",
-        center_momentum: float = 0.9,
-        sinkhorn_iterations: int = 3,
-    ):
+    def __init__(self, num_prototypes: int, mode: str = "sinkhorn_knopp", center_momentum: float = 0.9,
+                 sinkhorn_iterations: int = 3):
         super().__init__()
         if mode not in CENTERING_MODES:
             raise ValueError(f"Unknown centering mode {mode!r}; choose one of {CENTERING_MODES}.")
@@ -134,12 +124,8 @@ class TeacherCentering(nn.Module):
 
     @torch.no_grad()
     def update_center(self, teacher_logits: torch.Tensor) -> None:
-        """`center <- momentum * center + (1 - momentum) * mean(teacher_logits)`, the mean over the samples of all
-        processes.
-
-        Args:
-            teacher_logits (`torch.Tensor` of shape `(num_samples, num_prototypes)`)
-        """
+        """`center <- momentum * center + (1 - momentum) * mean(teacher_logits)`, the mean over the samples
+        `(num_samples, num_prototypes)` of all processes."""
         batch_sum = teacher_logits.float().sum(dim=0, keepdim=True)
         count = torch.tensor(float(teacher_logits.shape[0]), device=batch_sum.device)
         if _is_distributed():

@@ -45,41 +45,23 @@ class DinoClsLoss(nn.Module):
         >>> loss = loss_fn(torch.randn(4, 8, 16), torch.randn(2, 8, 16), teacher_temp=0.04)
     """
 
-    def __init__(
-        self,
-        num_prototypes: int,
-        student_temp: float = 0.1,
-        centering: str = "sinkhorn_knopp",
-        center_momentum: float = 0.9,
-        sinkhorn_iterations: int = 3,
-        ignore_diagonal: bool = True,
-    ):
+    def __init__(self, num_prototypes: int, student_temp: float = 0.1, centering: str = "sinkhorn_knopp",
+                 center_momentum: float = 0.9, sinkhorn_iterations: int = 3, ignore_diagonal: bool = True):
         super().__init__()
         self.student_temp = student_temp
         self.ignore_diagonal = ignore_diagonal
         self.centering = TeacherCentering(num_prototypes, centering, center_momentum, sinkhorn_iterations)
 
     def teacher_targets(self, teacher_logits: torch.Tensor, teacher_temp: float) -> torch.Tensor:
-        """
-        Args:
-            teacher_logits (`torch.Tensor` of shape `(num_teacher_views, batch_size, num_prototypes)`)
-        Returns:
-            `torch.Tensor` of the same shape, float32: centred target distributions (no gradient). All views are
-            centred together, as in DINOv2.
-        """
+        """Centred target distributions (float32, no gradient) of `(num_teacher_views, batch_size, num_prototypes)`
+        logits, same shape; all views are centred together, as in DINOv2."""
         num_views, batch_size, num_prototypes = teacher_logits.shape
         targets = self.centering(teacher_logits.reshape(num_views * batch_size, num_prototypes), teacher_temp)
         return targets.view(num_views, batch_size, num_prototypes)
 
     def cross_entropy(self, student_logits: torch.Tensor, teacher_targets: torch.Tensor) -> torch.Tensor:
-        """The loop of the class docstring, vectorised.
-
-        Args:
-            student_logits (`torch.Tensor` of shape `(num_student_views, batch_size, num_prototypes)`)
-            teacher_targets (`torch.Tensor` of shape `(num_teacher_views, batch_size, num_prototypes)`)
-        Returns:
-            `torch.Tensor` of shape `()`, float32.
-        """
+        """The loop of the class docstring, vectorised: `(num_student_views, batch, K)` logits and
+        `(num_teacher_views, batch, K)` targets -> `()` float32."""
         num_student_views, num_teacher_views = student_logits.shape[0], teacher_targets.shape[0]
         if student_logits.shape[1:] != teacher_targets.shape[1:]:
             raise ValueError(

@@ -34,25 +34,14 @@ class IbotPatchLoss(nn.Module):
         >>> loss = loss_fn(torch.randn(30, 16), torch.randn(30, 16), teacher_temp=0.04)
     """
 
-    def __init__(
-        self,
-        num_prototypes: int,
-        student_temp: float = 0.1,
-        centering: str = "sinkhorn_knopp",
-        center_momentum: float = 0.9,
-        sinkhorn_iterations: int = 3,
-    ):
+    def __init__(self, num_prototypes: int, student_temp: float = 0.1, centering: str = "sinkhorn_knopp",
+                 center_momentum: float = 0.9, sinkhorn_iterations: int = 3):
         super().__init__()
         self.student_temp = student_temp
         self.centering = TeacherCentering(num_prototypes, centering, center_momentum, sinkhorn_iterations)
 
-    def forward(
-        self,
-        student_logits: torch.Tensor,
-        teacher_logits: torch.Tensor,
-        teacher_temp: float,
-        weights: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, teacher_temp: float,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
         """
         Args:
             student_logits (`torch.Tensor` of shape `(num_masked_patches, num_prototypes)`): student predictions at

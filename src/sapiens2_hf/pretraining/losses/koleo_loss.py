@@ -29,12 +29,7 @@ class KoLeoLoss(nn.Module):
         self.eps = eps
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """
-        Args:
-            features (`torch.Tensor` of shape `(batch_size, hidden_size)`): e.g. the student's CLS tokens of one view.
-        Returns:
-            `torch.Tensor` of shape `()`, float32.
-        """
+        """`(batch_size, hidden_size)` features (e.g. the student's CLS tokens of one view) -> `()` float32."""
         if features.ndim != 2:
             raise ValueError(f"`features` must have shape (batch_size, hidden_size), got {tuple(features.shape)}.")
         if features.shape[0] < 2:
