@@ -1,39 +1,30 @@
-"""Fine-tuning with `transformers.Trainer`: task wiring, the official optimiser rules, LoRA, evaluation."""
+"""Fine-tuning with `transformers.Trainer`: task wiring, the official optimiser rules, LoRA, evaluation.
 
-from .evaluation import TaskEvaluator, flip_test_heatmaps
-from .lora import (
-    MultiTaskLoraModel,
-    apply_lora,
-    load_task_adapters,
-    lora_config,
-    merge_lora,
-    save_lora_adapter,
-    trainable_parameter_count,
-)
-from .optim import OFFICIAL_LAYER_DECAY, freeze_backbone, layer_id, official_schedule, parameter_groups
-from .tasks import TASKS, TRAINING_TASKS, TrainingTaskSpec, default_loss, task_loss
-from .trainer import Sapiens2Trainer
+The package face is lazy (PEP 562): registration imports `adapter_loading` (LoRA folders as `from_pretrained`
+sources) without `transformers.Trainer`; each public name below imports its module on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# Public name -> the module defining it.
+_PUBLIC_NAMES = {
+    **dict.fromkeys(("TaskEvaluator", "flip_test_heatmaps"), "evaluation"),
+    **dict.fromkeys(("MultiTaskLoraModel", "apply_lora", "load_task_adapters", "lora_config", "merge_lora",
+                     "save_lora_adapter", "trainable_parameter_count"), "lora"),
+    **dict.fromkeys(("OFFICIAL_LAYER_DECAY", "freeze_backbone", "layer_id", "official_schedule", "parameter_groups"),
+                    "optim"),
+    **dict.fromkeys(("TASKS", "TRAINING_TASKS", "TrainingTaskSpec", "default_loss", "task_loss"), "tasks"),
+    "Sapiens2Trainer": "trainer",
+}
+__all__ = sorted(_PUBLIC_NAMES)
 
 
-__all__ = [
-    "OFFICIAL_LAYER_DECAY",
-    "TASKS",
-    "TRAINING_TASKS",
-    "MultiTaskLoraModel",
-    "Sapiens2Trainer",
-    "TaskEvaluator",
-    "TrainingTaskSpec",
-    "apply_lora",
-    "default_loss",
-    "flip_test_heatmaps",
-    "freeze_backbone",
-    "layer_id",
-    "load_task_adapters",
-    "lora_config",
-    "merge_lora",
-    "official_schedule",
-    "parameter_groups",
-    "save_lora_adapter",
-    "task_loss",
-    "trainable_parameter_count",
-]
+def __getattr__(name: str):
+    module = _PUBLIC_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
