@@ -61,8 +61,7 @@ logger = logging.get_logger(__name__)
 HF_WEIGHTS_NAME = "model.safetensors"
 HF_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
-# LoRA adapter folders load in the training layer (sapiens2_hf._registration sets its `load_adapter_model` here):
-# (model class, source, kwargs, class_for_task) -> the model, or None for anything but an adapter.
+# (model class, source, kwargs, class_for_task) -> a LoRA adapter's model or None; set by sapiens2_hf's registration
 adapter_loader = None
 
 # safetensors dtype codes of floating tensors, which are cast to float32 on load; anything else is refused.

@@ -367,10 +367,6 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             the whole image becomes one box (its `bbox_score` is 0.0).
         flip_test (`bool`, defaults to `True`): the official flip test (averaged heatmaps); skipped for a model whose
             keypoints have no left/right pairs.
-        keypoint_format (`str` or list of `str`, optional): `"coco17"`, `"coco_wholebody133"`, `"body25"` or a list
-            of 308 keypoint names: return the keypoints, scores and `labels` (names) in that format instead of the
-            model's 308 (image processor's `post_process_pose_estimation(keypoint_format=...)`, which decodes only
-            the heatmap channels the format reads; missing points are `(0, 0)` with score 0).
         batch_size (`int` >= 1): person crops per model call. This is transformers' `ChunkPipeline`: `preprocess`
             turns each image into one row per person (cropping `POSE_CROP_CHUNK_SIZE` boxes at a time),
             consecutive images' rows share model calls, each call's heatmaps are decoded as it returns (`_forward`,
@@ -399,7 +395,6 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
         return {
             "detector": "preprocess", "detector_threshold": "preprocess", "person_label": "preprocess",
             "nms_threshold": "preprocess", "fallback_to_full_image": "preprocess", "flip_test": "forward",
-            "keypoint_format": "postprocess",
         }
 
     def __call__(self, inputs, *args, boxes=None, box_scores=None, batch_size: int | None = None,
@@ -465,13 +460,7 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
                        **{key: value[k : k + 1].clone() for key, value in rows.items()},
                        "original_size": inputs["original_sizes"], "is_last": start + k == count - 1}
 
-    def _sanitize_parameters(self, **kwargs):
-        preprocess, forward, postprocess = super()._sanitize_parameters(**kwargs)
-        if "keypoint_format" in postprocess:
-            forward["keypoint_format"] = postprocess["keypoint_format"]  # decoded in `_forward`, named in postprocess
-        return preprocess, forward, postprocess
-
-    def _forward(self, model_inputs, flip_test: bool = True, keypoint_format=None):
+    def _forward(self, model_inputs, flip_test: bool = True):
         """One batch of person rows -> their keypoints, decoded here by the image processor.
 
         An image's rows wait in transformers' `ChunkPipeline` until its last one has run, so decoding each batch as
@@ -493,10 +482,8 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             boxes = model_inputs["boxes_xyxy"][has_person]
             geometry = {"bbox_center": model_inputs["bbox_center"][has_person], "bbox_scale":
                         model_inputs["bbox_scale"][has_person], "boxes_xyxy": boxes}
-            if keypoint_format is not None and heatmaps.shape[1] != NUM_POSE_KEYPOINTS:
-                extra["keypoint_names"] = self._keypoint_names(heatmaps.shape[1])  # the format is made from them
             (people,) = self.image_processor.post_process_pose_estimation(
-                types.SimpleNamespace(heatmaps=heatmaps), crops=geometry, keypoint_format=keypoint_format, **extra)
+                types.SimpleNamespace(heatmaps=heatmaps), crops=geometry, **extra)
             found = torch.stack([person["keypoints"] for person in people])
             found_scores = torch.stack([person["scores"] for person in people])
             # rows of images without people get zeros, never read
@@ -515,7 +502,7 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             return [str(n) for n in names]
         return list(self.image_processor.keypoint_names(num_keypoints))
 
-    def postprocess(self, model_outputs, keypoint_format=None):
+    def postprocess(self, model_outputs):
         """One image's rows (as `_forward` returned them, one person each, decoded) -> its list of people."""
         rows = [row for row in model_outputs if bool(row["has_person"].reshape(-1)[0])]
         if not rows:
@@ -523,8 +510,7 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
         keypoints = torch.cat([row["keypoints"] for row in rows]).cpu().numpy()
         scores = torch.cat([row["keypoint_scores"] for row in rows]).cpu().numpy()
         boxes = torch.cat([row["boxes_xyxy"] for row in rows]).float().cpu().numpy()
-        names = self._keypoint_names(keypoints.shape[1]) if keypoint_format is None else list(
-            self.image_processor.keypoint_names(keypoints.shape[1], keypoint_format=keypoint_format))
+        names = self._keypoint_names(keypoints.shape[1])
         box_scores = torch.cat([row["box_score"] for row in rows]).tolist()
         return [
             {"bbox": boxes[k].astype(np.float32), "bbox_score": float(box_scores[k]), "keypoints": keypoints[k],

@@ -1,6 +1,5 @@
-"""`sapiens2-pose-3d`: the pose pipeline with a `sapiens2-pointmap` pipeline inside, each person's keypoints lifted
-into metres by `lifting.lift_keypoints`. `COMPOSED_PIPELINES` names it; `sapiens2_hf._registration` registers it with
-transformers' pipeline registry beside the pose pipeline (`register_pipeline(..., composed=...)`)."""
+"""`sapiens2-pose-3d`: the pose pipeline with a `sapiens2-pointmap` pipeline inside, keypoints lifted into metres by
+`lifting.lift_keypoints`; `COMPOSED_PIPELINES` names it for `_registration` (beside the pose pipeline)."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ class Sapiens2Pose3DPipeline(Sapiens2PosePipeline):
     pointmap to the people, so keypoints off the person are flagged. Without a segmenter or a `foreground_mask`,
     nothing is flagged `"outside_mask"` (every pixel has a point).
 
-    Call arguments: those of `sapiens2-pose` (`boxes=`, `detector=`, `keypoint_format=`, ...), the pointmap's camera
+    Call arguments: those of `sapiens2-pose` (`boxes=`, `detector=`, ...), the pointmap's camera
     (`focal_length=`, `intrinsics=`, `foreground_mask=`: one for all images or one per image), and the lifting's
     `score_threshold` (0.3), `window_radius` (pixels; default 2 % of the person box's larger side), `depth_jump`
     (0.1 m), `min_person_fraction` (0.25), `joint_depths` (`"auto"`: `JOINT_DEPTHS_M` by keypoint name; a number

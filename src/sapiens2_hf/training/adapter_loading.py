@@ -1,5 +1,4 @@
-"""LoRA adapter folders as `from_pretrained` sources (`sapiens2_hf._registration` hands `load_adapter_model` to the
-model folder's loader, `loading_sapiens2_hf.adapter_loader`).
+"""LoRA adapter folders as `from_pretrained` sources (registration hands `load_adapter_model` to the model loader).
 
 A fine-tuning run with LoRA (sapiens2_hf.training) writes a peft adapter folder: adapter_config.json naming the base
 (`base_model_name_or_path`: the backbone or task model the run started from), adapter_model.safetensors (the LoRA
