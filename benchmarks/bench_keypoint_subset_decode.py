@@ -1,9 +1,9 @@
 """How much pose post-processing does decoding only the asked keypoints save?
 
-`post_process_pose_estimation(keypoint_format=...)` decodes only the heatmap channels the format reads
+`post_process_in_format(processor, outputs, keypoint_format)` decodes only the heatmap channels the format reads
 (`source_keypoint_indices`: 17 of 308 for coco17). This measures post-processing time per person at the official
 1024x768 input (heatmaps 308 x 256 x 192 per person, the flip test's two sets) for:
-- all 308 keypoints (`keypoint_format=None`), the baseline;
+- all 308 keypoints (`post_process_pose_estimation`), the baseline;
 - each format (coco17, body25, coco_wholebody133), decoded from its channels only;
 and prints the ratio 308 / format, with a check that the format's results equal decoding all 308 then converting.
 
@@ -45,7 +45,7 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
 
-    from sapiens2_hf.modeling.sapiens2_keypoint_formats import convert_keypoints, source_keypoint_indices
+    from sapiens2_hf.data.keypoint_formats import convert_keypoints, post_process_in_format, source_keypoint_indices
     from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
     processor = Sapiens2HFImageProcessor(task="pose", size={"height": 1024, "width": 768})
@@ -60,8 +60,9 @@ def main(argv=None) -> dict:
         outputs = types.SimpleNamespace(heatmaps=heatmaps)
 
         def decode(keypoint_format):
-            return processor.post_process_pose_estimation(outputs, keypoint_format=keypoint_format, crops=geometry,
-                                                          **extra)
+            if keypoint_format is None:
+                return processor.post_process_pose_estimation(outputs, crops=geometry, **extra)
+            return post_process_in_format(processor, outputs, keypoint_format, crops=geometry, **extra)
 
         full_time = timed(lambda: decode(None), device, args.warmup, args.repeats)
         full = decode(None)[0]

@@ -43,7 +43,7 @@ from _results import write_record  # noqa: E402
 
 
 def _names_and_body():
-    from sapiens2_hf.modeling.lifting_sapiens2_hf import joint_depths_for
+    from sapiens2_hf.pose3d.lifting import joint_depths_for
     from sapiens2_hf.modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES
 
     return POSE_KEYPOINT_NAMES, joint_depths_for(POSE_KEYPOINT_NAMES) > 0
@@ -66,8 +66,8 @@ def _summary(values: list[np.ndarray]) -> dict:
 
 def case_truth(scenes: int, size: tuple[int, int], seed: int, close_ups: bool) -> dict:
     from sapiens2_hf.data.synthetic import render_sample
-    from sapiens2_hf.modeling.lifting_sapiens2_hf import pa_mpjpe
-    from sapiens2_hf.pose3d import ground_truth_result
+    from sapiens2_hf.pose3d.lifting import pa_mpjpe
+    from sapiens2_hf.pose3d.outputs import ground_truth_result
 
     _, body = _names_and_body()
     config = {} if close_ups else {"close_up_prob": 0.0}
@@ -143,7 +143,7 @@ def _predict(sample: dict, pose, pointmap, pointmap_processor) -> tuple[dict, np
 
 def case_models(models, scenes: int, seed: int) -> dict:
     from sapiens2_hf.data.synthetic import render_sample
-    from sapiens2_hf.modeling.lifting_sapiens2_hf import joint_depths_for, lift_keypoints, pa_mpjpe
+    from sapiens2_hf.pose3d.lifting import joint_depths_for, lift_keypoints, pa_mpjpe
 
     names, body = _names_and_body()
     depths = joint_depths_for(names)
@@ -177,8 +177,8 @@ def case_models(models, scenes: int, seed: int) -> dict:
 def case_video(models, frames: int, seed: int, fps: float, settings) -> dict:
     import bench_temporal_filter as temporal
 
-    from sapiens2_hf.modeling.lifting_sapiens2_hf import joint_depths_for, lift_keypoints
-    from sapiens2_hf.pose3d import Keypoint3DSmoother, jitter_mm
+    from sapiens2_hf.pose3d.lifting import joint_depths_for, lift_keypoints
+    from sapiens2_hf.pose3d.outputs import Keypoint3DSmoother, jitter_mm
 
     names, body = _names_and_body()
     depths = joint_depths_for(names)
@@ -227,7 +227,7 @@ def draw_picture(path: Path, size: tuple[int, int], seed: int) -> None:
     import cv2
 
     from sapiens2_hf.data.synthetic import render_sample
-    from sapiens2_hf.pose3d import ground_truth_result
+    from sapiens2_hf.pose3d.outputs import ground_truth_result
     from sapiens2_hf.visualization import SKELETON_LINKS
     from sapiens2_hf.visualization.gltf import pointmap_mesh
 

@@ -154,7 +154,7 @@ def test_cli_tasks_are_the_registry_tasks():
 def test_pose_keypoint_format_converts_the_json_only(tmp_path, keypoint_format, capsys):
     from sapiens2_hf.cli.outputs import _format_skeleton
     from sapiens2_hf.pipelines import Sapiens2PosePipeline
-    from sapiens2_hf.modeling.sapiens2_keypoint_formats import KEYPOINT_FORMATS, describe_sources
+    from sapiens2_hf.data.keypoint_formats import KEYPOINT_FORMATS, describe_sources, people_in_format
 
     model = _model_folder(tmp_path, "pose")
     image = tmp_path / "a.png"
@@ -187,7 +187,7 @@ def test_pose_keypoint_format_converts_the_json_only(tmp_path, keypoint_format, 
     processor = Sapiens2HFImageProcessor.from_pretrained(model)
     pipe = Sapiens2PosePipeline(model=sapiens2_hf.Sapiens2ForPoseEstimation.from_pretrained(model),
                                 image_processor=processor, device="cpu")
-    people = pipe(str(image), boxes=box_list, flip_test=False, keypoint_format=keypoint_format)
+    people = people_in_format(pipe(str(image), boxes=box_list, flip_test=False), keypoint_format)
     assert len(coco["annotations"]) == 2
     for annotation, person in zip(coco["annotations"], people):
         triples = np.asarray(annotation["keypoints"]).reshape(-1, 3)

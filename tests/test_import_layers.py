@@ -31,6 +31,8 @@ LAYERS = {
     # our Auto classes (transformers only); the registration with transformers (model code, pipelines, pretraining);
     # registering a task fills every layer's facet up to training's (the command line's defaults itself)
     "auto": 1, "_registration": 2, "tasks": 2,
+    # LoRA adapter folders as `from_pretrained` sources, handed to the model folder's loader at registration
+    "adapters": 2,
     "cli": 3, "demo": 3, "app": 3,
 }
 # torchvision: the pose pipeline's NMS (`torchvision.ops.nms`); transformers' torchvision image-processing backend

@@ -11,13 +11,16 @@ import pytest
 import torch
 from model_folders import tiny_pose_pipeline
 
-from sapiens2_hf.modeling import sapiens2_keypoint_formats as formats
-from sapiens2_hf.modeling.sapiens2_keypoint_formats import (
+from sapiens2_hf.data import keypoint_formats as formats
+from sapiens2_hf.data.keypoint_formats import (
     KEYPOINT_FORMAT_MAPPINGS,
     KEYPOINT_FORMATS,
     KeypointSource,
     convert_keypoints,
+    format_keypoint_names,
     missing_keypoint_indices,
+    people_in_format,
+    post_process_in_format,
 )
 
 
@@ -278,7 +281,7 @@ def test_processor_option_equals_converting_its_308_output():
                 "image_index": torch.tensor([0, 0, 1])}
     native = processor.post_process_pose_estimation(outputs, crops=geometry)
     for target in TARGETS:
-        converted = processor.post_process_pose_estimation(outputs, keypoint_format=target, crops=geometry)
+        converted = post_process_in_format(processor, outputs, target, crops=geometry)
         assert [len(people) for people in converted] == [2, 1]
         for people, native_people in zip(converted, native):
             for person, reference in zip(people, native_people):
@@ -287,16 +290,15 @@ def test_processor_option_equals_converting_its_308_output():
                 assert person["keypoints"].dtype == torch.float64 and person["scores"].dtype == torch.float32
                 assert torch.equal(person["labels"], torch.arange(len(KEYPOINT_FORMATS[target])))
                 assert torch.equal(person["bbox"], reference["bbox"])
-        assert processor.keypoint_names(308, keypoint_format=target) == list(KEYPOINT_FORMATS[target])
+        assert list(format_keypoint_names(target)) == list(KEYPOINT_FORMATS[target])
     # the threshold applies to the converted scores: missing points (score 0) drop out with it
-    kept = processor.post_process_pose_estimation(outputs, keypoint_format="coco_wholebody133", threshold=0.0,
-                                                  crops=geometry)[0][0]
+    kept = post_process_in_format(processor, outputs, "coco_wholebody133", threshold=0.0, crops=geometry)[0][0]
     assert set(kept["labels"].tolist()) == set(range(133)) - set(missing_keypoint_indices("coco_wholebody133"))
     with pytest.raises(ValueError, match="keypoint_format='openpose' is not known.*body25"):
-        processor.post_process_pose_estimation(outputs, keypoint_format="openpose", crops=geometry)
+        post_process_in_format(processor, outputs, "openpose", crops=geometry)
     with pytest.raises(ValueError, match="308 Sapiens2 keypoints, but the heatmaps hold 17"):
-        processor.post_process_pose_estimation(type("Outputs", (), {"heatmaps": heatmaps[:, :17]})(),
-                                               keypoint_format="coco17", crops=geometry)
+        post_process_in_format(processor, type("Outputs", (), {"heatmaps": heatmaps[:, :17]})(), "coco17",
+                               crops=geometry)
 
 
 def test_pose_pipeline_option():
@@ -304,7 +306,7 @@ def test_pose_pipeline_option():
     image = np.random.default_rng(0).integers(0, 256, (70, 50, 3), dtype=np.uint8)
     boxes = [[2.0, 3.0, 40.0, 60.0], [10.0, 5.0, 30.0, 30.0]]
     native = pipe(image, boxes=boxes, flip_test=False)
-    people = pipe(image, boxes=boxes, flip_test=False, keypoint_format="body25")
+    people = people_in_format(pipe(image, boxes=boxes, flip_test=False), "body25")
     assert len(people) == 2
     for person, reference in zip(people, native):
         keypoints, scores = convert_keypoints(reference["keypoints"], reference["scores"], "body25")

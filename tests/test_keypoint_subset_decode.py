@@ -6,10 +6,12 @@ import pytest
 import torch
 from model_folders import tiny_pose_pipeline
 
-from sapiens2_hf.modeling.sapiens2_keypoint_formats import (
+from sapiens2_hf.data.keypoint_formats import (
     KEYPOINT_FORMATS,
     convert_keypoints,
     format_keypoint_names,
+    people_in_format,
+    post_process_in_format,
     source_keypoint_indices,
 )
 from sapiens2_hf.modeling.post_processing_sapiens2_hf import FlippedCropOutputs
@@ -82,13 +84,13 @@ def test_processor_subset_equals_full_decode_then_conversion(flip):
         extra["outputs_flipped"] = _heatmaps(4)
     native = processor.post_process_pose_estimation(heatmaps, crops=_geometry(), **extra)
     for target in (*TARGETS, HANDS):
-        converted = processor.post_process_pose_estimation(heatmaps, keypoint_format=target, crops=_geometry(), **extra)
+        converted = post_process_in_format(processor, heatmaps, target, crops=_geometry(), **extra)
         for people, native_people in zip(converted, native):
             for person, reference in zip(people, native_people):
                 keypoints, scores = convert_keypoints(reference["keypoints"], reference["scores"], target)
                 assert torch.equal(person["keypoints"], keypoints), target
                 assert torch.equal(person["scores"], scores), target
-    assert processor.keypoint_names(308, keypoint_format=HANDS) == HANDS
+    assert list(format_keypoint_names(HANDS)) == HANDS
 
 
 def test_processor_decodes_only_the_needed_channels(monkeypatch):
@@ -107,11 +109,11 @@ def test_processor_decodes_only_the_needed_channels(monkeypatch):
     processor = Sapiens2HFImageProcessor(task="pose", size={"height": 64, "width": 48})
     heatmaps = _heatmaps(5)
     geometry = _geometry()
-    processor.post_process_pose_estimation(heatmaps[1:], keypoint_format="coco17", crops={
+    post_process_in_format(processor, heatmaps[1:], "coco17", crops={
         "bbox_center": geometry["bbox_center"][1:], "bbox_scale": geometry["bbox_scale"][1:]})
     assert seen == [17]
     seen.clear()
-    processor.post_process_pose_estimation(heatmaps, keypoint_format="coco17", crops=_geometry())
+    post_process_in_format(processor, heatmaps, "coco17", crops=_geometry())
     assert seen == [17, 20]
     seen.clear()
     processor.post_process_pose_estimation(heatmaps, crops=_geometry())
@@ -124,7 +126,7 @@ def test_pipeline_keypoint_format_equals_conversion_of_the_308():
     boxes = [[5.0, 5.0, 40.0, 70.0], [20.0, 10.0, 55.0, 75.0]]
     full = pipe(image, boxes=boxes)  # with the flip test
     for target in ("coco17", "body25", HANDS):
-        people = pipe(image, boxes=boxes, keypoint_format=target)
+        people = people_in_format(pipe(image, boxes=boxes), target)
         assert len(people) == 2
         for person, reference in zip(people, full):
             keypoints, scores = convert_keypoints(reference["keypoints"], reference["scores"], target)

@@ -8,7 +8,7 @@ import pytest
 
 import sapiens2_hf
 from sapiens2_hf.hub.tiny_models import save_tiny_model
-from sapiens2_hf.modeling.lifting_sapiens2_hf import lift_keypoints
+from sapiens2_hf.pose3d.lifting import lift_keypoints
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

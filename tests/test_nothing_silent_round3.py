@@ -31,6 +31,7 @@ import transformers
 from transformers.utils import ModelOutput
 
 import sapiens2_hf
+from sapiens2_hf.data.keypoint_formats import people_in_format
 from sapiens2_hf.modeling.configuration_sapiens2_hf import InvalidConfigError
 from sapiens2_hf.modeling.loading_sapiens2_hf import CorruptCheckpointError
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
@@ -240,14 +241,14 @@ def _photo():
 
 
 def test_a_coco17_model_converts_to_coco17_and_to_its_own_names(coco17_folder):
-    from sapiens2_hf.modeling.sapiens2_keypoint_formats import KEYPOINT_FORMATS
+    from sapiens2_hf.data.keypoint_formats import KEYPOINT_FORMATS
 
     pipe = sapiens2_hf.pipeline("sapiens2-pose", model=str(coco17_folder))
     own = pipe(_photo(), boxes=[[0, 0, 30, 40]])[0]
-    converted = pipe(_photo(), boxes=[[0, 0, 30, 40]], keypoint_format="coco17")[0]
+    converted = people_in_format(pipe(_photo(), boxes=[[0, 0, 30, 40]]), "coco17")[0]
     assert converted["labels"] == list(KEYPOINT_FORMATS["coco17"]) == own["labels"]
     np.testing.assert_array_equal(np.asarray(converted["keypoints"]), np.asarray(own["keypoints"]))  # identity
-    picked = pipe(_photo(), boxes=[[0, 0, 30, 40]], keypoint_format=["left_wrist", "nose"])[0]
+    picked = people_in_format(pipe(_photo(), boxes=[[0, 0, 30, 40]]), ["left_wrist", "nose"])[0]
     np.testing.assert_array_equal(np.asarray(picked["keypoints"]),
                                   np.asarray(own["keypoints"])[[own["labels"].index("left_wrist"), 0]])
 
@@ -257,13 +258,13 @@ def test_a_coco17_model_converts_to_coco17_and_to_its_own_names(coco17_folder):
 def test_a_format_the_models_keypoints_cannot_make_is_refused_naming_them(coco17_folder, target, lacking):
     pipe = sapiens2_hf.pipeline("sapiens2-pose", model=str(coco17_folder))
     with pytest.raises(ValueError, match=lacking) as error:
-        pipe(_photo(), boxes=[[0, 0, 30, 40]], keypoint_format=target)
+        people_in_format(pipe(_photo(), boxes=[[0, 0, 30, 40]]), target)
     assert "\n" not in str(error.value)
 
 
 def test_the_processor_converts_from_the_keypoint_names_it_is_given():
     from sapiens2_hf.data.keypoint_sets import KEYPOINT_SET_PRESETS
-    from sapiens2_hf.modeling.sapiens2_keypoint_formats import convert_keypoints
+    from sapiens2_hf.data.keypoint_formats import convert_keypoints, post_process_in_format
 
     names = list(KEYPOINT_SET_PRESETS["coco17"].names)
     processor = Sapiens2HFImageProcessor(task="pose", size={"height": 64, "width": 48})
@@ -272,11 +273,10 @@ def test_the_processor_converts_from_the_keypoint_names_it_is_given():
              "boxes_xyxy": torch.tensor([[0.0, 0.0, 30.0, 40.0]])}
     outputs = type("Outputs", (), {"heatmaps": heatmaps})()
     own = processor.post_process_pose_estimation(outputs, crops=crops)[0][0]
-    coco = processor.post_process_pose_estimation(outputs, crops=crops, keypoint_format="coco17",
-                                                  keypoint_names=names)[0][0]
+    coco = post_process_in_format(processor, outputs, "coco17", crops=crops, keypoint_names=names)[0][0]
     assert torch.equal(coco["keypoints"], own["keypoints"])
     with pytest.raises(ValueError, match="right_big_toe"):
-        processor.post_process_pose_estimation(outputs, crops=crops, keypoint_format="body25", keypoint_names=names)
+        post_process_in_format(processor, outputs, "body25", crops=crops, keypoint_names=names)
     # control: the 308-keypoint conversion is unchanged, and the array API takes source_names too
     points = np.random.default_rng(1).random((2, 17, 2))
     converted, _ = convert_keypoints(points, None, "coco17", source_names=names)

@@ -18,6 +18,7 @@ from transformers import AutoModelForDepthEstimation, AutoModelForSemanticSegmen
 from transformers.pipelines.pt_utils import KeyDataset
 
 import sapiens2_hf
+from sapiens2_hf.data.keypoint_formats import people_in_format
 from sapiens2_hf.hub import save_for_hub
 from sapiens2_hf.modeling.sapiens2_tasks import TASK_SPECS
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
@@ -355,7 +356,7 @@ def test_every_sapiens2_pipeline_result_serialises_and_round_trips(task):
     image = _images(1)[0]
     if task == "pose":
         results = [pipe(image, boxes=[[2.0, 3.0, 40.0, 60.0], [10.0, 5.0, 30.0, 30.0]], box_scores=[0.9, 0.25]),
-                   pipe(image, boxes=[[2.0, 3.0, 40.0, 60.0]], keypoint_format="coco17")]
+                   people_in_format(pipe(image, boxes=[[2.0, 3.0, 40.0, 60.0]]), "coco17")]
     else:
         results = [pipe(image), pipe([image, image], batch_size=2)]
     for result in results:

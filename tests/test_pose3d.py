@@ -19,9 +19,9 @@ import pytest
 import sapiens2_hf
 from sapiens2_hf.cli.main import main
 from sapiens2_hf.data.synthetic import render_sample
-from sapiens2_hf.modeling.lifting_sapiens2_hf import joint_depths_for, lift_keypoints, mpjpe, pa_mpjpe
+from sapiens2_hf.pose3d.lifting import joint_depths_for, lift_keypoints, mpjpe, pa_mpjpe
 from sapiens2_hf.modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES
-from sapiens2_hf.pose3d import Keypoint3DSmoother, ground_truth_result, jitter_mm, pose3d_record
+from sapiens2_hf.pose3d.outputs import Keypoint3DSmoother, ground_truth_result, jitter_mm, pose3d_record
 from sapiens2_hf.visualization import SKELETON_LINKS
 from sapiens2_hf.visualization.gltf import pointmap_mesh, write_people_glb, write_skeleton_animation
 from sapiens2_hf.hub.tiny_models import save_tiny_model

@@ -127,7 +127,7 @@ def test_pretraining_follows_the_same_rule(tmp_path):
 
 # -------------------------------------------------- item 1: a LoRA run never serves the previous full run's model
 def test_a_lora_run_never_leaves_a_full_runs_weights_beside_its_adapter(run_a, tmp_path):
-    from sapiens2_hf.modeling.adapter_loading import find_adapter_folder
+    from sapiens2_hf.adapters import find_adapter_folder
 
     folder = copy_of(run_a, tmp_path)
     previous = load_file(folder / "model.safetensors")
@@ -238,7 +238,7 @@ def test_save_for_hub_overwrite_refuses_weight_files_it_would_not_replace(tmp_pa
 
 
 def test_a_folder_with_full_weights_and_an_adapter_says_which_it_loads(tmp_path, caplog):
-    from sapiens2_hf.modeling.adapter_loading import find_adapter_folder
+    from sapiens2_hf.adapters import find_adapter_folder
 
     (tmp_path / "adapter_config.json").write_text("{}")
     with caplog.at_level("WARNING"):

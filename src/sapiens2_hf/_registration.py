@@ -8,11 +8,13 @@ import transformers
 from transformers import AutoBackbone, AutoConfig, AutoImageProcessor, AutoModel, AutoModelForPreTraining
 
 from .auto import drop_auto_class, own_auto_class
-from .modeling import TASK_MODEL_CLASSES, Sapiens2Backbone, Sapiens2Config, Sapiens2Model
+from .modeling import TASK_MODEL_CLASSES, Sapiens2Backbone, Sapiens2Config, Sapiens2Model, loading_sapiens2_hf
 from .modeling.sapiens2_tasks import OFFICIAL_TASK_NAMES, TASK_SPECS
 from .pipelines import register_pipeline, unregister_pipeline
+from .pose3d.pipeline import COMPOSED_PIPELINES
 from .pretraining import Sapiens2ForPreTraining, Sapiens2PreTrainingConfig
 from .processing import Sapiens2HFImageProcessor
+from .adapters import load_adapter_model
 
 _registered = False
 _registering = False
@@ -61,6 +63,7 @@ def _register() -> None:
     )
     for spec in TASK_SPECS.values():
         register_task_model(spec)
+    loading_sapiens2_hf.adapter_loader = load_adapter_model  # `from_pretrained` of a LoRA adapter folder
 
     AutoConfig.register(Sapiens2PreTrainingConfig.model_type, Sapiens2PreTrainingConfig, exist_ok=True)
     AutoModelForPreTraining.register(Sapiens2PreTrainingConfig, Sapiens2ForPreTraining, exist_ok=True)
@@ -77,7 +80,8 @@ def register_task_model(spec) -> None:
     stock_auto_class = _STANDARD_PIPELINE_AUTO_CLASSES.get(spec.pipeline_tag)
     if stock_auto_class is not None and spec.name in OFFICIAL_TASK_NAMES:
         getattr(transformers, stock_auto_class).register(Sapiens2Config, model_class, exist_ok=True)
-    register_pipeline(spec.name, model_class)
+    register_pipeline(spec.name, model_class, {name: pipeline_class for name, (base, pipeline_class)
+                                              in COMPOSED_PIPELINES.items() if base == spec.name})
 
 
 def unregister_task_model(spec) -> None:

@@ -26,7 +26,8 @@ from .inference_recipe import prepare_for_inference, resolve_dtype
 from .modeling import Sapiens2Config, model_class_for_task
 from .modeling.loading_sapiens2_hf import looks_local, resolve_checkpoint
 from .modeling.pipeline_sapiens2_hf import check_device, check_dtype
-from .pipelines import COMPOSED_PIPELINES, PIPELINE_TASKS
+from .pipelines import PIPELINE_TASKS
+from .pose3d.pipeline import COMPOSED_PIPELINES
 from .processing import Sapiens2HFImageProcessor
 
 

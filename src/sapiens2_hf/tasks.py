@@ -47,7 +47,8 @@ from .modeling.sapiens2_tasks import (
     spec_of_class,
     task_spec,
 )
-from .pipelines import COMPOSED_PIPELINES, PIPELINE_CLASSES, dense_map_pipeline_class
+from .pipelines import PIPELINE_CLASSES, dense_map_pipeline_class
+from .pose3d.pipeline import COMPOSED_PIPELINES
 from .processing import Sapiens2HFImageProcessor
 from .training.tasks import TRAINING_TASKS, TrainingTaskSpec
 

@@ -26,7 +26,7 @@ from ..cli.outputs import overlay_suffix, pose_annotations, predict_images, writ
 from ..cli.predict import RunReport, build_pipeline, predict_options
 from ..cli.video import process_video
 from ..modeling.sapiens2_tasks import TASK_SPECS, installed_task_names
-from ..pose3d import skeleton_links, write_pose3d_outputs
+from ..pose3d.outputs import skeleton_links, write_pose3d_outputs
 from ..runs.decode import decode_image
 from ..video import VideoReader
 

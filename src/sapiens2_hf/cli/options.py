@@ -350,7 +350,7 @@ class PredictOptions:
         labels = {}
         if self.output.keypoint_format and TASK_SPECS[self.task].top_down:
             # refused before any input is read, naming what the model lacks (not after inference, when writing)
-            from ..modeling.sapiens2_keypoint_formats import source_keypoint_indices  # torch: loaded with the model
+            from ..data.keypoint_formats import source_keypoint_indices  # torch: loaded with the model
 
             source_keypoint_indices(self.output.keypoint_format, [config.id2label[i] for i in range(config.num_labels)])
         if getattr(config, "skeleton", None) is not None:

@@ -62,7 +62,7 @@ def _format_skeleton(keypoint_format: str) -> list[list[int]]:
     """The 308 skeleton's links between keypoints that `keypoint_format` copies (1-based, COCO style): each link
     joins the same two landmarks in both layouts; a 308 point copied twice (COCO-WholeBody's wrist and hand root)
     is linked at its first copy. Points made as means (BODY_25's Neck, MidHip) have no link."""
-    from ..modeling.sapiens2_keypoint_formats import describe_sources
+    from ..data.keypoint_formats import describe_sources
 
     first_copy: dict[int, int] = {}
     for row in describe_sources(keypoint_format):
@@ -79,7 +79,7 @@ def pose_annotations(source: str, image_shape: tuple[int, ...], people: list[dic
         names = list(people[0]["labels"]) if people else []
         skeleton = [[a + 1, b + 1] for a, b in (SKELETON_LINKS if skeleton is None else skeleton)]
     else:
-        from ..modeling.sapiens2_keypoint_formats import KEYPOINT_FORMATS, convert_keypoints
+        from ..data.keypoint_formats import KEYPOINT_FORMATS, convert_keypoints
 
         names = list(KEYPOINT_FORMATS[keypoint_format])
         skeleton = _format_skeleton(keypoint_format)

@@ -1,14 +1,14 @@
 """`sapiens2-hf pose3d INPUT... --model POSE --pointmap-model POINTMAP --out DIR`: each person's keypoints in metres,
 the 2D pose lifted with the pointmap of the same image (`pipeline("sapiens2-pose-3d")`; the rule:
-`sapiens2_hf.modeling.lifting_sapiens2_hf`).
+`sapiens2_hf.pose3d.lifting`).
 
 Per image, into `--out`: `<name>_3d.json` (units, frame and camera stated; per person the 2D keypoints, the 3D
 keypoints in camera-frame metres, a confidence, a validity flag and the reason a keypoint is not valid; the lifting's
-parameters; keypoint names and 0-based skeleton: `sapiens2_hf.pose3d.pose3d_record`) and `<name>.glb` (the people's
-pointmap as a coloured mesh, cut at depth discontinuities and outside the person mask, with each 3D skeleton;
+parameters; keypoint names and 0-based skeleton: `sapiens2_hf.pose3d.outputs.pose3d_record`) and `<name>.glb` (the
+people's pointmap as a coloured mesh, cut at depth discontinuities and outside the person mask, with each 3D skeleton;
 `--no-glb` leaves it out). Per video: `<name>_3d.npz` (3D keypoint tracks over frames, smoothed by the One-Euro
-filter unless `--no-smooth`, the raw lift beside them: `sapiens2_hf.pose3d.write_track_file`) and `<name>_3d.glb`
-(the tracks as an animated skeleton). `summary.json` lists what was processed and skipped, as the predict commands'.
+filter unless `--no-smooth`, the raw lift beside them: `sapiens2_hf.pose3d.outputs.write_track_file`) and
+`<name>_3d.glb` (the tracks as an animated skeleton). `summary.json` lists what was processed and skipped, as the predict commands'.
 
 People: `--boxes FILE.json` (the pose command's format; a video's key `<file name>#<frame index>` seeds it),
 `--whole-image` (the image is one person), else the person detector (`--detector`). In a video, each person's box
@@ -137,7 +137,7 @@ class _Lifter:
     """The pose pipeline with the lifting options: writes one image's or one video's pose3d outputs."""
 
     def __init__(self, options: PredictOptions, pipe, boxes: dict, out: Path):
-        from .. import pose3d as lifted  # torch
+        from ..pose3d import outputs as lifted  # torch
 
         self.lifted, self.pipe, self.boxes, self.out = lifted, pipe, boxes, out
         self.options = options.with_model_labels(pipe.model.config)

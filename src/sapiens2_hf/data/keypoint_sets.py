@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..modeling.sapiens2_keypoint_formats import KEYPOINT_FORMAT_MAPPINGS
 from ..modeling.sapiens2_label_data import POSE_FLIP_PAIRS, POSE_KEYPOINT_NAMES
+from .keypoint_formats import KEYPOINT_FORMAT_MAPPINGS
 from .label_tables import KEYPOINT_OKS_SIGMAS
 
 

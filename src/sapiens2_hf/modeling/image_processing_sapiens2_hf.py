@@ -511,8 +511,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
     def post_process_pose_estimation(
         self, outputs, boxes: Any = None, outputs_flipped=None, kernel_size: int | None = None,
         threshold: float | None = None, source_sizes: Any = None, target_sizes: Any = None, *,
-        crops: Mapping[str, torch.Tensor] | None = None, box_format: str | None = None, keypoint_format: Any = None,
-        keypoint_names: Any = None,
+        crops: Mapping[str, torch.Tensor] | None = None, box_format: str | None = None, keypoint_indices: Any = None,
     ) -> list[list[dict[str, torch.Tensor]]]:
         r"""
         Decode pose heatmaps into keypoints in original-image pixels, `POSE_DECODE_CHUNK_SIZE` crops at a time (the
@@ -537,11 +536,8 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
             threshold: keep only keypoints with a score above it.
             source_sizes / target_sizes: optionally rescale coordinates from source to target image sizes;
                 `source_sizes` also lets `boxes` be checked against their images (see `validate_pose_boxes`).
-            keypoint_format (`str` or list of names, optional): return the keypoints in that format (see
-                `decode_pose_keypoints`); default: the model's own keypoints.
-            keypoint_names (list of `str`, optional): the model's keypoints, one per heatmap channel (its config's
-                `id2label`), that `keypoint_format` is made from by name (a COCO-17 model in `"coco17"`: the
-                identity); default: the 308 official ones. A format they cannot make is refused, naming what lacks.
+            keypoint_indices (sequence of `int`, optional): decode only these keypoints (see `decode_pose_keypoints`;
+                a keypoint format: `sapiens2_hf.data.keypoint_formats.post_process_in_format`); default: all.
 
         Returns:
             Per image, a list (one entry per box, in order) of dicts `keypoints` (`(num_keypoints, 2)` float64 image
@@ -552,8 +548,7 @@ class Sapiens2HFImageProcessor(TorchvisionBackend):
         return decode_pose_keypoints(heatmaps, geometry, input_size=self.input_size,
                                      flip_test=self._flip_test(heatmaps.shape[1], outputs_flipped),
                                      kernel_size=kernel_size or self.blur_kernel_size, threshold=threshold,
-                                     target_sizes=target_sizes, keypoint_format=keypoint_format,
-                                     keypoint_names=keypoint_names)
+                                     target_sizes=target_sizes, keypoint_indices=keypoint_indices)
 
     def _flip_test(self, num_keypoints: int, outputs_flipped) -> PoseFlipTest | None:
         """`outputs_flipped` of either convention as one `PoseFlipTest` (raw ones with their flip permutation)."""

@@ -29,7 +29,6 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from transformers.utils import logging
 
-from .adapter_loading import load_adapter_model
 from .configuration_sapiens2_hf import Sapiens2Config, as_sapiens2_config
 from .official_format_sapiens2_hf import (
     OFFICIAL_FILENAME_PATTERN,
@@ -48,6 +47,8 @@ logger = logging.get_logger(__name__)
 HF_WEIGHTS_NAME = "model.safetensors"
 HF_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
+# (model class, source, kwargs, class_for_task) -> a LoRA adapter's model or None; set by sapiens2_hf's registration
+adapter_loader = None
 
 # safetensors dtype codes of floating tensors, which are cast to float32 on load; anything else is refused.
 _FLOATING_DTYPES = {"F64", "F32", "F16", "BF16"}
@@ -642,7 +643,7 @@ def load_pretrained(model_class, pretrained_model_name_or_path, model_args: tupl
         name = os.fspath(pretrained_model_name_or_path)
         if looks_local(name) and not os.path.exists(name):  # before the adapter lookup asks the Hub about it
             raise OSError(f"{name}: no such file or folder.")
-    adapted = load_adapter_model(model_class, pretrained_model_name_or_path, kwargs, class_for_task)
+    adapted = adapter_loader and adapter_loader(model_class, pretrained_model_name_or_path, kwargs, class_for_task)
     if adapted is not None:
         # its base was checked when loaded; the adapter's own weights are merged in (or wrap it) here
         check_finite_tensors(adapted, str(pretrained_model_name_or_path), kwargs.get("strict", True))

@@ -36,14 +36,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 # transformers' pipeline for one input -> many model rows (its mask-generation and zero-shot detection pipelines use
 # it); not re-exported at the top level, so imported from where `Pipeline` itself lives.
 from transformers.pipelines.base import ChunkPipeline
 
 from .foreground_sapiens2_hf import SEGMENTER_PREFIX, load_segmenter, segmenter_part
-from .lifting_sapiens2_hf import check_lifting_options, joint_depths_for, lift_keypoints
 from .person_detection_sapiens2_hf import DEFAULT_DETECTOR, _nms, detect_people, load_detector  # noqa: F401 (re-export)
 from .pipeline_base_sapiens2_hf import (  # noqa: F401 (the public names re-exported from here)
     PIPELINE_TASKS,
@@ -369,10 +367,6 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             the whole image becomes one box (its `bbox_score` is 0.0).
         flip_test (`bool`, defaults to `True`): the official flip test (averaged heatmaps); skipped for a model whose
             keypoints have no left/right pairs.
-        keypoint_format (`str` or list of `str`, optional): `"coco17"`, `"coco_wholebody133"`, `"body25"` or a list
-            of 308 keypoint names: return the keypoints, scores and `labels` (names) in that format instead of the
-            model's 308 (image processor's `post_process_pose_estimation(keypoint_format=...)`, which decodes only
-            the heatmap channels the format reads; missing points are `(0, 0)` with score 0).
         batch_size (`int` >= 1): person crops per model call. This is transformers' `ChunkPipeline`: `preprocess`
             turns each image into one row per person (cropping `POSE_CROP_CHUNK_SIZE` boxes at a time),
             consecutive images' rows share model calls, each call's heatmaps are decoded as it returns (`_forward`,
@@ -401,7 +395,6 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
         return {
             "detector": "preprocess", "detector_threshold": "preprocess", "person_label": "preprocess",
             "nms_threshold": "preprocess", "fallback_to_full_image": "preprocess", "flip_test": "forward",
-            "keypoint_format": "postprocess",
         }
 
     def __call__(self, inputs, *args, boxes=None, box_scores=None, batch_size: int | None = None,
@@ -467,13 +460,7 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
                        **{key: value[k : k + 1].clone() for key, value in rows.items()},
                        "original_size": inputs["original_sizes"], "is_last": start + k == count - 1}
 
-    def _sanitize_parameters(self, **kwargs):
-        preprocess, forward, postprocess = super()._sanitize_parameters(**kwargs)
-        if "keypoint_format" in postprocess:
-            forward["keypoint_format"] = postprocess["keypoint_format"]  # decoded in `_forward`, named in postprocess
-        return preprocess, forward, postprocess
-
-    def _forward(self, model_inputs, flip_test: bool = True, keypoint_format=None):
+    def _forward(self, model_inputs, flip_test: bool = True):
         """One batch of person rows -> their keypoints, decoded here by the image processor.
 
         An image's rows wait in transformers' `ChunkPipeline` until its last one has run, so decoding each batch as
@@ -495,10 +482,8 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             boxes = model_inputs["boxes_xyxy"][has_person]
             geometry = {"bbox_center": model_inputs["bbox_center"][has_person], "bbox_scale":
                         model_inputs["bbox_scale"][has_person], "boxes_xyxy": boxes}
-            if keypoint_format is not None and heatmaps.shape[1] != NUM_POSE_KEYPOINTS:
-                extra["keypoint_names"] = self._keypoint_names(heatmaps.shape[1])  # the format is made from them
             (people,) = self.image_processor.post_process_pose_estimation(
-                types.SimpleNamespace(heatmaps=heatmaps), crops=geometry, keypoint_format=keypoint_format, **extra)
+                types.SimpleNamespace(heatmaps=heatmaps), crops=geometry, **extra)
             found = torch.stack([person["keypoints"] for person in people])
             found_scores = torch.stack([person["scores"] for person in people])
             # rows of images without people get zeros, never read
@@ -517,7 +502,7 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
             return [str(n) for n in names]
         return list(self.image_processor.keypoint_names(num_keypoints))
 
-    def postprocess(self, model_outputs, keypoint_format=None):
+    def postprocess(self, model_outputs):
         """One image's rows (as `_forward` returned them, one person each, decoded) -> its list of people."""
         rows = [row for row in model_outputs if bool(row["has_person"].reshape(-1)[0])]
         if not rows:
@@ -525,116 +510,13 @@ class Sapiens2PosePipeline(_Sapiens2PipelineBase, ChunkPipeline):
         keypoints = torch.cat([row["keypoints"] for row in rows]).cpu().numpy()
         scores = torch.cat([row["keypoint_scores"] for row in rows]).cpu().numpy()
         boxes = torch.cat([row["boxes_xyxy"] for row in rows]).float().cpu().numpy()
-        names = self._keypoint_names(keypoints.shape[1]) if keypoint_format is None else list(
-            self.image_processor.keypoint_names(keypoints.shape[1], keypoint_format=keypoint_format))
+        names = self._keypoint_names(keypoints.shape[1])
         box_scores = torch.cat([row["box_score"] for row in rows]).tolist()
         return [
             {"bbox": boxes[k].astype(np.float32), "bbox_score": float(box_scores[k]), "keypoints": keypoints[k],
              "scores": scores[k], "labels": names}
             for k in range(len(rows))
         ]
-
-
-#: The frame and units of `sapiens2-pose-3d` results and of the files written from them.
-POSE_3D_FRAME = {"units": "metres", "frame": "camera: X right, Y down, Z forward (the pointmap's frame)",
-                 "origin": "the camera centre"}
-
-
-class Sapiens2Pose3DPipeline(Sapiens2PosePipeline):
-    """`pipeline("sapiens2-pose-3d", model=POSE, pointmap_model=POINTMAP)`: each person's keypoints in metres, lifted
-    with a pointmap of the same image (the rule: `lifting_sapiens2_hf`, `lift_keypoints`).
-
-    Construction: `pointmap_model` is a `sapiens2-pointmap` pipeline or a pointmap model (`sapiens2_hf.pipeline`
-    also takes a folder, Hub id or official file); `segmenter=` (as the pointmap pipeline takes it) masks the
-    pointmap to the people, so keypoints off the person are flagged. Without a segmenter or a `foreground_mask`,
-    nothing is flagged `"outside_mask"` (every pixel has a point).
-
-    Call arguments: those of `sapiens2-pose` (`boxes=`, `detector=`, `keypoint_format=`, ...), the pointmap's camera
-    (`focal_length=`, `intrinsics=`, `foreground_mask=`: one for all images or one per image), and the lifting's
-    `score_threshold` (0.3), `window_radius` (pixels; default 2 % of the person box's larger side), `depth_jump`
-    (0.1 m), `min_person_fraction` (0.25), `joint_depths` (`"auto"`: `JOINT_DEPTHS_M` by keypoint name; a number
-    or one value per keypoint in metres; 0 keeps every keypoint on the skin). Inputs: an image, a list of images or
-    of dicts (`{"image", "boxes", "box_scores", "foreground_mask", "focal_length", "intrinsics"}`); a generator or a
-    dataset is read into a list first.
-
-    Result per image: `{"people": [...], "pointmap": (height, width, 3) float32, "mask": (height, width) bool or
-    None, "focal_length": float or None, **POSE_3D_FRAME}`; each person is the `sapiens2-pose` person plus
-    `"keypoints_3d"` `(num_keypoints, 3)` float32 metres (NaN where none), `"keypoint_3d_confidence"`
-    `(num_keypoints,)` float32, `"keypoint_3d_valid"` `(num_keypoints,)` bool and `"keypoint_3d_status"` (one of
-    `STATUSES` per keypoint).
-    """
-
-    def __init__(self, *args, pointmap_model=None, segmenter=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if pointmap_model is None:
-            raise ValueError("sapiens2-pose-3d lifts keypoints with a pointmap: pass pointmap_model= (a "
-                             "sapiens2-pointmap pipeline or model; sapiens2_hf.pipeline also takes a folder, Hub id "
-                             "or official file).")
-        if isinstance(pointmap_model, Sapiens2PointmapPipeline):
-            if segmenter is not None:
-                raise ValueError("pass segmenter= to the pointmap pipeline you give (pointmap_model=), not to "
-                                 "sapiens2-pose-3d.")
-            self.pointmap_pipeline = pointmap_model
-        elif isinstance(pointmap_model, torch.nn.Module) and hasattr(pointmap_model, "config"):
-            self.pointmap_pipeline = Sapiens2PointmapPipeline(model=pointmap_model, device=self.device,
-                                                              segmenter=segmenter)
-        else:
-            raise ValueError(f"pointmap_model of type {type(pointmap_model).__name__} is not usable here; pass a "
-                             "sapiens2-pointmap pipeline or model (sapiens2_hf.pipeline loads names and files).")
-
-    def __call__(self, inputs, *args, boxes=None, box_scores=None, focal_length=None, intrinsics=None,
-                 foreground_mask=None, batch_size: int | None = None, crop_batch_size: int | None = None,
-                 num_workers: int | None = None, score_threshold: float = 0.3, window_radius: int | None = None,
-                 depth_jump: float = 0.1, min_person_fraction: float = 0.25, joint_depths="auto", **kwargs):
-        if args:
-            raise TypeError(f"{type(self).__name__} takes the inputs as its only positional argument; pass the "
-                            "options by name.")
-        check_lifting_options(score_threshold=score_threshold, window_radius=window_radius, depth_jump=depth_jump,
-                              min_person_fraction=min_person_fraction, joint_depths=joint_depths)  # before inference
-        single = not isinstance(inputs, (list, tuple, types.GeneratorType, Dataset)) and not hasattr(inputs, "__next__")
-        items = [inputs] if single else list(inputs)
-        if not items:
-            return []
-        if foreground_mask is not None and not isinstance(foreground_mask, (list, tuple)):
-            foreground_mask = [foreground_mask] * len(items)  # one mask for all images (the docstring's promise)
-        people = super().__call__(items[0] if single else items, boxes=boxes, box_scores=box_scores,
-                                  batch_size=batch_size, crop_batch_size=crop_batch_size, num_workers=num_workers,
-                                  **kwargs)
-        people = [people] if single else people
-        camera = {"focal_length": focal_length, "intrinsics": intrinsics, "foreground_mask": foreground_mask}
-        maps = self.pointmap_pipeline(
-            [self._pointmap_input(item) for item in items],
-            **{key: value for key, value in camera.items() if value is not None}, batch_size=batch_size)
-        lifting = {"score_threshold": float(score_threshold), "window_radius": window_radius,
-                   "depth_jump": float(depth_jump), "min_person_fraction": float(min_person_fraction)}
-        results = [self._lift(image_people, image_map, joint_depths, lifting)
-                   for image_people, image_map in zip(people, maps)]
-        return results[0] if single else results
-
-    @staticmethod
-    def _pointmap_input(item):
-        if isinstance(item, dict):
-            return {key: item[key] for key in ("image", "foreground_mask", "focal_length", "intrinsics") if key in item}
-        return item
-
-    def _lift(self, people: list, pointmap_result: dict, joint_depths, lifting: dict) -> dict:
-        pointmap, mask = pointmap_result["pointmap"], pointmap_result.get("mask")
-        lifted_people = []
-        for person in people:
-            names = person["labels"]
-            depths = joint_depths_for(names) if isinstance(joint_depths, str) and joint_depths == "auto" \
-                else joint_depths
-            lifted = lift_keypoints(person["keypoints"], person["scores"], pointmap, mask, joint_depths=depths,
-                                    box=person["bbox"], **lifting)
-            lifted_people.append({**person, "keypoints_3d": lifted.keypoints_3d,
-                                  "keypoint_3d_confidence": lifted.confidence, "keypoint_3d_valid": lifted.valid,
-                                  "keypoint_3d_status": lifted.status})
-        return {"people": lifted_people, "pointmap": pointmap, "mask": mask,
-                "focal_length": pointmap_result.get("focal_length"), **POSE_3D_FRAME}
-
-
-#: Pipelines composed of several task models: pipeline name -> (the task of its `model=`, its class).
-COMPOSED_PIPELINES = {"sapiens2-pose-3d": ("pose", Sapiens2Pose3DPipeline)}
 
 
 PIPELINE_CLASSES = {
@@ -684,16 +566,15 @@ class _ModelRequired(dict):
         )
 
 
-def register_pipeline(task: str, model_class: Any = None) -> None:
-    """Register `task`'s pipeline (`PIPELINE_CLASSES`) under its pipeline name with transformers (idempotent);
-    `model_class` (a class or tuple of classes) loads a model given by name."""
+def register_pipeline(task: str, model_class: Any = None, composed: dict[str, Any] | None = None) -> None:
+    """Register `task`'s pipeline (`PIPELINE_CLASSES`) under its pipeline name with transformers (idempotent), and
+    `composed` (name -> class: pipelines built on its model); `model_class` (class or tuple) loads a model by name."""
     from transformers.pipelines import PIPELINE_REGISTRY
 
     pipeline_task = TASK_SPECS[task].pipeline_name
     wanted_models = () if model_class is None else (model_class if isinstance(model_class, tuple) else (model_class,))
-    # the task's own pipeline, then those composed on its model (`COMPOSED_PIPELINES`), which load it alike
-    wanted = [(pipeline_task, PIPELINE_CLASSES[pipeline_task])]
-    wanted += [(name, pipeline_class) for name, (base, pipeline_class) in COMPOSED_PIPELINES.items() if base == task]
+    # the task's own pipeline, then those composed on its model, which load it alike
+    wanted = [(pipeline_task, PIPELINE_CLASSES[pipeline_task]), *(composed or {}).items()]
     for name, pipeline_class in wanted:
         current = PIPELINE_REGISTRY.supported_tasks.get(name)
         if current is not None and current.get("impl") is pipeline_class \
@@ -713,11 +594,8 @@ def unregister_pipeline(task: str) -> None:
 
 
 __all__ = [
-    "COMPOSED_PIPELINES",
     "DEFAULT_DETECTOR",
     "PIPELINE_CLASSES",
-    "POSE_3D_FRAME",
-    "Sapiens2Pose3DPipeline",
     "PIPELINE_TASKS",
     "Sapiens2AlbedoPipeline",
     "Sapiens2DenseMapPipeline",

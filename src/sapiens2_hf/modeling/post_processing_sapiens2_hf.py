@@ -30,12 +30,6 @@ from .processing_checks_sapiens2_hf import (
     foreground_mask_array,
     validate_pose_boxes,
 )
-from .sapiens2_keypoint_formats import (
-    KEYPOINT_FORMATS,
-    convert_keypoints,
-    format_keypoint_names,
-    source_keypoint_indices,
-)
 from .sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_KEYPOINT_NAMES
 from .sapiens2_processing_ops import (
     boxes_to_center_scale,
@@ -159,31 +153,10 @@ def _heatmaps(outputs: Any) -> torch.Tensor:
     return outputs.heatmaps if hasattr(outputs, "heatmaps") else outputs
 
 
-def _format_channels(keypoint_format: Any, num_channels: int, keypoint_names: Any = None) -> list[int] | None:
-    """The heatmap channels `keypoint_format` reads (None: all), checked against the heatmaps; with
-    `keypoint_names` (the model's own keypoints, one per channel) the format is made from those."""
-    if isinstance(keypoint_format, str) and keypoint_format not in KEYPOINT_FORMATS:
-        raise ValueError(f"keypoint_format={keypoint_format!r} is not known; use one of "
-                         f"{sorted(KEYPOINT_FORMATS)}, a list of Sapiens2 keypoint names or None (the model's own "
-                         "keypoints).")
-    if keypoint_format is None:
-        return None
-    if keypoint_names is not None:
-        if len(keypoint_names) != num_channels:
-            raise ValueError(f"keypoint_names has {len(keypoint_names)} names for {num_channels} heatmap channels; "
-                             "pass the model's keypoint names (its config's id2label), one per channel.")
-        return list(source_keypoint_indices(keypoint_format, keypoint_names))  # refuses a format they cannot make
-    channels = list(source_keypoint_indices(keypoint_format))  # validates a list of names too
-    if num_channels != NUM_POSE_KEYPOINTS:
-        raise ValueError(f"keypoint_format converts the {NUM_POSE_KEYPOINTS} Sapiens2 keypoints, but the heatmaps "
-                         f"hold {num_channels}; use keypoint_format=None for this model.")
-    return channels
-
-
 def decode_pose_keypoints(
     heatmaps: torch.Tensor, crops: PoseCrops, *, input_size: tuple[int, int], kernel_size: int = 11,
     flip_test: PoseFlipTest | None = None, threshold: float | None = None, target_sizes: Any = None,
-    keypoint_format: Any = None, keypoint_names: Any = None,
+    keypoint_indices: Sequence[int] | None = None,
 ) -> list[list[dict[str, torch.Tensor]]]:
     """Pose heatmaps `(num_crops, num_keypoints, h, w)` of crops of `input_size` -> keypoints in image pixels.
 
@@ -192,14 +165,9 @@ def decode_pose_keypoints(
         flip_test: heatmaps of the flipped crops (`PoseFlipTest`), averaged with `heatmaps`.
         kernel_size: the DARK blur kernel; threshold: keep only keypoints with a score above it.
         target_sizes: per image the size to rescale to (needs `crops.source_sizes`).
-        keypoint_format (`str`, optional): `"coco17"`, `"coco_wholebody133"` or `"body25"`: convert the 308
-            keypoints to that format (`sapiens2_keypoint_formats.convert_keypoints`, before `threshold`); points
-            it has no counterpart for are `(0, 0)` with score 0. `num_keypoints` and `labels` are then the
-            format's (names: `keypoint_names(..., keypoint_format)`). Default: the model's own keypoints.
-            A list of 308 keypoint names keeps those keypoints, in that order. Only the heatmap channels the
-            format reads are decoded (`source_keypoint_indices`: 17 of 308 for coco17), with the same results
-            as decoding all 308 and converting. `keypoint_names` (one per channel: the model's own set, its
-            config's `id2label`) makes the format from those keypoints by name instead of the 308.
+        keypoint_indices: decode only these heatmap channels (the model's keypoints at these indices, in this
+            order; `labels` are the indices), with the same results as decoding all of them and selecting: what a
+            keypoint format reads (`sapiens2_hf.data.keypoint_formats.post_process_in_format`: 17 of 308 for coco17).
 
     Returns:
         Per image, a list (one entry per crop, in order) of dicts:
@@ -208,7 +176,10 @@ def decode_pose_keypoints(
         - `labels` (`(num_keypoints,)` int64): keypoint indices;
         - `bbox` (`(4,)` float32): the box as `(x_min, y_min, x_max, y_max)`.
     """
-    channels = _format_channels(keypoint_format, heatmaps.shape[1], keypoint_names)
+    channels = None if keypoint_indices is None else [int(i) for i in keypoint_indices]
+    if channels is not None and not all(0 <= i < heatmaps.shape[1] for i in channels):
+        raise ValueError(f"keypoint_indices={channels[:10]} holds indices outside the {heatmaps.shape[1]} heatmap "
+                         "channels; pass indices of the model's keypoints.")
     if len(crops.bbox_center) != heatmaps.shape[0]:
         raise ValueError(f"{heatmaps.shape[0]} heatmaps for {len(crops.bbox_center)} boxes; the outputs must hold one "
                          "row per box, in the order given to preprocess.")
@@ -218,10 +189,8 @@ def decode_pose_keypoints(
     keypoints_input, scores = _decode_pose_heatmaps(heatmaps, flip_test, channels, input_size, kernel_size)
     keypoints = crop_to_image(keypoints_input, crops.bbox_center, crops.bbox_scale, input_size)
     keypoints, boxes_xyxy = _rescale_keypoints(keypoints, crops, target_sizes)
-    if keypoint_format is not None:  # before the threshold: a mean needs both of its sources
-        keypoints, scores = convert_keypoints(keypoints, scores, keypoint_format, source_indices=channels,
-                                              source_names=keypoint_names)
-    labels = torch.arange(keypoints.shape[1], device=heatmaps.device)
+    labels = torch.arange(keypoints.shape[1], device=heatmaps.device) if channels is None \
+        else torch.tensor(channels, device=heatmaps.device)
     for row, image in enumerate(crops.image_index.tolist()):
         person = {"keypoints": keypoints[row], "scores": scores[row], "labels": labels, "bbox": boxes_xyxy[row]}
         if threshold is not None:
@@ -249,7 +218,7 @@ def _rescale_keypoints(keypoints: torch.Tensor, crops: PoseCrops, target_sizes: 
 def _decode_pose_heatmaps(heatmaps, flip_test, channels, input_size, kernel_size):
     """`(keypoints in crop pixels, scores)` of every crop, decoded `POSE_DECODE_CHUNK_SIZE` crops at a time (memory
     bounded by the chunk; results independent of it), with the flip test of either convention, and only the
-    `channels` a keypoint format reads when given."""
+    `channels` asked for when given."""
     num_channels = heatmaps.shape[1]
 
     def decode(rows: slice, maps: list[int] | None, previous_map: list[int] | None) -> dict[str, torch.Tensor]:
@@ -269,7 +238,7 @@ def _decode_pose_heatmaps(heatmaps, flip_test, channels, input_size, kernel_size
         if channels is None:
             decoded = decode(rows, None, None)
         else:
-            # decode only the channels the format reads; a maximum <= 0 makes the official refinement read the
+            # decode only the channels asked for; a maximum <= 0 makes the official refinement read the
             # previous channel too (refine_keypoints_dark_udp), so then that one is decoded as well
             maps, positions, previous_map = keypoint_subset_maps(channels, num_channels, with_previous=False)
             decoded = decode(rows, maps, previous_map)
@@ -579,10 +548,8 @@ def foreground_from_segmentation(segmentation: Any) -> np.ndarray | torch.Tensor
     return segmentation > 0
 
 
-def keypoint_names(num_keypoints: int, keypoint_format: Any = None) -> list[str]:
-    """Official names for 308 keypoints, else `keypoint_<i>`; with `keypoint_format`, that format's names."""
-    if keypoint_format is not None:
-        return list(format_keypoint_names(keypoint_format))
+def keypoint_names(num_keypoints: int) -> list[str]:
+    """Official names for 308 keypoints, else `keypoint_<i>`."""
     if num_keypoints == NUM_POSE_KEYPOINTS:
         return list(POSE_KEYPOINT_NAMES)
     return [f"keypoint_{i}" for i in range(num_keypoints)]

@@ -115,7 +115,7 @@ class TaskSpec:
 #: The person detector a top-down task runs on inputs without given boxes (a transformers object-detection model).
 DEFAULT_DETECTOR = "PekingU/rtdetr_r50vd"
 
-#: The keypoint layouts a top-down result can also be written in (`sapiens2_keypoint_formats.KEYPOINT_FORMATS`).
+#: The keypoint layouts a top-down result can also be written in (`sapiens2_hf.data.keypoint_formats`).
 KEYPOINT_FORMAT_NAMES: tuple[str, ...] = ("coco17", "coco_wholebody133", "body25")
 
 

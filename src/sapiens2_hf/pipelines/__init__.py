@@ -6,17 +6,14 @@ this package is their public import path.
 """
 
 from ..modeling.pipeline_sapiens2_hf import (
-    COMPOSED_PIPELINES,
     DEFAULT_DETECTOR,
     PIPELINE_CLASSES,
     PIPELINE_TASKS,
-    POSE_3D_FRAME,
     Sapiens2AlbedoPipeline,
     Sapiens2DenseMapPipeline,
     Sapiens2MattingPipeline,
     Sapiens2NormalPipeline,
     Sapiens2PointmapPipeline,
-    Sapiens2Pose3DPipeline,
     Sapiens2PosePipeline,
     Sapiens2SegmentationPipeline,
     dense_map_pipeline_class,
@@ -27,17 +24,14 @@ from ..modeling.pipeline_sapiens2_hf import (
 
 
 __all__ = [
-    "COMPOSED_PIPELINES",
     "DEFAULT_DETECTOR",
     "PIPELINE_CLASSES",
     "PIPELINE_TASKS",
-    "POSE_3D_FRAME",
     "Sapiens2AlbedoPipeline",
     "Sapiens2DenseMapPipeline",
     "Sapiens2MattingPipeline",
     "Sapiens2NormalPipeline",
     "Sapiens2PointmapPipeline",
-    "Sapiens2Pose3DPipeline",
     "Sapiens2PosePipeline",
     "Sapiens2SegmentationPipeline",
     "dense_map_pipeline_class",

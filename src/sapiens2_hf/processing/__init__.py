@@ -2,8 +2,8 @@
 """The Sapiens2 image processors and pre/post-processing functions.
 
 They live in the one model folder, `sapiens2_hf/modeling/` (image_processing_sapiens2_hf.py,
-image_loading_sapiens2_hf.py, sapiens2_processing_ops.py, sapiens2_keypoint_formats.py), which ships to the Hub as it
-is; this package is their public import path.
+image_loading_sapiens2_hf.py, sapiens2_processing_ops.py), which ships to the Hub as it is; this package is their
+public import path.
 """
 
 from ..modeling.image_loading_sapiens2_hf import load_image_rgb

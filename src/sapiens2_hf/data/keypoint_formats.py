@@ -1,5 +1,4 @@
-# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Sapiens2's 308 keypoints in the layouts other tools read: COCO-17, COCO-WholeBody-133, OpenPose BODY_25 (layer 0).
+"""Sapiens2's 308 keypoints in the layouts other tools read: COCO-17, COCO-WholeBody-133, OpenPose BODY_25 (layer 1).
 
 Every target keypoint is defined by NAME from the 308 official names (`sapiens2_label_data.POSE_KEYPOINT_NAMES`), in
 one of three ways:
@@ -16,9 +15,10 @@ the image, so a real keypoint whose heatmap maximum happens to be 0 is never mis
 `missing_value=float("nan")` to make missing points poison any arithmetic instead.
 
 An explicit list of 308 names (`["left_wrist", "right_wrist"]`) is a format too: those keypoints, copied, in that
-order. `source_keypoint_indices(target)` lists the 308 channels a format reads; the image processor decodes only
-those heatmap channels for `keypoint_format=` (17 of 308 for coco17), with the same results as decoding all 308 and
-converting (`convert_keypoints(..., source_indices=...)` converts the decoded subset).
+order. `source_keypoint_indices(target)` lists the 308 channels a format reads; `post_process_in_format` has the image
+processor decode only those heatmap channels (17 of 308 for coco17), with the same results as decoding all 308 and
+converting (`convert_keypoints(..., source_indices=...)` converts the decoded subset). The one conversion of results
+(the processor's, the pipeline's people: `people_in_format`, the command line's files) from native keypoints.
 
 A model fine-tuned to its own keypoint set (its config's `id2label`, e.g. COCO-17) converts from those keypoints:
 `source_names=` names the model's keypoints in channel order, and every format point is made from them by name (a
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .sapiens2_label_data import POSE_KEYPOINT_NAMES
+from ..modeling.sapiens2_label_data import NUM_POSE_KEYPOINTS, POSE_KEYPOINT_NAMES
 
 
 POSE_KEYPOINT_NAMES_TUPLE = tuple(POSE_KEYPOINT_NAMES)
@@ -405,6 +405,56 @@ def _convert_torch(plan, keypoints: torch.Tensor, scores, missing_value: float):
     return out, torch.where(mean, torch.minimum(sa, sb), sa).masked_fill(missing, 0)
 
 
+def _format_channels(keypoint_format: Any, num_channels: int, keypoint_names: Any = None) -> list[int]:
+    """The heatmap channels `keypoint_format` reads checked against the heatmaps; with
+    `keypoint_names` (the model's own keypoints, one per channel) the format is made from those."""
+    if isinstance(keypoint_format, str) and keypoint_format not in KEYPOINT_FORMATS:
+        raise ValueError(f"keypoint_format={keypoint_format!r} is not known; use one of "
+                         f"{sorted(KEYPOINT_FORMATS)}, a list of Sapiens2 keypoint names or None (the model's own "
+                         "keypoints).")
+    if keypoint_names is not None:
+        if len(keypoint_names) != num_channels:
+            raise ValueError(f"keypoint_names has {len(keypoint_names)} names for {num_channels} heatmap channels; "
+                             "pass the model's keypoint names (its config's id2label), one per channel.")
+        return list(source_keypoint_indices(keypoint_format, keypoint_names))  # refuses a format they cannot make
+    channels = list(source_keypoint_indices(keypoint_format))  # validates a list of names too
+    if num_channels != NUM_POSE_KEYPOINTS:
+        raise ValueError(f"keypoint_format converts the {NUM_POSE_KEYPOINTS} Sapiens2 keypoints, but the heatmaps "
+                         f"hold {num_channels}; use keypoint_format=None for this model.")
+    return channels
+
+
+def post_process_in_format(processor, outputs, keypoint_format: Any, *, keypoint_names: Any = None,
+                           threshold: float | None = None, **kwargs) -> list[list[dict[str, Any]]]:
+    """`processor.post_process_pose_estimation(outputs, **kwargs)` in `keypoint_format`: only the heatmap channels the
+    format reads are decoded (`keypoint_indices`), converted from `keypoint_names` (the model's, by channel; default
+    the 308), then `threshold` applies (a mean needs both sources). `labels` index the format's keypoints (names:
+    `format_keypoint_names`); missing points are `(0, 0)` with score 0."""
+    heatmaps = outputs.heatmaps if hasattr(outputs, "heatmaps") else outputs
+    channels = _format_channels(keypoint_format, heatmaps.shape[1], keypoint_names)
+    results = processor.post_process_pose_estimation(outputs, keypoint_indices=channels, **kwargs)
+    for person in (person for people in results for person in people):
+        keypoints, scores = convert_keypoints(person["keypoints"], person["scores"], keypoint_format,
+                                              source_indices=channels, source_names=keypoint_names)
+        labels = torch.arange(keypoints.shape[0], device=person["labels"].device)
+        keep = torch.ones_like(labels, dtype=torch.bool) if threshold is None else scores > threshold
+        person.update(keypoints=keypoints[keep.to(keypoints.device)], scores=scores[keep], labels=labels[keep])
+    return results
+
+
+def people_in_format(people: list[dict[str, Any]], keypoint_format: Any) -> list[dict[str, Any]]:
+    """One image's `sapiens2-pose` people with `keypoints`, `scores` and `labels` (names) in `keypoint_format`, made by
+    name from each person's own keypoints (its `labels`; a format they cannot make is refused, naming what lacks)."""
+    converted = []
+    for person in people:
+        sources = tuple(str(name) for name in person["labels"])
+        keypoints, scores = convert_keypoints(np.asarray(person["keypoints"]), np.asarray(person["scores"]),
+                                              keypoint_format, source_names=sources)
+        names = [point.name for point in _mapping(_key(keypoint_format, sources))]
+        converted.append({**person, "keypoints": keypoints, "scores": scores, "labels": names})
+    return converted
+
+
 def describe_sources(target: str) -> list[dict[str, Any]]:
     """One row per keypoint of `target`: `{"index", "name", "sources", "source_indices", "kind", "note"}`, where
     kind is `"copy"`, `"mean"` or `"missing"` (for tables such as docs/keypoint_formats.md)."""
@@ -417,5 +467,6 @@ def describe_sources(target: str) -> list[dict[str, Any]]:
             for k, point in enumerate(_mapping(key))]
 
 
-__all__ = ["KEYPOINT_FORMATS", "KEYPOINT_FORMAT_MAPPINGS", "KeypointSource", "convert_keypoints",
-           "describe_sources", "format_keypoint_names", "missing_keypoint_indices", "source_keypoint_indices"]
+__all__ = ["KEYPOINT_FORMATS", "KEYPOINT_FORMAT_MAPPINGS", "KeypointSource", "convert_keypoints", "describe_sources",
+           "format_keypoint_names", "missing_keypoint_indices", "people_in_format", "post_process_in_format",
+           "source_keypoint_indices"]

@@ -1,5 +1,4 @@
-# Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""LoRA adapter folders as `from_pretrained` sources.
+"""LoRA adapter folders as `from_pretrained` sources (registration hands `load_adapter_model` to the model loader).
 
 A fine-tuning run with LoRA (sapiens2_hf.training) writes a peft adapter folder: adapter_config.json naming the base
 (`base_model_name_or_path`: the backbone or task model the run started from), adapter_model.safetensors (the LoRA
@@ -8,7 +7,7 @@ preprocessor_config.json beside them. `load_adapter_model` rebuilds base + adapt
 and, by default, merges the adapter into a plain task model, so that `Sapiens2For<Task>.from_pretrained(folder)` and
 `pipeline("sapiens2-<task>", model=folder)` work on it as on any checkpoint.
 
-Hub-shippable: stdlib, torch and transformers only; peft is imported when an adapter is actually loaded.
+peft is imported when an adapter is actually loaded.
 """
 
 import importlib
@@ -20,7 +19,7 @@ import torch
 from transformers.utils import logging
 from transformers.utils.peft_utils import find_adapter_config_file
 
-from .configuration_sapiens2_hf import Sapiens2Config
+from .modeling.configuration_sapiens2_hf import Sapiens2Config
 
 
 logger = logging.get_logger(__name__)
@@ -90,8 +89,7 @@ def load_adapter_model(cls, name_or_path, kwargs: dict, class_for_task):
         return None
     source = str(name_or_path)
     try:
-        # Through importlib, not an import statement: peft is optional, and transformers' remote-code loader refuses
-        # a shipped file whose import statements name a package that is not installed.
+        # peft is optional (`sapiens2_hf[train]`): imported when an adapter is loaded, its one-line error kept
         peft = importlib.import_module("peft")
         load_peft_weights = importlib.import_module("peft.utils").load_peft_weights
     except ImportError as error:

@@ -25,15 +25,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .modeling.lifting_sapiens2_hf import joint_depths_for, lift_keypoints
-from .modeling.pipeline_sapiens2_hf import POSE_3D_FRAME
-from .modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES
-from .utils.atomic_io import atomic_write_bytes, atomic_write_json
-from .video.io import VideoReader
-from .video.smoothing import DEFAULT_D_CUTOFF, OneEuroFilter
-from .video.tracking import IouTracker, box_from_keypoints
-from .visualization import SKELETON_LINKS
-from .visualization.gltf import write_people_glb, write_skeleton_animation
+from ..modeling.sapiens2_label_data import POSE_KEYPOINT_NAMES
+from ..utils.atomic_io import atomic_write_bytes, atomic_write_json
+from ..video.io import VideoReader
+from ..video.smoothing import DEFAULT_D_CUTOFF, OneEuroFilter
+from ..video.tracking import IouTracker, box_from_keypoints
+from ..visualization import SKELETON_LINKS
+from ..visualization.gltf import write_people_glb, write_skeleton_animation
+from .lifting import joint_depths_for, lift_keypoints
+from .pipeline import POSE_3D_FRAME
 
 # One-Euro filter on metres: 1 Hz at rest like the 2D filter; the speed coefficient per metre is the 2D one per pixel
 # (0.02) at a person 3 m away under a 1000 px focal length (1 px ~ 3 mm), so the filter opens alike for the same
@@ -72,7 +72,7 @@ def pose3d_record(result: dict, source: str, image_shape, *, skeleton=(), liftin
         "keypoints_2d_units": "image pixels, (x, y); pixel (row i, column j) has its centre at (j, i)",
         "focal_length": None if focal is None else float(focal),
         "camera": "given (focal_length / intrinsics)" if focal is not None else "predicted by the pointmap model",
-        "lifting": {"rule": "sapiens2_hf.modeling.lifting_sapiens2_hf.lift_keypoints", **(lifting or {})},
+        "lifting": {"rule": "sapiens2_hf.pose3d.lifting.lift_keypoints", **(lifting or {})},
         "keypoint_names": names,
         "skeleton": [[int(a), int(b)] for a, b in skeleton],
         "skeleton_indexing": "0-based indices into keypoint_names",

@@ -1,6 +1,6 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Lifting 2D keypoints into metres with a pointmap: each keypoint's camera-frame XYZ, a confidence and why it is
-not valid when it is not. Used by the `sapiens2-pose-3d` pipeline; numpy only (this file ships to the Hub with it).
+not valid when it is not. Used by the `sapiens2-pose-3d` pipeline (`pose3d.pipeline`); numpy only.
 
 The rule, per keypoint (`lift_keypoints`):
 1. **Window.** The pointmap's person pixels in a square window of radius `window_radius` pixels around the keypoint
