@@ -101,7 +101,7 @@ class _Serial:
 
 
 def run_cli(argv: list[str], serial: bool = False) -> float:
-    from sapiens2_hf.cli import video as video_cli
+    from sapiens2_hf.predict import video as video_cli
 
     patches = contextlib.ExitStack()
     if serial:

@@ -152,7 +152,7 @@ def test_cli_tasks_are_the_registry_tasks():
 
 @pytest.mark.parametrize("keypoint_format", ["coco17", "body25", "coco_wholebody133"])
 def test_pose_keypoint_format_converts_the_json_only(tmp_path, keypoint_format, capsys):
-    from sapiens2_hf.cli.outputs import _format_skeleton
+    from sapiens2_hf.predict.outputs import _format_skeleton
     from sapiens2_hf.pipelines import Sapiens2PosePipeline
     from sapiens2_hf.modeling.sapiens2_keypoint_formats import KEYPOINT_FORMATS, describe_sources
 
