@@ -1,7 +1,6 @@
-"""What the web app computes (layer 3), without Gradio: one task's pipeline on an uploaded image or video, written to
-files by the run layer's writers that the command line runs on (`predict/run.py`, `predict/video.py`), from typed
-options (`predict_options`), so the app's downloads are byte for byte what `sapiens2-hf <task>` writes for the same
-input and options.
+"""What the web app computes (layer 3), without Gradio: one task's pipeline on an uploaded image or video, from typed
+options (`predict_options`) on the driver the command line runs on too (`predict/`), so the app's downloads are byte
+for byte what `sapiens2-hf <task>` writes for the same input and options.
 
 A model is named as on the command line (a converted folder, a Hub id, an official `sapiens2_<size>_<task>.safetensors`
 file) or as `demo`: a tiny Sapiens2 with random weights (`tiny_config(task)`, seeded), built offline on first use, so

@@ -113,8 +113,6 @@ def _add_pose_arguments(parser) -> None:
                             "in between, boxes follow each person's keypoints (default 1: every frame)")
     video.add_argument("--track-iou", type=probability,
                        help="least IoU for a detection to keep a person's track id (default 0.3)")
-    # defaults (`command_defaults`): sapiens2_hf.video.smoothing.DEFAULT_MIN_CUTOFF / DEFAULT_BETA (not imported
-    # there: --help stays light; tests/test_cli_video.py checks they agree)
     video.add_argument("--smooth-min-cutoff", type=positive_float, metavar="HZ",
                        help="One-Euro filter cutoff at rest, Hz (default 1.0; lower = smoother, more lag)")
     video.add_argument("--smooth-beta", type=non_negative_float,
@@ -146,22 +144,22 @@ def add_predict_subparsers(subparsers) -> None:
         parser.add_argument("--no-arrays", action="store_true", help="do not write .npy arrays")
         add_frame_arguments(parser)
         add_rerun_arguments(parser)
-        if _TASK_SPECS[task].top_down:
+        options = command_defaults(task)  # the options of this task's command (by its registry properties)
+        if "boxes" in options:  # a top-down task
             _add_pose_arguments(parser)
-        if _TASK_SPECS[task].metric_3d:
+        if "ply" in options:  # a metric 3D result
             parser.add_argument("--ply", action="store_true", help="also write a coloured point cloud (.ply)")
             add_camera_arguments(parser)
-        if _TASK_SPECS[task].foreground_fill is not None:  # its maps are masked by a person foreground
+        if "foreground_model" in options:  # its maps are masked by a person foreground
             _add_foreground_arguments(parser)
         add_threads_argument(parser)
-        add_temporal_filter_arguments(parser, task)
-        parser.set_defaults(**command_defaults(task), handler=run_predict, task=task, precheck=check_predict_arguments)
+        if "temporal_filter" in options:  # its results hold per-pixel maps
+            add_temporal_filter_arguments(parser)
+        parser.set_defaults(**options, handler=run_predict, task=task, precheck=check_predict_arguments)
 
 
-def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) -> None:
+def add_temporal_filter_arguments(parser: argparse.ArgumentParser) -> None:
     """`--temporal-filter` and its two knobs, for the dense tasks' video inputs (docs/video.md)."""
-    if "temporal_filter" not in command_defaults(task):  # the tasks whose results hold per-pixel maps
-        return
     group = parser.add_argument_group("video (dense tasks)")
     group.add_argument("--temporal-filter", action="store_true",
                        help="video: remove frame-to-frame flicker with a flow-guided One-Euro filter (the previous "

@@ -290,7 +290,7 @@ class LiftingOptions(_OptionGroup):
 @dataclass(frozen=True)
 class PredictOptions:
     """A predict command (`sapiens2-hf <task> ...`) as typed, frozen groups: what the image and video loops, the
-    writers and the web app read. `from_args` builds it from the parsed command line; the app builds it directly.
+    writers and the web app read. `from_args` builds it from the parsed command line; the app with `predict_options`.
 
     Attributes:
         task (`str`): the registry task.
@@ -350,18 +350,15 @@ class PredictOptions:
         return self.replace(output=dataclasses.replace(self.output, **labels)) if labels else self
 
 
-def _task_has(task: str, option) -> bool:
-    """Whether `sapiens2-hf <task>` takes `option` (a field of the typed options): its registry property `on`."""
-    on, spec = option.metadata["command"][1], TASK_SPECS[task]
-    return on is None or (spec.foreground_fill is not None if on == "foreground_fill" else bool(getattr(spec, on)))
-
-
 def _command_options(task: str) -> dict[str, Any]:
+    """The fields of `sapiens2-hf <task>`'s options: the common ones (`on` None) and those of the registry properties
+    the task has (a `foreground_fill` that is not None: its maps are masked by a person foreground)."""
     if task not in TASK_SPECS:
         raise ValueError(f"unknown task {task!r}; one of {', '.join(TASK_SPECS)}.")
-    groups = (PredictOptions, RuntimeOptions, OutputOptions, VideoOptions, ForegroundOptions)
-    return {option.name: option for group in groups for option in fields(group)
-            if "command" in option.metadata and _task_has(task, option)}
+    spec, groups = TASK_SPECS[task], (PredictOptions, RuntimeOptions, OutputOptions, VideoOptions, ForegroundOptions)
+    return {option.name: option for group in groups for option in fields(group) if "command" in option.metadata and (
+        (on := option.metadata["command"][1]) is None
+        or (spec.foreground_fill is not None if on == "foreground_fill" else bool(getattr(spec, on))))}
 
 
 def command_defaults(task: str) -> dict[str, Any]:
