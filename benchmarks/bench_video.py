@@ -9,7 +9,7 @@ A synthetic video (moving bright boxes on a noisy background, written with PyAV)
   extracted first; the extraction is not timed), batch 1, one overlay PNG per frame;
 - `video bN`: the CLI on the mp4, batch N (decoding, inference, per-frame outputs, encoding the annotated mp4);
   `video bN serial`: the same with decoding and writing on the calling thread instead of their background threads
-  (cli/video.py), to show what the overlap gains.
+  (predict/video.py), to show what the overlap gains.
   Pose: person boxes from `--boxes` for frame 0 only and `--detect-every` far away, so every later frame takes its
   box from the tracked keypoints (no detector is timed: the default one needs the Hub), with One-Euro smoothing.
 
@@ -88,7 +88,7 @@ def model_only_seconds(model_path: Path, task: str, frames: list, boxes: list, b
 
 
 class _Serial:
-    """cli/video.py's `_InOrder` without its thread: each item consumed when submitted."""
+    """predict/video.py's `_InOrder` without its thread: each item consumed when submitted."""
 
     def __init__(self, consume, size):
         self._consume = consume
@@ -101,7 +101,7 @@ class _Serial:
 
 
 def run_cli(argv: list[str], serial: bool = False) -> float:
-    from sapiens2_hf.cli import video as video_cli
+    from sapiens2_hf.predict import video as video_cli
 
     patches = contextlib.ExitStack()
     if serial:

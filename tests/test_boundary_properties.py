@@ -1,6 +1,6 @@
 """Seeded property tests of the boundaries (issue 31): for every draw of an image, a box list, a config, a corrupted
 safetensors file or a command-line value, the result is either correct or an error of the vocabulary the command
-line reports in one line without a traceback (`sapiens2_hf.cli.errors.is_expected_error`, `error_message`). A
+line reports in one line without a traceback (`sapiens2_hf.runs.errors.is_expected_error`, `error_message`). A
 TypeError from deep inside numpy, OpenCV or torch, an empty or endless message or a NaN output fails the property.
 
 The generators are plain `numpy.random.default_rng(seed)` draws (no extra dependency); each test's seed and draw
@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 
 import sapiens2_hf
-from sapiens2_hf.cli.errors import error_message, is_expected_error
+from sapiens2_hf.runs.errors import error_message, is_expected_error
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 from transformers import HfArgumentParser
 
-from sapiens2_hf.cli.errors import is_expected_error
+from sapiens2_hf.runs.errors import is_expected_error
 from sapiens2_hf.data.pose import read_coco_keypoints
 from sapiens2_hf.data.synthetic import write_dataset
 from sapiens2_hf.pretraining.run import PretrainingArguments
@@ -181,7 +181,7 @@ def test_a_missing_init_backbone_ends_the_pretraining_script_in_one_line_with_ex
 
 def test_the_other_model_sources_fail_with_expected_one_line_errors(tmp_path):
     """--init_head_from and --model_name_or_path that exist neither locally nor (offline) in the Hub cache: errors the
-    scripts print in one line (cli/errors.py), naming the source."""
+    scripts print in one line (runs/errors.py), naming the source."""
     for flags in (["--model_name_or_path", str(tmp_path / "pose_model")],
                   ["--init_head_from", "nobody/no-such-model", "--preset", "tiny"],
                   ["--backbone_name_or_path", "nobody/no-such-backbone"]):

@@ -27,8 +27,9 @@ import transformers
 from PIL import Image
 
 import sapiens2_hf
-from sapiens2_hf.cli import predict as predict_cli
-from sapiens2_hf.cli.errors import error_message, is_expected_error
+from sapiens2_hf.predict.options import predict_options
+from sapiens2_hf.predict.run import check_boxes_keys
+from sapiens2_hf.runs.errors import error_message, is_expected_error
 from sapiens2_hf.cli.main import build_parser, main
 from sapiens2_hf.processing import Sapiens2HFImageProcessor, load_image_rgb
 
@@ -186,10 +187,10 @@ def test_size_options_of_one_parse(tmp_path, task, option):
 
 def test_the_app_options_are_checked_as_the_command_line_checks_them():
     with pytest.raises(ValueError, match=r"kpt_threshold=2.*\[0, 1\]"):
-        predict_cli.predict_options("pose", "m", "out", kpt_threshold=2)
+        predict_options("pose", "m", "out", kpt_threshold=2)
     with pytest.raises(ValueError, match=r"batch_size=0"):
-        predict_cli.predict_options("seg", "m", "out", batch_size=0)
-    assert predict_cli.predict_options("pose", "m", "out", kpt_threshold=0.7).output.kpt_threshold == 0.7
+        predict_options("seg", "m", "out", batch_size=0)
+    assert predict_options("pose", "m", "out", kpt_threshold=0.7).output.kpt_threshold == 0.7
 
 
 @pytest.mark.parametrize("intrinsics", [["0", "10", "5", "5"], ["10", "-1", "5", "5"]])
@@ -379,9 +380,9 @@ def test_video_frame_keys_match_their_video(tmp_path):
     videos = [tmp_path / "clip.mp4"]
     images = [tmp_path / "a.png"]
     boxes = {"a.png": [], "clip.mp4#0": [], f"{videos[0]}#30": []}
-    predict_cli.check_boxes_keys("b.json", boxes, images, videos)  # every key matches
+    check_boxes_keys("b.json", boxes, images, videos)  # every key matches
     with pytest.raises(ValueError, match=r"'clip.mpg#3' matches no input \(did you mean 'clip.mp4#3'\?\)"):
-        predict_cli.check_boxes_keys("b.json", {"a.png": [], "clip.mpg#3": []}, images, videos)
+        check_boxes_keys("b.json", {"a.png": [], "clip.mpg#3": []}, images, videos)
 
 
 # ---------------------------------------------------------------------------------------------------------------

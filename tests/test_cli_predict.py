@@ -150,9 +150,36 @@ def test_cli_tasks_are_the_registry_tasks():
     assert list(commands) == list(TASK_SPECS)
 
 
+def test_the_command_and_the_app_build_the_same_typed_options():
+    """One table of the predict commands' options (`predict.options`): each command's parser has exactly the options
+    `command_defaults(task)` lists, with those defaults and the value rules the app's `predict_options` checks
+    (`--threads` also caps at the machine's CPUs), so the app's options are the command's for the same values."""
+    from sapiens2_hf.cli.predict import predict_parser
+    from sapiens2_hf.predict.options import PredictOptions, _command_options, command_defaults, predict_options
+
+    commands = next(a for a in predict_parser()._actions if a.dest == "command").choices
+    for task, parser in commands.items():
+        actions = {action.dest: action for action in parser._actions if action.dest != "help"}
+        assert set(actions) == set(command_defaults(task)), task
+        for name, option in _command_options(task).items():
+            default, _, check = option.metadata["command"]
+            assert actions[name].default == default, (task, name)
+            if isinstance(check, tuple):
+                assert tuple(actions[name].choices) == check, (task, name)
+            elif name != "threads":
+                assert actions[name].type is check, (task, name)
+        parsed = PredictOptions.from_args(parser.parse_args(["a.png", "--model", "m", "--out", "o"]))
+        assert parsed == predict_options(task, "m", "o", inputs=["a.png"]), task
+    # control: another value, or an option another task's command has, is not the command's default
+    pose = PredictOptions.from_args(commands["pose"].parse_args(["a.png", "--model", "m", "--out", "o"]))
+    assert pose != predict_options("pose", "m", "o", inputs=["a.png"], kpt_threshold=0.5)
+    with pytest.raises(ValueError, match="has no option"):
+        predict_options("seg", "m", "o", ply=True)
+
+
 @pytest.mark.parametrize("keypoint_format", ["coco17", "body25", "coco_wholebody133"])
 def test_pose_keypoint_format_converts_the_json_only(tmp_path, keypoint_format, capsys):
-    from sapiens2_hf.cli.outputs import _format_skeleton
+    from sapiens2_hf.predict.outputs import _format_skeleton
     from sapiens2_hf.pipelines import Sapiens2PosePipeline
     from sapiens2_hf.data.keypoint_formats import KEYPOINT_FORMATS, describe_sources, people_in_format
 

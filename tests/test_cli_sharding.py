@@ -175,7 +175,7 @@ def test_the_resume_fingerprint_is_derived_from_the_typed_output_options():
     are not output options."""
     import dataclasses
 
-    from sapiens2_hf.cli.predict import predict_options
+    from sapiens2_hf.predict.options import predict_options
 
     options = predict_options("normal", "m", "out", device="cpu", batch_size=4, threads=2)
     recorded = options.fingerprint()

@@ -229,7 +229,7 @@ def _raising(error):
 
 
 def test_conversion_check_errors_are_expected_by_class(monkeypatch, capsys):
-    from sapiens2_hf.cli import errors as cli_errors
+    from sapiens2_hf.runs import errors as cli_errors
 
     # every entry of the table names a class that exists where it says (the conversion code may move)
     for module_name, class_name in cli_errors._EXPECTED_ERRORS:
@@ -253,7 +253,7 @@ def test_error_classification_imports_nothing():
     """A failure in a process that never imported the conversion code is classified without importing it."""
     code = """
 import sys
-from sapiens2_hf.cli.errors import is_expected_error
+from sapiens2_hf.runs.errors import is_expected_error
 assert not is_expected_error(RuntimeError("bug")) and is_expected_error(ValueError("bad input"))
 assert "sapiens2_hf.hub.convert_official" not in sys.modules
 """

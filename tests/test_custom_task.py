@@ -309,7 +309,7 @@ def test_unregister_takes_every_entry_back():
     from transformers.pipelines import PIPELINE_REGISTRY
 
     from sapiens2_hf import auto
-    from sapiens2_hf.cli.outputs import TASK_OUTPUTS
+    from sapiens2_hf.predict.outputs import TASK_OUTPUTS
     from sapiens2_hf.cli.predict import predict_parser
     from sapiens2_hf.data.tasks import DATA_TASKS
     from sapiens2_hf.modeling import HEAD_PRESETS, TASK_MODEL_CLASSES

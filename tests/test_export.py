@@ -442,7 +442,7 @@ def test_cli_export_overwrite_and_atomic_failure(tmp_path, capsys):
 
 
 def test_cli_backend_loader(pose_export):
-    from sapiens2_hf.cli.export import load_backend_model
+    from sapiens2_hf.predict.run import load_backend_model
 
     folder = str(pose_export[0].folder)
     args = argparse.Namespace(model=folder, task="pose", backend="onnxruntime-int8", dtype="float32", threads=1)

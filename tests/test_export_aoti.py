@@ -121,7 +121,7 @@ def test_aoti_package_equals_eager_with_a_dynamic_batch(seg_package):
 def test_aoti_backend_in_the_pipeline_and_the_cli(seg_package):
     import numpy as np
 
-    from sapiens2_hf.cli.export import load_backend_model
+    from sapiens2_hf.predict.run import load_backend_model
 
     result, model = seg_package
     rng = np.random.default_rng(0)

@@ -396,7 +396,7 @@ def test_cli_exit_codes_and_help(tmp_path, capsys):
 
 
 def test_cli_json_writer_refuses_nan(tmp_path):
-    from sapiens2_hf.cli.outputs import _save_json
+    from sapiens2_hf.predict.outputs import _save_json
 
     with pytest.raises(ValueError):
         _save_json({"keypoints": [math.nan]}, tmp_path / "x.json")

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 import sapiens2_hf
-from sapiens2_hf.cli.errors import error_message
+from sapiens2_hf.runs.errors import error_message
 from sapiens2_hf.cli.main import build_parser, main
 from sapiens2_hf.processing import Sapiens2HFImageProcessor
 
@@ -44,7 +44,7 @@ def _photos(folder: Path) -> Path:
 
 
 def test_pose_json_labels_its_box_format_and_keeps_coco_bbox():
-    from sapiens2_hf.cli.outputs import pose_annotations
+    from sapiens2_hf.predict.outputs import pose_annotations
 
     person = {"bbox": np.array([10.0, 20.0, 50.0, 90.0]), "bbox_score": 0.9, "keypoints": np.zeros((2, 2)),
               "scores": np.array([0.8, 0.1]), "labels": ["nose", "left_eye"]}
@@ -62,7 +62,7 @@ def test_boxes_help_names_xyxy():
 
 
 def test_docs_cli_lists_every_output_file_and_both_box_formats():
-    from sapiens2_hf.cli.outputs import image_output_suffixes
+    from sapiens2_hf.predict.outputs import image_output_suffixes
 
     text = (ROOT / "docs" / "cli.md").read_text()
     missing = [suffix for suffix in image_output_suffixes() if f"<name>{suffix}`" not in text]

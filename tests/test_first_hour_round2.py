@@ -123,7 +123,7 @@ def test_an_unreachable_hub_is_said_at_once_and_the_run_goes_offline(tiny_models
 
 def test_a_reachable_hub_is_announced_before_the_lookup(monkeypatch, capsys):
     from sapiens2_hf.cli import hub_access
-    from sapiens2_hf.cli.predict import DEFAULT_DETECTOR
+    from sapiens2_hf.modeling.sapiens2_tasks import DEFAULT_DETECTOR
     from sapiens2_hf.modeling.pipeline_sapiens2_hf import DEFAULT_DETECTOR as PIPELINE_DETECTOR
 
     assert DEFAULT_DETECTOR == PIPELINE_DETECTOR  # the CLI names the pipeline's default without importing it
@@ -166,7 +166,7 @@ print(sorted(name for name in ("torch", "transformers") if name in sys.modules))
 # ---------------------------------------------------------------------------------- 5. Python = CLI on paths
 
 def test_python_says_no_such_file_for_a_missing_local_path_as_the_cli_does(tmp_path):
-    from sapiens2_hf.cli.options import looks_local as cli_looks_local
+    from sapiens2_hf.predict.options import looks_local as cli_looks_local
     from sapiens2_hf.modeling.loading_sapiens2_hf import looks_local
 
     for name in ("checkpoints/sapiens2_1b_pose.safetensors", "./model", "/abs/model", "a/b/c", "x.json"):

@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from sapiens2_hf.cli import predict as predict_cli
-from sapiens2_hf.cli.errors import is_expected_error
+from sapiens2_hf.predict import run as predict_run
+from sapiens2_hf.runs.errors import is_expected_error
 from sapiens2_hf.cli.main import main
 from sapiens2_hf.utils import atomic_io
 
@@ -128,19 +128,19 @@ def test_the_same_file_name_in_two_folders(tmp_path, seg_model, capsys):
 def test_output_names_are_injective_and_keep_unique_stems(tmp_path):
     paths = lambda *names: [tmp_path / name for name in names]  # noqa: E731
     # unique stems keep their names (as before); images and videos with the same stem write different entries
-    assert predict_cli.output_names(paths("a.png", "b.jpg"), paths("a.mp4")) == (["a", "b"], ["a"])
+    assert predict_run.output_names(paths("a.png", "b.jpg"), paths("a.mp4")) == (["a", "b"], ["a"])
     images = paths("a.jpg", "a.png", "a_1.png", "A.bmp", "summary.png", "x.png")
-    image_names, video_names = predict_cli.output_names(images, paths("x_seg.png.mp4", ".sapiens2-hf.avi"))
+    image_names, video_names = predict_run.output_names(images, paths("x_seg.png.mp4", ".sapiens2-hf.avi"))
     assert image_names[:3] == ["a.jpg", "a.png", "a_1"]
     assert image_names[3] == "A.bmp"  # `A_seg.png` and `a_seg.png` are one file on case-insensitive systems
     assert image_names[4] == "summary.png"  # pose's `summary.json` would be the run's summary
     assert image_names[5] == "x.png" and video_names == ["x_seg.png.mp4", ".sapiens2-hf.avi"]
-    entries = [name + suffix for name in image_names for suffix in predict_cli.image_output_suffixes()]
-    entries += [name + suffix for name in video_names for suffix in predict_cli.VIDEO_OUTPUT_SUFFIXES]
+    entries = [name + suffix for name in image_names for suffix in predict_run.image_output_suffixes()]
+    entries += [name + suffix for name in video_names for suffix in predict_run.VIDEO_OUTPUT_SUFFIXES]
     assert len({entry.casefold() for entry in entries}) == len(entries)
     assert not {entry.casefold() for entry in entries} & {"summary.json", ".sapiens2-hf"}
     # the names do not depend on the order of the inputs
-    assert predict_cli.output_names(images[::-1], [])[0] == predict_cli.output_names(images, [])[0][::-1]
+    assert predict_run.output_names(images[::-1], [])[0] == predict_run.output_names(images, [])[0][::-1]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -153,12 +153,12 @@ def full_disk(monkeypatch):
     """`full_disk(keep)`: every atomic write fails with ENOSPC except those whose target name is in `keep`; returns
     the list of pipeline calls, which the run appends to."""
     calls = []
-    predict = predict_cli.predict_images
-    monkeypatch.setattr(predict_cli, "predict_images",
+    predict = predict_run.predict_images
+    monkeypatch.setattr(predict_run, "predict_images",
                         lambda *args, **kwargs: calls.append(1) or predict(*args, **kwargs))
-    import sapiens2_hf.cli.video as video_cli
+    import sapiens2_hf.predict.video as video_cli
 
-    monkeypatch.setattr(video_cli, "predict_images", predict_cli.predict_images)
+    monkeypatch.setattr(video_cli, "predict_images", predict_run.predict_images)
 
     def install(keep=()):
         sibling = atomic_io._temporary_sibling

@@ -3,8 +3,9 @@
 Layer 0 (modeling/, the one model folder) is copied into Hub repos as remote code, so it is flat
 and imports only stdlib, torch, torchvision, numpy, PIL, huggingface_hub, safetensors, transformers and its siblings
 (`from .x import y`; cv2 only inside try/except ImportError). Above it, a module imports only its own layer or lower
-ones (1: data, losses, metrics and other building blocks; 2: training, pretraining, Hub tooling; 3: cli, demo, app), so
-each layer can be used, tested and shipped without the ones above it.
+ones (1: data, losses, metrics and other building blocks; 2: training, pretraining, Hub tooling, the prediction
+driver; 3: cli, demo, app), so each layer can be used, tested and shipped without the ones above it. Within layer 3
+the app and the command line are peers on the driver: neither the app nor the driver imports `cli` (`NO_CLI`).
 """
 
 import ast
@@ -26,6 +27,9 @@ LAYERS = {
     "pose3d": 2,
     # pretraining data curation: its stages run the pipelines and the backbone
     "curation": 2,
+    # the prediction driver the command line and the web app both run on: typed options, the image and video runs,
+    # the writers (over the run layer and the pipelines)
+    "predict": 2,
     # pipeline_factory applies the inference recipe (`fast=True`), so it sits at the recipe's layer.
     "pipeline_factory": 2, "inference_recipe": 2,
     # our Auto classes (transformers only); the registration with transformers (model code, pipelines, pretraining);
@@ -35,6 +39,8 @@ LAYERS = {
     "adapters": 2,
     "cli": 3, "demo": 3, "app": 3,
 }
+# Packages that import no module of the command line: the app builds typed options and runs the driver, as the CLI does
+NO_CLI = ("app", "predict")
 # torchvision: the pose pipeline's NMS (`torchvision.ops.nms`); transformers' torchvision image-processing backend
 # needs it anyway, and it is a dependency of the package.
 HUB_ALLOWED = {"torch", "numpy", "PIL", "huggingface_hub", "transformers", "safetensors", "torchvision"}
@@ -95,6 +101,41 @@ def test_lower_layers_never_import_higher_ones():
                     continue
                 if target in LAYERS:
                     assert LAYERS[target] <= layer, f"{path.relative_to(PACKAGE)} (layer {layer}) imports {target} (layer {LAYERS[target]})"
+
+
+def command_line_imports(package: Path, folders=NO_CLI) -> list[str]:
+    """`<file> imports <name>` for every import of the command line (`sapiens2_hf.cli...`, `..cli...`, `from .. import
+    cli`) in `folders` of `package`, inside functions too."""
+    found = []
+    for folder in folders:
+        for path in sorted((package / folder).rglob("*.py")):
+            depth = len(path.relative_to(package).parts) - 1
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and (node.level > depth or not node.level):
+                    names = [".".join(filter(None, [node.module, alias.name])) for alias in node.names]
+                else:
+                    continue
+                for name in names:
+                    parts = name.split(".")
+                    relative = isinstance(node, ast.ImportFrom) and node.level
+                    if (parts[1:2] if parts[0] == package.name else parts if relative else [])[:1] == ["cli"]:
+                        found.append(f"{path.relative_to(package)} imports {name}")
+    return found
+
+
+def test_the_app_and_the_driver_never_import_the_command_line(tmp_path):
+    assert command_line_imports(PACKAGE) == []
+    # control: a deliberately broken copy is caught, in each spelling (and a sibling import is not)
+    package = tmp_path / "sapiens2_hf"
+    (package / "app").mkdir(parents=True)
+    (package / "predict").mkdir()
+    (package / "app" / "a.py").write_text("from ..cli.options import x\n")
+    (package / "predict" / "b.py").write_text("def f():\n    import sapiens2_hf.cli.main\n")
+    (package / "predict" / "c.py").write_text("from .. import cli\nfrom .options import y\nimport clinic\n")
+    assert command_line_imports(package) == [
+        "app/a.py imports cli.options.x", "predict/b.py imports sapiens2_hf.cli.main", "predict/c.py imports cli"]
 
 
 def test_the_model_folder_is_the_only_copy_of_its_files():
@@ -218,7 +259,7 @@ def import_cycles(graph: dict[str, set[str]], root: Path = PACKAGE) -> list[list
 
 def test_no_import_cycles():
     graph = import_graph(PACKAGE)
-    assert len(graph) > 100 and "sapiens2_hf.cli.outputs" in graph["sapiens2_hf.cli.video"]  # the graph is read
+    assert len(graph) > 100 and "sapiens2_hf.predict.outputs" in graph["sapiens2_hf.predict.video"]  # the graph is read
     assert import_cycles(graph) == []
 
 

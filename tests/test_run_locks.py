@@ -27,7 +27,7 @@ import pytest
 from PIL import Image
 
 import sapiens2_hf
-from sapiens2_hf.cli.errors import is_expected_error
+from sapiens2_hf.runs.errors import is_expected_error
 from sapiens2_hf.cli.main import main as cli_main
 from sapiens2_hf.export import export_model
 from sapiens2_hf.hub import save_for_hub

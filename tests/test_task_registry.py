@@ -221,7 +221,8 @@ def test_the_torch_free_registry_is_the_registry_module():
     """What the package's public names and the CLI's tables read before torch is imported is the one registry module
     itself (the catalog, imported normally), not a copy: the same `TaskSpec` objects."""
     import sapiens2_hf.modeling.sapiens2_tasks as registry
-    from sapiens2_hf.cli import options, predict
+    from sapiens2_hf.cli import predict
+    from sapiens2_hf.predict import options
 
     assert predict.catalog is registry
     assert predict._TASK_SPECS is TASK_SPECS and options.TASK_SPECS is TASK_SPECS
@@ -245,15 +246,16 @@ def test_cli_tables_are_derived_from_the_registry():
 def test_video_and_picture_tables_are_derived_from_the_registry():
     """What video filtering smooths and which picture the CLI and the app show come from the registry's
     `result_maps` and the command line's facet (`overlay_suffix`); the app's tabs from `tab_title`."""
-    from sapiens2_hf.cli.options import temporal_filter_tasks
-    from sapiens2_hf.cli.outputs import TASK_OUTPUTS, TaskOutputs, image_output_suffixes, overlay_suffix, tab_title
+    from sapiens2_hf.predict.options import command_defaults
+    from sapiens2_hf.predict.outputs import TASK_OUTPUTS, TaskOutputs, image_output_suffixes, overlay_suffix, tab_title
     from sapiens2_hf.video.smoothing import dense_task_maps
 
     assert list(TASK_OUTPUTS) == list(TASK_NAMES)  # every task's command-line files, registered once
     assert {overlay_suffix(name) for name in TASK_SPECS} <= set(image_output_suffixes())
 
     dense = {name: spec.result_maps for name, spec in TASK_SPECS.items() if spec.result_maps}
-    assert dense_task_maps() == dense and set(temporal_filter_tasks()) == set(dense)
+    assert dense_task_maps() == dense
+    assert {task for task in TASK_SPECS if "temporal_filter" in command_defaults(task)} == set(dense)
     assert "pose" not in dense and dense["matting"] == ("alpha", "foreground")  # control: pose has no maps
     assert overlay_suffix("pointmap") == "_depth.png"
     assert overlay_suffix("seg") == "_seg.png" and tab_title("pose") == "Pose (308 keypoints)"

@@ -219,8 +219,8 @@ def test_cli_temporal_filter_off_is_bit_equal_and_on_smooths(tmp_path):
 
 
 def test_the_task_commands_take_the_filter_and_a_rerun_with_it_recomputes(tmp_path):
-    from sapiens2_hf.cli.options import PredictOptions
-    from sapiens2_hf.cli.predict import fingerprint
+    from sapiens2_hf.predict.options import PredictOptions
+    from sapiens2_hf.predict.run import fingerprint
 
     video = tmp_path / "clip.mp4"
     video.write_bytes(b"0")

@@ -38,7 +38,7 @@ import sys
 
 from transformers import HfArgumentParser
 
-from sapiens2_hf.cli.errors import run_script
+from sapiens2_hf.runs.errors import run_script
 from sapiens2_hf.tasks import load_installed_tasks
 from sapiens2_hf.training.arguments import DataArguments, ModelArguments
 from sapiens2_hf.training.evaluation import metric_unit

@@ -15,7 +15,7 @@ The exported backbone (<output_dir>/backbone) loads with `Sapiens2Model.from_pre
 
 import sys
 
-from sapiens2_hf.cli.errors import run_script
+from sapiens2_hf.runs.errors import run_script
 from sapiens2_hf.pretraining.run import main
 
 

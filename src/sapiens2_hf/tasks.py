@@ -14,7 +14,7 @@ reads its per-task tables from the task registries at call time.
     register_task(Sapiens2ForUVEstimation, metric=UVMetric)
 
 Each layer keeps its own facet of the task, keyed by its name, with defaults for a dense map: the data layer's
-`DataTaskSpec`, the training layer's `TrainingTaskSpec`, the command line's and app's `cli.outputs.TaskOutputs`.
+`DataTaskSpec`, the training layer's `TrainingTaskSpec`, the command line's and app's `predict.outputs.TaskOutputs`.
 tests/test_custom_task.py is the worked example and docs/ARCHITECTURE.md describes each facet.
 
 A package makes its tasks known without any code of the user's: it declares each in the entry-point group
@@ -84,8 +84,8 @@ def register_task(
             "1b", task=...)`), e.g. `HEAD_PRESETS["normal"]`; the tiny preset always exists.
         pipeline_class (*optional*): the pipeline; default `dense_map_pipeline_class(name)`.
 
-    The command line's and app's outputs default to `cli.outputs.dense_map_outputs` (each result map as `.npy` and
-    the first one in colour); `cli.outputs.register_task_outputs` sets others.
+    The command line's and app's outputs default to `predict.outputs.dense_map_outputs` (each result map as `.npy` and
+    the first one in colour); `predict.outputs.register_task_outputs` sets others.
 
     Raises:
         ValueError: the name, pipeline name or class name is taken (a task, a `sapiens2-hf` command, a transformers
@@ -174,7 +174,7 @@ def unregister_task(name: str) -> None:
     for table in (TASK_MODEL_CLASSES, HEAD_PRESETS, DATA_TASKS, TRAINING_TASKS):
         table.pop(name, None)
     PIPELINE_CLASSES.pop(spec.pipeline_name, None)
-    outputs = sys.modules.get("sapiens2_hf.cli.outputs")  # the command line's facet, set there if at all
+    outputs = sys.modules.get("sapiens2_hf.predict.outputs")  # the command line's facet, set there if at all
     if outputs is not None:
         outputs.TASK_OUTPUTS.pop(name, None)
     remove_task_spec(name)

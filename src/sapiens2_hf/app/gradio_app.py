@@ -17,8 +17,9 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..cli.outputs import tab_title
 from ..modeling.sapiens2_tasks import TASK_SPECS
+from ..predict.outputs import tab_title
+from ..runs.errors import error_message, is_expected_error
 from ..utils.extras import require
 from .inference import DEMO_MODEL, AppRunner, task_names
 
@@ -42,8 +43,6 @@ def import_gradio():
 def _error_message(error: BaseException) -> str:
     """What the page shows for a failed run: the message of an error about the input (as the command line prints it),
     else the error's type and message (a bug: the type helps the report)."""
-    from ..cli.errors import error_message, is_expected_error
-
     return error_message(error) if is_expected_error(error) else f"{type(error).__name__}: {error_message(error)}"
 
 

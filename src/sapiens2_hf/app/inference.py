@@ -1,6 +1,6 @@
-"""What the web app computes (layer 3), without Gradio: one task's pipeline on an uploaded image or video, written to
-files by the command line's own writers (`cli/predict.py`, `cli/video.py`), so the app's downloads are byte for byte
-what `sapiens2-hf <task>` writes for the same input and options.
+"""What the web app computes (layer 3), without Gradio: one task's pipeline on an uploaded image or video, from typed
+options (`predict_options`) on the driver the command line runs on too (`predict/`), so the app's downloads are byte
+for byte what `sapiens2-hf <task>` writes for the same input and options.
 
 A model is named as on the command line (a converted folder, a Hub id, an official `sapiens2_<size>_<task>.safetensors`
 file) or as `demo`: a tiny Sapiens2 with random weights (`tiny_config(task)`, seeded), built offline on first use, so
@@ -20,14 +20,16 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
+from tqdm.auto import tqdm
 
-from ..cli.options import check_local_source
-from ..cli.outputs import overlay_suffix, pose_annotations, predict_images, write_outputs
-from ..cli.predict import RunReport, build_pipeline, predict_options
-from ..cli.video import process_video
 from ..modeling.sapiens2_tasks import TASK_SPECS, installed_task_names
 from ..pose3d.outputs import skeleton_links, write_pose3d_outputs
+from ..predict.options import check_local_source, predict_options
+from ..predict.outputs import overlay_suffix, pose_annotations, predict_images, write_outputs
+from ..predict.run import build_pipeline
+from ..predict.video import process_video
 from ..runs.decode import decode_image
+from ..runs.records import RunReport
 from ..video import VideoReader
 
 DEMO_MODEL = "demo"
@@ -82,13 +84,6 @@ class Result:
     overlay: Path | None  # the picture (an image; for a video the annotated .mp4)
     files: list[Path] = field(default_factory=list)  # the raw outputs to download (JSON, .npy, .ply; a .zip for video)
     summary: str = ""  # one line for the page
-
-
-class _Progress:
-    """The progress sink `process_video` reports to (the app shows no bar)."""
-
-    def update(self, count: int = 1) -> None:
-        del count
 
 
 class AppRunner:
@@ -252,7 +247,7 @@ class AppRunner:
             first = parse_boxes(boxes) or _whole_first_frame(path)
             listed = {f"{path}#0": first}
         report = RunReport()
-        process_video(options, pipe, path, name, out, listed, report, _Progress(), None)
+        process_video(options, pipe, path, name, out, listed, report, tqdm(disable=True), None)
         if report.skipped:
             reasons = "; ".join(f"{entry['input']}: {entry['reason']}" for entry in report.skipped[:3])
             raise ValueError(f"{len(report.skipped)} frame(s) failed: {reasons}")

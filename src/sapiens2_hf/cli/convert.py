@@ -3,7 +3,7 @@
 import argparse
 
 from ..modeling.sapiens2_tasks import TASK_NAMES
-from .options import check_local_source, out_folder, positive_int
+from ..predict.options import check_local_source, out_folder, positive_int
 
 
 def add_convert_subparser(subparsers) -> None:

@@ -14,7 +14,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from .options import check_local_source, device_name, looks_local, out_folder, positive_int
+from ..modeling.sapiens2_tasks import looks_local
+from ..predict.options import check_local_source, device_name, out_folder, positive_int
 
 _STAGES = ("decode", "size", "quality", "person", "duplicates", "domain", "balance")  # curation.curate.STAGES
 

@@ -2,7 +2,7 @@
 
 import argparse
 
-from .options import out_folder, seed
+from ..predict.options import out_folder, seed
 
 
 def add_demo_subparser(subparsers) -> None:

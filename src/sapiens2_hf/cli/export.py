@@ -11,15 +11,8 @@ import argparse
 import sys
 
 from ..modeling.sapiens2_tasks import TASK_NAMES
-from ..export.formats import EXPORT_FORMATS, RUNTIME_BACKENDS
-from .options import check_local_source, out_folder, positive_int
-
-
-# every task of the registry (run by path: `--help` stays torch-free), the checkpoint's own, or the bare backbone
-#: `--backend` of the predict commands: the torch model, or a backend of the export table (an exported ONNX folder
-#: run by onnxruntime, float32 or its int8 file; an AOTInductor package). The table is stdlib-only: `--help` stays
-#: torch-free.
-BACKENDS = ("torch", *RUNTIME_BACKENDS)
+from ..export.formats import EXPORT_FORMATS
+from ..predict.options import BACKENDS, check_local_source, out_folder, positive_int
 
 
 def add_export_subparser(subparsers) -> None:
@@ -98,17 +91,3 @@ def add_backend_argument(parser: argparse.ArgumentParser) -> None:
         help="with --compile: the folder of the persistent compile cache (default ~/.cache/sapiens2_hf/compile), so "
              "that the next run does not compile from scratch",
     )
-
-
-def load_backend_model(args: argparse.Namespace, device: str):
-    """`(model, device)` for a predict command with `--backend onnxruntime[-int8]|aoti`.
-
-    `args.model` must be an exported folder of `args.task` in the backend's format; `device` "auto" becomes the
-    runtime's own device (the CPU for onnxruntime and CPU packages).
-    """
-    from ..export import load_backend
-
-    if getattr(args, "dtype", "float32") != "float32":
-        raise ValueError(f"--backend {args.backend} runs in float32; drop --dtype {args.dtype}.")
-    model = load_backend(args.model, args.backend, task=args.task, num_threads=getattr(args, "threads", None))
-    return model, (str(model.device) if device == "auto" else device)

@@ -14,7 +14,7 @@ from .convert import add_convert_subparser
 from .curate import add_curate_subparser
 from .demo import add_demo_subparser
 from .env import add_env_subparser
-from .errors import error_message, is_expected_error
+from ..runs.errors import error_message, is_expected_error
 from .export import add_export_subparser
 from .merge import add_merge_subparser
 from .pose3d import add_pose3d_subparser

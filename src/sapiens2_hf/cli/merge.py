@@ -2,7 +2,7 @@
 
 import argparse
 
-from .options import check_local_source, out_folder
+from ..predict.options import check_local_source, out_folder
 
 
 def add_merge_subparser(subparsers) -> None:

@@ -17,7 +17,7 @@ follows their keypoints from frame to frame, and track ids come from IoU matchin
 `outside_mask`; `--focal-length` / `--intrinsics` give the camera; `--input-size` (alias `--image-size`) the
 pointmap model's input size (an official pointmap file trained at another size).
 
-A composed task on the predict commands' machinery (`cli.predict.predict`): the same inputs, `--out` rule, run
+A composed task on the predict commands' machinery (`predict.run.predict`): the same inputs, `--out` rule, run
 lock, shards under `accelerate launch`, resume markers (`--overwrite` recomputes) and records (this run's own:
 `.sapiens2-hf/runs/pose3d.json`); its options are typed (`PredictOptions` with task `pose` and the `lifting`
 group).
@@ -31,11 +31,13 @@ from pathlib import Path
 
 from ..runs.records import RunReport
 from ..runs.resume import ResumeMarkers
-from .options import (ForegroundOptions, PredictOptions, check_local_source, device_name, non_negative_float,
-                      out_folder, positive_float, positive_int, probability)
-from .outputs import OutputWriteError, _boxes_for, predict_images, writing_outputs
-from .predict import (DEFAULT_DETECTOR, _check_intrinsics, add_camera_arguments, add_frame_arguments,
-                      add_person_arguments, add_rerun_arguments, build_pipeline, predict)
+from ..modeling.sapiens2_tasks import DEFAULT_DETECTOR
+from ..predict.options import (DTYPES, ForegroundOptions, PredictOptions, check_intrinsics, check_local_source,
+                               device_name, non_negative_float, out_folder, positive_float, positive_int, probability)
+from ..predict.outputs import OutputWriteError, _boxes_for, predict_images, writing_outputs
+from ..predict.run import build_pipeline, predict
+from .hub_access import hub_ids, prepare_hub_access
+from .predict import add_camera_arguments, add_frame_arguments, add_person_arguments, add_rerun_arguments
 from .threads import add_threads_argument
 
 COMMAND = "pose3d"
@@ -52,7 +54,7 @@ def add_pose3d_subparser(subparsers) -> None:
                         help="a Sapiens2 segmentation model: mask the pointmap to the people (flags keypoints off "
                              "the body)")
     parser.add_argument("--device", type=device_name, default="auto", help="'auto', 'cpu', 'cuda:0', ...")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--dtype", default="float32", choices=DTYPES)
     parser.add_argument("--input-size", "--image-size", type=positive_int, nargs=2, metavar=("HEIGHT", "WIDTH"),
                         default=None, help="the pointmap model's input size (default: the model's / its saved "
                                            "processor's), e.g. for an official file trained at another size")
@@ -85,9 +87,7 @@ def add_pose3d_subparser(subparsers) -> None:
 
 def check_pose3d_arguments(args: argparse.Namespace) -> None:
     """Paths and values, before torch is imported (as the predict commands' precheck)."""
-    from .hub_access import hub_ids, prepare_hub_access
-
-    _check_intrinsics(args.intrinsics)
+    check_intrinsics(args.intrinsics)
     for option, value in (("--model", args.model), ("--pointmap-model", args.pointmap_model),
                           ("--foreground-model", args.foreground_model), ("--detector", args.detector)):
         check_local_source(option, value)
@@ -182,7 +182,7 @@ class _Lifter:
 
 def _run_units(options: PredictOptions, todo: list, boxes: dict, report: RunReport, out: Path, shard) -> None:
     """Compute and write this process's inputs (`todo`: (kind, name, path, fingerprint or None); see
-    `cli.predict.predict`)."""
+    `predict.run.predict`)."""
     report.notes.update(command=COMMAND, frames=0)
     if not todo:
         return
@@ -193,7 +193,7 @@ def _run_units(options: PredictOptions, todo: list, boxes: dict, report: RunRepo
             if expected is not None:
                 with writing_outputs():
                     ResumeMarkers(out, kind, COMMAND).mark_done(name, expected, files)
-        except OutputWriteError as error:  # the folder cannot take more: the run stops (cli/predict.py)
+        except OutputWriteError as error:  # the folder cannot take more: the run stops (predict/run.py)
             report.skip(str(path), error)
             raise
         except Exception as error:  # noqa: BLE001 - unreadable, bad boxes, no detector: this input is skipped

@@ -24,7 +24,7 @@ import os
 import sys
 from typing import Iterator
 
-from .options import positive_int
+from ..predict.options import positive_int
 
 DEMO_DEFAULT = 1
 AUTO = "auto"

@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from ..modeling.sapiens2_tasks import TASK_NAMES  # torch-free: the stdlib-only catalog
-from .options import out_folder, seed
+from ..predict.options import out_folder, seed
 
 
 def add_tiny_subparser(subparsers) -> None:

@@ -20,6 +20,8 @@ The face imports nothing; import the modules:
 - `runs.records`: `RunReport` (processed, skipped with reasons, finished, a command's own `notes`),
   `reason(error)`, `write_summary(record, path, inputs, run=NAME)` (`summary.json` merged across runs, and the
   run's own record under its name), `merge_summaries`, `part_path`.
+- `runs.errors`: `is_expected_error(error)` (the user's input at fault: one line, exit code 2), `error_message`,
+  `run_script(prog, main)` (the training scripts).
 - The exclusive run lock: `sapiens2_hf.utils.run_lock.run_folder_lock(folder, enabled=shard.is_main)`; atomic
   outputs: `sapiens2_hf.utils.atomic_io`.
 """

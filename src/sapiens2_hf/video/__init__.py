@@ -1,7 +1,7 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Video building blocks (layer 2): PyAV streaming reader and atomic mp4 writer, IoU people tracking, temporal
 filters in one home (`smoothing`: One-Euro for keypoints, flow-guided One-Euro for dense maps). `sapiens2-hf <task>
-video.mp4` (sapiens2_hf.cli.video) puts them together."""
+video.mp4` (sapiens2_hf.predict.video) puts them together."""
 
 from .io import DEFAULT_FPS, Frame, VideoReader, VideoWriter, h264_available, write_video
 from .smoothing import (

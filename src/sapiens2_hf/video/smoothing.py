@@ -411,7 +411,7 @@ class DenseResultFilter:
         self.beta = default_beta if beta is None else float(beta)
         self.coherent_scale = default_coherent if coherent_scale is None else float(coherent_scale)
         self.occlusion_threshold = float(occlusion_threshold)
-        # normals, pointmap and albedo outside the person are 0 (NaN for the pointmap) once masked (cli/predict.py)
+        # normals, pointmap and albedo outside the person are 0 (NaN for the pointmap) once masked (predict/run.py)
         masked = spec.foreground_fill is not None  # maps the foreground mask fills outside the person
         self._filters = {key: FlowGuidedFilter(self.min_cutoff, self.beta, occlusion_threshold=occlusion_threshold,
                                                misregistration_px=misregistration_px, zero_is_masked=masked,

@@ -1,4 +1,4 @@
-"""Videos in the task commands: `sapiens2-hf <task> clip.mp4 --out DIR` (the outputs are listed in cli/predict.py).
+"""Videos in the task commands: `sapiens2-hf <task> clip.mp4 --out DIR` (the outputs are listed in predict/run.py).
 
 Three stages overlap, so that the model is the bottleneck: a background thread decodes frames one at a time
 (`sapiens2_hf.video.VideoReader`, PyAV) up to two batches ahead; this thread runs batches of `--batch-size` frames
@@ -281,7 +281,7 @@ class _VideoRun:
         else:
             try:
                 overlay = self._write_frame(frame, result, track_ids)
-            except OutputWriteError:  # the folder cannot take more: the run stops (cli/predict.py)
+            except OutputWriteError:  # the folder cannot take more: the run stops (predict/run.py)
                 raise
             except Exception as error:  # noqa: BLE001 - e.g. NaN in the results
                 self.fail(frame, _reason(error))
@@ -388,7 +388,7 @@ def process_video(options, pipe, path: Path, name: str, out: Path, boxes: dict, 
                 if writer is not None:
                     writer.abort()
                 raise
-    except OutputWriteError as error:  # the folder cannot take more: the run stops (cli/predict.py)
+    except OutputWriteError as error:  # the folder cannot take more: the run stops (predict/run.py)
         report.skip(str(path), error)
         raise
     except (OSError, ValueError) as error:  # cannot open, decoding stopped, nothing decoded

@@ -1,12 +1,15 @@
-"""How the command line reports a failure: which exceptions are the user's input at fault (one line, exit code 2)
-and how their message reads on the command line. Shared by `sapiens2-hf` (cli/main.py) and the web app, which shows
-the same one-line messages.
+"""How a run reports a failure: which exceptions are the user's input at fault (one line, exit code 2) and how their
+message reads on the command line. Shared by `sapiens2-hf` (cli/main.py), the training scripts and the web app, which
+shows the same one-line messages.
 """
 
 import re
 import sys
 import traceback
 from pathlib import Path
+
+from ..modeling.sapiens2_tasks import TASK_SPECS
+from ..utils.extras import EXTRAS
 
 
 # Exception types that report a problem with what the user passed, as (module, class name). They are looked up at
@@ -77,8 +80,6 @@ _CLI_HINTS = (
 
 def _cli_hints(message: str) -> str:
     """`message` with the API hints of `_CLI_HINTS` replaced by their command-line form."""
-    from ..modeling.sapiens2_tasks import TASK_SPECS
-
     task_of_class = {spec.model_class: name for name, spec in TASK_SPECS.items()}
     for pattern, replacement in _CLI_HINTS:
         if "{task}" in replacement:
@@ -120,6 +121,4 @@ def _names_missing_extra(error: BaseException) -> bool:
     cause = error.__cause__
     if not isinstance(error, ImportError) or not isinstance(cause, ModuleNotFoundError):
         return False
-    from ..utils.extras import EXTRAS
-
     return (cause.name or "").partition(".")[0] in EXTRAS

@@ -1,5 +1,6 @@
-"""What the `sapiens2-hf` commands accept from the command line, checked before any work (standard library only: the
-parser is built without torch, tests/test_cli_startup.py).
+"""The typed options of a run (`PredictOptions`: what the image and video loops, the writers and the web app read) and
+the checks of what the `sapiens2-hf` commands and the app accept, before any work (standard library only: the parser
+is built without torch, tests/test_cli_startup.py).
 
 - Numbers (argparse types): `positive_int`; `finite_float`, `positive_float`, `non_negative_float`, `probability`
   refuse NaN and infinity, which compare false with every threshold and would pass any range check written as
@@ -24,7 +25,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..modeling.sapiens2_tasks import TASK_SPECS, looks_local
+from ..export.formats import RUNTIME_BACKENDS
+from ..modeling.sapiens2_tasks import KEYPOINT_FORMAT_NAMES, TASK_SPECS, looks_local
+
 # JSON files of a model, adapter or export folder that the loaders read.
 MODEL_FOLDER_JSON = ("config.json", "preprocessor_config.json", "processor_config.json", "adapter_config.json",
                      "export_info.json", "model.safetensors.index.json")
@@ -85,6 +88,11 @@ def probability(text: str) -> float:
     return _number(text, lambda value: 0 <= value <= 1, "a probability in [0, 1]")
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# `--backend`: the torch model, or a backend of the export table (an exported ONNX folder run by onnxruntime, float32
+# or its int8 file; an AOTInductor package); the table is stdlib-only: `--help` stays torch-free.
+BACKENDS = ("torch", *RUNTIME_BACKENDS)
 # Device types `--device` may name (torch's accelerators); whether this machine has one is checked with torch.
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "mlu", "musa")
 
@@ -157,46 +165,27 @@ def check_local_source(option: str, value: str | os.PathLike | None) -> None:
                 _check_json_object(option, path / name)
 
 
-def temporal_filter_tasks() -> tuple[str, ...]:
-    """Tasks whose video outputs `--temporal-filter` smooths: those whose result holds per-pixel maps (the registry's
-    `result_maps`, as sapiens2_hf.video.smoothing's maps; the registry is torch-free, --help stays light)."""
-    return tuple(name for name, spec in TASK_SPECS.items() if spec.result_maps)
-
-
-def add_temporal_filter_arguments(parser: argparse.ArgumentParser, task: str) -> None:
-    """`--temporal-filter` and its two knobs, for the dense tasks' video inputs (docs/video.md)."""
-    if task not in temporal_filter_tasks():
-        return
-    group = parser.add_argument_group("video (dense tasks)")
-    group.add_argument("--temporal-filter", action="store_true",
-                       help="video: remove frame-to-frame flicker with a flow-guided One-Euro filter (the previous "
-                            "output follows the optical flow; occlusions and fast changes pass unfiltered)")
-    group.add_argument("--temporal-min-cutoff", type=positive_float, default=None, metavar="HZ",
-                       help="temporal filter cutoff at rest, Hz (default: the task's, 0.5 for normal, pointmap and "
-                            "seg, 1.0 else; lower = smoother)")
-    group.add_argument("--temporal-beta", type=non_negative_float, default=None,
-                       help="temporal filter speed coefficient, per map unit (default: the task's; higher = changes "
-                            "not explained by motion pass sooner)")
+def check_intrinsics(intrinsics) -> None:
+    if intrinsics is not None and not min(intrinsics[:2]) > 0:  # the type checked all four are finite
+        raise ValueError(f"--intrinsics {' '.join(f'{value:g}' for value in intrinsics)}: the focal lengths FX and FY "
+                         "must be positive (pixels of the input images).")
 
 
 __all__ = ["ForegroundOptions", "LiftingOptions", "OutputOptions", "PredictOptions", "RuntimeOptions", "VideoOptions",
-           "add_temporal_filter_arguments", "check_local_source", "check_regular_file", "device_name", "finite_float",
-           "looks_local", "non_negative_float", "positive_float", "positive_int", "probability",
-           "temporal_filter_tasks"]
+           "check_intrinsics", "check_local_source", "check_regular_file", "command_defaults", "device_name",
+           "finite_float", "non_negative_float", "positive_float", "positive_int", "predict_options", "probability"]
 
 
 # ------------------------------------------------------------------------------------------------ typed options
 
 
-def _set_only():
-    """A field added after the first resume markers were written: fingerprinted only when set, so that the markers
-    of runs without it stay valid."""
-    return field(default=None, metadata={"fingerprint": "when_set"})
-
-
-def _not_fingerprinted(default=None):
-    """A field that changes results only within float tolerance (where and how fast the model runs)."""
-    return field(default=default, metadata={"fingerprint": "never"})
+def _option(default=None, on: str | None = None, check=None, fingerprint: str | None = None, command: bool = True):
+    """A field; a command option (`command`) has `default` in each predict command that takes it (`on`: the registry
+    property giving it; None in the others) and its argparse type's value rule `check` (a tuple: its choices).
+    `fingerprint`: "never" (results change within float tolerance only), "when_set" (added after the first resume
+    markers were written: recorded only when set, so that older markers stay valid)."""
+    metadata = {"fingerprint": fingerprint, **({"command": (default, on, check)} if command else {})}
+    return field(default=None if on else default, metadata=metadata)
 
 
 class _OptionGroup:
@@ -224,37 +213,37 @@ class RuntimeOptions(_OptionGroup):
     `--input-size`, `--threads`). Of these only the dtype and the input size change what is written beyond float
     tolerance, so only they are fingerprinted."""
 
-    model: str | None = _not_fingerprinted()
-    dtype: str = "float32"
-    input_size: Any = None
-    device: str = _not_fingerprinted("auto")
-    backend: str = _not_fingerprinted("torch")
-    compile: bool = _not_fingerprinted(False)
-    compile_mode: str | None = _not_fingerprinted()
-    compile_cache: str | None = _not_fingerprinted()
-    batch_size: int = _not_fingerprinted(1)
-    threads: int | None = _not_fingerprinted()
+    model: str | None = _option(fingerprint="never")
+    dtype: str = _option("float32", check=DTYPES)
+    input_size: Any = _option(check=positive_int)
+    device: str = _option("auto", check=device_name, fingerprint="never")
+    backend: str = _option("torch", check=BACKENDS, fingerprint="never")
+    compile: bool = _option(False, fingerprint="never")
+    compile_mode: str | None = _option(check=COMPILE_MODES, fingerprint="never")
+    compile_cache: str | None = _option(fingerprint="never")
+    batch_size: int = _option(1, check=positive_int, fingerprint="never")
+    threads: int | None = _option(check=positive_int, fingerprint="never")
 
 
 @dataclass(frozen=True)
 class OutputOptions(_OptionGroup):
     """What is computed and written per image: files, the pose decoding and detection, the camera of a pointmap."""
 
-    no_overlay: bool = False
-    no_arrays: bool = False
-    ply: bool | None = None
-    no_flip_test: bool | None = None
-    kpt_threshold: float | None = None
-    detector: str | None = None
-    detector_threshold: float | None = None
-    keypoint_format: str | None = None
-    focal_length: float | None = _set_only()
-    intrinsics: Any = _set_only()
+    no_overlay: bool = _option(False)
+    no_arrays: bool = _option(False)
+    ply: bool | None = _option(False, "metric_3d")
+    no_flip_test: bool | None = _option(False, "top_down")
+    kpt_threshold: float | None = _option(0.3, "top_down", probability)
+    detector: str | None = _option(None, "top_down")
+    detector_threshold: float | None = _option(0.3, "top_down", probability)
+    keypoint_format: str | None = _option(None, "top_down", KEYPOINT_FORMAT_NAMES)
+    focal_length: float | None = _option(None, "metric_3d", positive_float, "when_set")
+    intrinsics: Any = _option(None, "metric_3d", finite_float, "when_set")
     # The loaded model's own labels, set once it is loaded (`with_model_labels`), not options: a pose model's keypoint
     # links (0-based, its config's `skeleton`; None: the official 308 skeleton) and a segmentation model's class names
     # (None: the 29 official ones).
-    skeleton: Any = _not_fingerprinted()
-    class_names: Any = _not_fingerprinted()
+    skeleton: Any = _option(fingerprint="never", command=False)
+    class_names: Any = _option(fingerprint="never", command=False)
 
 
 @dataclass(frozen=True)
@@ -262,24 +251,26 @@ class VideoOptions(_OptionGroup):
     """How videos are read, tracked and smoothed (`--video-stride`, `--max-frames`, the pose tracker and One-Euro
     filter, the dense tasks' `--temporal-filter`)."""
 
-    video_stride: int = 1
-    max_frames: int | None = None
-    detect_every: int | None = None
-    track_iou: float | None = None
-    no_smooth: bool | None = None
-    smooth_min_cutoff: float | None = None
-    smooth_beta: float | None = None
-    temporal_filter: bool | None = _set_only()
-    temporal_min_cutoff: float | None = _set_only()
-    temporal_beta: float | None = _set_only()
+    video_stride: int = _option(1, check=positive_int)
+    max_frames: int | None = _option(check=positive_int)
+    detect_every: int | None = _option(1, "top_down", positive_int)
+    track_iou: float | None = _option(0.3, "top_down", probability)
+    no_smooth: bool | None = _option(False, "top_down")
+    # sapiens2_hf.video.smoothing.DEFAULT_MIN_CUTOFF / DEFAULT_BETA (tests/test_cli_video.py checks they agree)
+    smooth_min_cutoff: float | None = _option(1.0, "top_down", positive_float)
+    smooth_beta: float | None = _option(0.02, "top_down", non_negative_float)
+    # `--temporal-filter` for the tasks whose result holds per-pixel maps (as sapiens2_hf.video.smoothing's)
+    temporal_filter: bool | None = _option(False, "result_maps", fingerprint="when_set")
+    temporal_min_cutoff: float | None = _option(None, "result_maps", positive_float, "when_set")
+    temporal_beta: float | None = _option(None, "result_maps", non_negative_float, "when_set")
 
 
 @dataclass(frozen=True)
 class ForegroundOptions(_OptionGroup):
     """Keeping only the person in a dense task's maps: a segmentation model, or given mask images."""
 
-    foreground_model: str | None = _set_only()
-    foreground_mask: str | None = _set_only()
+    foreground_model: str | None = _option(None, "foreground_fill", fingerprint="when_set")
+    foreground_mask: str | None = _option(None, "foreground_fill", fingerprint="when_set")
 
 
 @dataclass(frozen=True)
@@ -288,18 +279,18 @@ class LiftingOptions(_OptionGroup):
     (`--pointmap-model`, `--window-radius`, `--depth-jump`, `--surface`, `--no-glb`, `--max-vertices`); unset in the
     predict commands."""
 
-    pointmap_model: str | None = _set_only()
-    window_radius: int | None = _set_only()
-    depth_jump: float | None = _set_only()
-    surface: bool | None = _set_only()
-    no_glb: bool | None = _set_only()
-    max_vertices: int | None = _set_only()
+    pointmap_model: str | None = _option(fingerprint="when_set", command=False)
+    window_radius: int | None = _option(fingerprint="when_set", command=False)
+    depth_jump: float | None = _option(fingerprint="when_set", command=False)
+    surface: bool | None = _option(fingerprint="when_set", command=False)
+    no_glb: bool | None = _option(fingerprint="when_set", command=False)
+    max_vertices: int | None = _option(fingerprint="when_set", command=False)
 
 
 @dataclass(frozen=True)
 class PredictOptions:
     """A predict command (`sapiens2-hf <task> ...`) as typed, frozen groups: what the image and video loops, the
-    writers and the web app read. `from_args` builds it from the parsed command line; the app builds it directly.
+    writers and the web app read. `from_args` builds it from the parsed command line; the app with `predict_options`.
 
     Attributes:
         task (`str`): the registry task.
@@ -316,22 +307,21 @@ class PredictOptions:
     video: VideoOptions = field(default_factory=VideoOptions)
     foreground: ForegroundOptions = field(default_factory=ForegroundOptions)
     lifting: LiftingOptions = field(default_factory=LiftingOptions)
-    inputs: tuple[str, ...] = ()
-    out: str = ""
-    boxes: str | None = None
-    whole_image: bool = False
-    overwrite: bool = False
-    quiet: bool = False
+    inputs: tuple[str, ...] = _option(())
+    out: str = _option("", check=out_folder)
+    boxes: str | None = _option(None, "top_down")
+    whole_image: bool = field(default=False, metadata={"command": (False, "top_down", None)})
+    overwrite: bool = _option(False)
+    quiet: bool = _option(False)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "PredictOptions":
-        return cls(task=args.task, runtime=RuntimeOptions.from_args(args), output=OutputOptions.from_args(args),
-                   video=VideoOptions.from_args(args), foreground=ForegroundOptions.from_args(args),
-                   lifting=LiftingOptions.from_args(args),
-                   inputs=tuple(getattr(args, "inputs", ()) or ()), out=str(getattr(args, "out", "") or ""),
-                   boxes=getattr(args, "boxes", None), whole_image=bool(getattr(args, "whole_image", False)),
-                   overwrite=bool(getattr(args, "overwrite", False)),
-                   quiet=bool(getattr(args, "quiet", False)))
+        groups = {"runtime": RuntimeOptions, "output": OutputOptions, "video": VideoOptions,
+                  "foreground": ForegroundOptions, "lifting": LiftingOptions}
+        plain = {option.name: getattr(args, option.name, None) or option.default for option in fields(cls)
+                 if "command" in option.metadata}
+        return cls(task=args.task, **{name: group.from_args(args) for name, group in groups.items()},
+                   **{**plain, "inputs": tuple(plain["inputs"]), "out": str(plain["out"])})
 
     def fingerprint(self) -> dict[str, Any]:
         """Every option that changes what an input's outputs are (the resume marker's `options`): the dtype and
@@ -358,3 +348,49 @@ class PredictOptions:
         if TASK_SPECS[self.task].class_map:
             labels["class_names"] = tuple(config.id2label[i] for i in range(config.num_labels))
         return self.replace(output=dataclasses.replace(self.output, **labels)) if labels else self
+
+
+def _command_options(task: str) -> dict[str, Any]:
+    """The fields of `sapiens2-hf <task>`'s options: the common ones (`on` None) and those of the registry properties
+    the task has (a `foreground_fill` that is not None: its maps are masked by a person foreground)."""
+    if task not in TASK_SPECS:
+        raise ValueError(f"unknown task {task!r}; one of {', '.join(TASK_SPECS)}.")
+    spec, groups = TASK_SPECS[task], (PredictOptions, RuntimeOptions, OutputOptions, VideoOptions, ForegroundOptions)
+    return {option.name: option for group in groups for option in fields(group) if "command" in option.metadata and (
+        (on := option.metadata["command"][1]) is None
+        or (spec.foreground_fill is not None if on == "foreground_fill" else bool(getattr(spec, on))))}
+
+
+def command_defaults(task: str) -> dict[str, Any]:
+    """Every option of `sapiens2-hf <task>` with its default: the one place they are defined (the parser sets them,
+    `predict_options` starts from them)."""
+    return {name: option.metadata["command"][0] for name, option in _command_options(task).items()}
+
+
+def predict_options(task: str, model: str, out: str | os.PathLike = "", **changes: Any) -> PredictOptions:
+    """The options of `sapiens2-hf <task> --model MODEL --out OUT` with every other option at the command's default
+    (`command_defaults`), and `changes` by option name (`kpt_threshold=0.5`, `ply=True`), each checked as the command
+    line checks it: how the web app builds a command's options without a command line."""
+    options = _command_options(task)
+    unknown = sorted(set(changes) - set(options))
+    if unknown:
+        raise ValueError(f"`sapiens2-hf {task}` has no option(s) {unknown}.")
+    for name, value in changes.items():
+        _check_value(name, options[name].metadata["command"][2], value)
+    values = {**command_defaults(task), "model": model, "out": str(out), "task": task, **changes}
+    return PredictOptions.from_args(argparse.Namespace(**values))
+
+
+def _check_value(name: str, check, value: Any) -> None:
+    """A value given by option name (`predict_options`) checked by the option's value rule (`probability`,
+    `positive_int`, ...; a tuple: its choices), each item of a list."""
+    if value is None or isinstance(value, bool) or check is None:
+        return
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(check, tuple) and item not in check:
+            raise ValueError(f"{name}={value!r}; use one of {', '.join(map(str, check))}.")
+        try:
+            if not isinstance(check, tuple):
+                check(str(item))
+        except (argparse.ArgumentTypeError, ValueError) as error:
+            raise ValueError(f"{name}={value!r}: {error or 'not a valid value'}.") from None

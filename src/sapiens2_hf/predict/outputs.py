@@ -1,6 +1,6 @@
 """What the predict commands write for one image or video frame, and the pipeline call that produces it: shared by
-the image loop (cli/predict.py), the video loop (cli/video.py) and the web app. The file layout is described in
-cli/predict.py's docstring and docs/cli.md.
+the image loop (predict/run.py), the video loop (predict/video.py) and the web app. The file layout is described in
+predict/run.py's docstring and docs/cli.md.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import errno
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from PIL import Image
@@ -30,10 +30,7 @@ from ..visualization import (
     save_npy,
     save_ply,
 )
-
-if TYPE_CHECKING:
-    from .options import PredictOptions
-
+from .options import PredictOptions
 
 
 class OutputWriteError(OSError):
