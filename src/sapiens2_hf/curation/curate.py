@@ -19,17 +19,11 @@ measures them to a million records.
 Thresholds were chosen on the mixed set of `benchmarks/bench_curation.py` (synthetic humans, blurred, JPEG-crushed,
 tiny, duplicated and person-free copies), whose table gives each stage's precision and recall.
 
-Execution: the per-image stages (`decode` to `person`, plus the hash and the embedding) run over the input in chunks
-of `chunk_size` images on the run layer (`sapiens2_hf.runs`: its decoder, its suffix list, its sharder, its resume
-markers). Each chunk's records (Parquet, in columns) and embeddings (float16 `.npy`) are written atomically under
-`<out>/.curation/` (`store.py`), then its done-marker, so a killed run resumes at the first unfinished chunk and never
-recomputes a finished one. Under `accelerate launch` (one machine or several on shared storage) chunk `k` is computed
-by the process that owns it (round robin); the main process then runs the global stages (`duplicates`, `domain`,
-`balance`) over the columns, streaming: a few bytes per image, the index, and blocks of embeddings read through
-memory-mapped windows, never a Python object per image. It writes `records.jsonl` (every image: source, per-stage
-scores and verdicts, the final verdict), the curated `datasets.Dataset` (`save_to_disk`, readable by `pretrain.py
---dataset_name`, written by a generator as it goes), the report (`report.html`, `report.png`, drawn from a sample of
-the records) and `summary.json`.
+Execution (README, "Curate pretraining data"): the per-image stages run in chunks of `chunk_size` images on the run
+layer (`sapiens2_hf.runs`); each chunk's records and embeddings are written atomically under `<out>/.curation/`
+(`store.py`) before its done-marker, so a killed run resumes at the first unfinished chunk. Under `accelerate launch`
+each process computes the chunks it owns; the main process then streams the columns through the global stages (never
+a Python object per image) and writes `records.jsonl`, the curated `datasets.Dataset`, the report and `summary.json`.
 """
 
 from __future__ import annotations

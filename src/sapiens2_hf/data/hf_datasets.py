@@ -22,17 +22,14 @@ Per-row schema (column names are resolved from the flags, else from the candidat
 | | K = 308 (official), 344 (raw, teeth dropped) or 133 (COCO-WholeBody, mapped); optional per-person `area` and |
 | | `iscrowd`, and `image_id` |
 
-A mask (any non-zero = valid) is an `Image` or an array; without one it is derived from the target as on disk. Pose rows
-hold any number of people; each non-crowd person becomes one training sample (a top-down crop), and persons failing
-the up-front checks of `sapiens2_hf.data.validation` are skipped and reported like on-disk records.
+A mask (any non-zero = valid) is an `Image` or an array; without one it is derived from the target as on disk. Each
+non-crowd person of a pose row becomes one sample (a top-down crop); persons failing `sapiens2_hf.data.validation`'s
+checks are skipped and reported like on-disk records. The synthetic humans' schema (`task_features`) is read as is.
 
-The synthetic humans' schema (`sapiens2_hf.data.synthetic.task_features`) is read as is (`is_synthetic_schema`).
-
-Rows are read in the numpy format and adapted one at a time when the training dataset asks for them (nothing is
-materialised up front; pose reads only its box and keypoint columns to index the people). `record_transform` gives the
-same adaptation as a batch function for `Dataset.with_transform`; training does not use it because `with_transform`
-extracts rows as Python objects, which for array columns costs about 30x the numpy format (0.46 s against 0.014 s for
-one 256 x 192 normal row with its mask).
+Rows are read in the numpy format and adapted one at a time on access (pose indexes its people from the box and
+keypoint columns only). `record_transform` is the same adaptation for `Dataset.with_transform`, which training does
+not use: its Python-object rows cost about 30x the numpy format for array columns (0.46 s against 0.014 s for one
+256 x 192 normal row with its mask).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The data-layer task registry: per task, the record the task transform reads and how each fine-tuning source (the
 synthetic humans, a `datasets` dataset, the on-disk folders) fills it.
 
-Keyed by the layer-0 task names (`sapiens2_hf.modeling.sapiens2_tasks.TASK_NAMES`; tests/test_task_registry.py
-asserts the key sets are equal). Every per-task table of the data sources is derived from `DATA_TASKS`:
-the synthetic schema's columns (`synthetic/dataset.py`), the synthetic records (`synthetic_source.py`), the `datasets`
-column candidates and adapters (`hf_datasets.py`), the on-disk folder reader (`dense.read_dense_folder`) and the file
-fields the up-front checks read (`validation.py`). Adding a dense task means one entry here (see
-docs/ARCHITECTURE.md).
-
-What stays structural is the top-down branch (one record per person: COCO keypoint files, pose rows with several
-people, box and keypoint checks), taken for the tasks whose layer-0 `TaskSpec.top_down` is true, never by name.
+Keyed by the layer-0 task names (tests/test_task_registry.py asserts the key sets are equal). Every per-task table of
+the data sources (synthetic schema and records, `datasets` columns and adapters, folder reader, up-front file checks)
+is derived from `DATA_TASKS`, so a dense task is one entry here (docs/ARCHITECTURE.md). What stays structural is the
+top-down branch (one record per person), taken for the tasks whose layer-0 `TaskSpec.top_down` is true.
 """
 
 from __future__ import annotations

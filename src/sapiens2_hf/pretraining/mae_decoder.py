@@ -1,20 +1,12 @@
 """The MAE decoder of `Sapiens2ForPreTraining`: re-inserts mask tokens where patches were removed and predicts
 their pixels and their teacher features.
 
-Design (all [MAE] unless noted):
-
-- The kept student tokens (CLS, registers, kept patches, after the backbone's final norm) are projected to the
-  decoder width; a learned mask token is put at every removed position, so the decoder sees the full patch grid.
-- Positions: the backbone encodes position only through RoPE applied inside attention, so its output tokens carry no
-  explicit position and the mask tokens none at all. The decoder therefore adds a fixed 2-D sine-cosine embedding
-  to every patch token (kept and mask), as MAE's decoder does; it is recomputed for the actual grid, so any input
-  size divisible by the patch size works. Prefix tokens (CLS, registers) get no position (MAE's CLS gets zeros).
-  The decoder blocks are Sapiens2 blocks (RMSNorm, QK-norm, SwiGLU, LayerScale initialised at 1) without RoPE
-  [OURS: reuses the backbone's block].
-- Two linear read-outs at the masked positions only: pixels (`patch_h * patch_w * 3` normalised values, for
-  `MaeLoss`) and a prediction of the teacher's patch token (backbone width), which the student patch head scores
-  against the teacher's patch head (iBOT term computed without ever showing the student the masked patches, as in
-  data2vec 2.0, Baevski et al. 2022) [OURS].
+The kept student tokens are projected to the decoder width and a learned mask token fills every removed position
+[MAE]. The backbone encodes position only through RoPE inside attention, so the decoder adds a fixed 2-D sine-cosine
+embedding to every patch token, recomputed for the actual grid (prefix tokens get none) [MAE]. Its blocks are
+Sapiens2 blocks without RoPE [OURS]. Two read-outs at the masked positions: pixels (for `MaeLoss`) and the teacher's
+patch token, which the student patch head scores (the iBOT term without showing the student the masked patches, as
+in data2vec 2.0) [OURS]. docs/pretraining.md has the full design.
 """
 
 import torch

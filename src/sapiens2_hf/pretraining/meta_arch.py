@@ -3,17 +3,9 @@
 Student: the Sapiens2 backbone (`model`), the MAE decoder (`mae_decoder`), the DINO CLS head (`cls_head`) and the
 iBOT patch head (`patch_head`). Teacher (`teacher`): a copy of backbone and heads, updated only by an exponential
 moving average of the student (`update_teacher`), never by gradients. The losses own their state (running centres).
-
-One forward pass:
-
-1. Teacher, under `no_grad`, on the full global views: CLS tokens -> teacher CLS head; the patch tokens at the masked
-   positions -> teacher patch head.
-2. Student backbone on the global views with the masked patches *removed* (token removal, CLS and registers always
-   kept, each kept patch with its own RoPE position). This single pass serves every loss:
-   - its CLS tokens -> student CLS head (DINO term against the teacher's other global views) and KoLeo;
-   - its tokens -> MAE decoder, which re-inserts mask tokens at the removed positions and predicts, for each masked
-     patch, its normalised pixels (MAE term) and the teacher's patch token (-> student patch head, iBOT term).
-3. Student backbone on the local crops (if any): CLS tokens -> student CLS head (DINO term only).
+One forward (`compute_losses`) runs the teacher on the full global views, the student once on the global views with
+the masked patches removed (that pass feeds every loss), and the student on the local crops; docs/pretraining.md
+("The model: one student pass serves every loss") walks through it.
 
 Only the student backbone is exported (`save_backbone`), as a plain `Sapiens2Model` checkpoint. The module never
 calls backward and never owns the training loop; `sapiens2_hf.pretraining.trainer` applies it.

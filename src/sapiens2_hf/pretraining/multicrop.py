@@ -2,31 +2,15 @@
 
 Each image becomes `num_global_crops` global views (seen by the teacher in full and by the student with
 `mask_ratio` of their patches removed) and `num_local_crops` smaller local views (student only), DINO's multi-crop.
+Photometric augmentation is mild and keeps colour (no hue shift, grayscale or solarisation; rare blur): heavy
+appearance augmentation makes the representation drift from the observed image, and the MAE term must reconstruct
+the masked patches' real colours. The defaults and their sources are tabled in docs/pretraining.md.
 
-Photometric augmentation is deliberately mild and keeps colour: brightness/contrast/saturation jitter, no hue shift,
-no grayscale, no solarisation, rare light blur. The Sapiens2 seeds warn that heavy appearance augmentation makes the
-representation drift from the observed image, and the MAE term must reconstruct the real colours of the masked
-patches of the same view. Defaults and sources:
-
-| field | real scale | tiny | source |
-|---|---|---|---|
-| global crop size (H, W) | 1024 x 768 | 64 x 48 | Sapiens2 native resolution [DOCS]; tiny: `tiny_config`; `from_config`: the config's `image_size` |
-| local crop size (H, W) | 448 x 336 | 32 x 32 | [OURS] DINOv2's local/global side ratio 96/224 applied to the global size, rounded up to a multiple of the patch size |
-| global / local crops | 2 / 8 | 2 / 2 | [DINOv2]; tiny: [OURS] for speed |
-| global crop area scale | (0.32, 1.0) | same | [DINOv2] |
-| local crop area scale | (0.05, 0.32) | same | [DINOv2] |
-| crop aspect jitter | (3/4, 4/3) x output aspect | same | [MAE, DINO] RandomResizedCrop ratio, relative to the output aspect [OURS] |
-| horizontal flip p | 0.5 | same | [MAE, DINO] |
-| colour jitter p / brightness / contrast / saturation | 0.8 / 0.2 / 0.2 / 0.1 | same | [OURS] half of DINOv2's 0.4/0.4/0.2; DINOv2's hue 0.1, grayscale 0.2 and solarisation dropped (colour kept) |
-| Gaussian blur p / sigma | 0.1 / (0.1, 2.0) | same | [OURS] DINOv2 uses p 1.0 / 0.1 / 0.5 with sigma (0.1, 2.0); kept rare so fine texture survives |
-
-Randomness: every example carries its own seed (`PretrainingImageDataset` derives it from the base seed, the epoch
-and the index), and all crops, jitters and masks of that example come from a `torch.Generator` seeded with it. The
-views are therefore a pure function of (seed, epoch, index): independent of batch composition, dataloader workers,
-the number of processes, and of resuming from a checkpoint.
-
-Sizes follow the model: `MultiCropAugmentation.from_config(config)` crops at the config's `image_size`, and other
-global crops are refused where the config is known (`check_crops_fit_config`).
+Randomness: all crops, jitters and masks of an example come from a `torch.Generator` seeded with the example's own
+seed (from the base seed, the epoch and the index), so the views are a pure function of (seed, epoch, index):
+independent of batch composition, workers, process count and resuming. Sizes follow the model:
+`MultiCropAugmentation.from_config(config)` crops at the config's `image_size`, and other global crops are refused
+where the config is known (`check_crops_fit_config`).
 """
 
 import hashlib

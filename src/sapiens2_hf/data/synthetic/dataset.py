@@ -48,32 +48,10 @@ def sample_seed(seed: int, index: int, attempt: int = 0) -> tuple[int, ...]:
 
 
 def task_features(task: str, height: int, width: int):
-    """The `datasets.Features` of a task's rows.
-
-    | column | feature | content |
-    |---|---|---|
-    | ``image`` | `Image` | RGB uint8 `(height, width, 3)` (numpy format); for ``"matting"``, ``matting_image`` |
-    | ``sample_index`` | int64 | index ``i`` (the sample renders ``sample_seed(seed, i)``) |
-    | ``boxes`` | `Array2D((None, 4), float32)` | per person ``(x_min, y_min, x_max, y_max)``, pixel edges |
-    | ``keypoints`` | `Array3D((None, 308, 2), float32)` | per person ``(x, y)``, pixel centres at integers |
-    | ``keypoint_visibility`` | `Array2D((None, 308), uint8)` | 2 visible, 1 occluded in image, 0 absent |
-    | ``keypoints_3d`` | `Array3D((None, 308, 3), float32)` | camera-frame metres ("all" only) |
-    | ``num_people`` | int32 | number of people (rows of the arrays above) |
-    | ``camera_intrinsics`` | `Array2D((3, 3), float32)` | pixel K |
-    | ``segmentation`` | `Array2D((H, W), uint8)` | seg29 class ids |
-    | ``instance_map`` | `Array2D((H, W), uint8)` | 0 background, ``i + 1`` person ``i`` ("all" only) |
-    | ``normals`` | `Array3D((H, W, 3), float32)` | unit, camera frame, towards the camera; 0 on background |
-    | ``pointmap`` | `Array3D((H, W, 3), float32)` | camera-frame XYZ metres; 0 on background |
-    | ``depth`` | `Array2D((H, W), float32)` | Z metres; 0 on background |
-    | ``albedo`` | `Array3D((H, W, 3), float32)` | [0, 1]; 0 on background |
-    | ``mask`` | `Array2D((H, W), bool)` | foreground = valid pixels of the dense maps |
-    | ``matting_image`` | `Image` | the render with anti-aliased person edges, which ``alpha`` describes ("all" only; |
-    | | | the ``image`` of ``"matting"`` rows) |
-    | ``alpha`` | `Array2D((H, W), float32)` | person coverage in [0, 1] (supersampled edges; see `matting.py`) |
-    | ``foreground`` | `Array3D((H, W, 3), float32)` | person colour in [0, 1], not pre-multiplied; 0 where alpha is 0 |
-
-    Integer columns are stored compactly (uint8) but the numpy formatter that `make_dataset` applies returns them as
-    int64 (``segmentation``, ``instance_map``, ``keypoint_visibility``), ready for losses.
+    """The `datasets.Features` of a task's rows: ``sample_index`` (int64; row ``i`` renders ``sample_seed(seed, i)``)
+    and the task's `render_sample` columns (per task: docs/synthetic_data.md, "Datasets"; types: `_column_features`),
+    with ``image`` holding ``matting_image`` for ``"matting"``. Person arrays have one row per person (``None`` axis).
+    Integer maps are stored as uint8; the numpy format `make_dataset` applies returns them as int64, ready for losses.
     """
     datasets = require("datasets", feature="a Hugging Face dataset")
 

@@ -1,21 +1,18 @@
 """Teacher centering for self-distillation: Sinkhorn-Knopp in log space, a running centre, or none.
 
 The teacher of a DINO-style objective must be kept from collapsing onto one prototype (or onto the uniform
-distribution). Three ways are offered, chosen by `TeacherCentering(mode=...)`:
+distribution); `TeacherCentering(mode=...)` picks the way:
 
-- `"sinkhorn_knopp"`: the teacher's assignment of a batch to the prototypes is made doubly stochastic (every sample
-  sums to 1, every prototype receives the same mass) by a few Sinkhorn-Knopp iterations (SwAV, Caron et al. 2020,
-  arXiv 2006.09882; the DINOv2/DINOv3 default). It is written here once, in log space, and used by both the CLS
-  (`DinoClsLoss`) and the patch (`IbotPatchLoss`) objectives, so that it stays finite for any logits: the textbook
-  version exponentiates `logits / temperature` first and overflows to `inf` (then `nan`) once a logit exceeds about
-  `88 * temperature` (3.5 at the usual temperature 0.04).
-- `"centering"`: the running centre of DINO (Caron et al. 2021, arXiv 2104.14294): subtract an exponential moving
-  average of the teacher logits before the sharpened softmax. The centre is a persistent buffer, so it survives
-  `save_pretrained` / resume.
-- `"none"`: a plain sharpened softmax. It collapses; it exists as the control of the collapse test.
+- `"sinkhorn_knopp"` (SwAV, Caron et al. 2020; the DINOv2/DINOv3 default): a few Sinkhorn-Knopp iterations make the
+  batch's assignment doubly stochastic (rows sum to 1, every prototype gets the same mass). Written once, in log
+  space, for the CLS and the patch objectives: the textbook version exponentiates `logits / temperature` first and
+  overflows once a logit exceeds about `88 * temperature` (3.5 at temperature 0.04).
+- `"centering"` (DINO, Caron et al. 2021): subtract an EMA of the teacher logits before the sharpened softmax; the
+  centre is a persistent buffer, so it survives `save_pretrained` / resume.
+- `"none"`: a plain sharpened softmax. It collapses; it is the control of the collapse test.
 
-All reductions over samples are summed over the processes of `torch.distributed` when it is initialised, so a
-sharded batch gets the same targets as one big batch.
+Reductions over samples are summed across `torch.distributed` processes when it is initialised, so a sharded batch
+gets the same targets as one big batch.
 """
 
 import math

@@ -17,20 +17,10 @@ from .centering import TeacherCentering
 class DinoClsLoss(nn.Module):
     r"""Cross-entropy between teacher and student prototype distributions of the CLS token, over view pairs.
 
-    With `ignore_diagonal=True` (DINO's choice, also DINOv3's for global crops) a student global view is not compared
-    with the teacher's output of the same view. As a loop::
-
-        total, pairs = 0, 0
-        for s in range(num_student_views):
-            for t in range(num_teacher_views):
-                if ignore_diagonal and s == t:
-                    continue
-                total += mean_over_batch(-sum_k targets[t, :, k] * log_softmax(student_logits[s] / student_temp)[:, k])
-                pairs += 1
-        loss = total / pairs
-
-    The first `num_teacher_views` student views must be the same (masked) global views the teacher saw, in the same
-    order; the remaining student views are local crops.
+    `loss` is the mean over view pairs `(s, t)` of `mean_b(-sum_k targets[t, b, k] * log_softmax(student_logits[s, b]
+    / student_temp)[k])`; with `ignore_diagonal=True` (DINO's choice, also DINOv3's for global crops) the pairs with
+    `s == t` are skipped. The first `num_teacher_views` student views must be the (masked) global views the teacher
+    saw, in the same order; the remaining student views are local crops.
 
     Args:
         num_prototypes (`int`): number of prototypes of the CLS head.
@@ -60,7 +50,7 @@ class DinoClsLoss(nn.Module):
         return targets.view(num_views, batch_size, num_prototypes)
 
     def cross_entropy(self, student_logits: torch.Tensor, teacher_targets: torch.Tensor) -> torch.Tensor:
-        """The loop of the class docstring, vectorised: `(num_student_views, batch, K)` logits and
+        """The class docstring's mean over pairs, vectorised: `(num_student_views, batch, K)` logits and
         `(num_teacher_views, batch, K)` targets -> `()` float32."""
         num_student_views, num_teacher_views = student_logits.shape[0], teacher_targets.shape[0]
         if student_logits.shape[1:] != teacher_targets.shape[1:]:
