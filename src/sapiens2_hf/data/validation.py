@@ -2,11 +2,9 @@
 run: a zero-size box (the UDP crop divides by the box size), non-finite or absent keypoints (the sample trains at loss
 0), a missing, empty, unreadable or truncated image or target file.
 
-`validate_records` returns the usable records and one `SkippedSample` per dropped record; with `strict=True` it raises
-`BadSampleError` naming the first bad record instead. The file checks are cheap: they read the image header and the
-last bytes of PNG and JPEG files (a truncated file lacks its end marker); only a file without its end marker is
-decoded in full, to tell a truncated file from one with trailing bytes. A file broken in a way only a full decode shows
-still fails when it is read, with an error naming it (`SampleLoadError`, raised by the datasets).
+`validate_records` returns the usable records and one `SkippedSample` per dropped record (`strict=True`: raises
+`BadSampleError` on the first). The file checks are cheap (`image_file_problem`); a file broken in a way only a full
+decode shows still fails when it is read, with an error naming it (`SampleLoadError`, raised by the datasets).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """`Sapiens2PreTrainingTrainer`: transformers' Trainer for `Sapiens2ForPreTraining`, and its EMA callback.
 
-What it adds to `transformers.Trainer`: the optimizer step as `schedule_step` (teacher temperature), per-micro-batch
-mean loss terms (`loss_is_scaled_for_ga = False`), the teacher EMA and early prototype freezing once per optimizer step
-(`EmaTeacherCallback`), every loss term, the prototype entropy, the teacher temperature and the EMA momentum in the
-logs (`LossTermsLoggingMixin`), `set_epoch` at each epoch start (so a resumed run sees the same views), the backbone
-export (`save_backbone`), and a default collator cropping at the config's `image_size` (`check_crops_fit_config`).
+What it adds to `transformers.Trainer`: `schedule_step` (the optimizer step, for the teacher temperature),
+per-micro-batch mean terms (`loss_is_scaled_for_ga = False`), the teacher EMA and early prototype freezing per
+optimizer step (`EmaTeacherCallback`), every term, the prototype entropy, temperature and momentum in the logs,
+`set_epoch` per epoch (a resumed run sees the same views), `save_backbone`, and a default collator at the config's
+`image_size`.
 
 The teacher is part of the model's state dict, so checkpoints carry it and a resume restores it; its parameters
 never require gradients (re-applied at load and on every `train()` call), so the optimizer never holds them.

@@ -184,8 +184,7 @@ def resolve_stages(training_args: TrainingArguments, default_stages: bool | None
     """The run's stages from transformers' `--do_train` / `--do_eval` / `--do_predict`.
 
     With `default_stages` (`None`: when none of the three is set) the run trains, then evaluates when there is
-    evaluation data: what this script did before it honoured the flags, and what a run that names none of them
-    means. Otherwise the three are followed as given (transformers turns `do_eval` on by itself with an
+    evaluation data. Otherwise the three are followed as given (transformers turns `do_eval` on by itself with an
     `--eval_strategy` other than `no`), and a run with none of them is an error.
     """
     flags = (bool(training_args.do_train), bool(training_args.do_eval), bool(training_args.do_predict))

@@ -1,16 +1,10 @@
 """What every training entry point does before it builds anything: hold `--output_dir` (`hold_output_dir`: one run at
 a time), seed the RNGs, and apply the run-folder rule (`prepare_output_dir`) that also reads `--resume_from_checkpoint`.
 
-The run-folder rule, shared by fine-tuning and pretraining, so that a folder never mixes two runs:
-
-- An `--output_dir` that holds another run's artefacts (`checkpoint-<step>` folders, final model or adapter weights,
-  `trainer_state.json`) is refused with one line naming `--overwrite_output_dir` and `--resume_from_checkpoint`.
-- `--overwrite_output_dir` clears the previous run's artefacts (`RUN_ARTEFACTS`: checkpoints, model and adapter
-  weights, transformers' run state and metrics files, and the subfolders the previous run recorded, such as
-  `backbone/`) and keeps every other file.
-- `--resume_from_checkpoint` continues the run of that folder: `True` means its newest complete checkpoint
-  (`latest_complete_checkpoint`). A folder whose run marker (`RUN_MARKER`) records other model arguments, or whose
-  weights are of the other kind (a LoRA adapter vs a full model), is refused.
+The run-folder rule (README, "One run per `--output_dir`"), shared by fine-tuning and pretraining, so that a folder
+never mixes two runs: a folder holding another run's artefacts is refused, naming `--overwrite_output_dir` (clears
+`RUN_ARTEFACTS` and the subfolders the run recorded, keeps other files) and `--resume_from_checkpoint` (continues the
+newest complete checkpoint; refused when the `RUN_MARKER` records other model arguments or the other weights kind).
 """
 
 from __future__ import annotations
