@@ -98,9 +98,8 @@ def load_coco_keypoint_file(annotation_file: str | Path) -> dict:
     """The parsed COCO keypoint file, checked up front for every key the readers use, so that a file missing one is
     a one-line `CocoFileError` naming the file, the entry and the key, not a `KeyError` deep in a reader.
 
-    Checked: a JSON object with an `images` list (each entry with `id` and `file_name`) and an `annotations` list
-    (each entry with `image_id` of a listed image, `bbox` and `keypoints`). Values are checked later, per record
-    (`sapiens2_hf.data.validation`), where a bad one skips its record instead of stopping the run.
+    Values are checked later, per record (`sapiens2_hf.data.validation`), where a bad one skips its record instead
+    of stopping the run.
     """
     path = Path(annotation_file)
     try:
@@ -179,8 +178,8 @@ def read_coco_keypoints(annotation_file: str | Path, image_dir: str | Path | Non
             (raw annotations, teeth removed), `"coco_wholebody"` (mapped with `coco_wholebody_to_308`), `"file"` (the
             file's own keypoints, for a model fine-tuned on that set: `keypoint_sets.KeypointSet.from_coco_category`)
             or `"auto"` (the first three by the annotation's shape, else `"file"`).
-        skip_crowd (`bool`, *optional*, defaults to `True`): Drop `iscrowd` annotations (training convention).
-        min_keypoints (`int`, *optional*, defaults to 1): Drop persons with fewer labelled keypoints.
+        skip_crowd, min_keypoints: drop `iscrowd` annotations (training convention) and persons with fewer
+            labelled keypoints.
 
     Returns:
         `list[dict]` with `image` (path), `image_id`, `instance_id`, `bbox` (COCO xywh, float32 (4,)), `keypoints`
@@ -232,14 +231,8 @@ def udp_warp_matrix(center: Sequence[float], scale: Sequence[float], rotation_de
     `y' = (H - 1) / h * (sin r (x - cx) + cos r (y - cy) + h / 2)`: the box edges map to the first and last pixel
     centres of the crop.
 
-    Args:
-        center (`(2,)`): Box centre `(cx, cy)`, image pixels.
-        scale (`(2,)`): Box size `(w, h)` (already padded and aspect-fixed).
-        rotation_deg (`float`): Counter-clockwise rotation in degrees (official convention).
-        input_size (`tuple[int, int]`): Crop `(height, width)`.
-
-    Returns:
-        `np.ndarray` of shape `(2, 3)`, float64.
+    `center` `(cx, cy)` and `scale` `(w, h)` (padded and aspect-fixed) are the box in image pixels, `rotation_deg`
+    counter-clockwise (official convention), `input_size` the crop `(height, width)`. Returns `(2, 3)` float64.
     """
     cx, cy = float(center[0]), float(center[1])
     w, h = float(scale[0]), float(scale[1])
@@ -266,11 +259,9 @@ def encode_udp_heatmaps(keypoints: np.ndarray, visible: np.ndarray, input_size: 
     centre and 0 outside. A keypoint that is not visible, or whose window misses the heatmap, gets weight 0.
 
     Args:
-        keypoints (`np.ndarray` of shape `(num_keypoints, 2)`): Crop pixels `(x, y)`.
-        visible (`np.ndarray` of shape `(num_keypoints,)`): Visibility in [0, 1] (>= 0.5 counts).
-        input_size (`tuple[int, int]`): Crop `(height, width)`.
-        heatmap_size (`tuple[int, int]`): Heatmap `(height, width)`.
-        sigma (`float`, *optional*, defaults to 6.0): Gaussian sigma in heatmap pixels (official 6 at 256x192).
+        keypoints (`(num_keypoints, 2)`), visible (`(num_keypoints,)`, in [0, 1]; >= 0.5 counts): crop pixels `(x, y)`.
+        input_size, heatmap_size: crop and heatmap `(height, width)`.
+        sigma (`float`, defaults to 6.0): Gaussian sigma in heatmap pixels (official 6 at 256x192).
 
     Returns:
         `tuple`: heatmaps `(num_keypoints, heatmap_height, heatmap_width)` float32 and weights `(num_keypoints,)`
@@ -305,15 +296,10 @@ class PoseTransform:
     p 0.8 -> box blur p 0.1 -> median blur p 0.1 -> coarse dropout p 1.0 -> UDP heatmaps. Evaluation keeps the box
     (x1.25, aspect fix) and the affine only. Keypoints that leave the crop lose their weight.
 
-    Args:
-        input_size (`tuple[int, int]`, *optional*, defaults to `(1024, 768)`): Crop `(height, width)`.
-        heatmap_size (`tuple[int, int]`, *optional*): Defaults to a quarter of `input_size`.
-        sigma (`float`, *optional*): Heatmap sigma; defaults to 6 scaled by `heatmap_width / 192`.
-        train (`bool`, *optional*, defaults to `True`): Apply the random augmentations.
-        flip_indices (`Sequence[int]`, *optional*): Keypoint channel permutation of a flip (official 308 default).
-        upper_body_ids, lower_body_ids (`Sequence[int]`, *optional*): Half-body keypoint sets.
-        augment_probabilities (`dict`, *optional*): Overrides of the official probabilities (keys `flip`,
-            `half_body`, `shift`, `scale`, `rotate`, `photometric`, `blur`, `median_blur`, `dropout`).
+    `input_size` is the crop `(height, width)`; `heatmap_size` defaults to a quarter of it and `sigma` to 6 scaled by
+    `heatmap_width / 192`. `flip_indices` (the keypoint permutation of a flip) and `upper_body_ids` / `lower_body_ids`
+    (the half-body sets) default to the official 308's. `augment_probabilities` overrides the official probabilities
+    by step (`flip`, `half_body`, `shift`, `scale`, `rotate`, `photometric`, `blur`, `median_blur`, `dropout`).
 
     Call with `(record, generator)`; returns a dict with `pixel_values` (`(3, H, W)` float32, normalised),
     `labels` (`(num_keypoints, h, w)` float32 heatmaps), `label_weights` (`(num_keypoints,)` float32) and the

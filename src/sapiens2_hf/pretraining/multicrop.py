@@ -221,14 +221,9 @@ def augmented_view(image: torch.Tensor, output_hw: tuple[int, int], scale: tuple
 class MultiCropCollator:
     """Builds the pretraining batch: global and local views of each image, plus the patch masks.
 
-    Args:
-        augmentation (`MultiCropAugmentation`): crop sizes, counts and photometric settings.
-        patch_size (`int` or `tuple[int, int]`): the backbone's patch size.
-        mask_ratio (`float`): fraction of the patches of each global view to remove.
-        seed (`int`, defaults to 0): seeds the collator's own generator, used only for examples without a `"seed"`
-            (those batches are then not reproducible across a resume).
-
-    Call it on a list of examples, each a dict with `"image"` (see `to_float_image`) and optionally `"seed"` (`int`).
+    `mask_ratio` is the fraction of each global view's patches removed; `seed` seeds the collator's own generator,
+    used only for examples without a `"seed"` (those batches are then not reproducible across a resume). Call it on a
+    list of examples, each a dict with `"image"` (see `to_float_image`) and optionally `"seed"` (`int`).
 
     Returns (dict):
         - `pixel_values` (`torch.Tensor` of shape `(batch_size, num_global_crops, 3, global_h, global_w)`): normalised
@@ -318,10 +313,8 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
 
     Args:
         source: a list of file paths, a list of images (PIL, numpy `(height, width, 3)` uint8, or tensors
-            `(3, height, width)` uint8), or a `datasets.Dataset` with an image column (decoded, or undecoded
-            `{"bytes", "path"}` cells).
-        image_column (`str`, defaults to `"image"`): the column of a `datasets.Dataset` holding the images.
-        seed (`int`, defaults to 0): base seed of the per-example seeds.
+            `(3, height, width)` uint8), or a `datasets.Dataset` whose `image_column` holds the images (decoded, or
+            undecoded `{"bytes", "path"}` cells).
         validate (`bool`, defaults to `True`): check a list of image files up front (missing, empty, unreadable or
             truncated files; see `sapiens2_hf.data.validation`) and leave the bad ones out, listed in `skipped`.
             In-memory images and `datasets` sources are not checked here (that would decode every image); a bad one

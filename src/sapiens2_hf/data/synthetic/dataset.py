@@ -1,10 +1,8 @@
 """The one schema of synthetic data (typed columns per task, `task_features`) and the one seed rule (`sample_seed`),
 plus the `datasets.Dataset` / `IterableDataset` builder over them.
 
-Seed rule: sample ``i`` of a synthetic dataset built with seed ``s`` renders ``SyntheticHumans(...).sample((s, i))``
-(``sample_seed(s, i)``), whatever the number of samples, the task, the shard or the worker that produces it. Every
-synthetic source follows it: `make_dataset`, `write_dataset` and the fine-tuning records
-(`sapiens2_hf.data.synthetic_source.SyntheticRecords`, a thin consumer of the rows below).
+Every synthetic source follows the seed rule (`sample_seed`): `make_dataset`, `write_dataset` and the fine-tuning
+records (`sapiens2_hf.data.synthetic_source.SyntheticRecords`, a thin consumer of the rows below).
 """
 
 from __future__ import annotations
@@ -111,23 +109,12 @@ def make_dataset(task: str, num_samples: int, height: int = 256, width: int = 19
                  split: str = "train", **config):
     """A Hugging Face dataset of synthetic humans for one task, formatted as numpy.
 
-    Args:
-        task (`str`): ``"pose"``, ``"seg"``, ``"normal"``, ``"pointmap"``, ``"albedo"``, ``"matting"``, ``"pretrain"``
-            (images only) or ``"all"``; columns in `task_features`.
-        num_samples (`int`): number of rows.
-        height, width (`int`): image size in pixels.
-        seed (`int`): dataset seed; row ``i`` renders ``sample_seed(seed, i)`` (see the module docstring).
-        streaming (`bool`): return an `IterableDataset` that renders on the fly (sharded in blocks of
-            ``samples_per_shard`` so that DataLoader workers split the work), instead of a materialised `Dataset`.
-        num_people: see `SyntheticHumans`.
-        cache_dir: where `datasets` writes the Arrow cache of a materialised dataset.
-        split (`str`): the split the dataset is (what `datasets` names while generating it: "Generating validation
-            split" for an evaluation set).
-        **config: other `SyntheticHumans` fields (``fov_deg``, ``noise_std`` ...).
-
-    Returns:
-        `datasets.Dataset` or `datasets.IterableDataset` with ``.with_format("numpy")`` applied (call
-        ``.with_format("torch")`` for tensors).
+    ``task`` is one of `TASKS` (``"pretrain"``: images only; columns: `task_features`); row ``i`` renders
+    ``sample_seed(seed, i)``. ``streaming=True`` returns an `IterableDataset` that renders on the fly, sharded in
+    blocks of ``samples_per_shard`` so that DataLoader workers split the work; otherwise a materialised `Dataset`
+    (Arrow cache in ``cache_dir``). ``split`` names the split (what `datasets` logs while generating it);
+    ``num_people`` and ``**config`` are `SyntheticHumans` fields. Returned ``.with_format("numpy")`` (call
+    ``.with_format("torch")`` for tensors).
     """
     datasets = require("datasets", feature="a Hugging Face dataset")
 

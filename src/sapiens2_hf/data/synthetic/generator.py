@@ -18,18 +18,14 @@ class SyntheticHumans:
     """Configuration of the synthetic-human generator.
 
     Args:
-        height (`int`, defaults to 256): image height in pixels.
-        width (`int`, defaults to 192): image width in pixels.
+        height, width (`int`, defaults to 256 x 192): image size in pixels.
         num_people (`int`, `(min, max)` or `None`): people sampled per image. ``None`` draws 1, 2, 3 or 4 with
             probabilities 0.55 / 0.25 / 0.12 / 0.08. People that end up with no visible pixel (fully occluded or
             outside the frame) are dropped, so a sample can hold fewer people than sampled.
-        fov_deg (`(float, float)`, defaults to `(35, 65)`): range of the vertical field of view.
-        noise_std (`(float, float)`, defaults to `(0, 0.03)`): range of the Gaussian sensor-noise standard
-            deviation on the [0, 1] scale (80 % of images get noise).
-        max_tilt_deg (`float`, defaults to 12): camera pitch is drawn from ``[-max, max]``.
-        max_roll_deg (`float`, defaults to 6): camera roll is drawn from ``[-max, max]``.
-        close_up_prob (`float`, defaults to 0.12): probability that the first person is framed as a close-up
-            (upper body, truncated at the bottom border).
+        fov_deg: range of the vertical field of view in degrees; noise_std: range of the Gaussian sensor-noise
+            standard deviation on the [0, 1] scale (80 % of images get noise).
+        max_tilt_deg, max_roll_deg: camera pitch and roll are drawn from ``[-max, max]``.
+        close_up_prob: probability that the first person is framed as a close-up (upper body, cut at the bottom).
     """
 
     height: int = 256

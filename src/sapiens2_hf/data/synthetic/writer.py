@@ -53,12 +53,10 @@ def _to_uint8(array: np.ndarray) -> np.ndarray:
 def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 192, seed: int = 0,
                   tasks=WRITER_TASKS, num_people=None, image_format: str = "png", overwrite: bool = False,
                   keypoint_set=None, class_map=None, **config) -> Path:
-    """Render ``num_samples`` samples and write them in the layout of the module docstring.
-
-    Sample ``i`` renders ``sample_seed(seed, i)``, as in `make_dataset` (the seed rule of `sapiens2_hf.data.synthetic`).
+    """Render ``num_samples`` samples (sample ``i``: ``sample_seed(seed, i)``) and write them into ``output_dir``
+    (created) in the layout of the module docstring; returns its `Path`.
 
     Args:
-        output_dir: target folder (created).
         tasks: subset of ``("pose", "seg", "normal", "pointmap", "albedo", "matting")``; images are always written,
             ``mask`` with any dense task, ``instances`` with pose or seg.
         image_format (`str`): ``"png"`` (lossless) or ``"jpg"`` (quality 95).
@@ -67,9 +65,6 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
             file or a `KeypointSet` whose points name their 308 sources): humans labelled as your data is.
         class_map (`dict[str, list[str]]`): write segmentation in your own classes, each the union of the official
             classes listed (in order: ids 0, 1, ...), and their names to ``labels.json``.
-
-    Returns:
-        `Path` of ``output_dir``.
     """
     tasks = tuple(tasks)
     root = Path(output_dir)

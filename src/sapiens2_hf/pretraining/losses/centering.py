@@ -94,11 +94,7 @@ class TeacherCentering(nn.Module):
         center (`torch.Tensor` of shape `(1, num_prototypes)`, float32): the running centre (persistent buffer,
             starts at zero as in DINO; only read and updated in `"centering"` mode, and only updated in training mode).
 
-    Args:
-        num_prototypes (`int`): number of prototypes (the last dim of the logits).
-        mode (`str`, defaults to `"sinkhorn_knopp"`): `"sinkhorn_knopp"`, `"centering"` or `"none"`.
-        center_momentum (`float`, defaults to 0.9): momentum of the running centre (DINO's value).
-        sinkhorn_iterations (`int`, defaults to 3): Sinkhorn-Knopp iterations (DINOv2's value).
+    `num_prototypes` is the logits' last dim; `center_momentum` (0.9) is DINO's, `sinkhorn_iterations` (3) DINOv2's.
 
     Example:
         >>> centering = TeacherCentering(num_prototypes=16)

@@ -22,13 +22,8 @@ class DinoClsLoss(nn.Module):
     `s == t` are skipped. The first `num_teacher_views` student views must be the (masked) global views the teacher
     saw, in the same order; the remaining student views are local crops.
 
-    Args:
-        num_prototypes (`int`): number of prototypes of the CLS head.
-        student_temp (`float`, defaults to 0.1): student temperature (DINO / DINOv2).
-        centering (`str`, defaults to `"sinkhorn_knopp"`): teacher centering mode, see `TeacherCentering`.
-        center_momentum (`float`, defaults to 0.9): running-centre momentum (`"centering"` mode; DINO).
-        sinkhorn_iterations (`int`, defaults to 3): Sinkhorn-Knopp iterations (DINOv2).
-        ignore_diagonal (`bool`, defaults to `True`): skip same-view pairs.
+    `num_prototypes` is the CLS head's; `student_temp` (0.1) as in DINO / DINOv2; `centering`, `center_momentum` and
+    `sinkhorn_iterations` go to `TeacherCentering`.
 
     Example:
         >>> loss_fn = DinoClsLoss(num_prototypes=16)

@@ -22,12 +22,8 @@ class IbotPatchLoss(nn.Module):
     number of masked patches in every image (as here: the collator masks a fixed ratio), the two are equal. Pass
     `weights` to reproduce the per-image averaging with ragged masks.
 
-    Args:
-        num_prototypes (`int`): number of prototypes of the patch head.
-        student_temp (`float`, defaults to 0.1): student temperature (iBOT / DINOv2).
-        centering (`str`, defaults to `"sinkhorn_knopp"`): teacher centering mode, see `TeacherCentering`.
-        center_momentum (`float`, defaults to 0.9): running-centre momentum (`"centering"` mode).
-        sinkhorn_iterations (`int`, defaults to 3): Sinkhorn-Knopp iterations (DINOv2).
+    `num_prototypes` is the patch head's; `student_temp` (0.1) as in iBOT / DINOv2; `centering`, `center_momentum` and
+    `sinkhorn_iterations` go to `TeacherCentering`.
 
     Example:
         >>> loss_fn = IbotPatchLoss(num_prototypes=16)
