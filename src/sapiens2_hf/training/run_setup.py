@@ -352,8 +352,7 @@ def check_process_count(environ: Mapping[str, str] | None = None) -> None:
     multi-process launcher (torchrun, accelerate's multi-GPU launcher) sets in each process it starts. The launcher
     is only visible through these variables, so they are read here, at the scripts' entry points, and nowhere else.
 
-    Args:
-        environ (`Mapping[str, str]`, *optional*): the environment to inspect (default: `os.environ`).
+    `environ` defaults to `os.environ`.
     """
     environ = os.environ if environ is None else environ
     launched_by_accelerate = "ACCELERATE_MIXED_PRECISION" in environ

@@ -103,13 +103,7 @@ def _sample_background(rng, height, width):
 
 
 def sample_scene(rng: np.random.Generator, config) -> Scene:
-    """Sample a scene from an explicit numpy ``Generator``.
-
-    Args:
-        rng (`np.random.Generator`): the only source of randomness.
-        config: an object with the fields of `SyntheticHumans` (height, width, num_people, fov_deg, noise_std,
-            max_tilt_deg, max_roll_deg, close_up_prob).
-    """
+    """Sample a scene from ``rng``, its only source of randomness, and ``config`` (the fields of `SyntheticHumans`)."""
     height, width = int(config.height), int(config.width)
     camera, r_tilt = _sample_camera(rng, config, height, width)
     people, geometry = _sample_people(rng, config, camera, r_tilt)
