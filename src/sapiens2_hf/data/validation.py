@@ -170,16 +170,10 @@ def record_problem(record: dict, task: str) -> tuple[str | None, str] | None:
 
 def validate_records(records: Sequence[dict], task: str, strict: bool = False,
                      split: str = "train") -> tuple[list[dict], list[SkippedSample]]:
-    """Check every record of a task dataset (see the module docstring).
+    """Check every record (in the task transform's schema) of a `task` dataset: top-down records also get box and
+    keypoint checks; `strict` raises `BadSampleError` on the first bad one; `split` names it in messages and entries.
 
-    Args:
-        records (`Sequence[dict]`): Records in the schema of the task transform.
-        task (`str`): a registry task (top-down pose records also get box and keypoint checks).
-        strict (`bool`, *optional*, defaults to `False`): Raise `BadSampleError` on the first bad record.
-        split (`str`, *optional*, defaults to `"train"`): Name used in messages and in the skipped entries.
-
-    Returns:
-        `tuple[list[dict], list[SkippedSample]]`: the good records (in order) and the skipped ones.
+    Returns `(good records in order, skipped: list[SkippedSample])`.
     """
     return _partition(records, lambda record: record_problem(record, task), strict, split, "record")
 

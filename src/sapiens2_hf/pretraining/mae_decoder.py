@@ -40,13 +40,8 @@ def sincos_position_embedding_2d(grid_h: int, grid_w: int, dim: int, temperature
 
 
 class Sapiens2MaeDecoder(nn.Module):
-    """Lightweight transformer decoder for masked pretraining.
-
-    Args:
-        backbone_config (`Sapiens2Config`): the backbone's config (hidden size, prefix tokens, patch size).
-        hidden_size (`int`), num_hidden_layers (`int`), num_attention_heads (`int`), intermediate_size (`int`):
-            decoder block sizes.
-    """
+    """Lightweight transformer decoder for masked pretraining: blocks of the given sizes on the backbone's width,
+    prefix tokens and patch size (`backbone_config`)."""
 
     def __init__(self, backbone_config: Sapiens2Config, hidden_size: int, num_hidden_layers: int,
                  num_attention_heads: int, intermediate_size: int):

@@ -39,11 +39,9 @@ class Sapiens2PreTrainingOutput(ModelOutput):
     `Sapiens2PreTrainingConfig`). A term whose weight is 0 is not computed and is `None`.
 
     Args:
-        loss (`torch.Tensor` of shape `()`): the total loss.
-        mae_loss (`torch.Tensor` of shape `()`): MSE of the normalised pixels of the masked patches.
-        cls_loss (`torch.Tensor` of shape `()`): DINO cross-entropy on the CLS token (nats).
-        patch_loss (`torch.Tensor` of shape `()`): iBOT cross-entropy on the masked patches (nats).
-        koleo_loss (`torch.Tensor` of shape `()`): KoLeo regulariser, summed over the global views (DINOv2).
+        loss, mae_loss, cls_loss, patch_loss, koleo_loss (`torch.Tensor` of shape `()`): the total; the MSE of the
+            masked patches' normalised pixels; the DINO (CLS) and iBOT (masked patches) cross-entropies in nats; the
+            KoLeo regulariser, summed over the global views (DINOv2).
         reconstruction (`torch.Tensor` of shape `(batch_size, num_global_crops, num_masked, patch_h * patch_w * 3)`):
             the decoder's pixel predictions at the masked positions, in the order of `patch_mask_indices`; per-patch
             normalised values when `norm_pix_loss` (see `sapiens2_hf.pretraining.losses.mae_loss.unpatchify`).

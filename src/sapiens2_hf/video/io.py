@@ -90,12 +90,8 @@ def h264_available() -> bool:
 
 
 class VideoWriter:
-    """Encodes RGB uint8 frames `(H, W, 3)` to an mp4 at `path`, atomically (see the module docstring).
-
-    Args:
-        path: the target `.mp4`; its folder is created.
-        fps (`Fraction` or number): frame rate.
-        crf (`int`, defaults to 18): H.264 quality (lower is better; 18 is visually lossless for most content).
+    """Encodes RGB uint8 frames `(H, W, 3)` to an mp4 at `path` (its folder is created), atomically (see the module
+    docstring). `crf` is the H.264 quality (lower is better; 18 is visually lossless for most content).
 
     Every frame must have the size of the first. Use as a context manager: leaving the block normally finishes the
     file; an exception removes the temporary file and leaves an existing `path` untouched.

@@ -55,17 +55,10 @@ def sinkhorn_knopp_log(
     DINOv2 / SwAV implementation (which works on `exp` directly), but every step is a subtraction of a `logsumexp`,
     so logits of any magnitude (e.g. 1e4) give finite results.
 
-    Args:
-        teacher_logits (`torch.Tensor` of shape `(num_samples, num_prototypes)`):
-            Raw teacher logits, any float dtype (computed in float32).
-        temperature (`float`): teacher temperature (> 0).
-        num_iterations (`int`, defaults to 3): iterations (SwAV and DINOv2 use 3).
-        distributed (`bool`, *optional*): sum over the samples of all processes; defaults to whether
-            `torch.distributed` is initialised with more than one process.
-
-    Returns:
-        `torch.Tensor` of shape `(num_samples, num_prototypes)`, float32: rows sum to 1; over all samples (of all
-        processes) every prototype receives the same total mass, `num_samples / num_prototypes`.
+    `teacher_logits` `(num_samples, num_prototypes)`, any float dtype, are computed in float32; `num_iterations` (3)
+    as in SwAV and DINOv2; `distributed` (default: `torch.distributed` initialised with several processes) sums over
+    the samples of all processes. Returns `(num_samples, num_prototypes)` float32: rows sum to 1, and over all samples
+    (of all processes) every prototype receives the same total mass, `num_samples / num_prototypes`.
     """
     if temperature <= 0:
         raise ValueError(f"The teacher temperature must be positive, got {temperature}.")
@@ -129,15 +122,8 @@ class TeacherCentering(nn.Module):
 
     @torch.no_grad()
     def forward(self, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-        """
-        Args:
-            teacher_logits (`torch.Tensor` of shape `(num_samples, num_prototypes)`): raw teacher logits.
-            temperature (`float`): teacher temperature.
-
-        Returns:
-            `torch.Tensor` of shape `(num_samples, num_prototypes)`, float32, rows summing to 1. In `"centering"`
-            mode and training mode, the centre is updated after the targets are computed (DINO's order).
-        """
+        """Raw `(num_samples, num_prototypes)` teacher logits -> float32 targets of that shape, rows summing to 1. In
+        `"centering"` mode and training mode, the centre is updated after the targets are computed (DINO's order)."""
         if self.mode == "sinkhorn_knopp":
             return sinkhorn_knopp_log(teacher_logits, temperature, self.sinkhorn_iterations)
         logits = teacher_logits.float()

@@ -80,7 +80,6 @@ class DinoClsLoss(nn.Module):
                 raw teacher logits of the global views (no gradient is taken through them).
             teacher_temp (`float`): the teacher temperature at this step (see the warm-up schedule).
 
-        Returns:
-            `torch.Tensor` of shape `()`, float32: the mean cross-entropy over the kept view pairs.
+        Returns `()` float32: the mean cross-entropy over the kept view pairs.
         """
         return self.cross_entropy(student_logits, self.teacher_targets(teacher_logits.detach(), teacher_temp))

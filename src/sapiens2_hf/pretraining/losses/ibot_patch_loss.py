@@ -49,8 +49,7 @@ class IbotPatchLoss(nn.Module):
                 number of images (e.g. `1 / num_masked_in_its_image`); the result is then divided by the number of
                 images. Default: the plain mean.
 
-        Returns:
-            `torch.Tensor` of shape `()`, float32.
+        Returns `()` float32.
         """
         if student_logits.shape != teacher_logits.shape or student_logits.ndim != 2:
             raise ValueError(

@@ -87,16 +87,8 @@ class MaeLoss(nn.Module):
         return patches
 
     def forward(self, predictions: torch.Tensor, pixel_values: torch.Tensor, mask_indices: torch.Tensor) -> torch.Tensor:
-        """
-        Args:
-            predictions (`torch.Tensor` of shape `(batch_size, num_masked, patch_h * patch_w * 3)`): decoder output
-                at the masked positions, in the order of `mask_indices`, values ordered as in `patchify`.
-            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`)
-            mask_indices (`torch.LongTensor` of shape `(batch_size, num_masked)`)
-
-        Returns:
-            `torch.Tensor` of shape `()`, float32.
-        """
+        """`()` float32 loss of `predictions` `(batch_size, num_masked, patch_h * patch_w * 3)` (decoder output at
+        `mask_indices` `(batch_size, num_masked)`, values ordered as in `patchify`) against `pixel_values`."""
         targets = self.targets(pixel_values, mask_indices)
         if predictions.shape != targets.shape:
             raise ValueError(
