@@ -459,7 +459,6 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
 
     Args:
         inputs: folders, `save_to_disk` folders, `datasets` ids, `.tar` shards (`open_inputs`), or an `ImageSource`.
-        config (`CurationConfig`, *optional*): stages and thresholds (default: all on, the defaults).
         person_model: the `person` stage's segmentation model (folder, Hub id, official file, pipeline or a callable
             `images -> masks`); required while the stage is on.
         embedding_model: a Sapiens2 checkpoint (its backbone) or a callable `images -> (n, d)` unit vectors, for the
@@ -467,8 +466,8 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
             person model's backbone. Not loaded when no such stage is on.
         reference (`list[str]`, *optional*): images of the wanted domain (folders or datasets as `inputs`); turns
             the `domain` stage on.
-        max_chunks (`int`, *optional*): stop after computing this many chunks (the rest on a later call).
-        on_chunk: called with each chunk's number once its files are written.
+        max_chunks, on_chunk: stop after computing this many chunks (the rest on a later call); called with each
+            chunk's number once its files are written.
     """
     config = config or CurationConfig()
     out = Path(out)

@@ -124,9 +124,8 @@ def synthetic_dataset_dict(task: str, splits: dict[str, tuple[int, int]], height
     """The synthetic humans (`sapiens2_hf.data.synthetic.make_dataset`, its typed columns and seed rule) as a
     `DatasetDict`: `splits` maps a split name to `(num_samples, seed)`; empty splits are left out.
 
-    Renders hold the task's `DataTaskSpec.synthetic_people` (pose: one person, the dense tasks 1-4). A render that
-    shows nobody (about 1 in 1000 at 64 x 48) is dropped: pose indexes no person in it, and the dense tasks drop rows
-    with an empty `mask`, whose evaluation has no valid pixel.
+    Renders hold the task's `DataTaskSpec.synthetic_people`. A render that shows nobody (about 1 in 1000 at 64 x 48)
+    is dropped: pose indexes no person in it, and the dense tasks drop rows with an empty `mask` (no valid pixel).
     """
     datasets = require("datasets", feature="a Hugging Face dataset")
 

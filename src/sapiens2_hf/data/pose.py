@@ -38,12 +38,8 @@ def coco_wholebody_to_308(keypoints: np.ndarray) -> np.ndarray:
     The 53 keypoints whose names exist in both layouts are copied (`label_tables.COCO_WHOLEBODY_TO_308`); every other
     308 keypoint is absent (zeros, visibility 0).
 
-    Args:
-        keypoints (`np.ndarray` of shape `(..., 133, 3)`): `(x, y, visibility)` in COCO-WholeBody order (body 17,
-            feet 6, face 68, left hand 21, right hand 21).
-
-    Returns:
-        `np.ndarray` of shape `(..., 308, 3)`, float32.
+    `keypoints` `(..., 133, 3)` are `(x, y, visibility)` in COCO-WholeBody order (body 17, feet 6, face 68, left hand
+    21, right hand 21); returns `(..., 308, 3)` float32.
     """
     keypoints = np.asarray(keypoints, dtype=np.float32)
     if keypoints.shape[-2:] != (133, 3):
@@ -169,11 +165,9 @@ def read_coco_keypoints(annotation_file: str | Path, image_dir: str | Path | Non
     """Read a COCO-format keypoint annotation file into one record per person.
 
     Args:
-        annotation_file (`str` or `Path`): COCO JSON with `images`, `annotations` (`keypoints` flat `[x, y, v] * K`,
-            `bbox`, optional `area`, `iscrowd`, `num_keypoints`).
-        image_dir (`str` or `Path`, *optional*): Folder of the images' `file_name`s (default: the JSON's folder).
-            A `file_name` that already names that folder (`"images/x.png"` with `image_dir` `images/`, as
-            `write_dataset` writes it) is found too: see `resolve_coco_image`.
+        annotation_file: COCO JSON with `images`, `annotations` (`keypoints` flat `[x, y, v] * K`, `bbox`, optional
+            `area`, `iscrowd`, `num_keypoints`).
+        image_dir: folder of the images' `file_name`s (default: the JSON's folder; see `resolve_coco_image`).
         keypoint_layout (`str`, *optional*, defaults to `"auto"`): `"sapiens308"` (official order), `"sapiens344"`
             (raw annotations, teeth removed), `"coco_wholebody"` (mapped with `coco_wholebody_to_308`), `"file"` (the
             file's own keypoints, for a model fine-tuned on that set: `keypoint_sets.KeypointSet.from_coco_category`)

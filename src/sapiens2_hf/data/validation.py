@@ -46,14 +46,9 @@ class SampleLoadError(ValueError):
 
 @dataclass(frozen=True)
 class SkippedSample:
-    """One record left out of a dataset.
-
-    Attributes:
-        index (`int`): Position of the record in the source (before skipping).
-        file (`str` or `None`): The record's image file (or the offending target file), `None` for in-memory data.
-        reason (`str`): What is wrong, in words.
-        split (`str`): `"train"`, `"eval"` or `"pretrain"`.
-    """
+    """One record left out of a dataset: its `index` in the source (before skipping), its image `file` (or the
+    offending target file; `None` for in-memory data), the `reason` in words, and the `split` (`"train"`, `"eval"`
+    or `"pretrain"`)."""
 
     index: int
     file: str | None

@@ -137,10 +137,8 @@ class Sapiens2PreTrainingConfig(PreTrainedConfig):
 
 
 def tiny_pretraining_config(backbone_overrides: dict | None = None, **overrides) -> Sapiens2PreTrainingConfig:
-    """A tiny configuration for tests and CPU smoke runs: the tiny backbone (hidden 32, 2 layers, 4 heads, 8
-    registers, patch 16), a 1-layer decoder of width 32, heads of width 64 with 32 prototypes, a 10-step teacher
-    temperature warm-up and no prototype freezing. `backbone_overrides` go to `tiny_config`, `overrides` to this
-    config."""
+    """A tiny configuration for tests and CPU smoke runs (`tiny_config`'s backbone, the sizes below);
+    `backbone_overrides` go to `tiny_config`, `overrides` to this config."""
     backbone = tiny_config(**(backbone_overrides or {}))
     kwargs = {
         "backbone_config": backbone,

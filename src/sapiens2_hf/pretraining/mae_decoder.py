@@ -71,20 +71,11 @@ class Sapiens2MaeDecoder(nn.Module):
 
     def forward(self, encoder_hidden_states: torch.Tensor, patch_keep_indices: torch.LongTensor,
                 patch_mask_indices: torch.LongTensor, grid_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """
-        Args:
-            encoder_hidden_states (`torch.Tensor` of shape `(batch_size, num_prefix + num_kept, backbone_hidden)`):
-                the student backbone's output for the masked views (CLS, registers, kept patches).
-            patch_keep_indices (`torch.LongTensor` of shape `(batch_size, num_kept)`): row-major grid positions of
-                the kept patches, in the order of `encoder_hidden_states`.
-            patch_mask_indices (`torch.LongTensor` of shape `(batch_size, num_masked)`): the removed positions.
-            grid_size (`tuple[int, int]`): `(grid_h, grid_w)`, the patch grid of the views.
-
-        Returns:
-            `(pixels, features)`: `pixels` of shape `(batch_size, num_masked, patch_h * patch_w * 3)` (normalised
-            per-patch pixel predictions, order of `patch_mask_indices`) and `features` of shape
-            `(batch_size, num_masked, backbone_hidden)` (predicted teacher patch tokens).
-        """
+        """The student backbone's output for the masked views, `(batch_size, num_prefix + num_kept, backbone_hidden)`
+        (CLS, registers, then the kept patches at the row-major `patch_keep_indices` `(batch_size, num_kept)` of the
+        `(grid_h, grid_w)` grid) -> `(pixels, features)` at `patch_mask_indices` `(batch_size, num_masked)`, in that
+        order: normalised per-patch pixels `(batch_size, num_masked, patch_h * patch_w * 3)` and predicted teacher
+        patch tokens `(batch_size, num_masked, backbone_hidden)`."""
         batch_size = encoder_hidden_states.shape[0]
         num_patches = grid_size[0] * grid_size[1]
         tokens = self.embed(encoder_hidden_states)  # (batch, prefix + kept, dim)

@@ -38,9 +38,7 @@ class EmaTeacherCallback(TrainerCallback):
     After optimizer step `k` (0-based, i.e. `state.global_step == k + 1` in `on_step_end`) the teacher moves by
     `teacher <- m_k * teacher + (1 - m_k) * student` with `m_k = ema_momentum(k, state.max_steps, config)`.
 
-    Attributes:
-        last_momentum (`float` or `None`): momentum of the latest update.
-        num_updates (`int`): updates applied by this callback (in this process, since construction).
+    `last_momentum` is the latest update's momentum, `num_updates` the updates this callback applied in this process.
     """
 
     def __init__(self):

@@ -49,10 +49,9 @@ class TrainingTaskSpec:
         loss (`type[nn.Module]`): the official loss; `loss()` has the official term weights.
         transform (`type`): the data transform; `transform(input_size, train=...)` turns records into samples.
         metrics (`Mapping[str, type]`): the streaming metric accumulators of `TaskEvaluator`, by statistics name.
-        loss_batch_keys (`tuple[str, ...]`): batch keys the loss takes after the model outputs, in order.
-        loss_optional_batch_keys (`tuple[str, ...]`): batch keys passed next, as `None` when a batch lacks them.
-        loss_output_fields (`tuple[tuple[str, str], ...]`): extra model-output fields the loss takes right after the
-            task's prediction, each with what produces it (for the error when a model has none).
+        loss_output_fields, loss_batch_keys, loss_optional_batch_keys: what the loss takes after the task's
+            prediction, in order: extra model-output fields (each with what produces it, for the error when a model
+            has none), batch keys, then batch keys passed as `None` when a batch lacks them.
         prediction (`str`): what the prediction is, for evaluation (`TaskEvaluator`) and `--do_predict` files:
             `"map"` (default: a dense map compared with `labels` within `mask` by each metric, written as `.npz`),
             `"classes"` (per-pixel class logits, compared and written as class ids at each label's own size) or

@@ -41,10 +41,8 @@ class Frame(NamedTuple):
 class VideoReader:
     """Decodes the first video stream of `path` frame by frame (a context manager).
 
-    Attributes:
-        fps (`Fraction`): average frame rate (`DEFAULT_FPS` when the container does not say).
-        frame_count (`int`): frames according to the container, 0 when unknown (for progress bars only).
-        width, height (`int`): frame size.
+    `fps` is the average frame rate (`DEFAULT_FPS` when the container does not say), `frame_count` the container's
+    frame count (0 when unknown; for progress bars only), `width` and `height` the frame size.
     """
 
     def __init__(self, path: str | os.PathLike):

@@ -237,13 +237,9 @@ def joint_offsets(shape):
 
 
 def forward_kinematics(shape, pose):
-    """Joint origins `(num_joints, 3)` and frames `(num_joints, 3, 3)` in the body frame.
-
-    Args:
-        shape (`dict`): body shape factors (see `sample_shape`).
-        pose (`np.ndarray` of shape `(num_joints, 3)`): Euler angles (rx, ry, rz) in radians, left convention for
-            both sides (the right side is mirrored here).
-    """
+    """Joint origins `(num_joints, 3)` and frames `(num_joints, 3, 3)` in the body frame, from the `sample_shape`
+    factors and `pose` `(num_joints, 3)`: Euler angles (rx, ry, rz) in radians, left convention for both sides (the
+    right side is mirrored here)."""
     local = np.matmul(_REST, euler_matrices(pose * _EULER_SIGN))
     offsets = joint_offsets(shape)
     origins = np.zeros((NUM_JOINTS, 3))
@@ -436,10 +432,10 @@ class PersonParams:
     """Everything that defines one person; `build_person` turns it into geometry.
 
     Attributes:
-        shape (`dict`): body-shape factors (`sample_shape`).
-        pose (`np.ndarray` of shape `(num_joints, 3)`): Euler angles in radians (module docstring).
-        gaze (`np.ndarray` of shape `(2,)`): eye yaw and pitch in radians, head frame.
-        appearance (`dict`): clothing, hair, accessories and materials (`sample_appearance`).
+        shape, appearance (`dict`): `sample_shape`'s body-shape factors; `sample_appearance`'s clothing, hair,
+            accessories and materials.
+        pose (`(num_joints, 3)`), gaze (`(2,)`): Euler angles (module docstring); eye yaw and pitch (head frame);
+            radians.
         rotation (`np.ndarray` of shape `(3, 3)`): body frame -> camera frame (a proper rotation).
         translation (`np.ndarray` of shape `(3,)`): camera-frame position of the body-frame origin, metres.
         texture_sign (`float`): +1, or -1 for a mirrored person (solid textures use ``x * texture_sign``).

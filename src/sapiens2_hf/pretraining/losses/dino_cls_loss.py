@@ -72,14 +72,7 @@ class DinoClsLoss(nn.Module):
         return pair_losses[keep].mean()
 
     def forward(self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, teacher_temp: float) -> torch.Tensor:
-        """
-        Args:
-            student_logits (`torch.Tensor` of shape `(num_student_views, batch_size, num_prototypes)`):
-                global views first (same order as the teacher's), then local crops.
-            teacher_logits (`torch.Tensor` of shape `(num_teacher_views, batch_size, num_prototypes)`):
-                raw teacher logits of the global views (no gradient is taken through them).
-            teacher_temp (`float`): the teacher temperature at this step (see the warm-up schedule).
-
-        Returns `()` float32: the mean cross-entropy over the kept view pairs.
-        """
+        """`()` float32 mean cross-entropy over the kept view pairs of the student's `(num_student_views, batch_size,
+        num_prototypes)` logits (global views first, in the teacher's order, then local crops) and the raw teacher
+        logits of the global views (no gradient taken through them), at this step's `teacher_temp`."""
         return self.cross_entropy(student_logits, self.teacher_targets(teacher_logits.detach(), teacher_temp))
