@@ -523,8 +523,7 @@ def _finish(source: ImageSource, chunks: ChunkStore, out: Path, config: Curation
 
 
 def _segmenter(config: CurationConfig, person_model, device):
-    """The `person` stage's model when the stage is on: a function `images -> masks` as it is, else a
-    `PersonSegmenter`."""
+    """The `person` stage's model when it is on: a function `images -> masks` as it is, else a `PersonSegmenter`."""
     if not config.on("person"):
         return None
     if person_model is None:
@@ -752,9 +751,8 @@ def _global_record(verdicts: GlobalVerdicts, position: int, stage: str) -> dict 
 
 def _write_records(store: ChunkStore, path: Path, verdicts: GlobalVerdicts, config: CurationConfig,
                    report_rows: int = 2000) -> tuple[dict, list[dict]]:
-    """Streams every chunk's records, with the global stages' verdicts, into `records.jsonl` (atomically); returns
-    the summary's counts and the records the report shows (every `n / report_rows`-th, and the first dropped ones
-    of each stage)."""
+    """Streams every chunk's records with the global verdicts into `records.jsonl` (atomically); returns the summary's
+    counts and the records the report shows (every `n / report_rows`-th, and each stage's first dropped ones)."""
     counts = {stage: {"on": config.on(stage), "measured": 0, "kept": 0, "dropped": 0} for stage in STAGES}
     count = len(verdicts.index)
     step = max(1, math.ceil(count / report_rows))
@@ -800,9 +798,8 @@ def _remove_our_dataset(folder: Path) -> None:
 
 
 def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: Path, folder: Path) -> Path:
-    """The kept images as a `datasets.Dataset` (`image` and `source` columns, the scores as JSON in `curation`),
-    written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed). Streamed: the
-    source's rows and `records.jsonl` are read side by side, both in index order."""
+    """The kept images as a `datasets.Dataset` (`image`, `source`, the scores as JSON in `curation`), saved into
+    `folder` atomically (written beside it, then renamed), streamed from the source and `records.jsonl` in step."""
 
     datasets = require("datasets", feature="curation")
     ours = folder.parent / STATE_FOLDER / "dataset_written"

@@ -125,9 +125,8 @@ def load_coco_keypoint_file(annotation_file: str | Path) -> dict:
 
 
 def coco_image_candidates(file_name: str, image_dir: str | Path, annotation_file: str | Path) -> list[Path]:
-    """Where a COCO `file_name` may be, in order: under `image_dir` (COCO's convention), then relative to the
-    annotation file's folder and to `image_dir`'s parent (a `file_name` that includes the images folder, such as
-    `write_dataset`'s `"images/<stem>.png"`, given with `image_dir` `images/`). Duplicates are dropped."""
+    """Where a COCO `file_name` may be, in order, without duplicates: under `image_dir` (COCO's convention), then under
+    the annotation file's folder and `image_dir`'s parent (a `file_name` such as `write_dataset`'s `"images/x.png"`)."""
     candidates = []
     for base in (Path(image_dir), Path(annotation_file).parent, Path(image_dir).parent):
         if base / file_name not in candidates:
@@ -144,9 +143,9 @@ def resolve_coco_image(file_name: str, image_dir: str | Path, annotation_file: s
 
 def check_coco_images_found(annotation_file: str | Path, image_dir: str | Path | None, records: list[dict],
                             images_option: str = "image_dir") -> None:
-    """A one-line `ValueError` when not one image of the records (read by `read_coco_keypoints`) exists: it names
-    the paths tried for the first image and the fix (`images_option`: the argument or flag that sets the image
-    folder). A few missing images are left to the record checks, which skip and list them."""
+    """A one-line `ValueError` when no image of the `read_coco_keypoints` records exists, naming the paths tried for
+    the first and the fix (`images_option`, which sets the image folder); a few missing ones are left to the record
+    checks."""
     if not records or any(Path(record["image"]).is_file() for record in records):
         return
     annotation_file = Path(annotation_file)

@@ -206,20 +206,15 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
         return self.model if which == "student" else self.teacher.model
 
     def save_backbone(self, save_directory, which: str = "student", **kwargs) -> None:
-        """Saves one backbone as a plain `Sapiens2Model` checkpoint (config.json + model.safetensors) that
-        `Sapiens2Model.from_pretrained(save_directory)` and every task class' `from_backbone(save_directory,
-        config=...)` load directly. `kwargs` go to `save_pretrained`."""
+        """Saves one backbone as a plain `Sapiens2Model` checkpoint, which `Sapiens2Model.from_pretrained` and every
+        task class' `from_backbone(save_directory, config=...)` load directly; `kwargs` go to `save_pretrained`."""
         self.get_backbone(which).save_pretrained(save_directory, **kwargs)
 
     @classmethod
     def from_backbone(cls, pretrained_backbone, config: Sapiens2PreTrainingConfig | None = None, **kwargs):
         """Starts (continued) pretraining from a backbone: an official pretrain file, an HF folder, or a
-        `Sapiens2Model`. Student and teacher backbones get its weights; decoder and heads are new.
-
-        Args:
-            config (`Sapiens2PreTrainingConfig`, *optional*): defaults to the real-scale defaults around the
-                backbone's own config.
-            kwargs: passed to `Sapiens2Model.from_pretrained`.
+        `Sapiens2Model`. Student and teacher backbones get its weights; decoder and heads are new. `config` defaults
+        to the real-scale defaults around the backbone's own config; `kwargs` go to `Sapiens2Model.from_pretrained`.
         """
         backbone = (
             pretrained_backbone

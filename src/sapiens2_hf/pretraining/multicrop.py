@@ -315,14 +315,10 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
         source: a list of file paths, a list of images (PIL, numpy `(height, width, 3)` uint8, or tensors
             `(3, height, width)` uint8), or a `datasets.Dataset` whose `image_column` holds the images (decoded, or
             undecoded `{"bytes", "path"}` cells).
-        validate (`bool`, defaults to `True`): check a list of image files up front (missing, empty, unreadable or
-            truncated files; see `sapiens2_hf.data.validation`) and leave the bad ones out, listed in `skipped`.
-            In-memory images and `datasets` sources are not checked here (that would decode every image); a bad one
-            fails when it is read, with an error naming it.
-        strict (`bool`, defaults to `False`): with `validate`, raise `BadSampleError` on the first bad file instead.
-
-    Attributes:
-        skipped (`list[SkippedSample]`): the files left out by the up-front check.
+        validate (`bool`, defaults to `True`): check a list of image files up front (`sapiens2_hf.data.validation`)
+            and leave the bad ones out, listed in `skipped` (`list[SkippedSample]`); `strict` raises `BadSampleError`
+            on the first instead. In-memory images and `datasets` sources are not checked (that would decode every
+            image); a bad one fails when it is read, with an error naming it.
     """
 
     def __init__(self, source, image_column: str = "image", seed: int = 0, validate: bool = True,

@@ -75,11 +75,9 @@ class _DatasetEpochCallback(TrainerCallback):
 
 
 class Sapiens2PreTrainingTrainer(LossTermsLoggingMixin, Trainer):
-    """Trainer for [`Sapiens2ForPreTraining`] (see the module docstring). Use it like `transformers.Trainer`,
-    with a `MultiCropCollator` as `data_collator` and a `PretrainingImageDataset` as `train_dataset`.
-
-    `remove_unused_columns` is switched off (the collator, not the model, consumes the dataset's columns).
-    `data_collator` defaults to `MultiCropCollator.from_config(model.config, seed=args.seed)`.
+    """Trainer for [`Sapiens2ForPreTraining`] (see the module docstring), used like `transformers.Trainer` with a
+    `PretrainingImageDataset`; `data_collator` defaults to `MultiCropCollator.from_config(model.config,
+    seed=args.seed)`, and `remove_unused_columns` is off (the collator, not the model, consumes the columns).
     """
 
     def __init__(self, model=None, args=None, data_collator=None, *more, callbacks=None, **kwargs):

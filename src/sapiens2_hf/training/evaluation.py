@@ -1,9 +1,9 @@
 """Bounded-memory evaluation inside `transformers.Trainer`.
 
-`TaskEvaluator.batch_statistics` turns one batch of model outputs into fixed-size per-sample statistics (the same
-packed vectors the official evaluators gather across GPUs); the Trainer gathers them across processes, and
-`TaskEvaluator.compute_metrics` (a `batch_eval_metrics=True` compute function) accumulates them and returns the
-dataset metrics on the last batch. Nothing proportional to the dataset's pixels or heatmaps is ever kept.
+`TaskEvaluator.batch_statistics` turns a batch of outputs into fixed-size per-sample statistics (the packed vectors
+the official evaluators gather across GPUs); the Trainer gathers them, and `TaskEvaluator.compute_metrics` (for
+`batch_eval_metrics=True`) accumulates them and returns the metrics on the last batch: nothing proportional to the
+dataset's pixels or heatmaps is kept.
 """
 
 from __future__ import annotations

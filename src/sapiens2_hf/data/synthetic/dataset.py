@@ -33,12 +33,11 @@ TASKS = tuple(_TASK_COLUMNS)
 def sample_seed(seed: int, index: int, attempt: int = 0) -> tuple[int, ...]:
     """The render seed of sample ``index`` of a synthetic dataset built with ``seed``: ``(seed, index)``.
 
-    The sample is ``SyntheticHumans(...).sample(sample_seed(seed, index))``; it does not depend on the dataset length,
-    the task, the shard or the worker. A render can show nobody (about 1 in 1000 at 64 x 48: the only person placed so
-    close to the camera that it falls outside the image); `make_dataset` and `write_dataset` keep such rows
-    (``num_people == 0``). A source that needs a person (the fine-tuning records) re-draws with ``attempt = 1, 2, ...``,
-    i.e. the seeds ``(seed, index, attempt)``, and takes the first render that shows one. (numpy pads seed entropy
-    with zeros, so ``(seed, index, 0)`` is the same seed as ``(seed, index)``.)
+    The sample is ``SyntheticHumans(...).sample(sample_seed(seed, index))`` whatever the dataset length, task, shard
+    or worker. A render can show nobody (about 1 in 1000 at 64 x 48: the only person falls outside the image);
+    `make_dataset` and `write_dataset` keep such rows (``num_people == 0``), a source that needs a person (the
+    fine-tuning records) re-draws with the seeds ``(seed, index, attempt)``, ``attempt = 1, 2, ...``. (numpy pads seed
+    entropy with zeros, so ``(seed, index, 0)`` is the same seed as ``(seed, index)``.)
     """
     if attempt < 0:
         raise ValueError(f"attempt must be >= 0, got {attempt}.")

@@ -1,12 +1,11 @@
 """Procedural articulated human: skeleton, joint-limited pose prior, body shape, clothing, hair, hands, face.
 
 Body frame (metres): x = the subject's left, y = up, z = the direction the subject faces. The pelvis joint is the
-origin. Everything on the right side of the body is *defined* as the mirror image (x -> -x) of the left side, in the
-local frame of the mirrored joint, and every right-side Euler angle uses the mirrored convention
-``(rx, -ry, -rz)``. A person and its mirror image therefore share one code path: `mirror_person` swaps the left and
-right parameters, and the builder produces the exact mirror geometry with the correct left/right labels. Right-side
-keypoints are the mirror images of the left-side keypoint that ``flip_indices`` pairs them with, so the official
-horizontal-flip permutation holds by construction (including the face contours whose numbering is not symmetric).
+origin. The right side is *defined* as the mirror image (x -> -x) of the left, in the mirrored joint's local frame,
+with right-side Euler angles in the mirrored convention ``(rx, -ry, -rz)``: a person and its mirror share one code
+path (`mirror_person` swaps the left and right parameters; the builder gives the exact mirror geometry with correct
+labels). Right-side keypoints mirror the left-side keypoint ``flip_indices`` pairs them with, so the official flip
+permutation holds by construction (also for the face contours, whose numbering is not symmetric).
 
 Joint rotations are ``Rz(rz) @ Rx(rx) @ Ry(ry)`` in the parent frame; at rest every bone runs along +-y, so ``ry`` is
 the twist about the bone. Sign conventions (left side): hip/shoulder flexion (limb forward) is ``rx < 0``, knee
