@@ -354,12 +354,8 @@ class DenseRecords(Sequence):
 
 
 class PoseRecords(Sequence):
-    """One record per person of a pose `datasets.Dataset`, its image read from the row when accessed.
-
-    Args:
-        dataset: the rows.
-        people (`list[dict]`): per person `row` plus the fields of `pose_people`, `image_id` and `instance_id`.
-    """
+    """One record per person of a pose `datasets.Dataset`, its image read from the row when accessed; `people` holds
+    per person its `row`, the fields of `pose_people`, `image_id` and `instance_id`."""
 
     def __init__(self, dataset, columns: ColumnNames, people: list[dict]):
         self.columns, self.people = columns, people

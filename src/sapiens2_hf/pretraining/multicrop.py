@@ -108,11 +108,8 @@ def example_seed(base_seed: int, epoch: int, index: int) -> int:
 
 
 def to_float_image(image) -> torch.Tensor:
-    """Converts an RGB image to a float32 tensor of shape `(3, height, width)` with values in `[0, 255]`.
-
-    Accepts a `PIL.Image` (any mode, converted to RGB), a `numpy.ndarray` of shape `(height, width, 3)` (uint8), or
-    a `torch.Tensor` of shape `(3, height, width)` (uint8 in `[0, 255]`, or float in `[0, 255]`).
-    """
+    """A `PIL.Image` (any mode, converted to RGB), a `(height, width, 3)` uint8 array or a `(3, height, width)` tensor
+    (uint8, or float in `[0, 255]`) as a float32 `(3, height, width)` tensor with values in `[0, 255]`."""
     if isinstance(image, torch.Tensor):
         tensor = image
     elif isinstance(image, np.ndarray):
