@@ -19,17 +19,11 @@ measures them to a million records.
 Thresholds were chosen on the mixed set of `benchmarks/bench_curation.py` (synthetic humans, blurred, JPEG-crushed,
 tiny, duplicated and person-free copies), whose table gives each stage's precision and recall.
 
-Execution: the per-image stages (`decode` to `person`, plus the hash and the embedding) run over the input in chunks
-of `chunk_size` images on the run layer (`sapiens2_hf.runs`: its decoder, its suffix list, its sharder, its resume
-markers). Each chunk's records (Parquet, in columns) and embeddings (float16 `.npy`) are written atomically under
-`<out>/.curation/` (`store.py`), then its done-marker, so a killed run resumes at the first unfinished chunk and never
-recomputes a finished one. Under `accelerate launch` (one machine or several on shared storage) chunk `k` is computed
-by the process that owns it (round robin); the main process then runs the global stages (`duplicates`, `domain`,
-`balance`) over the columns, streaming: a few bytes per image, the index, and blocks of embeddings read through
-memory-mapped windows, never a Python object per image. It writes `records.jsonl` (every image: source, per-stage
-scores and verdicts, the final verdict), the curated `datasets.Dataset` (`save_to_disk`, readable by `pretrain.py
---dataset_name`, written by a generator as it goes), the report (`report.html`, `report.png`, drawn from a sample of
-the records) and `summary.json`.
+Execution (README, "Curate pretraining data"): the per-image stages run in chunks of `chunk_size` images on the run
+layer (`sapiens2_hf.runs`); each chunk's records and embeddings are written atomically under `<out>/.curation/`
+(`store.py`) before its done-marker, so a killed run resumes at the first unfinished chunk. Under `accelerate launch`
+each process computes the chunks it owns; the main process then streams the columns through the global stages (never
+a Python object per image) and writes `records.jsonl`, the curated `datasets.Dataset`, the report and `summary.json`.
 """
 
 from __future__ import annotations
@@ -465,7 +459,6 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
 
     Args:
         inputs: folders, `save_to_disk` folders, `datasets` ids, `.tar` shards (`open_inputs`), or an `ImageSource`.
-        config (`CurationConfig`, *optional*): stages and thresholds (default: all on, the defaults).
         person_model: the `person` stage's segmentation model (folder, Hub id, official file, pipeline or a callable
             `images -> masks`); required while the stage is on.
         embedding_model: a Sapiens2 checkpoint (its backbone) or a callable `images -> (n, d)` unit vectors, for the
@@ -473,8 +466,8 @@ def curate(inputs: list[str] | ImageSource, out: str | os.PathLike, *, config: C
             person model's backbone. Not loaded when no such stage is on.
         reference (`list[str]`, *optional*): images of the wanted domain (folders or datasets as `inputs`); turns
             the `domain` stage on.
-        max_chunks (`int`, *optional*): stop after computing this many chunks (the rest on a later call).
-        on_chunk: called with each chunk's number once its files are written.
+        max_chunks, on_chunk: stop after computing this many chunks (the rest on a later call); called with each
+            chunk's number once its files are written.
     """
     config = config or CurationConfig()
     out = Path(out)
@@ -530,8 +523,7 @@ def _finish(source: ImageSource, chunks: ChunkStore, out: Path, config: Curation
 
 
 def _segmenter(config: CurationConfig, person_model, device):
-    """The `person` stage's model when the stage is on: a function `images -> masks` as it is, else a
-    `PersonSegmenter`."""
+    """The `person` stage's model when it is on: a function `images -> masks` as it is, else a `PersonSegmenter`."""
     if not config.on("person"):
         return None
     if person_model is None:
@@ -759,9 +751,8 @@ def _global_record(verdicts: GlobalVerdicts, position: int, stage: str) -> dict 
 
 def _write_records(store: ChunkStore, path: Path, verdicts: GlobalVerdicts, config: CurationConfig,
                    report_rows: int = 2000) -> tuple[dict, list[dict]]:
-    """Streams every chunk's records, with the global stages' verdicts, into `records.jsonl` (atomically); returns
-    the summary's counts and the records the report shows (every `n / report_rows`-th, and the first dropped ones
-    of each stage)."""
+    """Streams every chunk's records with the global verdicts into `records.jsonl` (atomically); returns the summary's
+    counts and the records the report shows (every `n / report_rows`-th, and each stage's first dropped ones)."""
     counts = {stage: {"on": config.on(stage), "measured": 0, "kept": 0, "dropped": 0} for stage in STAGES}
     count = len(verdicts.index)
     step = max(1, math.ceil(count / report_rows))
@@ -807,9 +798,8 @@ def _remove_our_dataset(folder: Path) -> None:
 
 
 def _write_dataset(source: ImageSource, verdicts: GlobalVerdicts, records_path: Path, folder: Path) -> Path:
-    """The kept images as a `datasets.Dataset` (`image` and `source` columns, the scores as JSON in `curation`),
-    written with `save_to_disk` into `folder` (replaced atomically: written beside it, then renamed). Streamed: the
-    source's rows and `records.jsonl` are read side by side, both in index order."""
+    """The kept images as a `datasets.Dataset` (`image`, `source`, the scores as JSON in `curation`), saved into
+    `folder` atomically (written beside it, then renamed), streamed from the source and `records.jsonl` in step."""
 
     datasets = require("datasets", feature="curation")
     ours = folder.parent / STATE_FOLDER / "dataset_written"

@@ -11,12 +11,10 @@ block, the index and a few bytes per image, never by `n x d`:
 | domain | `faiss.IndexFlatIP` of the reference embeddings | n x references | mean cosine of the `reference_k` nearest >= `min_reference_similarity` |
 | balance | hierarchical k-means (Vo et al. 2024): `faiss.Kmeans` on the embeddings (`clusters` leaves), then on the leaf centroids (`sqrt(clusters)` parents); balanced sampling top-down | k-means trained on at most `TRAIN_POINTS_PER_CENTROID` points per centroid, then one assignment pass | `cluster_cap`: the most a parent keeps (default the mean parent size); its leaves share that evenly |
 
-Balanced sampling: each parent keeps at most `cluster_cap` images, and shares what it keeps among its leaves by
-water-filling (each leaf gets an equal share; a leaf smaller than its share keeps everything and the rest is shared
-again among the others); each leaf keeps its best images (`quality_rank`). k-means puts more leaves where the data
-are dense, so the leaves of a large mode are many and similar in size; their parents (k-means of the leaf centroids)
-are the modes, and capping those is what evens out the modes, as in Vo et al. Large modes shrink, small ones stay
-whole.
+Balanced sampling: each parent keeps at most `cluster_cap` images, shared among its leaves by water-filling (a leaf
+under its share keeps all, the rest is shared again), each leaf keeping its best (`quality_rank`). k-means puts many
+leaves on a dense mode; their parents are the modes, so capping parents evens out the modes (Vo et al.): large modes
+shrink, small ones stay whole.
 
 faiss runs on its GPU indexes when `faiss.get_num_gpus()` finds one (the k-means and flat indexes), on the CPU
 otherwise; the results are the same up to floating-point ties.

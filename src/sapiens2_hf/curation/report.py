@@ -1,7 +1,6 @@
-"""The curation report people look at: `report.png` (one page: per-stage pass rates, score histograms with their
-thresholds, cluster sizes before and after balancing, thumbnails kept and dropped per stage) and `report.html` (the
-same picture, the numbers as tables, and per stage the dropped images' names and scores). Drawn with OpenCV and
-numpy, no plotting library.
+"""The curation report: `report.png` (per-stage pass rates, score histograms with their thresholds, cluster sizes
+before and after balancing, thumbnails kept and dropped per stage) and `report.html` (the same picture, the numbers as
+tables, the dropped images' names and scores), drawn with OpenCV and numpy.
 """
 
 from __future__ import annotations

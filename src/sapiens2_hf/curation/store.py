@@ -3,11 +3,9 @@
 A chunk `k` of a run is two files under `<out>/.curation/`, each written atomically, and a done-marker of the run
 layer (`runs.resume`), written last:
 
-- `chunk_<k>.parquet`: one row per image: `index`, `source`, `computed_by`, `decoded`, `image_kept` (every per-image
-  stage kept it), `phash` (uint64), `rank` (`quality_rank`) and `stages` (the per-image stages' scores and verdicts
-  as JSON);
-- `chunk_<k>.npy`: the images' embeddings, float16 `(rows, d)`, NaN rows for images not embedded (`d` = 0 without
-  an embedding model);
+- `chunk_<k>.parquet`: one row per image, the `COLUMNS`: `image_kept` (every per-image stage kept it), `phash`
+  (uint64), `rank` (`quality_rank`), `stages` (the per-image stages' scores and verdicts as JSON), ...;
+- `chunk_<k>.npy`: the embeddings, float16 `(rows, d)`, NaN rows for images not embedded (`d` = 0 without a model);
 - `<out>/.sapiens2-hf/done/curate/chunks/chunk_<k>.json`: the marker, with the run's fingerprint.
 
 The global stages read the columns they need as small arrays (a few bytes per image) and the embeddings as one
@@ -38,9 +36,8 @@ def _arrow():
 
 class ChunkStore:
     """The chunks of one run in `out`: data files under `<out>/.curation/`, done-markers through the run layer's
-    resume scheme (`runs.resume.ResumeMarkers`, kind `chunks` of the run `curate`) with `fingerprint` (the inputs,
-    the per-image settings and the embedding model): a chunk is done when its marker's fingerprint is this run's and
-    its files exist."""
+    `ResumeMarkers` (kind `chunks` of the run `curate`); a chunk is done when its files exist and its marker holds
+    this run's `fingerprint` (the inputs, the per-image settings and the embedding model)."""
 
     def __init__(self, out: str | Path, fingerprint: dict):
         self.folder = Path(out) / STATE_FOLDER

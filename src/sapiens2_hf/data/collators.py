@@ -12,9 +12,6 @@ class Sapiens2DataCollator:
     Every key is stacked along a new first dimension. Segmentation `labels` kept at their original resolution
     (evaluation) may differ in size: they are padded bottom/right with `ignore_index` to the largest one, and
     `label_size` keeps each sample's true `(height, width)`.
-
-    Args:
-        ignore_index (`int`, *optional*, defaults to 255): Padding value of variable-size label maps.
     """
 
     def __init__(self, ignore_index: int = 255):

@@ -31,8 +31,7 @@ class Sapiens2TaskDataset(Dataset):
             (see `sapiens2_hf.data.pose`, `sapiens2_hf.data.dense` and `sapiens2_hf.data.synthetic_source`).
         transform (`Callable[[dict, torch.Generator], dict | None]`): Task transform; `None` means "drop this
             sample" (official rules such as too little foreground); another record is then drawn deterministically.
-        seed (`int`, *optional*, defaults to 0): Base seed of the per-sample generators.
-        max_attempts (`int`, *optional*, defaults to 20): Draws before giving up on an index.
+        seed, max_attempts: the per-sample generators' base seed; the draws before giving up on an index.
     """
 
     def __init__(self, source: Sequence[dict], transform: Callable, seed: int = 0, max_attempts: int = 20):

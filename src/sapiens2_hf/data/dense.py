@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from . import augment
-from ..runs.inputs import IMAGE_SUFFIXES
+from ..runs.inputs import image_files
 from .images import load_image, normalize_image
 from .label_tables import SEG_FLIP_SWAP_PAIRS, SEG_IGNORE_INDEX
 from .tasks import DATA_TASKS
@@ -38,7 +38,7 @@ CANONICAL_FOCAL_LENGTH = 768.0
 
 # ------------------------------------------------------------------------------------------------------ readers
 def _images_by_stem(image_dir: Path) -> dict[str, Path]:
-    return {p.stem: p for p in sorted(Path(image_dir).iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES}
+    return {p.stem: p for p in image_files(image_dir)}
 
 
 def _find(folder: Path | None, stem: str, suffixes: Sequence[str]) -> Path | None:

@@ -22,17 +22,14 @@ Per-row schema (column names are resolved from the flags, else from the candidat
 | | K = 308 (official), 344 (raw, teeth dropped) or 133 (COCO-WholeBody, mapped); optional per-person `area` and |
 | | `iscrowd`, and `image_id` |
 
-A mask (any non-zero = valid) is an `Image` or an array; without one it is derived from the target as on disk. Pose rows
-hold any number of people; each non-crowd person becomes one training sample (a top-down crop), and persons failing
-the up-front checks of `sapiens2_hf.data.validation` are skipped and reported like on-disk records.
+A mask (any non-zero = valid) is an `Image` or an array; without one it is derived from the target as on disk. Each
+non-crowd person of a pose row becomes one sample (a top-down crop); persons failing `sapiens2_hf.data.validation`'s
+checks are skipped and reported like on-disk records. The synthetic humans' schema (`task_features`) is read as is.
 
-The synthetic humans' schema (`sapiens2_hf.data.synthetic.task_features`) is read as is (`is_synthetic_schema`).
-
-Rows are read in the numpy format and adapted one at a time when the training dataset asks for them (nothing is
-materialised up front; pose reads only its box and keypoint columns to index the people). `record_transform` gives the
-same adaptation as a batch function for `Dataset.with_transform`; training does not use it because `with_transform`
-extracts rows as Python objects, which for array columns costs about 30x the numpy format (0.46 s against 0.014 s for
-one 256 x 192 normal row with its mask).
+Rows are read in the numpy format and adapted one at a time on access (pose indexes its people from the box and
+keypoint columns only). `record_transform` is the same adaptation for `Dataset.with_transform`, which training does
+not use: its Python-object rows cost about 30x the numpy format for array columns (0.46 s against 0.014 s for one
+256 x 192 normal row with its mask).
 """
 
 from __future__ import annotations
@@ -95,13 +92,10 @@ def load_dataset_dict(name: str | None, config_name: str | None = None, train_di
                       validation_dir: str | None = None, test_dir: str | None = None, cache_dir: str | None = None):
     """A `datasets.DatasetDict` from what `--dataset_name` names, detected in this order:
 
-    * a `save_to_disk` folder (`dataset_dict.json`, or `state.json` + `dataset_info.json`): `load_from_disk`; a single
-      saved `Dataset` becomes the `train` split;
-    * `imagefolder` (or no name) with `train_dir` / `validation_dir` / `test_dir`: `load_dataset("imagefolder",
-      data_files=...)`, as transformers' example scripts do (a `metadata.jsonl` beside the images adds columns; a
-      `label_file_name` column becomes an `Image` column `label`);
-    * any other local folder, or a Hub dataset id: `load_dataset(name, config_name)` (for a folder the builder is
-      inferred from its files: imagefolder, parquet, json, ...).
+    * a `save_to_disk` folder (`is_saved_to_disk`): `load_from_disk`, a single saved `Dataset` as the `train` split;
+    * `imagefolder` (or no name) with `train_dir` / `validation_dir` / `test_dir`, as transformers' example scripts
+      (a `metadata.jsonl` beside the images adds columns; a `label_file_name` column becomes an `Image` `label`);
+    * any other local folder (its builder inferred from its files) or a Hub id: `load_dataset(name, config_name)`.
     """
     datasets = require("datasets", feature="a Hugging Face dataset")
 
@@ -124,12 +118,11 @@ def load_dataset_dict(name: str | None, config_name: str | None = None, train_di
 
 def synthetic_dataset_dict(task: str, splits: dict[str, tuple[int, int]], height: int, width: int,
                            cache_dir: str | None = None):
-    """The synthetic humans (`sapiens2_hf.data.synthetic.make_dataset`, its typed columns and seed rule) as a
-    `DatasetDict`: `splits` maps a split name to `(num_samples, seed)`; empty splits are left out.
+    """The synthetic humans (`make_dataset`'s typed columns and seed rule) as a `DatasetDict`: `splits` maps a split
+    name to `(num_samples, seed)`; empty splits are left out.
 
-    Renders hold the task's `DataTaskSpec.synthetic_people` (pose: one person, the dense tasks 1-4). A render that
-    shows nobody (about 1 in 1000 at 64 x 48) is dropped: pose indexes no person in it, and the dense tasks drop rows
-    with an empty `mask`, whose evaluation has no valid pixel.
+    Renders hold the task's `DataTaskSpec.synthetic_people`. A render that shows nobody (about 1 in 1000 at 64 x 48)
+    is dropped: pose indexes no person in it, and the dense tasks drop rows with an empty `mask` (no valid pixel).
     """
     datasets = require("datasets", feature="a Hugging Face dataset")
 
@@ -305,9 +298,8 @@ def _keypoints_to_308(keypoints: np.ndarray, layout: str) -> np.ndarray:
 def pose_people(row: dict, columns: ColumnNames, keypoint_layout: str = "auto",
                 num_keypoints: int | None = None) -> list[dict]:
     """The people of one pose row, each `{bbox (4,) COCO xywh, keypoints (K, 3), area, iscrowd}` (no image): K = 308
-    (the data mapped to the official layout), or with `keypoint_layout="file"` the data's own keypoints (a model
-    fine-tuned on another keypoint set: `sapiens2_hf.data.keypoint_sets`), `num_keypoints` of them per person as K x 3
-    or K x 2 numbers."""
+    (mapped to the official layout), or with `keypoint_layout="file"` the data's own `num_keypoints` (a model of
+    another keypoint set), given per person as K x 3 or K x 2 numbers."""
     boxes = _array(row[columns.bboxes], np.float64)
     if boxes.size == 0:
         return []
@@ -362,12 +354,8 @@ class DenseRecords(Sequence):
 
 
 class PoseRecords(Sequence):
-    """One record per person of a pose `datasets.Dataset`, its image read from the row when accessed.
-
-    Args:
-        dataset: the rows.
-        people (`list[dict]`): per person `row` plus the fields of `pose_people`, `image_id` and `instance_id`.
-    """
+    """One record per person of a pose `datasets.Dataset`, its image read from the row when accessed; `people` holds
+    per person its `row`, the fields of `pose_people`, `image_id` and `instance_id`."""
 
     def __init__(self, dataset, columns: ColumnNames, people: list[dict]):
         self.columns, self.people = columns, people
@@ -398,10 +386,9 @@ def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str 
                  split: str = "train", num_keypoints: int | None = None) -> tuple[Sequence[dict], list[SkippedSample]]:
     """The task-transform records of one split of a `datasets.Dataset`, and the skipped ones.
 
-    Dense tasks: one record per row (no up-front check: the rows' arrays were written by `datasets`). Pose: the people
-    of every row, indexed up front from the box and keypoint columns alone; crowd people are left out and the others
-    checked as on-disk records are (`validate_records`; `strict` raises on the first bad one). A skipped entry's
-    `index` is its person index, and its `file` names the row.
+    Dense tasks: one record per row (no up-front check: `datasets` wrote the rows' arrays). Pose: the people of every
+    row, indexed up front from the box and keypoint columns alone, crowd people left out, the others checked as
+    on-disk records (`validate_records`, `strict`); a skipped entry's `index` is its person, its `file` names the row.
     """
     if not is_top_down(task):
         return DenseRecords(dataset, task, columns), []
@@ -423,9 +410,8 @@ def task_records(dataset, task: str, columns: ColumnNames, keypoint_layout: str 
 
 
 def record_transform(task: str, columns: ColumnNames) -> Callable[[dict], dict]:
-    """The row-to-record adaptation of a dense task as a batch function for `Dataset.with_transform` (the records
-    `DenseRecords` gives, for use outside `finetune.py`; see the module docstring for why training reads the numpy
-    format instead)."""
+    """`DenseRecords`' row-to-record adaptation of a dense task as a batch function for `Dataset.with_transform`, for
+    use outside `finetune.py` (the module docstring says why training reads the numpy format instead)."""
     if is_top_down(task):
         raise ValueError(f"{task} rows hold several people (one record each); use task_records, which indexes them.")
     def transform(batch: dict) -> dict:

@@ -38,12 +38,8 @@ def coco_wholebody_to_308(keypoints: np.ndarray) -> np.ndarray:
     The 53 keypoints whose names exist in both layouts are copied (`label_tables.COCO_WHOLEBODY_TO_308`); every other
     308 keypoint is absent (zeros, visibility 0).
 
-    Args:
-        keypoints (`np.ndarray` of shape `(..., 133, 3)`): `(x, y, visibility)` in COCO-WholeBody order (body 17,
-            feet 6, face 68, left hand 21, right hand 21).
-
-    Returns:
-        `np.ndarray` of shape `(..., 308, 3)`, float32.
+    `keypoints` `(..., 133, 3)` are `(x, y, visibility)` in COCO-WholeBody order (body 17, feet 6, face 68, left hand
+    21, right hand 21); returns `(..., 308, 3)` float32.
     """
     keypoints = np.asarray(keypoints, dtype=np.float32)
     if keypoints.shape[-2:] != (133, 3):
@@ -98,9 +94,8 @@ def load_coco_keypoint_file(annotation_file: str | Path) -> dict:
     """The parsed COCO keypoint file, checked up front for every key the readers use, so that a file missing one is
     a one-line `CocoFileError` naming the file, the entry and the key, not a `KeyError` deep in a reader.
 
-    Checked: a JSON object with an `images` list (each entry with `id` and `file_name`) and an `annotations` list
-    (each entry with `image_id` of a listed image, `bbox` and `keypoints`). Values are checked later, per record
-    (`sapiens2_hf.data.validation`), where a bad one skips its record instead of stopping the run.
+    Values are checked later, per record (`sapiens2_hf.data.validation`), where a bad one skips its record instead
+    of stopping the run.
     """
     path = Path(annotation_file)
     try:
@@ -130,9 +125,8 @@ def load_coco_keypoint_file(annotation_file: str | Path) -> dict:
 
 
 def coco_image_candidates(file_name: str, image_dir: str | Path, annotation_file: str | Path) -> list[Path]:
-    """Where a COCO `file_name` may be, in order: under `image_dir` (COCO's convention), then relative to the
-    annotation file's folder and to `image_dir`'s parent (a `file_name` that includes the images folder, such as
-    `write_dataset`'s `"images/<stem>.png"`, given with `image_dir` `images/`). Duplicates are dropped."""
+    """Where a COCO `file_name` may be, in order, without duplicates: under `image_dir` (COCO's convention), then under
+    the annotation file's folder and `image_dir`'s parent (a `file_name` such as `write_dataset`'s `"images/x.png"`)."""
     candidates = []
     for base in (Path(image_dir), Path(annotation_file).parent, Path(image_dir).parent):
         if base / file_name not in candidates:
@@ -149,9 +143,9 @@ def resolve_coco_image(file_name: str, image_dir: str | Path, annotation_file: s
 
 def check_coco_images_found(annotation_file: str | Path, image_dir: str | Path | None, records: list[dict],
                             images_option: str = "image_dir") -> None:
-    """A one-line `ValueError` when not one image of the records (read by `read_coco_keypoints`) exists: it names
-    the paths tried for the first image and the fix (`images_option`: the argument or flag that sets the image
-    folder). A few missing images are left to the record checks, which skip and list them."""
+    """A one-line `ValueError` when no image of the `read_coco_keypoints` records exists, naming the paths tried for
+    the first and the fix (`images_option`, which sets the image folder); a few missing ones are left to the record
+    checks."""
     if not records or any(Path(record["image"]).is_file() for record in records):
         return
     annotation_file = Path(annotation_file)
@@ -170,17 +164,15 @@ def read_coco_keypoints(annotation_file: str | Path, image_dir: str | Path | Non
     """Read a COCO-format keypoint annotation file into one record per person.
 
     Args:
-        annotation_file (`str` or `Path`): COCO JSON with `images`, `annotations` (`keypoints` flat `[x, y, v] * K`,
-            `bbox`, optional `area`, `iscrowd`, `num_keypoints`).
-        image_dir (`str` or `Path`, *optional*): Folder of the images' `file_name`s (default: the JSON's folder).
-            A `file_name` that already names that folder (`"images/x.png"` with `image_dir` `images/`, as
-            `write_dataset` writes it) is found too: see `resolve_coco_image`.
+        annotation_file: COCO JSON with `images`, `annotations` (`keypoints` flat `[x, y, v] * K`, `bbox`, optional
+            `area`, `iscrowd`, `num_keypoints`).
+        image_dir: folder of the images' `file_name`s (default: the JSON's folder; see `resolve_coco_image`).
         keypoint_layout (`str`, *optional*, defaults to `"auto"`): `"sapiens308"` (official order), `"sapiens344"`
             (raw annotations, teeth removed), `"coco_wholebody"` (mapped with `coco_wholebody_to_308`), `"file"` (the
             file's own keypoints, for a model fine-tuned on that set: `keypoint_sets.KeypointSet.from_coco_category`)
             or `"auto"` (the first three by the annotation's shape, else `"file"`).
-        skip_crowd (`bool`, *optional*, defaults to `True`): Drop `iscrowd` annotations (training convention).
-        min_keypoints (`int`, *optional*, defaults to 1): Drop persons with fewer labelled keypoints.
+        skip_crowd, min_keypoints: drop `iscrowd` annotations (training convention) and persons with fewer
+            labelled keypoints.
 
     Returns:
         `list[dict]` with `image` (path), `image_id`, `instance_id`, `bbox` (COCO xywh, float32 (4,)), `keypoints`
@@ -232,14 +224,8 @@ def udp_warp_matrix(center: Sequence[float], scale: Sequence[float], rotation_de
     `y' = (H - 1) / h * (sin r (x - cx) + cos r (y - cy) + h / 2)`: the box edges map to the first and last pixel
     centres of the crop.
 
-    Args:
-        center (`(2,)`): Box centre `(cx, cy)`, image pixels.
-        scale (`(2,)`): Box size `(w, h)` (already padded and aspect-fixed).
-        rotation_deg (`float`): Counter-clockwise rotation in degrees (official convention).
-        input_size (`tuple[int, int]`): Crop `(height, width)`.
-
-    Returns:
-        `np.ndarray` of shape `(2, 3)`, float64.
+    `center` `(cx, cy)` and `scale` `(w, h)` (padded and aspect-fixed) are the box in image pixels, `rotation_deg`
+    counter-clockwise (official convention), `input_size` the crop `(height, width)`. Returns `(2, 3)` float64.
     """
     cx, cy = float(center[0]), float(center[1])
     w, h = float(scale[0]), float(scale[1])
@@ -266,11 +252,9 @@ def encode_udp_heatmaps(keypoints: np.ndarray, visible: np.ndarray, input_size: 
     centre and 0 outside. A keypoint that is not visible, or whose window misses the heatmap, gets weight 0.
 
     Args:
-        keypoints (`np.ndarray` of shape `(num_keypoints, 2)`): Crop pixels `(x, y)`.
-        visible (`np.ndarray` of shape `(num_keypoints,)`): Visibility in [0, 1] (>= 0.5 counts).
-        input_size (`tuple[int, int]`): Crop `(height, width)`.
-        heatmap_size (`tuple[int, int]`): Heatmap `(height, width)`.
-        sigma (`float`, *optional*, defaults to 6.0): Gaussian sigma in heatmap pixels (official 6 at 256x192).
+        keypoints (`(num_keypoints, 2)`), visible (`(num_keypoints,)`, in [0, 1]; >= 0.5 counts): crop pixels `(x, y)`.
+        input_size, heatmap_size: crop and heatmap `(height, width)`.
+        sigma (`float`, defaults to 6.0): Gaussian sigma in heatmap pixels (official 6 at 256x192).
 
     Returns:
         `tuple`: heatmaps `(num_keypoints, heatmap_height, heatmap_width)` float32 and weights `(num_keypoints,)`
@@ -305,15 +289,10 @@ class PoseTransform:
     p 0.8 -> box blur p 0.1 -> median blur p 0.1 -> coarse dropout p 1.0 -> UDP heatmaps. Evaluation keeps the box
     (x1.25, aspect fix) and the affine only. Keypoints that leave the crop lose their weight.
 
-    Args:
-        input_size (`tuple[int, int]`, *optional*, defaults to `(1024, 768)`): Crop `(height, width)`.
-        heatmap_size (`tuple[int, int]`, *optional*): Defaults to a quarter of `input_size`.
-        sigma (`float`, *optional*): Heatmap sigma; defaults to 6 scaled by `heatmap_width / 192`.
-        train (`bool`, *optional*, defaults to `True`): Apply the random augmentations.
-        flip_indices (`Sequence[int]`, *optional*): Keypoint channel permutation of a flip (official 308 default).
-        upper_body_ids, lower_body_ids (`Sequence[int]`, *optional*): Half-body keypoint sets.
-        augment_probabilities (`dict`, *optional*): Overrides of the official probabilities (keys `flip`,
-            `half_body`, `shift`, `scale`, `rotate`, `photometric`, `blur`, `median_blur`, `dropout`).
+    `input_size` is the crop `(height, width)`; `heatmap_size` defaults to a quarter of it and `sigma` to 6 scaled by
+    `heatmap_width / 192`. `flip_indices` (the keypoint permutation of a flip) and `upper_body_ids` / `lower_body_ids`
+    (the half-body sets) default to the official 308's. `augment_probabilities` overrides the official probabilities
+    by step (`flip`, `half_body`, `shift`, `scale`, `rotate`, `photometric`, `blur`, `median_blur`, `dropout`).
 
     Call with `(record, generator)`; returns a dict with `pixel_values` (`(3, H, W)` float32, normalised),
     `labels` (`(num_keypoints, h, w)` float32 heatmaps), `label_weights` (`(num_keypoints,)` float32) and the

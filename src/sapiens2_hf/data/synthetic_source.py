@@ -23,12 +23,8 @@ class SyntheticRecords(Sequence):
     ``sample_seed(seed, i)`` (re-drawn with an `attempt` when it shows nobody) with the task's
     `DataTaskSpec.synthetic_people` (pose: one, the dense tasks the generator's default mix of 1-4).
 
-    Args:
-        task (`str`): a task of `sapiens2_hf.data.tasks.DATA_TASKS` (`pose`, `seg`, `normal`, `pointmap`, ...).
-        num_samples (`int`): Dataset length.
-        seed (`int`, *optional*, defaults to 0): Dataset seed.
-        height, width (`int`, *optional*, defaults to 256 x 192): Rendered image size.
-        cache (`bool`, *optional*, defaults to `True`): Keep rendered records in memory.
+    `task` is one of `sapiens2_hf.data.tasks.DATA_TASKS`; `height` x `width` the rendered size; `cache=False` keeps
+    no rendered record in memory.
     """
 
     def __init__(self, task: str, num_samples: int, seed: int = 0, height: int = 256, width: int = 192,

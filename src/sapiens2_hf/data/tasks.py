@@ -1,15 +1,10 @@
 """The data-layer task registry: per task, the record the task transform reads and how each fine-tuning source (the
 synthetic humans, a `datasets` dataset, the on-disk folders) fills it.
 
-Keyed by the layer-0 task names (`sapiens2_hf.modeling.sapiens2_tasks.TASK_NAMES`; tests/test_task_registry.py
-asserts the key sets are equal). Every per-task table of the data sources is derived from `DATA_TASKS`:
-the synthetic schema's columns (`synthetic/dataset.py`), the synthetic records (`synthetic_source.py`), the `datasets`
-column candidates and adapters (`hf_datasets.py`), the on-disk folder reader (`dense.read_dense_folder`) and the file
-fields the up-front checks read (`validation.py`). Adding a dense task means one entry here (see
-docs/ARCHITECTURE.md).
-
-What stays structural is the top-down branch (one record per person: COCO keypoint files, pose rows with several
-people, box and keypoint checks), taken for the tasks whose layer-0 `TaskSpec.top_down` is true, never by name.
+Keyed by the layer-0 task names (tests/test_task_registry.py asserts the key sets are equal). Every per-task table of
+the data sources (synthetic schema and records, `datasets` columns and adapters, folder reader, up-front file checks)
+is derived from `DATA_TASKS`, so a dense task is one entry here (docs/ARCHITECTURE.md). What stays structural is the
+top-down branch (one record per person), taken for the tasks whose layer-0 `TaskSpec.top_down` is true.
 """
 
 from __future__ import annotations
@@ -33,10 +28,9 @@ class DataTaskSpec:
     Attributes:
         synthetic_columns (`tuple[str, ...]`): the task's label columns in the synthetic schema
             (`sapiens2_hf.data.synthetic.task_features`; the task's rows hold `image` and these).
-        synthetic_record (`Mapping[str, str]` or `Callable[[dict], dict]`): how a typed synthetic row (`"all"`
-            columns) becomes the task-transform record: record key -> synthetic column (a `mask` is cast to uint8),
-            or, for a record that is not a renaming of columns (pose: the first person's box and keypoints), a
-            function of the row.
+        synthetic_record (`Mapping[str, str]` or `Callable[[dict], dict]`): how a typed `"all"` synthetic row
+            becomes the task-transform record: record key -> synthetic column (a `mask` cast to uint8), or a function
+            of the row where the record is not a renaming (pose: the first person's box and keypoints).
         image_column (`str`): the synthetic render that is the task's input image, also tried first among the image
             columns of a `datasets` source (matting: `matting_image`, the anti-aliased render its alpha describes).
         synthetic_people (`int` or `None`): people per synthetic render; `None` for the generator's mix (1-4), 1 for
@@ -46,9 +40,8 @@ class DataTaskSpec:
             mapping picks it by the array's number of dimensions (pointmap: 2 `depth`, 3 `pointmap`).
         roles (`Mapping[str, bool]`): further record fields (`RECORD_ROLES`) the task reads, each with whether a
             `datasets` source must have its column. A task with `mask` also reads masks from `--train_masks` folders.
-        file_key (`str` or `None`): the record key of the on-disk target file (`read_dense_folder`, and a field the
-            up-front checks open).
-        file_suffixes (`tuple[str, ...]`): on-disk target file suffixes, tried in order for each image stem.
+        file_key, file_suffixes: the record key of the on-disk target file (`read_dense_folder`; a field the up-front
+            checks open) and its suffixes, tried in order for each image stem.
     """
 
     synthetic_columns: tuple[str, ...] = ()

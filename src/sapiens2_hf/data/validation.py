@@ -2,11 +2,9 @@
 run: a zero-size box (the UDP crop divides by the box size), non-finite or absent keypoints (the sample trains at loss
 0), a missing, empty, unreadable or truncated image or target file.
 
-`validate_records` returns the usable records and one `SkippedSample` per dropped record; with `strict=True` it raises
-`BadSampleError` naming the first bad record instead. The file checks are cheap: they read the image header and the
-last bytes of PNG and JPEG files (a truncated file lacks its end marker); only a file without its end marker is
-decoded in full, to tell a truncated file from one with trailing bytes. A file broken in a way only a full decode shows
-still fails when it is read, with an error naming it (`SampleLoadError`, raised by the datasets).
+`validate_records` returns the usable records and one `SkippedSample` per dropped record (`strict=True`: raises
+`BadSampleError` on the first). The file checks are cheap (`image_file_problem`); a file broken in a way only a full
+decode shows still fails when it is read, with an error naming it (`SampleLoadError`, raised by the datasets).
 """
 
 from __future__ import annotations
@@ -48,14 +46,9 @@ class SampleLoadError(ValueError):
 
 @dataclass(frozen=True)
 class SkippedSample:
-    """One record left out of a dataset.
-
-    Attributes:
-        index (`int`): Position of the record in the source (before skipping).
-        file (`str` or `None`): The record's image file (or the offending target file), `None` for in-memory data.
-        reason (`str`): What is wrong, in words.
-        split (`str`): `"train"`, `"eval"` or `"pretrain"`.
-    """
+    """One record left out of a dataset: its `index` in the source (before skipping), its image `file` (or the
+    offending target file; `None` for in-memory data), the `reason` in words, and the `split` (`"train"`, `"eval"`
+    or `"pretrain"`)."""
 
     index: int
     file: str | None
@@ -172,16 +165,10 @@ def record_problem(record: dict, task: str) -> tuple[str | None, str] | None:
 
 def validate_records(records: Sequence[dict], task: str, strict: bool = False,
                      split: str = "train") -> tuple[list[dict], list[SkippedSample]]:
-    """Check every record of a task dataset (see the module docstring).
+    """Check every record (in the task transform's schema) of a `task` dataset: top-down records also get box and
+    keypoint checks; `strict` raises `BadSampleError` on the first bad one; `split` names it in messages and entries.
 
-    Args:
-        records (`Sequence[dict]`): Records in the schema of the task transform.
-        task (`str`): a registry task (top-down pose records also get box and keypoint checks).
-        strict (`bool`, *optional*, defaults to `False`): Raise `BadSampleError` on the first bad record.
-        split (`str`, *optional*, defaults to `"train"`): Name used in messages and in the skipped entries.
-
-    Returns:
-        `tuple[list[dict], list[SkippedSample]]`: the good records (in order) and the skipped ones.
+    Returns `(good records in order, skipped: list[SkippedSample])`.
     """
     return _partition(records, lambda record: record_problem(record, task), strict, split, "record")
 

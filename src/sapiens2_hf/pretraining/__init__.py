@@ -1,11 +1,8 @@
 """Sapiens2 pretraining: masked pixel reconstruction + DINOv3-style student-teacher objective (layer 2).
 
-Everything of pretraining lives here: the model and its parts (this namespace), the objectives
-(`sapiens2_hf.pretraining.losses`, one per file), the trainer (`sapiens2_hf.pretraining.trainer`) and the command-line
-run function (`sapiens2_hf.pretraining.run`, behind `training_scripts/pretrain.py`). The trainer and the run function
-are not imported here, so that using the model does not import `transformers.Trainer`.
-
-See docs/pretraining.md for the design, the defaults and their sources, and the measured evidence.
+The model and its parts (this namespace), the objectives (`.losses`), the trainer (`.trainer`) and the run function
+(`.run`, behind `training_scripts/pretrain.py`); the last two are not imported here, so that using the model does not
+import `transformers.Trainer`. docs/pretraining.md has the design, the defaults' sources and the measured evidence.
 """
 
 from .configuration_pretraining import Sapiens2PreTrainingConfig, tiny_pretraining_config

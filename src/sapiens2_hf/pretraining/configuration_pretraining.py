@@ -1,17 +1,9 @@
 """Configuration of `Sapiens2ForPreTraining`: a backbone `Sapiens2Config` plus the pretraining fields.
 
-The official pretraining code and recipe are not released (facebookresearch/sapiens2 ships the fine-tuning code and
-the pretrained backbones only): only the form of the objective is known, `L = L_MAE + L_CL` (project page), with
-masked pixel reconstruction and a DINOv3-style student-teacher term that has a sparse (CLS) and a dense (patch) part.
-Every default below therefore carries its source:
-
-- [MAE]: He et al. 2021 (arXiv 2111.06377) and facebookresearch/mae.
-- [DINO]: Caron et al. 2021 (arXiv 2104.14294).
-- [DINOv2]: Oquab et al. 2023 (arXiv 2304.07193) and the defaults of facebookresearch/dinov2
-  (`dinov2/configs/ssl_default_config.yaml`); DINOv3 (Simeoni et al. 2025, arXiv 2508.10104) keeps these values
-  unless noted.
-- [PAGE]: the Sapiens2 project page (loss diagram "L_mae + L_cl").
-- [OURS]: our choice, with the reason; [MEASURED]: chosen from a measurement recorded in docs/pretraining.md.
+The official pretraining recipe is not released; only the objective's form `L = L_MAE + L_CL` is (project page), so
+every default names its source: [MAE] He et al. 2021, [DINO] Caron et al. 2021, [DINOv2] Oquab et al. 2023 and its
+`ssl_default_config.yaml` (DINOv3 keeps these unless noted), [PAGE] the Sapiens2 project page, [OURS] our choice
+with its reason. docs/pretraining.md ("Defaults and their sources") has the full table.
 """
 
 from huggingface_hub.dataclasses import strict
@@ -32,42 +24,25 @@ class Sapiens2PreTrainingConfig(PreTrainedConfig):
                                             + koleo_loss_weight * koleo_loss)
 
     backbone_config (`Sapiens2Config`): the student (and teacher) backbone, `task=None`. Default: the 0.4b backbone.
-    mask_ratio (`float`, defaults to 0.75): fraction of the patches of each global view removed before the student
-        backbone [MAE]. Sapiens2's own ratio is not published. Used by the collator that builds the masks.
-    decoder_hidden_size (`int`, defaults to 512): MAE decoder width [MAE].
-    decoder_num_hidden_layers (`int`, defaults to 8): MAE decoder depth [MAE].
-    decoder_num_attention_heads (`int`, defaults to 16): MAE decoder heads [MAE].
-    decoder_intermediate_size (`int`, *optional*): SwiGLU hidden size of the decoder blocks; default
-        `4 * decoder_hidden_size` (the Sapiens2 block's ratio) [OURS].
-    norm_pix_loss (`bool`, defaults to `True`): per-patch normalised pixel targets [MAE, recommended setting].
-    head_hidden_size (`int`, defaults to 2048): hidden size of the projection MLP of both heads [DINOv2].
-    head_bottleneck_size (`int`, defaults to 256): bottleneck before the prototypes [DINOv2].
-    head_num_layers (`int`, defaults to 3): linear layers of the projection MLP [DINOv2].
-    cls_num_prototypes (`int`, defaults to 65536): prototypes of the DINO CLS head [DINOv2].
-    patch_num_prototypes (`int`, defaults to 65536): prototypes of the iBOT patch head (separate head) [DINOv2].
-    student_temp (`float`, defaults to 0.1): student temperature [DINO, DINOv2].
-    teacher_temp (`float`, defaults to 0.07): teacher temperature after warm-up [DINOv2].
-    warmup_teacher_temp (`float`, defaults to 0.04): teacher temperature at step 0 [DINOv2].
-    teacher_temp_warmup_steps (`int`, defaults to 37500): linear warm-up length in optimizer steps; DINOv2 warms up
-        for 30 "epochs" of 1250 iterations [DINOv2].
-    centering (`str`, defaults to `"sinkhorn_knopp"`): teacher centering, `"sinkhorn_knopp"` [DINOv2 large models,
-        DINOv3], `"centering"` (running centre) [DINO] or `"none"` (collapses; for controls only).
-    center_momentum (`float`, defaults to 0.9): running-centre momentum [DINO].
-    sinkhorn_iterations (`int`, defaults to 3): [DINOv2, SwAV].
-    ema_momentum (`float`, defaults to 0.992): teacher EMA momentum at the first optimizer step [DINOv2].
-    ema_momentum_end (`float`, defaults to 1.0): momentum at the last step; cosine schedule in between [DINO, DINOv2].
-    mae_loss_weight (`float`, defaults to 1.0): weight of L_MAE [PAGE].
-    contrastive_loss_weight (`float`, defaults to 1.0): lambda, the weight of L_CL [PAGE: "L_mae + L_cl", i.e. 1;
-        the paper's value is unknown]. With 0 the teacher and heads are skipped and the model is a plain MAE.
-    cls_loss_weight (`float`, defaults to 1.0): DINO CLS term inside L_CL [DINOv2].
-    patch_loss_weight (`float`, defaults to 1.0): iBOT patch term inside L_CL [DINOv2].
-    koleo_loss_weight (`float`, defaults to 0.1): KoLeo term inside L_CL [DINOv2].
-    freeze_prototypes_steps (`int`, defaults to 1250): optimizer steps during which the prototype weights are not
-        updated; DINOv2 freezes them for its first "epoch" of 1250 iterations [DINOv2]. Applied by the trainer.
-    initializer_range (`float`, defaults to 0.02): std of the truncated-normal init of heads and decoder [MAE, DINO].
+    mask_ratio (0.75): fraction of each global view's patches removed before the student [MAE]; used by the collator.
+    decoder_hidden_size, decoder_num_hidden_layers, decoder_num_attention_heads (512, 8, 16): the MAE decoder [MAE];
+        decoder_intermediate_size: its SwiGLU size, default `4 * decoder_hidden_size` (the backbone's ratio) [OURS].
+    norm_pix_loss (True): per-patch normalised pixel targets [MAE].
+    head_hidden_size, head_bottleneck_size, head_num_layers (2048, 256, 3): the projection MLP of both heads;
+        cls_num_prototypes, patch_num_prototypes (65536 each; separate heads) [DINOv2].
+    student_temp (0.1), teacher_temp (0.07), warmup_teacher_temp (0.04 at step 0), teacher_temp_warmup_steps (37500
+        optimizer steps, linear: DINOv2's 30 "epochs" of 1250 iterations) [DINO, DINOv2].
+    centering (`"sinkhorn_knopp"` [DINOv2 large, DINOv3], `"centering"`: running centre [DINO], or `"none"`: collapses,
+        for controls), center_momentum (0.9) [DINO], sinkhorn_iterations (3) [DINOv2, SwAV].
+    ema_momentum (0.992 at the first optimizer step) to ema_momentum_end (1.0 at the last), cosine [DINO, DINOv2].
+    mae_loss_weight (1.0), contrastive_loss_weight (lambda, 1.0: "L_mae + L_cl"; the paper's value is unknown) [PAGE];
+        cls_loss_weight (1.0), patch_loss_weight (1.0), koleo_loss_weight (0.1) inside L_CL [DINOv2].
+    freeze_prototypes_steps (1250): optimizer steps with the prototypes frozen, DINOv2's first "epoch"; the trainer
+        applies it [DINOv2].
+    initializer_range (0.02): std of the truncated-normal init of heads and decoder [MAE, DINO].
 
-    A term whose weight is 0 is not computed (its parameters then receive no gradient: with DDP set
-    `ddp_find_unused_parameters=True`).
+    A term whose weight is 0 is not computed (its parameters get no gradient: with DDP set
+    `ddp_find_unused_parameters=True`); with `contrastive_loss_weight=0` the model is a plain MAE.
     """
 
     model_type = "sapiens2_hf_pretraining"
@@ -162,10 +137,8 @@ class Sapiens2PreTrainingConfig(PreTrainedConfig):
 
 
 def tiny_pretraining_config(backbone_overrides: dict | None = None, **overrides) -> Sapiens2PreTrainingConfig:
-    """A tiny configuration for tests and CPU smoke runs: the tiny backbone (hidden 32, 2 layers, 4 heads, 8
-    registers, patch 16), a 1-layer decoder of width 32, heads of width 64 with 32 prototypes, a 10-step teacher
-    temperature warm-up and no prototype freezing. `backbone_overrides` go to `tiny_config`, `overrides` to this
-    config."""
+    """A tiny configuration for tests and CPU smoke runs (`tiny_config`'s backbone, the sizes below);
+    `backbone_overrides` go to `tiny_config`, `overrides` to this config."""
     backbone = tiny_config(**(backbone_overrides or {}))
     kwargs = {
         "backbone_config": backbone,

@@ -13,12 +13,8 @@ class DinoProjectionHead(nn.Module):
     DINOv2 and DINOv3 keep it. The weight-normalised layer with its norm fixed to 1 (DINO's `norm_last_layer`) is
     written directly as a product with row-normalised prototypes.
 
-    Args:
-        in_features (`int`): input width (the backbone hidden size).
-        num_prototypes (`int`): number of prototypes K.
-        hidden_size (`int`, defaults to 2048): MLP hidden width.
-        bottleneck_size (`int`, defaults to 256): MLP output width (dimension of the prototype space).
-        num_layers (`int`, defaults to 3): linear layers of the MLP (GELU between them, none after the last).
+    `in_features` is the backbone hidden size, `num_prototypes` K; the MLP has `num_layers` linear layers (GELU
+    between them, none after the last) of width `hidden_size`, ending at `bottleneck_size`, the prototype space.
     """
 
     def __init__(self, in_features: int, num_prototypes: int, hidden_size: int = 2048, bottleneck_size: int = 256,

@@ -1,20 +1,12 @@
 """The MAE decoder of `Sapiens2ForPreTraining`: re-inserts mask tokens where patches were removed and predicts
 their pixels and their teacher features.
 
-Design (all [MAE] unless noted):
-
-- The kept student tokens (CLS, registers, kept patches, after the backbone's final norm) are projected to the
-  decoder width; a learned mask token is put at every removed position, so the decoder sees the full patch grid.
-- Positions: the backbone encodes position only through RoPE applied inside attention, so its output tokens carry no
-  explicit position and the mask tokens none at all. The decoder therefore adds a fixed 2-D sine-cosine embedding
-  to every patch token (kept and mask), as MAE's decoder does; it is recomputed for the actual grid, so any input
-  size divisible by the patch size works. Prefix tokens (CLS, registers) get no position (MAE's CLS gets zeros).
-  The decoder blocks are Sapiens2 blocks (RMSNorm, QK-norm, SwiGLU, LayerScale initialised at 1) without RoPE
-  [OURS: reuses the backbone's block].
-- Two linear read-outs at the masked positions only: pixels (`patch_h * patch_w * 3` normalised values, for
-  `MaeLoss`) and a prediction of the teacher's patch token (backbone width), which the student patch head scores
-  against the teacher's patch head (iBOT term computed without ever showing the student the masked patches, as in
-  data2vec 2.0, Baevski et al. 2022) [OURS].
+The kept student tokens are projected to the decoder width and a learned mask token fills every removed position
+[MAE]. The backbone encodes position only through RoPE inside attention, so the decoder adds a fixed 2-D sine-cosine
+embedding to every patch token, recomputed for the actual grid (prefix tokens get none) [MAE]. Its blocks are
+Sapiens2 blocks without RoPE [OURS]. Two read-outs at the masked positions: pixels (for `MaeLoss`) and the teacher's
+patch token, which the student patch head scores (the iBOT term without showing the student the masked patches, as
+in data2vec 2.0) [OURS]. docs/pretraining.md has the full design.
 """
 
 import torch
@@ -48,13 +40,8 @@ def sincos_position_embedding_2d(grid_h: int, grid_w: int, dim: int, temperature
 
 
 class Sapiens2MaeDecoder(nn.Module):
-    """Lightweight transformer decoder for masked pretraining.
-
-    Args:
-        backbone_config (`Sapiens2Config`): the backbone's config (hidden size, prefix tokens, patch size).
-        hidden_size (`int`), num_hidden_layers (`int`), num_attention_heads (`int`), intermediate_size (`int`):
-            decoder block sizes.
-    """
+    """Lightweight transformer decoder for masked pretraining: blocks of the given sizes on the backbone's width,
+    prefix tokens and patch size (`backbone_config`)."""
 
     def __init__(self, backbone_config: Sapiens2Config, hidden_size: int, num_hidden_layers: int,
                  num_attention_heads: int, intermediate_size: int):
@@ -84,20 +71,11 @@ class Sapiens2MaeDecoder(nn.Module):
 
     def forward(self, encoder_hidden_states: torch.Tensor, patch_keep_indices: torch.LongTensor,
                 patch_mask_indices: torch.LongTensor, grid_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """
-        Args:
-            encoder_hidden_states (`torch.Tensor` of shape `(batch_size, num_prefix + num_kept, backbone_hidden)`):
-                the student backbone's output for the masked views (CLS, registers, kept patches).
-            patch_keep_indices (`torch.LongTensor` of shape `(batch_size, num_kept)`): row-major grid positions of
-                the kept patches, in the order of `encoder_hidden_states`.
-            patch_mask_indices (`torch.LongTensor` of shape `(batch_size, num_masked)`): the removed positions.
-            grid_size (`tuple[int, int]`): `(grid_h, grid_w)`, the patch grid of the views.
-
-        Returns:
-            `(pixels, features)`: `pixels` of shape `(batch_size, num_masked, patch_h * patch_w * 3)` (normalised
-            per-patch pixel predictions, order of `patch_mask_indices`) and `features` of shape
-            `(batch_size, num_masked, backbone_hidden)` (predicted teacher patch tokens).
-        """
+        """The student backbone's output for the masked views, `(batch_size, num_prefix + num_kept, backbone_hidden)`
+        (CLS, registers, then the kept patches at the row-major `patch_keep_indices` `(batch_size, num_kept)` of the
+        `(grid_h, grid_w)` grid) -> `(pixels, features)` at `patch_mask_indices` `(batch_size, num_masked)`, in that
+        order: normalised per-patch pixels `(batch_size, num_masked, patch_h * patch_w * 3)` and predicted teacher
+        patch tokens `(batch_size, num_masked, backbone_hidden)`."""
         batch_size = encoder_hidden_states.shape[0]
         num_patches = grid_size[0] * grid_size[1]
         tokens = self.embed(encoder_hidden_states)  # (batch, prefix + kept, dim)

@@ -16,16 +16,11 @@ def num_kept_patches(num_patches: int, mask_ratio: float) -> int:
 def random_patch_masks(
     num_patches: int, mask_ratio: float, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Uniformly random patch mask of one view (MAE's random masking).
+    """Uniformly random patch mask of one view of `num_patches` (MAE's random masking), `mask_ratio` in (0, 1)
+    removed; pass a `generator` for reproducible masks.
 
-    Args:
-        num_patches (`int`): patches of the view's grid.
-        mask_ratio (`float`): fraction to remove, in (0, 1).
-        generator (`torch.Generator`, *optional*): source of randomness (pass one for reproducible masks).
-
-    Returns:
-        `(keep_indices, mask_indices)`: `torch.LongTensor`s of shapes `(num_kept,)` and `(num_patches - num_kept,)`,
-        each sorted ascending (row-major grid positions); together they partition `range(num_patches)`.
+    Returns `(keep_indices, mask_indices)`: `torch.LongTensor`s of shapes `(num_kept,)` and `(num_patches - num_kept,)`,
+    each sorted ascending (row-major grid positions); together they partition `range(num_patches)`.
     """
     num_kept = num_kept_patches(num_patches, mask_ratio)
     permutation = torch.randperm(num_patches, generator=generator)

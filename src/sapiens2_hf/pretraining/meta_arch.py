@@ -3,17 +3,9 @@
 Student: the Sapiens2 backbone (`model`), the MAE decoder (`mae_decoder`), the DINO CLS head (`cls_head`) and the
 iBOT patch head (`patch_head`). Teacher (`teacher`): a copy of backbone and heads, updated only by an exponential
 moving average of the student (`update_teacher`), never by gradients. The losses own their state (running centres).
-
-One forward pass:
-
-1. Teacher, under `no_grad`, on the full global views: CLS tokens -> teacher CLS head; the patch tokens at the masked
-   positions -> teacher patch head.
-2. Student backbone on the global views with the masked patches *removed* (token removal, CLS and registers always
-   kept, each kept patch with its own RoPE position). This single pass serves every loss:
-   - its CLS tokens -> student CLS head (DINO term against the teacher's other global views) and KoLeo;
-   - its tokens -> MAE decoder, which re-inserts mask tokens at the removed positions and predicts, for each masked
-     patch, its normalised pixels (MAE term) and the teacher's patch token (-> student patch head, iBOT term).
-3. Student backbone on the local crops (if any): CLS tokens -> student CLS head (DINO term only).
+One forward (`compute_losses`) runs the teacher on the full global views, the student once on the global views with
+the masked patches removed (that pass feeds every loss), and the student on the local crops; docs/pretraining.md
+("The model: one student pass serves every loss") walks through it.
 
 Only the student backbone is exported (`save_backbone`), as a plain `Sapiens2Model` checkpoint. The module never
 calls backward and never owns the training loop; `sapiens2_hf.pretraining.trainer` applies it.
@@ -47,11 +39,9 @@ class Sapiens2PreTrainingOutput(ModelOutput):
     `Sapiens2PreTrainingConfig`). A term whose weight is 0 is not computed and is `None`.
 
     Args:
-        loss (`torch.Tensor` of shape `()`): the total loss.
-        mae_loss (`torch.Tensor` of shape `()`): MSE of the normalised pixels of the masked patches.
-        cls_loss (`torch.Tensor` of shape `()`): DINO cross-entropy on the CLS token (nats).
-        patch_loss (`torch.Tensor` of shape `()`): iBOT cross-entropy on the masked patches (nats).
-        koleo_loss (`torch.Tensor` of shape `()`): KoLeo regulariser, summed over the global views (DINOv2).
+        loss, mae_loss, cls_loss, patch_loss, koleo_loss (`torch.Tensor` of shape `()`): the total; the MSE of the
+            masked patches' normalised pixels; the DINO (CLS) and iBOT (masked patches) cross-entropies in nats; the
+            KoLeo regulariser, summed over the global views (DINOv2).
         reconstruction (`torch.Tensor` of shape `(batch_size, num_global_crops, num_masked, patch_h * patch_w * 3)`):
             the decoder's pixel predictions at the masked positions, in the order of `patch_mask_indices`; per-patch
             normalised values when `norm_pix_loss` (see `sapiens2_hf.pretraining.losses.mae_loss.unpatchify`).
@@ -216,20 +206,15 @@ class Sapiens2ForPreTraining(ModuleLayoutSaveMixin, PreTrainedModel):
         return self.model if which == "student" else self.teacher.model
 
     def save_backbone(self, save_directory, which: str = "student", **kwargs) -> None:
-        """Saves one backbone as a plain `Sapiens2Model` checkpoint (config.json + model.safetensors) that
-        `Sapiens2Model.from_pretrained(save_directory)` and every task class' `from_backbone(save_directory,
-        config=...)` load directly. `kwargs` go to `save_pretrained`."""
+        """Saves one backbone as a plain `Sapiens2Model` checkpoint, which `Sapiens2Model.from_pretrained` and every
+        task class' `from_backbone(save_directory, config=...)` load directly; `kwargs` go to `save_pretrained`."""
         self.get_backbone(which).save_pretrained(save_directory, **kwargs)
 
     @classmethod
     def from_backbone(cls, pretrained_backbone, config: Sapiens2PreTrainingConfig | None = None, **kwargs):
         """Starts (continued) pretraining from a backbone: an official pretrain file, an HF folder, or a
-        `Sapiens2Model`. Student and teacher backbones get its weights; decoder and heads are new.
-
-        Args:
-            config (`Sapiens2PreTrainingConfig`, *optional*): defaults to the real-scale defaults around the
-                backbone's own config.
-            kwargs: passed to `Sapiens2Model.from_pretrained`.
+        `Sapiens2Model`. Student and teacher backbones get its weights; decoder and heads are new. `config` defaults
+        to the real-scale defaults around the backbone's own config; `kwargs` go to `Sapiens2Model.from_pretrained`.
         """
         backbone = (
             pretrained_backbone

@@ -2,31 +2,15 @@
 
 Each image becomes `num_global_crops` global views (seen by the teacher in full and by the student with
 `mask_ratio` of their patches removed) and `num_local_crops` smaller local views (student only), DINO's multi-crop.
+Photometric augmentation is mild and keeps colour (no hue shift, grayscale or solarisation; rare blur): heavy
+appearance augmentation makes the representation drift from the observed image, and the MAE term must reconstruct
+the masked patches' real colours. The defaults and their sources are tabled in docs/pretraining.md.
 
-Photometric augmentation is deliberately mild and keeps colour: brightness/contrast/saturation jitter, no hue shift,
-no grayscale, no solarisation, rare light blur. The Sapiens2 seeds warn that heavy appearance augmentation makes the
-representation drift from the observed image, and the MAE term must reconstruct the real colours of the masked
-patches of the same view. Defaults and sources:
-
-| field | real scale | tiny | source |
-|---|---|---|---|
-| global crop size (H, W) | 1024 x 768 | 64 x 48 | Sapiens2 native resolution [DOCS]; tiny: `tiny_config`; `from_config`: the config's `image_size` |
-| local crop size (H, W) | 448 x 336 | 32 x 32 | [OURS] DINOv2's local/global side ratio 96/224 applied to the global size, rounded up to a multiple of the patch size |
-| global / local crops | 2 / 8 | 2 / 2 | [DINOv2]; tiny: [OURS] for speed |
-| global crop area scale | (0.32, 1.0) | same | [DINOv2] |
-| local crop area scale | (0.05, 0.32) | same | [DINOv2] |
-| crop aspect jitter | (3/4, 4/3) x output aspect | same | [MAE, DINO] RandomResizedCrop ratio, relative to the output aspect [OURS] |
-| horizontal flip p | 0.5 | same | [MAE, DINO] |
-| colour jitter p / brightness / contrast / saturation | 0.8 / 0.2 / 0.2 / 0.1 | same | [OURS] half of DINOv2's 0.4/0.4/0.2; DINOv2's hue 0.1, grayscale 0.2 and solarisation dropped (colour kept) |
-| Gaussian blur p / sigma | 0.1 / (0.1, 2.0) | same | [OURS] DINOv2 uses p 1.0 / 0.1 / 0.5 with sigma (0.1, 2.0); kept rare so fine texture survives |
-
-Randomness: every example carries its own seed (`PretrainingImageDataset` derives it from the base seed, the epoch
-and the index), and all crops, jitters and masks of that example come from a `torch.Generator` seeded with it. The
-views are therefore a pure function of (seed, epoch, index): independent of batch composition, dataloader workers,
-the number of processes, and of resuming from a checkpoint.
-
-Sizes follow the model: `MultiCropAugmentation.from_config(config)` crops at the config's `image_size`, and other
-global crops are refused where the config is known (`check_crops_fit_config`).
+Randomness: all crops, jitters and masks of an example come from a `torch.Generator` seeded with the example's own
+seed (from the base seed, the epoch and the index), so the views are a pure function of (seed, epoch, index):
+independent of batch composition, workers, process count and resuming. Sizes follow the model:
+`MultiCropAugmentation.from_config(config)` crops at the config's `image_size`, and other global crops are refused
+where the config is known (`check_crops_fit_config`).
 """
 
 import hashlib
@@ -124,11 +108,8 @@ def example_seed(base_seed: int, epoch: int, index: int) -> int:
 
 
 def to_float_image(image) -> torch.Tensor:
-    """Converts an RGB image to a float32 tensor of shape `(3, height, width)` with values in `[0, 255]`.
-
-    Accepts a `PIL.Image` (any mode, converted to RGB), a `numpy.ndarray` of shape `(height, width, 3)` (uint8), or
-    a `torch.Tensor` of shape `(3, height, width)` (uint8 in `[0, 255]`, or float in `[0, 255]`).
-    """
+    """A `PIL.Image` (any mode, converted to RGB), a `(height, width, 3)` uint8 array or a `(3, height, width)` tensor
+    (uint8, or float in `[0, 255]`) as a float32 `(3, height, width)` tensor with values in `[0, 255]`."""
     if isinstance(image, torch.Tensor):
         tensor = image
     elif isinstance(image, np.ndarray):
@@ -237,14 +218,9 @@ def augmented_view(image: torch.Tensor, output_hw: tuple[int, int], scale: tuple
 class MultiCropCollator:
     """Builds the pretraining batch: global and local views of each image, plus the patch masks.
 
-    Args:
-        augmentation (`MultiCropAugmentation`): crop sizes, counts and photometric settings.
-        patch_size (`int` or `tuple[int, int]`): the backbone's patch size.
-        mask_ratio (`float`): fraction of the patches of each global view to remove.
-        seed (`int`, defaults to 0): seeds the collator's own generator, used only for examples without a `"seed"`
-            (those batches are then not reproducible across a resume).
-
-    Call it on a list of examples, each a dict with `"image"` (see `to_float_image`) and optionally `"seed"` (`int`).
+    `mask_ratio` is the fraction of each global view's patches removed; `seed` seeds the collator's own generator,
+    used only for examples without a `"seed"` (those batches are then not reproducible across a resume). Call it on a
+    list of examples, each a dict with `"image"` (see `to_float_image`) and optionally `"seed"` (`int`).
 
     Returns (dict):
         - `pixel_values` (`torch.Tensor` of shape `(batch_size, num_global_crops, 3, global_h, global_w)`): normalised
@@ -334,18 +310,12 @@ class PretrainingImageDataset(torch.utils.data.Dataset):
 
     Args:
         source: a list of file paths, a list of images (PIL, numpy `(height, width, 3)` uint8, or tensors
-            `(3, height, width)` uint8), or a `datasets.Dataset` with an image column (decoded, or undecoded
-            `{"bytes", "path"}` cells).
-        image_column (`str`, defaults to `"image"`): the column of a `datasets.Dataset` holding the images.
-        seed (`int`, defaults to 0): base seed of the per-example seeds.
-        validate (`bool`, defaults to `True`): check a list of image files up front (missing, empty, unreadable or
-            truncated files; see `sapiens2_hf.data.validation`) and leave the bad ones out, listed in `skipped`.
-            In-memory images and `datasets` sources are not checked here (that would decode every image); a bad one
-            fails when it is read, with an error naming it.
-        strict (`bool`, defaults to `False`): with `validate`, raise `BadSampleError` on the first bad file instead.
-
-    Attributes:
-        skipped (`list[SkippedSample]`): the files left out by the up-front check.
+            `(3, height, width)` uint8), or a `datasets.Dataset` whose `image_column` holds the images (decoded, or
+            undecoded `{"bytes", "path"}` cells).
+        validate (`bool`, defaults to `True`): check a list of image files up front (`sapiens2_hf.data.validation`)
+            and leave the bad ones out, listed in `skipped` (`list[SkippedSample]`); `strict` raises `BadSampleError`
+            on the first instead. In-memory images and `datasets` sources are not checked (that would decode every
+            image); a bad one fails when it is read, with an error naming it.
     """
 
     def __init__(self, source, image_column: str = "image", seed: int = 0, validate: bool = True,

@@ -1,13 +1,9 @@
 """Command-line pretraining: arguments and the run function behind `training_scripts/pretrain.py`.
 
-    python training_scripts/pretrain.py --image_folder path/to/images --output_dir runs/tiny --max_steps 100
-
-pretrains a tiny Sapiens2 from scratch on a folder of images (any size; jpg/png/...), then writes the full
-pretraining checkpoint (student, teacher, decoder, heads: resumable with `--resume_from_checkpoint`) to
-`output_dir` and the exported student backbone, a plain `Sapiens2Model` checkpoint ready for the fine-tuning
-scripts, to `output_dir/backbone`. `--variant 0.4b` (etc.) selects a real size with the real-scale defaults
-(see docs/pretraining.md); `--init_backbone` continues pretraining from a pretrained backbone; `--dataset_name`
-reads a `datasets` dataset (Hub name or a folder written by `save_to_disk`) instead of a folder.
+It pretrains from a folder of images (`--image_folder`) or a `datasets` dataset (`--dataset_name`), a tiny model or a
+real size (`--variant 0.4b`, optionally from `--init_backbone`), and writes the resumable pretraining checkpoint to
+`output_dir` and the student backbone, a plain `Sapiens2Model` checkpoint, to `output_dir/backbone`
+(docs/pretraining.md).
 """
 
 import json

@@ -60,12 +60,8 @@ def make_toy_images(num_images: int, height: int, width: int, seed: int = 0, num
                     noise_std: float = 8.0, kind: str = "shapes") -> tuple[torch.Tensor, torch.Tensor]:
     """Draws `num_images` toy images, classes balanced in round-robin order.
 
-    Args:
-        num_images (`int`), height (`int`), width (`int`): count and size in pixels.
-        seed (`int`, defaults to 0): seed of a private `torch.Generator`.
-        num_classes (`int`, defaults to 4): first `num_classes` classes of `TOY_CLASS_NAMES[kind]` (at most 5).
-        noise_std (`float`, defaults to 8.0): Gaussian pixel noise on the 0-255 scale.
-        kind (`str`, defaults to `"shapes"`): `"shapes"` or `"stripes"` (see the module docstring).
+    `seed` seeds a private `torch.Generator`; the classes are the first `num_classes` (at most 5) of
+    `TOY_CLASS_NAMES[kind]` (`"shapes"` or `"stripes"`); `noise_std` is Gaussian pixel noise on the 0-255 scale.
 
     Returns:
         `(images, labels)`: `images` of shape `(num_images, 3, height, width)`, uint8 RGB in `[0, 255]`; `labels` of

@@ -1,10 +1,10 @@
 """`Sapiens2PreTrainingTrainer`: transformers' Trainer for `Sapiens2ForPreTraining`, and its EMA callback.
 
-What it adds to `transformers.Trainer`: the optimizer step as `schedule_step` (teacher temperature), per-micro-batch
-mean loss terms (`loss_is_scaled_for_ga = False`), the teacher EMA and early prototype freezing once per optimizer step
-(`EmaTeacherCallback`), every loss term, the prototype entropy, the teacher temperature and the EMA momentum in the
-logs (`LossTermsLoggingMixin`), `set_epoch` at each epoch start (so a resumed run sees the same views), the backbone
-export (`save_backbone`), and a default collator cropping at the config's `image_size` (`check_crops_fit_config`).
+What it adds to `transformers.Trainer`: `schedule_step` (the optimizer step, for the teacher temperature),
+per-micro-batch mean terms (`loss_is_scaled_for_ga = False`), the teacher EMA and early prototype freezing per
+optimizer step (`EmaTeacherCallback`), every term, the prototype entropy, temperature and momentum in the logs,
+`set_epoch` per epoch (a resumed run sees the same views), `save_backbone`, and a default collator at the config's
+`image_size`.
 
 The teacher is part of the model's state dict, so checkpoints carry it and a resume restores it; its parameters
 never require gradients (re-applied at load and on every `train()` call), so the optimizer never holds them.
@@ -38,9 +38,7 @@ class EmaTeacherCallback(TrainerCallback):
     After optimizer step `k` (0-based, i.e. `state.global_step == k + 1` in `on_step_end`) the teacher moves by
     `teacher <- m_k * teacher + (1 - m_k) * student` with `m_k = ema_momentum(k, state.max_steps, config)`.
 
-    Attributes:
-        last_momentum (`float` or `None`): momentum of the latest update.
-        num_updates (`int`): updates applied by this callback (in this process, since construction).
+    `last_momentum` is the latest update's momentum, `num_updates` the updates this callback applied in this process.
     """
 
     def __init__(self):
@@ -77,11 +75,9 @@ class _DatasetEpochCallback(TrainerCallback):
 
 
 class Sapiens2PreTrainingTrainer(LossTermsLoggingMixin, Trainer):
-    """Trainer for [`Sapiens2ForPreTraining`] (see the module docstring). Use it like `transformers.Trainer`,
-    with a `MultiCropCollator` as `data_collator` and a `PretrainingImageDataset` as `train_dataset`.
-
-    `remove_unused_columns` is switched off (the collator, not the model, consumes the dataset's columns).
-    `data_collator` defaults to `MultiCropCollator.from_config(model.config, seed=args.seed)`.
+    """Trainer for [`Sapiens2ForPreTraining`] (see the module docstring), used like `transformers.Trainer` with a
+    `PretrainingImageDataset`; `data_collator` defaults to `MultiCropCollator.from_config(model.config,
+    seed=args.seed)`, and `remove_unused_columns` is off (the collator, not the model, consumes the columns).
     """
 
     def __init__(self, model=None, args=None, data_collator=None, *more, callbacks=None, **kwargs):

@@ -1,9 +1,9 @@
 """Bounded-memory evaluation inside `transformers.Trainer`.
 
-`TaskEvaluator.batch_statistics` turns one batch of model outputs into fixed-size per-sample statistics (the same
-packed vectors the official evaluators gather across GPUs); the Trainer gathers them across processes, and
-`TaskEvaluator.compute_metrics` (a `batch_eval_metrics=True` compute function) accumulates them and returns the
-dataset metrics on the last batch. Nothing proportional to the dataset's pixels or heatmaps is ever kept.
+`TaskEvaluator.batch_statistics` turns a batch of outputs into fixed-size per-sample statistics (the packed vectors
+the official evaluators gather across GPUs); the Trainer gathers them, and `TaskEvaluator.compute_metrics` (for
+`batch_eval_metrics=True`) accumulates them and returns the metrics on the last batch: nothing proportional to the
+dataset's pixels or heatmaps is kept.
 """
 
 from __future__ import annotations
@@ -68,14 +68,9 @@ class TaskEvaluator:
     their own below; a `"map"` task (the default: a dense regression) has each metric take the task's prediction (its
     layer-0 `output_field`), `labels` and `mask`, so a new task of that kind needs no change here.
 
-    Args:
-        task (`str`): a task of the training registry (`TRAINING_TASKS`).
-        input_size (`tuple[int, int]`, *optional*): Pose crop `(height, width)`, needed to decode keypoints; taken
-            from the batch's `pixel_values` when omitted.
-        oks (`bool`, *optional*, defaults to `True`): Compute OKS AP for pose (needs the metadata of
-            `PoseTransform`).
-        config (*optional*): the model's config: an accumulator with a `from_config` constructor is built for the
-            model's own labels (OKS with its keypoint set's sigmas).
+    `input_size` is the pose crop `(height, width)` that keypoints decode from (default: the batch's
+    `pixel_values`); `oks` computes pose OKS AP (needs `PoseTransform`'s metadata); with the model's `config`, an
+    accumulator with a `from_config` constructor is built for the model's own labels (OKS with its set's sigmas).
     """
 
     def __init__(self, task: str, input_size: tuple[int, int] | None = None, oks: bool = True, config=None):
@@ -96,11 +91,7 @@ class TaskEvaluator:
     def batch_statistics(self, outputs, batch: dict, heatmaps: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Fixed-size per-sample statistics of one batch (every value has the batch as its first dimension).
 
-        Args:
-            outputs: The model output of the batch.
-            batch (`dict`): The collated batch.
-            heatmaps (`torch.Tensor`, *optional*): Pose heatmaps to evaluate instead of `outputs.heatmaps` (e.g. the
-                flip-test average).
+        `heatmaps`, when given, are evaluated instead of `outputs.heatmaps` (e.g. the flip-test average).
         """
         kind = training_task(self.task).prediction
         prediction = getattr(outputs, task_spec(self.task).output_field)

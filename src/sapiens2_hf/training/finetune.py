@@ -184,8 +184,7 @@ def resolve_stages(training_args: TrainingArguments, default_stages: bool | None
     """The run's stages from transformers' `--do_train` / `--do_eval` / `--do_predict`.
 
     With `default_stages` (`None`: when none of the three is set) the run trains, then evaluates when there is
-    evaluation data: what this script did before it honoured the flags, and what a run that names none of them
-    means. Otherwise the three are followed as given (transformers turns `do_eval` on by itself with an
+    evaluation data. Otherwise the three are followed as given (transformers turns `do_eval` on by itself with an
     `--eval_strategy` other than `no`), and a run with none of them is an error.
     """
     flags = (bool(training_args.do_train), bool(training_args.do_eval), bool(training_args.do_predict))
@@ -416,14 +415,10 @@ def run_finetune(model_args: ModelArguments, data_args: DataArguments, training_
     `--do_train` / `--do_eval` / `--do_predict` say (`resolve_stages`); save the final model into `output_dir` and
     push it with `--push_to_hub`.
 
-    `output_dir` ends as a model repository (`finalize_output_dir`) beside transformers' run files;
-    `pipeline(..., model=output_dir)` loads it. A run that neither trains nor pushes saves nothing. A run that saves
-    follows the run-folder rule first (`run_setup.prepare_output_dir`), and the run holds `output_dir` throughout
-    (`run_setup.hold_output_dir`).
-
-    Returns:
-        `tuple[Sapiens2Trainer, dict]`: the trainer and the final metrics: `eval_*` (evaluation) and `predict_*`
-        (`--do_predict`), empty when neither ran.
+    `output_dir` ends as a model repository (`finalize_output_dir`) beside transformers' run files, which
+    `pipeline(..., model=output_dir)` loads; a run that neither trains nor pushes saves nothing, one that saves follows
+    the run-folder rule first (`prepare_output_dir`), and the run holds `output_dir` throughout (`hold_output_dir`).
+    Returns `(trainer, metrics)`: the final `eval_*` and `predict_*` metrics, empty when neither ran.
     """
     task = check_task(model_args.task)
     stages = resolve_stages(training_args, default_stages)
@@ -576,9 +571,8 @@ def predict(trainer: Sapiens2Trainer, dataset: Sapiens2TaskDataset, task: str, f
       flat `[x, y, score]` in image pixels, `score` the mean keypoint score, `bbox` the person box it was cropped
       from, `instance_id`), flip-tested like the evaluation;
     * `"classes"` (seg): `<index>.png`, class ids at the label's resolution (the evaluation's upsampling and arg-max);
-    * `"map"` (the other tasks): `<index>.npz` with the model's output maps as `(height, width, channels)` float32 on
-      the network input grid (the evaluation transform's letterbox) and its other per-sample outputs (pointmap:
-      `scales`).
+    * `"map"` (the other tasks): `<index>.npz`, the output maps as `(height, width, channels)` float32 on the network
+      input grid (the evaluation letterbox) and the other per-sample outputs (pointmap: `scales`).
 
     `<index>` is the sample's position in the test split, zero-padded to 6 digits. Under FSDP the dense files are not
     written (they need the whole model on one process).

@@ -1,11 +1,9 @@
 """`LossTermsLoggingMixin`: logs every loss term next to `loss`, for any `transformers.Trainer` subclass.
 
-`Trainer.log` only knows the total loss. A trainer that mixes this in calls `record_loss_terms(terms)` once per
-training micro-batch (from `compute_loss`); at the next `log` that carries `loss`, each term is logged as its mean over
-the micro-batches recorded since the previous log, averaged across processes, rounded like transformers rounds `loss`.
-
-The sums stay on the device (no host synchronisation per micro-batch) and are kept in float64 where the device has it
-(float32 on MPS), so that a long logging interval adds no visible rounding.
+A trainer that mixes this in calls `record_loss_terms(terms)` once per training micro-batch (from `compute_loss`); at
+the next `log` that carries `loss`, each term is logged as its mean over the micro-batches since the previous log,
+averaged across processes, rounded as transformers rounds `loss`. The sums stay on the device (no host sync per
+micro-batch), in float64 where the device has it (float32 on MPS), so a long logging interval adds no visible rounding.
 """
 
 from __future__ import annotations

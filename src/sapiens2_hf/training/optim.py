@@ -42,10 +42,8 @@ def parameter_groups(model: nn.Module, learning_rate: float, weight_decay: float
 
     With `L = num_layers`, a parameter of layer id `i` (see `layer_id`) gets `lr * rate ** (L + 1 - i)`: the head
     trains at the base rate, block `L - 1` at `rate`, ..., the patch embedding at `rate ** (L + 1)`. A rate of
-    `None` or 1 disables the decay. Frozen parameters are left out.
-
-    Returns:
-        `list[dict]`: groups with `params`, `lr`, `weight_decay`, and `param_names` / `lr_scale` for inspection.
+    `None` or 1 disables the decay. Frozen parameters are left out. Each group has `params`, `lr`, `weight_decay`,
+    and `param_names` / `lr_scale` for inspection.
     """
     decay = layer_decay_rate is not None and layer_decay_rate != 1.0
     if decay and num_layers is None:

@@ -1,16 +1,10 @@
 """What every training entry point does before it builds anything: hold `--output_dir` (`hold_output_dir`: one run at
 a time), seed the RNGs, and apply the run-folder rule (`prepare_output_dir`) that also reads `--resume_from_checkpoint`.
 
-The run-folder rule, shared by fine-tuning and pretraining, so that a folder never mixes two runs:
-
-- An `--output_dir` that holds another run's artefacts (`checkpoint-<step>` folders, final model or adapter weights,
-  `trainer_state.json`) is refused with one line naming `--overwrite_output_dir` and `--resume_from_checkpoint`.
-- `--overwrite_output_dir` clears the previous run's artefacts (`RUN_ARTEFACTS`: checkpoints, model and adapter
-  weights, transformers' run state and metrics files, and the subfolders the previous run recorded, such as
-  `backbone/`) and keeps every other file.
-- `--resume_from_checkpoint` continues the run of that folder: `True` means its newest complete checkpoint
-  (`latest_complete_checkpoint`). A folder whose run marker (`RUN_MARKER`) records other model arguments, or whose
-  weights are of the other kind (a LoRA adapter vs a full model), is refused.
+The run-folder rule (README, "One run per `--output_dir`"), shared by fine-tuning and pretraining, so that a folder
+never mixes two runs: a folder holding another run's artefacts is refused, naming `--overwrite_output_dir` (clears
+`RUN_ARTEFACTS` and the subfolders the run recorded, keeps other files) and `--resume_from_checkpoint` (continues the
+newest complete checkpoint; refused when the `RUN_MARKER` records other model arguments or the other weights kind).
 """
 
 from __future__ import annotations
@@ -69,9 +63,8 @@ def _accelerator_available() -> bool:
 def seed_run(training_args: TrainingArguments) -> None:
     """Seed python, numpy and torch from `--seed` (with `--full_determinism`, also force deterministic kernels).
 
-    Call it first: the Trainer seeds only in its own constructor, after the model (random heads, a tiny preset, the
-    pretraining projection heads) and the data were built from whatever the global RNG held, so two runs with the
-    same seed would differ from the first step.
+    Call it first: the Trainer seeds only in its constructor, after the model (random heads, a tiny preset, the
+    pretraining heads) and the data were built from the global RNG, so two runs of one seed would differ.
     """
     if training_args.full_determinism:
         enable_full_determinism(training_args.seed)
@@ -138,9 +131,8 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
 def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """The newest complete `checkpoint-<step>` folder of `output_dir` (`checkpoint_problem`), or `None`.
 
-    The newest is transformers' `get_last_checkpoint`; the completeness check is on top: newer incomplete ones (a
-    save interrupted by a kill or a full disk) are skipped with a warning naming them, and the resumed run writes them
-    again when it reaches their step.
+    Found as transformers' `get_last_checkpoint` does, with a completeness check: newer incomplete ones (a save cut by
+    a kill or a full disk) are skipped with a warning naming them; the resumed run writes them again at their step.
     """
     newest = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
     for path in [Path(newest)] + _checkpoints(Path(output_dir))[1:] if newest else []:
@@ -265,14 +257,10 @@ def prepare_output_dir(training_args: TrainingArguments, identity: Mapping[str, 
     saves (`training_args.should_save`), which clears the previous run with `--overwrite_output_dir` and writes the
     run marker.
 
-    Args:
-        training_args: `--output_dir`, `--overwrite_output_dir` (`Sapiens2TrainingArguments`; absent: off).
-        identity: the arguments that define the run's weights (entry point, task, model source, LoRA settings...):
-            resuming a folder whose marker records others is refused, naming the difference.
-        kind: `"model"` or `"adapter"` (a LoRA run): what the run's weights are.
-        resume_from_checkpoint: the `--resume_from_checkpoint` value (see `resolve_resume_checkpoint`).
-        outputs: subfolders of `output_dir` the run writes beside transformers' files (`backbone`, `base_model`,
-            `predictions`), recorded in the marker so that `--overwrite_output_dir` clears them later.
+    `identity` holds the arguments that define the run's weights (entry point, task, model source, LoRA settings...):
+    resuming a folder whose marker records others is refused, naming the difference. `kind` is `"model"` or
+    `"adapter"` (a LoRA run). `outputs` are the subfolders the run writes beside transformers' files (`backbone`,
+    `base_model`, `predictions`), recorded in the marker so that `--overwrite_output_dir` clears them later.
     """
     folder = Path(training_args.output_dir)
     overwrite = bool(getattr(training_args, "overwrite_output_dir", False))
@@ -353,13 +341,10 @@ def check_process_count(environ: Mapping[str, str] | None = None) -> None:
     """Refuses a launch that asked for several processes and started one, with one line naming the fix.
 
     `accelerate launch --num_processes N` (N > 1) without `--multi_gpu`, on a machine with fewer than two GPUs, runs
-    accelerate's simple launcher: a single process, which would train alone without a word. That launcher still sets
-    `MASTER_ADDR`/`MASTER_PORT` (for N > 1) and its `ACCELERATE_*` variables, but not `WORLD_SIZE`, which every
-    multi-process launcher (torchrun, accelerate's multi-GPU launcher) sets in each process it starts. The launcher
-    is only visible through these variables, so they are read here, at the scripts' entry points, and nowhere else.
-
-    Args:
-        environ (`Mapping[str, str]`, *optional*): the environment to inspect (default: `os.environ`).
+    accelerate's simple launcher: one process, which would train alone without a word. It still sets `MASTER_PORT`
+    and its `ACCELERATE_*` variables but not `WORLD_SIZE`, which every multi-process launcher sets; only these
+    variables (of `environ`, default `os.environ`) show it, so they are read here, at the entry points, and nowhere
+    else.
     """
     environ = os.environ if environ is None else environ
     launched_by_accelerate = "ACCELERATE_MIXED_PRECISION" in environ

@@ -6,19 +6,8 @@ equal, and importing this module fails when one is missing); the model-output fi
 there too. Adding a task means one entry here, one in the layer-0 registry, one in the data registry
 (`sapiens2_hf.data.tasks.DATA_TASKS`), and the task's own modules (see docs/ARCHITECTURE.md).
 
-Loss inputs, in call order (from `sapiens2_hf.data` transforms + `Sapiens2DataCollator`):
-
-| task | model output | batch targets |
-|---|---|---|
-| pose | `heatmaps` | `labels` `(B, K, h, w)`, `label_weights` `(B, K)` |
-| seg | `logits` | `labels` `(B, H, W)` int64 (255 = ignore) |
-| normal | `normals` | `labels` `(B, 3, H, W)`, `mask` `(B, 1, H, W)` |
-| pointmap | `pointmaps`, `scales` | `labels` `(B, 3, H, W)` canonical XYZ, `target_scales` `(B, 1)`, `mask`, |
-| | | `intrinsics` `(B, 3, 3)`, optional `target_mean_depth` `(B,)` |
-| albedo | `albedos` | `labels` `(B, 3, H, W)`, `mask` |
-| matting | `alphas`, `foregrounds` | `labels` `(B, 1, H, W)` alpha, `mask`, optional `foreground_labels` |
-| | | `(B, 3, H, W)` pre-multiplied |
-
+A loss takes the task's prediction, its `loss_output_fields`, then the collated batch's `loss_batch_keys` and
+`loss_optional_batch_keys` in that order (shapes: the task transforms' docstrings in `sapiens2_hf.data`).
 `Sapiens2Trainer` passes only `pixel_values` to the model and applies the loss here, to log its terms. The task
 models take the same batch keys as `forward` arguments and return the same official loss as `loss` (what
 transformers' stock `Trainer` trains with); transformers' own stock losses (e.g. its unweighted pose MSE) never run.
@@ -60,10 +49,9 @@ class TrainingTaskSpec:
         loss (`type[nn.Module]`): the official loss; `loss()` has the official term weights.
         transform (`type`): the data transform; `transform(input_size, train=...)` turns records into samples.
         metrics (`Mapping[str, type]`): the streaming metric accumulators of `TaskEvaluator`, by statistics name.
-        loss_batch_keys (`tuple[str, ...]`): batch keys the loss takes after the model outputs, in order.
-        loss_optional_batch_keys (`tuple[str, ...]`): batch keys passed next, as `None` when a batch lacks them.
-        loss_output_fields (`tuple[tuple[str, str], ...]`): extra model-output fields the loss takes right after the
-            task's prediction, each with what produces it (for the error when a model has none).
+        loss_output_fields, loss_batch_keys, loss_optional_batch_keys: what the loss takes after the task's
+            prediction, in order: extra model-output fields (each with what produces it, for the error when a model
+            has none), batch keys, then batch keys passed as `None` when a batch lacks them.
         prediction (`str`): what the prediction is, for evaluation (`TaskEvaluator`) and `--do_predict` files:
             `"map"` (default: a dense map compared with `labels` within `mask` by each metric, written as `.npz`),
             `"classes"` (per-pixel class logits, compared and written as class ids at each label's own size) or

@@ -36,16 +36,9 @@ class Sapiens2Trainer(LossTermsLoggingMixin, Trainer):
       are gathered and accumulated (`args.batch_eval_metrics` must be true); for a task with the registry's
       `flip_test` (pose), `pose_flip_test` averages the heatmaps of the flipped crop, as the official validation does.
 
-    Args:
-        task (`str`): a task of the training registry (`TRAINING_TASKS`).
-        loss_fn (`nn.Module`, *optional*): Loss module; default the official one for `task`.
-        evaluator (`TaskEvaluator`, *optional*): Metric accumulator; `None` uses `TaskEvaluator(task)`.
-        layer_decay_rate (`float`, *optional*): Layer-wise learning-rate decay (official 0.8 / 0.85 / 0.9 / 0.94 for
-            0.4b / 0.8b / 1b / 5b); `None` disables it.
-        official_schedule (`bool`, *optional*, defaults to `False`): Replace `args.lr_scheduler_type` by the official
-            schedule.
-        pose_flip_test (`bool`, *optional*, defaults to `True`): Flip-test averaging during pose evaluation.
-        Other arguments are those of `transformers.Trainer` (`data_collator` defaults to `Sapiens2DataCollator`).
+    `task` is a task of the training registry (`TRAINING_TASKS`); `layer_decay_rate` the official 0.8 / 0.85 / 0.9 /
+    0.94 for 0.4b / 0.8b / 1b / 5b, `None` for none; `official_schedule=True` replaces `args.lr_scheduler_type`. Other
+    arguments are those of `transformers.Trainer` (`data_collator` defaults to `Sapiens2DataCollator`).
     """
 
     def __init__(self, *args, task: str, loss_fn: nn.Module | None = None, evaluator: TaskEvaluator | None = None,

@@ -5,11 +5,11 @@ random weights.
 The new head copies the source head's layers, and each output channel of its last layer (`decode_head.predictor`)
 starts from the source channel(s) it corresponds to:
 
-* a keypoint whose 308 source is one of the source model's keypoints (through the keypoint set's `sources`, the
-  keypoint-format tables), or a class with the same name (case, `-`, `_` and spaces ignored): the source channel is
-  copied, so at step 0 that channel of the new model gives exactly the source model's output for it (same backbone);
+* a keypoint whose 308 source is one of the source model's keypoints (the keypoint set's `sources`), or a class of
+  the same name (case, `-`, `_` and spaces ignored): the channel is copied, so at step 0 it gives exactly the source
+  model's output for it (same backbone);
 * a keypoint the tables derive as the midpoint of two 308 points: the mean of the two channels' weights and biases
-  (its heatmap starts as the mean of theirs: a start near the right place, not its argmax);
+  (its heatmap starts as the mean of theirs: near the right place, not its argmax);
 * a class that is a union of source classes (`--label_map`, a JSON `{new class: [source classes]}`): the mean of the
   members' weights and biases, so its logit starts as the mean of theirs. Measured (benchmarks/bench_warm_start.py,
   29 classes merged into 6): step-0 mIoU 16.3, as good as the source's own predictions merged (15.7). Adding

@@ -41,10 +41,8 @@ class Frame(NamedTuple):
 class VideoReader:
     """Decodes the first video stream of `path` frame by frame (a context manager).
 
-    Attributes:
-        fps (`Fraction`): average frame rate (`DEFAULT_FPS` when the container does not say).
-        frame_count (`int`): frames according to the container, 0 when unknown (for progress bars only).
-        width, height (`int`): frame size.
+    `fps` is the average frame rate (`DEFAULT_FPS` when the container does not say), `frame_count` the container's
+    frame count (0 when unknown; for progress bars only), `width` and `height` the frame size.
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -90,12 +88,8 @@ def h264_available() -> bool:
 
 
 class VideoWriter:
-    """Encodes RGB uint8 frames `(H, W, 3)` to an mp4 at `path`, atomically (see the module docstring).
-
-    Args:
-        path: the target `.mp4`; its folder is created.
-        fps (`Fraction` or number): frame rate.
-        crf (`int`, defaults to 18): H.264 quality (lower is better; 18 is visually lossless for most content).
+    """Encodes RGB uint8 frames `(H, W, 3)` to an mp4 at `path` (its folder is created), atomically (see the module
+    docstring). `crf` is the H.264 quality (lower is better; 18 is visually lossless for most content).
 
     Every frame must have the size of the first. Use as a context manager: leaving the block normally finishes the
     file; an exception removes the temporary file and leaves an existing `path` untouched.

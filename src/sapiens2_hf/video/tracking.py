@@ -7,10 +7,9 @@ it most (greedy on IoU, best pair first, pairs below `iou_threshold` never match
 take the detected box, unmatched detections start new tracks, unmatched tracks end. Between detections a track's box
 follows the person: it is rebuilt from the keypoints found in the previous frame (`box_from_keypoints`).
 
-Greedy matching instead of an optimal assignment (Hungarian, as SORT does) or ByteTrack (`supervision`): with the few
-people of a pose video the two agree except for near ties, and ByteTrack's strength (recovering low-score detections,
-motion models for detections on every frame) does not apply when the detector runs every N frames and the boxes in
-between come from the pose itself; `supervision` would add a dependency for about thirty lines.
+Greedy rather than Hungarian (SORT) or ByteTrack (`supervision`): with a pose video's few people they agree except
+near ties, and ByteTrack's strengths (low-score detections, per-frame motion models) do not apply when the detector
+runs every N frames and the boxes in between come from the pose; `supervision` would be a dependency for ~30 lines.
 
 Limit: IoU alone cannot tell apart two people whose boxes coincide (same size, crossing at the same depth); their
 ids may swap there. People passing with partly overlapping boxes keep theirs (tests/test_cli_video.py).

@@ -34,12 +34,9 @@ class Primitives:
 
     Global primitive ids: round cones first (``0 .. num_cones - 1``), then ellipsoids.
 
-    Args:
-        cone_a, cone_b (`np.ndarray` of shape `(num_cones, 3)`): sphere centres, metres.
-        cone_ra, cone_rb (`np.ndarray` of shape `(num_cones,)`): sphere radii, metres (``|rb - ra| < |b - a|``).
-        ellipsoid_center (`np.ndarray` of shape `(num_ellipsoids, 3)`): centres, metres.
-        ellipsoid_axes (`np.ndarray` of shape `(num_ellipsoids, 3, 3)`): orthonormal, columns are the local axes.
-        ellipsoid_radii (`np.ndarray` of shape `(num_ellipsoids, 3)`): semi-axes along the local axes, metres.
+    Args (metres): cone sphere centres ``cone_a``, ``cone_b`` `(num_cones, 3)` and radii ``cone_ra``, ``cone_rb``
+    `(num_cones,)` (``|rb - ra| < |b - a|``); ``ellipsoid_center`` and ``ellipsoid_radii`` (semi-axes along the local
+    axes) `(num_ellipsoids, 3)`, ``ellipsoid_axes`` `(num_ellipsoids, 3, 3)` orthonormal, columns the local axes.
     """
 
     def __init__(self, cone_a, cone_b, cone_ra, cone_rb, ellipsoid_center, ellipsoid_axes, ellipsoid_radii):
@@ -205,11 +202,8 @@ def render_primitives(prims: Primitives, fx, fy, cx, cy, height, width, max_pair
     Intersections run in float32 (every operation is sign-symmetric, so a mirrored scene gives the bit-exact
     mirrored result); the per-primitive constants are formed in float64 first.
 
-    Returns:
-        depth (`np.ndarray` of shape `(height * width,)`, float32): first-hit depth Z in metres, ``inf`` on
-            background.
-        primitive (`np.ndarray` of shape `(height * width,)`, int64): global id of the first-hit primitive, -1 on
-            background.
+    Returns `(depth, primitive)` of shape `(height * width,)`: the float32 first-hit depth Z in metres (``inf`` on
+    background) and the int64 global id of the first-hit primitive (-1 on background).
     """
     n_pix = height * width
     depth = np.full(n_pix, np.inf, dtype=np.float32)
@@ -285,11 +279,8 @@ def cast_rays(prims: Primitives, ray_dx, ray_dy, u, v, fx, fy, cx, cy):
 
 
 def surface_frames(prims: Primitives, primitive, points):
-    """Outward unit normals and split coordinates at surface points.
-
-    Args:
-        primitive (`np.ndarray` of shape `(num_points,)`, int64): global primitive id of each point (>= 0).
-        points (`np.ndarray` of shape `(num_points, 3)`): surface points, camera frame, metres.
+    """Outward unit normals and split coordinates at surface `points` `(num_points, 3)` (camera frame, metres) of the
+    global primitive ids `primitive` `(num_points,)` (>= 0).
 
     Returns:
         normals (`np.ndarray` of shape `(num_points, 3)`): outward unit normals, camera frame.

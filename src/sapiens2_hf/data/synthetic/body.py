@@ -141,9 +141,7 @@ class PersonGeometry:
     last, within each kind.
 
     Attributes:
-        cone_a, cone_b (`(num_cones, 3)`), cone_ra, cone_rb (`(num_cones,)`): round cones.
-        ellipsoid_center (`(num_ellipsoids, 3)`), ellipsoid_axes (`(num_ellipsoids, 3, 3)`),
-            ellipsoid_radii (`(num_ellipsoids, 3)`): ellipsoids.
+        cone_a ... ellipsoid_radii: the round cones and ellipsoids, shaped as in `_raycast.Primitives`.
         cone_attrs (`(num_cones, 8)`), ellipsoid_attrs (`(num_ellipsoids, 11)`): per primitive
             ``(class0, class1, class2, material0, material1, material2, s1, s2[, split_dir xyz])``; the region of a
             surface point is 0 below ``s1``, 1 between, 2 from ``s2`` on, where the split coordinate is the axial

@@ -1,10 +1,8 @@
 """The one schema of synthetic data (typed columns per task, `task_features`) and the one seed rule (`sample_seed`),
 plus the `datasets.Dataset` / `IterableDataset` builder over them.
 
-Seed rule: sample ``i`` of a synthetic dataset built with seed ``s`` renders ``SyntheticHumans(...).sample((s, i))``
-(``sample_seed(s, i)``), whatever the number of samples, the task, the shard or the worker that produces it. Every
-synthetic source follows it: `make_dataset`, `write_dataset` and the fine-tuning records
-(`sapiens2_hf.data.synthetic_source.SyntheticRecords`, a thin consumer of the rows below).
+Every synthetic source follows the seed rule (`sample_seed`): `make_dataset`, `write_dataset` and the fine-tuning
+records (`sapiens2_hf.data.synthetic_source.SyntheticRecords`, a thin consumer of the rows below).
 """
 
 from __future__ import annotations
@@ -35,12 +33,11 @@ TASKS = tuple(_TASK_COLUMNS)
 def sample_seed(seed: int, index: int, attempt: int = 0) -> tuple[int, ...]:
     """The render seed of sample ``index`` of a synthetic dataset built with ``seed``: ``(seed, index)``.
 
-    The sample is ``SyntheticHumans(...).sample(sample_seed(seed, index))``; it does not depend on the dataset length,
-    the task, the shard or the worker. A render can show nobody (about 1 in 1000 at 64 x 48: the only person placed so
-    close to the camera that it falls outside the image); `make_dataset` and `write_dataset` keep such rows
-    (``num_people == 0``). A source that needs a person (the fine-tuning records) re-draws with ``attempt = 1, 2, ...``,
-    i.e. the seeds ``(seed, index, attempt)``, and takes the first render that shows one. (numpy pads seed entropy
-    with zeros, so ``(seed, index, 0)`` is the same seed as ``(seed, index)``.)
+    The sample is ``SyntheticHumans(...).sample(sample_seed(seed, index))`` whatever the dataset length, task, shard
+    or worker. A render can show nobody (about 1 in 1000 at 64 x 48: the only person falls outside the image);
+    `make_dataset` and `write_dataset` keep such rows (``num_people == 0``), a source that needs a person (the
+    fine-tuning records) re-draws with the seeds ``(seed, index, attempt)``, ``attempt = 1, 2, ...``. (numpy pads seed
+    entropy with zeros, so ``(seed, index, 0)`` is the same seed as ``(seed, index)``.)
     """
     if attempt < 0:
         raise ValueError(f"attempt must be >= 0, got {attempt}.")
@@ -48,32 +45,10 @@ def sample_seed(seed: int, index: int, attempt: int = 0) -> tuple[int, ...]:
 
 
 def task_features(task: str, height: int, width: int):
-    """The `datasets.Features` of a task's rows.
-
-    | column | feature | content |
-    |---|---|---|
-    | ``image`` | `Image` | RGB uint8 `(height, width, 3)` (numpy format); for ``"matting"``, ``matting_image`` |
-    | ``sample_index`` | int64 | index ``i`` (the sample renders ``sample_seed(seed, i)``) |
-    | ``boxes`` | `Array2D((None, 4), float32)` | per person ``(x_min, y_min, x_max, y_max)``, pixel edges |
-    | ``keypoints`` | `Array3D((None, 308, 2), float32)` | per person ``(x, y)``, pixel centres at integers |
-    | ``keypoint_visibility`` | `Array2D((None, 308), uint8)` | 2 visible, 1 occluded in image, 0 absent |
-    | ``keypoints_3d`` | `Array3D((None, 308, 3), float32)` | camera-frame metres ("all" only) |
-    | ``num_people`` | int32 | number of people (rows of the arrays above) |
-    | ``camera_intrinsics`` | `Array2D((3, 3), float32)` | pixel K |
-    | ``segmentation`` | `Array2D((H, W), uint8)` | seg29 class ids |
-    | ``instance_map`` | `Array2D((H, W), uint8)` | 0 background, ``i + 1`` person ``i`` ("all" only) |
-    | ``normals`` | `Array3D((H, W, 3), float32)` | unit, camera frame, towards the camera; 0 on background |
-    | ``pointmap`` | `Array3D((H, W, 3), float32)` | camera-frame XYZ metres; 0 on background |
-    | ``depth`` | `Array2D((H, W), float32)` | Z metres; 0 on background |
-    | ``albedo`` | `Array3D((H, W, 3), float32)` | [0, 1]; 0 on background |
-    | ``mask`` | `Array2D((H, W), bool)` | foreground = valid pixels of the dense maps |
-    | ``matting_image`` | `Image` | the render with anti-aliased person edges, which ``alpha`` describes ("all" only; |
-    | | | the ``image`` of ``"matting"`` rows) |
-    | ``alpha`` | `Array2D((H, W), float32)` | person coverage in [0, 1] (supersampled edges; see `matting.py`) |
-    | ``foreground`` | `Array3D((H, W, 3), float32)` | person colour in [0, 1], not pre-multiplied; 0 where alpha is 0 |
-
-    Integer columns are stored compactly (uint8) but the numpy formatter that `make_dataset` applies returns them as
-    int64 (``segmentation``, ``instance_map``, ``keypoint_visibility``), ready for losses.
+    """The `datasets.Features` of a task's rows: ``sample_index`` (int64; row ``i`` renders ``sample_seed(seed, i)``)
+    and the task's `render_sample` columns (per task: docs/synthetic_data.md, "Datasets"; types: `_column_features`),
+    with ``image`` holding ``matting_image`` for ``"matting"``. Person arrays have one row per person (``None`` axis).
+    Integer maps are stored as uint8; the numpy format `make_dataset` applies returns them as int64, ready for losses.
     """
     datasets = require("datasets", feature="a Hugging Face dataset")
 
@@ -133,23 +108,12 @@ def make_dataset(task: str, num_samples: int, height: int = 256, width: int = 19
                  split: str = "train", **config):
     """A Hugging Face dataset of synthetic humans for one task, formatted as numpy.
 
-    Args:
-        task (`str`): ``"pose"``, ``"seg"``, ``"normal"``, ``"pointmap"``, ``"albedo"``, ``"matting"``, ``"pretrain"``
-            (images only) or ``"all"``; columns in `task_features`.
-        num_samples (`int`): number of rows.
-        height, width (`int`): image size in pixels.
-        seed (`int`): dataset seed; row ``i`` renders ``sample_seed(seed, i)`` (see the module docstring).
-        streaming (`bool`): return an `IterableDataset` that renders on the fly (sharded in blocks of
-            ``samples_per_shard`` so that DataLoader workers split the work), instead of a materialised `Dataset`.
-        num_people: see `SyntheticHumans`.
-        cache_dir: where `datasets` writes the Arrow cache of a materialised dataset.
-        split (`str`): the split the dataset is (what `datasets` names while generating it: "Generating validation
-            split" for an evaluation set).
-        **config: other `SyntheticHumans` fields (``fov_deg``, ``noise_std`` ...).
-
-    Returns:
-        `datasets.Dataset` or `datasets.IterableDataset` with ``.with_format("numpy")`` applied (call
-        ``.with_format("torch")`` for tensors).
+    ``task`` is one of `TASKS` (``"pretrain"``: images only; columns: `task_features`); row ``i`` renders
+    ``sample_seed(seed, i)``. ``streaming=True`` returns an `IterableDataset` that renders on the fly, sharded in
+    blocks of ``samples_per_shard`` so that DataLoader workers split the work; otherwise a materialised `Dataset`
+    (Arrow cache in ``cache_dir``). ``split`` names the split (what `datasets` logs while generating it);
+    ``num_people`` and ``**config`` are `SyntheticHumans` fields. Returned ``.with_format("numpy")`` (call
+    ``.with_format("torch")`` for tensors).
     """
     datasets = require("datasets", feature="a Hugging Face dataset")
 

@@ -18,18 +18,14 @@ class SyntheticHumans:
     """Configuration of the synthetic-human generator.
 
     Args:
-        height (`int`, defaults to 256): image height in pixels.
-        width (`int`, defaults to 192): image width in pixels.
+        height, width (`int`, defaults to 256 x 192): image size in pixels.
         num_people (`int`, `(min, max)` or `None`): people sampled per image. ``None`` draws 1, 2, 3 or 4 with
             probabilities 0.55 / 0.25 / 0.12 / 0.08. People that end up with no visible pixel (fully occluded or
             outside the frame) are dropped, so a sample can hold fewer people than sampled.
-        fov_deg (`(float, float)`, defaults to `(35, 65)`): range of the vertical field of view.
-        noise_std (`(float, float)`, defaults to `(0, 0.03)`): range of the Gaussian sensor-noise standard
-            deviation on the [0, 1] scale (80 % of images get noise).
-        max_tilt_deg (`float`, defaults to 12): camera pitch is drawn from ``[-max, max]``.
-        max_roll_deg (`float`, defaults to 6): camera roll is drawn from ``[-max, max]``.
-        close_up_prob (`float`, defaults to 0.12): probability that the first person is framed as a close-up
-            (upper body, truncated at the bottom border).
+        fov_deg: range of the vertical field of view in degrees; noise_std: range of the Gaussian sensor-noise
+            standard deviation on the [0, 1] scale (80 % of images get noise).
+        max_tilt_deg, max_roll_deg: camera pitch and roll are drawn from ``[-max, max]``.
+        close_up_prob: probability that the first person is framed as a close-up (upper body, cut at the bottom).
     """
 
     height: int = 256
@@ -78,46 +74,28 @@ def render_sample(seed: SeedLike, height: int = 256, width: int = 192, num_peopl
     """Render one synthetic sample with exact labels for all six Sapiens2 tasks.
 
     Deterministic: the same ``seed`` (an int, a sequence of ints such as ``(dataset_seed, index)``, or a numpy
-    ``Generator``) and arguments give the same sample. No global random state is used.
-
-    Conventions: camera frame X right, Y down, Z forward (metres); pixel ``(row i, column j)`` has its centre at
-    ``(x, y) = (j, i)``; "left" means the person's own left.
+    ``Generator``) and arguments give the same sample; no global random state is used. Conventions (camera frame X
+    right, Y down, Z forward in metres; pixel ``(row i, column j)`` centred at ``(x, y) = (j, i)``; "left" is the
+    person's own left) and the keys' full description: docs/synthetic_data.md.
 
     Returns:
-        `dict` with
-        - ``image`` (`np.ndarray` `(height, width, 3)`, uint8): RGB.
-        - ``segmentation`` (`(height, width)`, int64): class ids of ``seg29.json`` (0 background). Classes the model
-          cannot produce (teeth, tongue) never appear.
-        - ``mask`` (`(height, width)`, bool): foreground (``segmentation > 0``); validity mask of the dense maps.
-        - ``instance_map`` (`(height, width)`, int32): 0 background, ``i + 1`` for person ``i``.
-        - ``normals`` (`(height, width, 3)`, float32): unit surface normals in the camera frame, pointing towards
-          the camera (``dot(normal, viewing ray) < 0``, so mostly ``z < 0``); zeros on background.
-        - ``pointmap`` (`(height, width, 3)`, float32): camera-frame XYZ of the visible surface in metres; zeros on
-          background. ``X = (u - cx) * Z / fx`` and ``Y = (v - cy) * Z / fy`` hold exactly.
-        - ``depth`` (`(height, width)`, float32): Z in metres (``pointmap[..., 2]``); 0 on background.
-        - ``albedo`` (`(height, width, 3)`, float32): reflectance in [0, 1]; zeros on background.
-        - ``keypoints`` (`(num_people, 308, 2)`, float32): (x, y) pixels in the official 308 order. Keypoints the
-          model does not define are (0, 0); modelled keypoints outside the image keep their projected position.
-        - ``keypoint_visibility`` (`(num_people, 308)`, uint8): 2 visible, 1 inside the image but occluded
-          (labelled, COCO ``v=1``), 0 absent (not modelled, outside the image, or behind the camera).
-        - ``keypoints_3d`` (`(num_people, 308, 3)`, float32): camera-frame positions in metres (zeros if absent).
-        - ``boxes`` (`(num_people, 4)`, float32): ``(x_min, y_min, x_max, y_max)`` around each person's visible
-          pixels, in pixel-edge coordinates (a box covering pixel columns a..b has x_min = a, x_max = b + 1).
-        - ``camera_intrinsics`` (`(3, 3)`, float32): ``[[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`` in pixels.
-        - ``num_people`` (`int`).
-        - ``alpha`` (`(height, width)`, float32): the fraction of each pixel the people cover, in [0, 1]: 0/1 off the
-          silhouette's edge, supersampled (16 rays) on it (see `sapiens2_hf.data.synthetic.matting`).
-        - ``foreground`` (`(height, width, 3)`, float32): the people's noise-free colour in [0, 1] (not
-          pre-multiplied; edge pixels whose centre misses take their person neighbours' mean); 0 where alpha is 0.
-        - ``matting_image`` (`(height, width, 3)`, uint8): ``image`` with the edge pixels composited from ``alpha``,
-          ``alpha * foreground + (1 - alpha) * background`` (plus the same noise); equal to ``image`` elsewhere.
+        `dict` of arrays, H x W = ``height`` x ``width``, P = ``num_people`` (people with no visible pixel dropped):
+        ``image`` (H, W, 3) uint8 RGB; ``segmentation`` (H, W) int64 ``seg29.json`` ids (0 background; teeth and
+        tongue never appear); ``mask`` (H, W) bool, ``segmentation > 0``; ``instance_map`` (H, W) int32, ``i + 1``
+        for person ``i``; ``normals`` (H, W, 3) float32, unit, camera frame, towards the camera
+        (``dot(normal, ray) < 0``); ``pointmap`` (H, W, 3) float32 camera-frame XYZ in metres, with
+        ``X = (u - cx) * Z / fx``, ``Y = (v - cy) * Z / fy`` exact; ``depth`` (H, W) float32, ``pointmap[..., 2]``;
+        ``albedo`` (H, W, 3) float32 in [0, 1] (dense maps are 0 on background); ``keypoints`` (P, 308, 2) float32
+        (x, y) in the official order, (0, 0) where not modelled; ``keypoint_visibility`` (P, 308) uint8: 2 visible,
+        1 inside the image but occluded, 0 absent; ``keypoints_3d`` (P, 308, 3) float32 metres; ``boxes`` (P, 4)
+        float32 xyxy in pixel-edge coordinates around the visible pixels; ``camera_intrinsics`` (3, 3) float32 K in
+        pixels; ``num_people`` int; ``alpha`` (H, W) float32 person coverage in [0, 1], supersampled (16 rays) on the
+        silhouette's edge; ``foreground`` (H, W, 3) float32 the people's noise-free colour, not pre-multiplied, 0
+        where alpha is 0; ``matting_image`` (H, W, 3) uint8: ``image`` with the edge pixels composited from alpha.
 
-        With ``return_intermediates=True`` also ``image_clean`` (float32 RGB before noise and quantisation, equal to
-        ``scene_albedo * shading``), ``scene_albedo`` (albedo including the background), ``shading`` (float32
-        `(height, width, 3)`, Lambert + ambient; background shading for background pixels), ``noise``,
-        ``primitive_index`` (`(height, width)`, int64, -1 background), ``keypoint_owner_classes``
-        (`(num_people, 308, 12)`, the seg classes a keypoint's own surface can carry, -1 padded) and
-        ``person_index`` (index of each output person in the scene).
+        With ``return_intermediates=True`` also ``image_clean`` (float32 RGB before noise, ``scene_albedo *
+        shading``), ``scene_albedo``, ``shading``, ``noise``, ``primitive_index`` ((H, W) int64, -1 background),
+        ``keypoint_owner_classes`` ((P, 308, 12), -1 padded) and ``person_index``.
     """
     cfg = SyntheticHumans(height=height, width=width, num_people=num_people, **config)
     return cfg.sample(seed, return_intermediates=return_intermediates)

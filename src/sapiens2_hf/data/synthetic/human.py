@@ -1,12 +1,11 @@
 """Procedural articulated human: skeleton, joint-limited pose prior, body shape, clothing, hair, hands, face.
 
 Body frame (metres): x = the subject's left, y = up, z = the direction the subject faces. The pelvis joint is the
-origin. Everything on the right side of the body is *defined* as the mirror image (x -> -x) of the left side, in the
-local frame of the mirrored joint, and every right-side Euler angle uses the mirrored convention
-``(rx, -ry, -rz)``. A person and its mirror image therefore share one code path: `mirror_person` swaps the left and
-right parameters, and the builder produces the exact mirror geometry with the correct left/right labels. Right-side
-keypoints are the mirror images of the left-side keypoint that ``flip_indices`` pairs them with, so the official
-horizontal-flip permutation holds by construction (including the face contours whose numbering is not symmetric).
+origin. The right side is *defined* as the mirror image (x -> -x) of the left, in the mirrored joint's local frame,
+with right-side Euler angles in the mirrored convention ``(rx, -ry, -rz)``: a person and its mirror share one code
+path (`mirror_person` swaps the left and right parameters; the builder gives the exact mirror geometry with correct
+labels). Right-side keypoints mirror the left-side keypoint ``flip_indices`` pairs them with, so the official flip
+permutation holds by construction (also for the face contours, whose numbering is not symmetric).
 
 Joint rotations are ``Rz(rz) @ Rx(rx) @ Ry(ry)`` in the parent frame; at rest every bone runs along +-y, so ``ry`` is
 the twist about the bone. Sign conventions (left side): hip/shoulder flexion (limb forward) is ``rx < 0``, knee
@@ -237,13 +236,9 @@ def joint_offsets(shape):
 
 
 def forward_kinematics(shape, pose):
-    """Joint origins `(num_joints, 3)` and frames `(num_joints, 3, 3)` in the body frame.
-
-    Args:
-        shape (`dict`): body shape factors (see `sample_shape`).
-        pose (`np.ndarray` of shape `(num_joints, 3)`): Euler angles (rx, ry, rz) in radians, left convention for
-            both sides (the right side is mirrored here).
-    """
+    """Joint origins `(num_joints, 3)` and frames `(num_joints, 3, 3)` in the body frame, from the `sample_shape`
+    factors and `pose` `(num_joints, 3)`: Euler angles (rx, ry, rz) in radians, left convention for both sides (the
+    right side is mirrored here)."""
     local = np.matmul(_REST, euler_matrices(pose * _EULER_SIGN))
     offsets = joint_offsets(shape)
     origins = np.zeros((NUM_JOINTS, 3))
@@ -436,10 +431,10 @@ class PersonParams:
     """Everything that defines one person; `build_person` turns it into geometry.
 
     Attributes:
-        shape (`dict`): body-shape factors (`sample_shape`).
-        pose (`np.ndarray` of shape `(num_joints, 3)`): Euler angles in radians (module docstring).
-        gaze (`np.ndarray` of shape `(2,)`): eye yaw and pitch in radians, head frame.
-        appearance (`dict`): clothing, hair, accessories and materials (`sample_appearance`).
+        shape, appearance (`dict`): `sample_shape`'s body-shape factors; `sample_appearance`'s clothing, hair,
+            accessories and materials.
+        pose (`(num_joints, 3)`), gaze (`(2,)`): Euler angles (module docstring); eye yaw and pitch (head frame);
+            radians.
         rotation (`np.ndarray` of shape `(3, 3)`): body frame -> camera frame (a proper rotation).
         translation (`np.ndarray` of shape `(3,)`): camera-frame position of the body-frame origin, metres.
         texture_sign (`float`): +1, or -1 for a mirrored person (solid textures use ``x * texture_sign``).

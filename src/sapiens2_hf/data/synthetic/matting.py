@@ -48,14 +48,10 @@ def supersampled_coverage(prims: Primitives, fx: float, fy: float, cx: float, cy
 
     The rays pass through the centres of a regular `supersample x supersample` grid of sub-pixels (offsets
     `(k + 0.5) / supersample - 0.5`, symmetric about the pixel centre), with the renderer's float32 intersection
-    arithmetic. Only whether a ray hits matters, not which primitive is first. Exact: every ray is tested against
-    every primitive whose conservative screen bounds (widened by half a pixel) contain its pixel, so the work grows
-    with the edge band's (pixel, nearby primitive) pairs, not with all rays times all primitives. (A first pass
-    against the primitives seen at neighbouring pixel centres was measured no faster: the rays on the background
-    side of the edge still need every candidate.)
-
-    Returns:
-        `np.ndarray` of shape `(len(rows),)`, float32 in [0, 1].
+    arithmetic; only whether a ray hits matters. Exact: every ray is tested against every primitive whose screen
+    bounds (widened by half a pixel) contain its pixel, so the work grows with the edge band's (pixel, nearby
+    primitive) pairs. (Testing only the primitives seen at neighbouring pixel centres first was measured no faster:
+    the background-side rays still need every candidate.) Returns `(len(rows),)` float32 in [0, 1].
     """
     num_rays = supersample * supersample
     hits = np.zeros((len(rows), num_rays), dtype=bool)
@@ -99,14 +95,12 @@ def soft_matte(prims: Primitives, camera, primitive_map: np.ndarray, image_clean
     """The soft alpha, the foreground colour and the matting image of one render (see the module docstring).
 
     Args:
-        prims (`Primitives`): the scene's primitives (camera frame).
-        camera: the scene camera (`fx`, `fy`, `cx`, `cy`).
-        primitive_map (`np.ndarray` of shape `(height, width)`, int64): the first-hit primitive of each pixel
-            centre, -1 on background (the renderer's z-buffer).
-        image_clean (`np.ndarray` of shape `(height, width, 3)`, float32): noise-free render, [0, 1] scale.
-        background_clean (`np.ndarray` of shape `(height, width, 3)`, float32): noise-free background render.
-        noise (`np.ndarray` of shape `(height, width, 3)`, float32, *optional*): the image's sensor noise.
-        image (`np.ndarray` of shape `(height, width, 3)`, uint8): the rendered image.
+        prims, camera: the scene's camera-frame primitives and camera (`fx`, `fy`, `cx`, `cy`).
+        primitive_map (`(height, width)` int64): the renderer's z-buffer, each pixel centre's first-hit primitive
+            (-1 on background).
+        image_clean, background_clean (`(height, width, 3)` float32, [0, 1]): the noise-free render and background.
+        noise (`(height, width, 3)` float32, *optional*), image (`(height, width, 3)` uint8): the image's sensor
+            noise and the rendered image.
 
     Returns:
         `(alpha, foreground, matting_image)`: `(height, width)` float32 in [0, 1]; `(height, width, 3)` float32

@@ -39,13 +39,10 @@ class Scene:
     Attributes:
         camera (`Camera`): intrinsics and image size.
         people (`list[PersonParams]`): placed people (their ``rotation``/``translation`` map body to camera frame).
-        light_directions (`np.ndarray` of shape `(num_lights, 3)`): unit vectors from the surface towards each
-            directional light, camera frame.
-        light_colors (`np.ndarray` of shape `(num_lights, 3)`): RGB intensity of each light.
-        ambient (`np.ndarray` of shape `(3,)`): RGB ambient term.
+        light_directions, light_colors (`(num_lights, 3)`): unit vectors from the surface towards each directional
+            light (camera frame) and its RGB intensity; ambient (`(3,)`): the RGB ambient term.
         background (`dict`): procedural background description (see `render._background`).
-        noise_std (`float`): standard deviation of the additive Gaussian sensor noise on the [0, 1] RGB scale.
-        noise_seed (`int`): seed of the noise field.
+        noise_std, noise_seed: the additive Gaussian sensor noise's std on the [0, 1] RGB scale and its field's seed.
         mirrored (`bool`): whether the background and the noise field are evaluated mirrored (set by
             `mirror_scene`).
         geometry (`list | None`): cached `PersonGeometry` per person (not part of the scene's identity). Set it to
@@ -103,13 +100,7 @@ def _sample_background(rng, height, width):
 
 
 def sample_scene(rng: np.random.Generator, config) -> Scene:
-    """Sample a scene from an explicit numpy ``Generator``.
-
-    Args:
-        rng (`np.random.Generator`): the only source of randomness.
-        config: an object with the fields of `SyntheticHumans` (height, width, num_people, fov_deg, noise_std,
-            max_tilt_deg, max_roll_deg, close_up_prob).
-    """
+    """Sample a scene from ``rng``, its only source of randomness, and ``config`` (the fields of `SyntheticHumans`)."""
     height, width = int(config.height), int(config.width)
     camera, r_tilt = _sample_camera(rng, config, height, width)
     people, geometry = _sample_people(rng, config, camera, r_tilt)

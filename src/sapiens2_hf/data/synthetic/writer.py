@@ -1,27 +1,12 @@
 """Write synthetic samples to the on-disk formats the fine-tuning readers consume (atomic writes).
 
-Layout of ``output_dir`` (stems ``000000``, ``000001``, ...)::
-
-    images/<stem>.png        RGB uint8 (or .jpg with image_format="jpg")
-    person_keypoints.json    COCO keypoints: images (file_name "images/<stem>.png", camera_intrinsics),
-                             annotations (bbox xywh, area = visible pixels, keypoints [x, y, v] * K, num_keypoints),
-                             categories (person, the K keypoint names and their skeleton; K = 308 unless
-                             ``keypoint_set`` names another set)
-    seg/<stem>.png           uint8 seg29 class ids (0 background), or with ``class_map`` the ids of its classes
-                             (255 where a pixel's class is in none of them)
-    labels.json              with ``class_map``: {id: class name} (what finetune.py's --labels_file reads)
-    mask/<stem>.png          uint8 foreground mask (255 foreground, 0 background)
-    instances/<stem>.png     uint8 person ids (0 background, i + 1 = annotation order within the image)
-    normal/<stem>.npy        float32 (H, W, 3) unit camera-frame normals towards the camera, 0 on background
-    pointmap/<stem>.npz      pointmap float32 (H, W, 3) metres, depth float32 (H, W), K float64 (3, 3), mask bool
-    albedo/<stem>.npy        float32 (H, W, 3) in [0, 1], 0 on background
-    matting_image/<stem>.png RGB uint8: the render with anti-aliased person edges (the matting task's input image)
-    alpha/<stem>.png         uint8 alpha matte, round(255 * alpha)
-    foreground/<stem>.png    uint8 RGB person colour (not pre-multiplied), 0 where alpha is 0
-    meta.json                generator config, seed, conventions, class and keypoint names
-
-Keypoints with visibility 0 are written as ``[0, 0, 0]`` (COCO convention). Every file is written to a temporary
-name in its folder and renamed into place, and ``meta.json`` is written last, so a reader never sees partial files.
+The layout of ``output_dir`` (``images/<stem>.png``, ``person_keypoints.json`` in COCO form, ``seg/``, ``mask/``,
+``instances/``, ``normal/``, ``pointmap/``, ``albedo/``, ``matting_image/``, ``alpha/``, ``foreground/`` and
+``meta.json``; stems ``000000``, ...) is tabled in docs/synthetic_data.md ("Files on disk"). With ``class_map``
+``seg/`` holds the ids of its classes (255: in none of them) and ``labels.json`` maps id -> class name (what
+finetune.py's --labels_file reads); ``keypoint_set`` writes another keypoint set than the official 308. Keypoints
+with visibility 0 are written as ``[0, 0, 0]`` (COCO). Every file is written to a temporary name in its folder and
+renamed into place, and ``meta.json`` is written last, so a reader never sees partial files.
 """
 
 from __future__ import annotations
@@ -68,12 +53,10 @@ def _to_uint8(array: np.ndarray) -> np.ndarray:
 def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 192, seed: int = 0,
                   tasks=WRITER_TASKS, num_people=None, image_format: str = "png", overwrite: bool = False,
                   keypoint_set=None, class_map=None, **config) -> Path:
-    """Render ``num_samples`` samples and write them in the layout of the module docstring.
-
-    Sample ``i`` renders ``sample_seed(seed, i)``, as in `make_dataset` (the seed rule of `sapiens2_hf.data.synthetic`).
+    """Render ``num_samples`` samples (sample ``i``: ``sample_seed(seed, i)``) and write them into ``output_dir``
+    (created) in the layout of the module docstring; returns its `Path`.
 
     Args:
-        output_dir: target folder (created).
         tasks: subset of ``("pose", "seg", "normal", "pointmap", "albedo", "matting")``; images are always written,
             ``mask`` with any dense task, ``instances`` with pose or seg.
         image_format (`str`): ``"png"`` (lossless) or ``"jpg"`` (quality 95).
@@ -82,9 +65,6 @@ def write_dataset(output_dir, num_samples: int, height: int = 256, width: int = 
             file or a `KeypointSet` whose points name their 308 sources): humans labelled as your data is.
         class_map (`dict[str, list[str]]`): write segmentation in your own classes, each the union of the official
             classes listed (in order: ids 0, 1, ...), and their names to ``labels.json``.
-
-    Returns:
-        `Path` of ``output_dir``.
     """
     tasks = tuple(tasks)
     root = Path(output_dir)

@@ -1,21 +1,18 @@
 """Teacher centering for self-distillation: Sinkhorn-Knopp in log space, a running centre, or none.
 
 The teacher of a DINO-style objective must be kept from collapsing onto one prototype (or onto the uniform
-distribution). Three ways are offered, chosen by `TeacherCentering(mode=...)`:
+distribution); `TeacherCentering(mode=...)` picks the way:
 
-- `"sinkhorn_knopp"`: the teacher's assignment of a batch to the prototypes is made doubly stochastic (every sample
-  sums to 1, every prototype receives the same mass) by a few Sinkhorn-Knopp iterations (SwAV, Caron et al. 2020,
-  arXiv 2006.09882; the DINOv2/DINOv3 default). It is written here once, in log space, and used by both the CLS
-  (`DinoClsLoss`) and the patch (`IbotPatchLoss`) objectives, so that it stays finite for any logits: the textbook
-  version exponentiates `logits / temperature` first and overflows to `inf` (then `nan`) once a logit exceeds about
-  `88 * temperature` (3.5 at the usual temperature 0.04).
-- `"centering"`: the running centre of DINO (Caron et al. 2021, arXiv 2104.14294): subtract an exponential moving
-  average of the teacher logits before the sharpened softmax. The centre is a persistent buffer, so it survives
-  `save_pretrained` / resume.
-- `"none"`: a plain sharpened softmax. It collapses; it exists as the control of the collapse test.
+- `"sinkhorn_knopp"` (SwAV, Caron et al. 2020; the DINOv2/DINOv3 default): a few Sinkhorn-Knopp iterations make the
+  batch's assignment doubly stochastic (rows sum to 1, every prototype gets the same mass). Written once, in log
+  space, for the CLS and the patch objectives: the textbook version exponentiates `logits / temperature` first and
+  overflows once a logit exceeds about `88 * temperature` (3.5 at temperature 0.04).
+- `"centering"` (DINO, Caron et al. 2021): subtract an EMA of the teacher logits before the sharpened softmax; the
+  centre is a persistent buffer, so it survives `save_pretrained` / resume.
+- `"none"`: a plain sharpened softmax. It collapses; it is the control of the collapse test.
 
-All reductions over samples are summed over the processes of `torch.distributed` when it is initialised, so a
-sharded batch gets the same targets as one big batch.
+Reductions over samples are summed across `torch.distributed` processes when it is initialised, so a sharded batch
+gets the same targets as one big batch.
 """
 
 import math
@@ -58,17 +55,10 @@ def sinkhorn_knopp_log(
     DINOv2 / SwAV implementation (which works on `exp` directly), but every step is a subtraction of a `logsumexp`,
     so logits of any magnitude (e.g. 1e4) give finite results.
 
-    Args:
-        teacher_logits (`torch.Tensor` of shape `(num_samples, num_prototypes)`):
-            Raw teacher logits, any float dtype (computed in float32).
-        temperature (`float`): teacher temperature (> 0).
-        num_iterations (`int`, defaults to 3): iterations (SwAV and DINOv2 use 3).
-        distributed (`bool`, *optional*): sum over the samples of all processes; defaults to whether
-            `torch.distributed` is initialised with more than one process.
-
-    Returns:
-        `torch.Tensor` of shape `(num_samples, num_prototypes)`, float32: rows sum to 1; over all samples (of all
-        processes) every prototype receives the same total mass, `num_samples / num_prototypes`.
+    `teacher_logits` `(num_samples, num_prototypes)`, any float dtype, are computed in float32; `num_iterations` (3)
+    as in SwAV and DINOv2; `distributed` (default: `torch.distributed` initialised with several processes) sums over
+    the samples of all processes. Returns `(num_samples, num_prototypes)` float32: rows sum to 1, and over all samples
+    (of all processes) every prototype receives the same total mass, `num_samples / num_prototypes`.
     """
     if temperature <= 0:
         raise ValueError(f"The teacher temperature must be positive, got {temperature}.")
@@ -97,11 +87,7 @@ class TeacherCentering(nn.Module):
         center (`torch.Tensor` of shape `(1, num_prototypes)`, float32): the running centre (persistent buffer,
             starts at zero as in DINO; only read and updated in `"centering"` mode, and only updated in training mode).
 
-    Args:
-        num_prototypes (`int`): number of prototypes (the last dim of the logits).
-        mode (`str`, defaults to `"sinkhorn_knopp"`): `"sinkhorn_knopp"`, `"centering"` or `"none"`.
-        center_momentum (`float`, defaults to 0.9): momentum of the running centre (DINO's value).
-        sinkhorn_iterations (`int`, defaults to 3): Sinkhorn-Knopp iterations (DINOv2's value).
+    `num_prototypes` is the logits' last dim; `center_momentum` (0.9) is DINO's, `sinkhorn_iterations` (3) DINOv2's.
 
     Example:
         >>> centering = TeacherCentering(num_prototypes=16)
@@ -136,15 +122,8 @@ class TeacherCentering(nn.Module):
 
     @torch.no_grad()
     def forward(self, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-        """
-        Args:
-            teacher_logits (`torch.Tensor` of shape `(num_samples, num_prototypes)`): raw teacher logits.
-            temperature (`float`): teacher temperature.
-
-        Returns:
-            `torch.Tensor` of shape `(num_samples, num_prototypes)`, float32, rows summing to 1. In `"centering"`
-            mode and training mode, the centre is updated after the targets are computed (DINO's order).
-        """
+        """Raw `(num_samples, num_prototypes)` teacher logits -> float32 targets of that shape, rows summing to 1. In
+        `"centering"` mode and training mode, the centre is updated after the targets are computed (DINO's order)."""
         if self.mode == "sinkhorn_knopp":
             return sinkhorn_knopp_log(teacher_logits, temperature, self.sinkhorn_iterations)
         logits = teacher_logits.float()

@@ -17,28 +17,13 @@ from .centering import TeacherCentering
 class DinoClsLoss(nn.Module):
     r"""Cross-entropy between teacher and student prototype distributions of the CLS token, over view pairs.
 
-    With `ignore_diagonal=True` (DINO's choice, also DINOv3's for global crops) a student global view is not compared
-    with the teacher's output of the same view. As a loop::
+    `loss` is the mean over view pairs `(s, t)` of `mean_b(-sum_k targets[t, b, k] * log_softmax(student_logits[s, b]
+    / student_temp)[k])`; with `ignore_diagonal=True` (DINO's choice, also DINOv3's for global crops) the pairs with
+    `s == t` are skipped. The first `num_teacher_views` student views must be the (masked) global views the teacher
+    saw, in the same order; the remaining student views are local crops.
 
-        total, pairs = 0, 0
-        for s in range(num_student_views):
-            for t in range(num_teacher_views):
-                if ignore_diagonal and s == t:
-                    continue
-                total += mean_over_batch(-sum_k targets[t, :, k] * log_softmax(student_logits[s] / student_temp)[:, k])
-                pairs += 1
-        loss = total / pairs
-
-    The first `num_teacher_views` student views must be the same (masked) global views the teacher saw, in the same
-    order; the remaining student views are local crops.
-
-    Args:
-        num_prototypes (`int`): number of prototypes of the CLS head.
-        student_temp (`float`, defaults to 0.1): student temperature (DINO / DINOv2).
-        centering (`str`, defaults to `"sinkhorn_knopp"`): teacher centering mode, see `TeacherCentering`.
-        center_momentum (`float`, defaults to 0.9): running-centre momentum (`"centering"` mode; DINO).
-        sinkhorn_iterations (`int`, defaults to 3): Sinkhorn-Knopp iterations (DINOv2).
-        ignore_diagonal (`bool`, defaults to `True`): skip same-view pairs.
+    `num_prototypes` is the CLS head's; `student_temp` (0.1) as in DINO / DINOv2; `centering`, `center_momentum` and
+    `sinkhorn_iterations` go to `TeacherCentering`.
 
     Example:
         >>> loss_fn = DinoClsLoss(num_prototypes=16)
@@ -60,7 +45,7 @@ class DinoClsLoss(nn.Module):
         return targets.view(num_views, batch_size, num_prototypes)
 
     def cross_entropy(self, student_logits: torch.Tensor, teacher_targets: torch.Tensor) -> torch.Tensor:
-        """The loop of the class docstring, vectorised: `(num_student_views, batch, K)` logits and
+        """The class docstring's mean over pairs, vectorised: `(num_student_views, batch, K)` logits and
         `(num_teacher_views, batch, K)` targets -> `()` float32."""
         num_student_views, num_teacher_views = student_logits.shape[0], teacher_targets.shape[0]
         if student_logits.shape[1:] != teacher_targets.shape[1:]:
@@ -87,15 +72,7 @@ class DinoClsLoss(nn.Module):
         return pair_losses[keep].mean()
 
     def forward(self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, teacher_temp: float) -> torch.Tensor:
-        """
-        Args:
-            student_logits (`torch.Tensor` of shape `(num_student_views, batch_size, num_prototypes)`):
-                global views first (same order as the teacher's), then local crops.
-            teacher_logits (`torch.Tensor` of shape `(num_teacher_views, batch_size, num_prototypes)`):
-                raw teacher logits of the global views (no gradient is taken through them).
-            teacher_temp (`float`): the teacher temperature at this step (see the warm-up schedule).
-
-        Returns:
-            `torch.Tensor` of shape `()`, float32: the mean cross-entropy over the kept view pairs.
-        """
+        """`()` float32 mean cross-entropy over the kept view pairs of the student's `(num_student_views, batch_size,
+        num_prototypes)` logits (global views first, in the teacher's order, then local crops) and the raw teacher
+        logits of the global views (no gradient taken through them), at this step's `teacher_temp`."""
         return self.cross_entropy(student_logits, self.teacher_targets(teacher_logits.detach(), teacher_temp))

@@ -22,12 +22,8 @@ class IbotPatchLoss(nn.Module):
     number of masked patches in every image (as here: the collator masks a fixed ratio), the two are equal. Pass
     `weights` to reproduce the per-image averaging with ragged masks.
 
-    Args:
-        num_prototypes (`int`): number of prototypes of the patch head.
-        student_temp (`float`, defaults to 0.1): student temperature (iBOT / DINOv2).
-        centering (`str`, defaults to `"sinkhorn_knopp"`): teacher centering mode, see `TeacherCentering`.
-        center_momentum (`float`, defaults to 0.9): running-centre momentum (`"centering"` mode).
-        sinkhorn_iterations (`int`, defaults to 3): Sinkhorn-Knopp iterations (DINOv2).
+    `num_prototypes` is the patch head's; `student_temp` (0.1) as in iBOT / DINOv2; `centering`, `center_momentum` and
+    `sinkhorn_iterations` go to `TeacherCentering`.
 
     Example:
         >>> loss_fn = IbotPatchLoss(num_prototypes=16)
@@ -42,20 +38,11 @@ class IbotPatchLoss(nn.Module):
 
     def forward(self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, teacher_temp: float,
                 weights: torch.Tensor | None = None) -> torch.Tensor:
-        """
-        Args:
-            student_logits (`torch.Tensor` of shape `(num_masked_patches, num_prototypes)`): student predictions at
-                the masked positions of all images of the batch.
-            teacher_logits (`torch.Tensor` of shape `(num_masked_patches, num_prototypes)`): raw teacher logits of
-                the same patches, same order (no gradient is taken through them). All rows are centred together.
-            teacher_temp (`float`): the teacher temperature at this step.
-            weights (`torch.Tensor` of shape `(num_masked_patches,)`, *optional*): per-patch weights summing to the
-                number of images (e.g. `1 / num_masked_in_its_image`); the result is then divided by the number of
-                images. Default: the plain mean.
-
-        Returns:
-            `torch.Tensor` of shape `()`, float32.
-        """
+        """`()` float32 loss of the student's `(num_masked_patches, num_prototypes)` logits at the masked positions of
+        all images of the batch against the raw teacher logits of the same patches, same order (no gradient taken
+        through them; all rows centred together), at this step's `teacher_temp`. `weights` `(num_masked_patches,)`,
+        summing to the number of images (e.g. `1 / num_masked_in_its_image`), replace the plain mean by a weighted
+        sum divided by the number of images."""
         if student_logits.shape != teacher_logits.shape or student_logits.ndim != 2:
             raise ValueError(
                 f"Student logits {tuple(student_logits.shape)} and teacher logits {tuple(teacher_logits.shape)} must "

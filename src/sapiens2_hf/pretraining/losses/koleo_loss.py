@@ -14,11 +14,8 @@ class KoLeoLoss(nn.Module):
     r"""`-mean_i log(d_i + eps)`, with `d_i` the distance from L2-normalised feature `i` to its nearest neighbour
     in the batch.
 
-    Distances follow `torch.nn.PairwiseDistance(p=2, eps=eps)` (eps added to the difference), as in DINOv2.
-    A batch of fewer than two samples has no neighbour: the loss is then 0 (no gradient).
-
-    Args:
-        eps (`float`, defaults to 1e-8): numerical floor (DINOv2's value).
+    Distances follow `torch.nn.PairwiseDistance(p=2, eps=eps)` (eps, DINOv2's 1e-8, added to the difference), as in
+    DINOv2. A batch of fewer than two samples has no neighbour: the loss is then 0 (no gradient).
 
     Example:
         >>> KoLeoLoss()(torch.randn(8, 32))

@@ -11,16 +11,9 @@ from torch import nn
 
 
 def patchify(pixel_values: torch.Tensor, patch_size: tuple[int, int]) -> torch.Tensor:
-    """Cuts images into non-overlapping patches, row-major, the order of the backbone's patch tokens.
-
-    Args:
-        pixel_values (`torch.Tensor` of shape `(batch_size, num_channels, height, width)`)
-        patch_size (`tuple[int, int]`): `(patch_height, patch_width)`, dividing `height` and `width`.
-
-    Returns:
-        `torch.Tensor` of shape `(batch_size, num_patches, patch_height * patch_width * num_channels)`; inside a
-        patch the values are ordered (row, column, channel), as in MAE.
-    """
+    """Cuts `(batch_size, num_channels, height, width)` images into non-overlapping `(patch_height, patch_width)`
+    patches, row-major (the order of the backbone's patch tokens): `(batch_size, num_patches, patch_height *
+    patch_width * num_channels)`, each patch's values ordered (row, column, channel), as in MAE."""
     batch_size, num_channels, height, width = pixel_values.shape
     patch_h, patch_w = patch_size
     if height % patch_h or width % patch_w:
@@ -32,13 +25,8 @@ def patchify(pixel_values: torch.Tensor, patch_size: tuple[int, int]) -> torch.T
 
 
 def unpatchify(patches: torch.Tensor, patch_size: tuple[int, int], grid_size: tuple[int, int]) -> torch.Tensor:
-    """Inverse of `patchify`.
-
-    Args:
-        patches (`torch.Tensor` of shape `(batch_size, grid_h * grid_w, patch_h * patch_w * num_channels)`)
-    Returns:
-        `torch.Tensor` of shape `(batch_size, num_channels, grid_h * patch_h, grid_w * patch_w)`.
-    """
+    """Inverse of `patchify`: `(batch_size, grid_h * grid_w, patch_h * patch_w * num_channels)` ->
+    `(batch_size, num_channels, grid_h * patch_h, grid_w * patch_w)`."""
     batch_size = patches.shape[0]
     (patch_h, patch_w), (grid_h, grid_w) = patch_size, grid_size
     num_channels = patches.shape[-1] // (patch_h * patch_w)
@@ -53,10 +41,7 @@ class MaeLoss(nn.Module):
     `target = (patch - mean(patch)) / sqrt(var(patch) + eps)` with MAE's unbiased variance, when
     `norm_pix_loss=True`; `loss = mean over masked patches and values of (prediction - target)^2`.
 
-    Args:
-        patch_size (`int` or `tuple[int, int]`): the backbone's patch size.
-        norm_pix_loss (`bool`, defaults to `True`): normalise each target patch (MAE's recommended setting).
-        eps (`float`, defaults to 1e-6): variance floor (MAE's value).
+    `patch_size` is the backbone's; `norm_pix_loss=True` is MAE's recommended setting and `eps` (1e-6) its value.
 
     Example:
         >>> loss_fn = MaeLoss(patch_size=16)
@@ -87,16 +72,8 @@ class MaeLoss(nn.Module):
         return patches
 
     def forward(self, predictions: torch.Tensor, pixel_values: torch.Tensor, mask_indices: torch.Tensor) -> torch.Tensor:
-        """
-        Args:
-            predictions (`torch.Tensor` of shape `(batch_size, num_masked, patch_h * patch_w * 3)`): decoder output
-                at the masked positions, in the order of `mask_indices`, values ordered as in `patchify`.
-            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`)
-            mask_indices (`torch.LongTensor` of shape `(batch_size, num_masked)`)
-
-        Returns:
-            `torch.Tensor` of shape `()`, float32.
-        """
+        """`()` float32 loss of `predictions` `(batch_size, num_masked, patch_h * patch_w * 3)` (decoder output at
+        `mask_indices` `(batch_size, num_masked)`, values ordered as in `patchify`) against `pixel_values`."""
         targets = self.targets(pixel_values, mask_indices)
         if predictions.shape != targets.shape:
             raise ValueError(
