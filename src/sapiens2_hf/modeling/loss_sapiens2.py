@@ -2,11 +2,8 @@
 """The official Sapiens2 fine-tuning losses, one per task, self-contained (torch only).
 
 `PoseHeatmapLoss`, `SegmentationLoss`, `NormalLoss`, `PointmapLoss`, `AlbedoLoss` and `MattingLoss` each return
-`(total, {"<name>_loss": weighted term, ...})`; their defaults reproduce the official Sapiens2 fine-tuning recipes. The
-task models of modeling_sapiens2_hf.py compute `loss` with them when `labels` is given (so transformers' stock
-`Trainer` trains every task), and `sapiens2_hf.losses` re-exports them for the training code. The file sits beside the
-models, as transformers keeps its losses in `loss/` modules, because the modeling folder ships to the Hub as one flat
-folder that imports only its siblings.
+`(total, {"<name>_loss": weighted term, ...})`; their defaults reproduce the official fine-tuning recipes. The task
+models compute `loss` with them when `labels` is given (so transformers' stock `Trainer` trains every task).
 """
 
 from __future__ import annotations
@@ -20,15 +17,10 @@ from torch import nn
 
 # ----------------------------------------------- masked reductions of the dense-task losses (normal, pointmap, albedo)
 
-# Every function here reproduces one reduction rule of the official Sapiens2 dense losses
-# (facebookresearch/sapiens2 ``sapiens/dense/src/models/losses``): sums run over channels *and* valid pixels, and the
-# divisor is the number of valid pixels (not pixels x channels). Masked-out pixels are excluded with ``torch.where``
-# rather than by multiplying with the mask, so a non-finite background value in a target (the official normal targets
-# use -1000, some datasets use NaN) can never leak into the result. For finite inputs the two are identical.
-#
-# Maps are `(batch_size, channels, height, width)` and masks float 0/1 `(batch_size, 1, height, width)` (see
-# `as_valid_mask`) unless a docstring says otherwise; each reduction returns a scalar. Shape comments: B batch,
-# C channels, H height, W width.
+# The official dense losses' reduction rule (facebookresearch/sapiens2 ``sapiens/dense/src/models/losses``): sums run
+# over channels *and* valid pixels, divided by the number of valid pixels. Masked-out pixels are excluded with
+# ``torch.where``, not by multiplying with the mask, so a non-finite background target (-1000, NaN) never leaks in.
+# Maps are `(B, C, H, W)`, masks float 0/1 `(B, 1, H, W)` (`as_valid_mask`); each reduction returns a scalar.
 
 
 def as_valid_mask(mask: torch.Tensor | None, reference: torch.Tensor, name: str = "mask") -> torch.Tensor:
@@ -93,24 +85,19 @@ def forward_difference_squared_error(
     return loss_dx, loss_dy
 
 
-def check_same_shape(pred: torch.Tensor, target: torch.Tensor, pred_name: str, target_name: str) -> None:
-    """Raise a ValueError naming both arguments when two `(batch_size, channels, height, width)` tensors differ."""
+def on_target_grid(pred: torch.Tensor, target: torch.Tensor, pred_name: str, target_name: str):
+    """`(pred, target)` in float32, a `(batch, channels, height, width)` prediction resized bilinearly to the target's
+    grid; a ValueError naming both when their shapes still differ."""
+    pred, target = pred.float(), target.float()
     if pred.dim() != 4:
         raise ValueError(f"`{pred_name}` must be 4-D (batch_size, channels, height, width), got {tuple(pred.shape)}.")
+    if pred.shape[2:] != target.shape[2:]:
+        pred = F.interpolate(pred, size=target.shape[2:], mode="bilinear", align_corners=False)
     if pred.shape != target.shape:
         raise ValueError(
             f"`{pred_name}` {tuple(pred.shape)} and `{target_name}` {tuple(target.shape)} must have the same shape; "
             f"resize the prediction to the target size first (bilinear, align_corners=False, as the official heads do)."
         )
-
-
-def on_target_grid(pred: torch.Tensor, target: torch.Tensor, pred_name: str, target_name: str):
-    """`(pred, target)` in float32, a `(batch, channels, height, width)` prediction resized bilinearly to the target's
-    grid, their shapes checked (`check_same_shape`)."""
-    pred, target = pred.float(), target.float()
-    if pred.dim() == 4 and pred.shape[2:] != target.shape[2:]:
-        pred = F.interpolate(pred, size=target.shape[2:], mode="bilinear", align_corners=False)
-    check_same_shape(pred, target, pred_name, target_name)
     return pred, target
 
 
@@ -189,20 +176,6 @@ SEG_CE_CLASS_WEIGHTS = (
 )
 
 
-def weighted_cross_entropy_loss(
-    logits: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor | None, ignore_index: int
-) -> torch.Tensor:
-    """Class-weighted cross-entropy averaged over *all* pixels.
-
-    The official config sets ``reduction="none"`` and the runner then takes the plain mean of the per-pixel map, so
-    the divisor is `batch_size * height * width` (ignored pixels contribute 0 but are counted), not the sum of the
-    class weights of the labelled pixels that `F.cross_entropy(reduction="mean")` would use. `logits`
-    `(batch_size, num_classes, height, width)`, `labels` int64 `(batch_size, height, width)`.
-    """
-    per_pixel = F.cross_entropy(logits, labels, weight=class_weights, reduction="none", ignore_index=ignore_index)
-    return per_pixel.mean()
-
-
 def dice_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, eps: float = 1e-3) -> torch.Tensor:
     """Softmax Dice loss without background, macro-averaged over the classes present in each sample.
 
@@ -214,7 +187,7 @@ def dice_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, eps
     (or no labelled pixel) contribute 0; this function reproduces that.
 
     Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/seg_loss.py`` (``DiceLoss``,
-    ``naive_dice=False``, ``include_background=False``). Shapes as `weighted_cross_entropy_loss`; `eps` smooths.
+    ``naive_dice=False``, ``include_background=False``). `logits` `(B, C, H, W)`, `labels` int64 `(B, H, W)`.
     """
     num_classes = logits.shape[1]
     probabilities = logits.softmax(dim=1)
@@ -301,9 +274,11 @@ class SegmentationLoss(nn.Module):
         logits = logits.float()
         if logits.shape[2:] != labels.shape[1:]:
             logits = F.interpolate(logits, size=labels.shape[1:], mode="bilinear", align_corners=False)
-        cross_entropy = self.cross_entropy_weight * weighted_cross_entropy_loss(
-            logits, labels, self.class_weights, self.ignore_index
-        )
+        # The official runner takes the plain mean of the per-pixel map: ignored pixels count in the divisor, unlike
+        # F.cross_entropy(reduction="mean"), which divides by the class weights of the labelled pixels.
+        cross_entropy = self.cross_entropy_weight * F.cross_entropy(
+            logits, labels, weight=self.class_weights, reduction="none", ignore_index=self.ignore_index
+        ).mean()
         dice = self.dice_weight * dice_loss(logits, labels, self.ignore_index, self.dice_eps)
         terms = {"cross_entropy_loss": cross_entropy, "dice_loss": dice}
         return cross_entropy + dice, terms
@@ -669,16 +644,11 @@ class AlbedoLoss(nn.Module):
 
 # ------------------------------------------------------------------------------------------------------------- matting
 
-# Matting loss: alpha L1 + alpha gradient L1 + alpha Laplacian-pyramid L1 + pre-multiplied foreground L1.
-#
-# The official recipe trains with an L1, a gradient and a Laplacian loss of weight 1 each, on the alpha and (where a
-# foreground target exists) the foreground; its loss code is not in the mirrored official commit, so the terms are
-# written from their definitions in the matting literature: the alpha L1 of Xu et al. ("Deep Image Matting", CVPR
-# 2017); the L1 of the alpha's horizontal and vertical finite differences over valid pairs (Zhang et al., CVPR 2019),
-# which sees blurred or jagged edges; the L1 of 5-level Laplacian pyramids (5x5 binomial kernel, level `i` weighted
-# `2**i`; Hou and Liu, ICCV 2019, and the Robust Video Matting family); and the L1 of the pre-multiplied foreground
-# (`alpha * F`, what the head predicts). Deep Image Matting's composition loss is left out: it needs each training
-# image's background plate, which human matting datasets rarely have.
+# The official recipe trains with L1, gradient and Laplacian losses of weight 1 each; its loss code is not in the
+# mirrored official commit, so the terms follow the matting literature: alpha L1 (Xu et al., CVPR 2017), L1 of the
+# alpha's finite differences over valid pairs (Zhang et al., CVPR 2019), L1 of 5-level Laplacian pyramids (level `i`
+# weighted `2**i`; Hou and Liu, ICCV 2019), and L1 of the pre-multiplied foreground (`alpha * F`, what the head
+# predicts). The composition loss is left out: it needs background plates, which human matting datasets rarely have.
 
 
 _BINOMIAL_5 = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0

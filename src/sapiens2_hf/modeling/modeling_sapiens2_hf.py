@@ -1,28 +1,13 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Sapiens2 models for sapiens2_hf, self-contained.
+"""Sapiens2 models for sapiens2_hf: the pretrained-model base, the backbone classes and the task models.
 
-Every building block is written here, on torch and transformers' public API only (`PreTrainedModel`, `BackboneMixin`,
-`GradientCheckpointingLayer`, the `ALL_ATTENTION_FUNCTIONS` registry, `transformers.modeling_outputs`, and the output
-decorators `capture_outputs`, `can_return_tuple` and `filter_output_hidden_states` that transformers' own models use),
-so a repository shipped with these files as remote code does not depend on the internals of any transformers version.
-Module names, parameter names and tensor layouts are those of transformers' own Sapiens2 port
-(transformers/models/sapiens2/modeling_sapiens2.py), so checkpoints move freely between the two;
-tests/test_modeling_interop.py loads one state dict into both and compares outputs. Beyond the port, this file has:
-
-- RoPE in the official arithmetic (`config.rope_dtype`): the official model keeps its periods, coordinates, angles,
-  sin and cos in bfloat16 and casts queries and keys to bfloat16 for the rotation; transformers' float32 moves
-  outputs by 0.2-0.4 %. No random RoPE coordinate rescaling in training unless the config asks for it.
-- Token removal for masked pretraining (`patch_keep_indices`: each kept token keeps its own RoPE position).
-- The albedo task (channel-RMSNorm head) and the windowed tokenizer of the 4K model, which transformers does not have.
-- The official fine-tuning losses (loss_sapiens2.py), returned with `labels`, so that transformers' stock `Trainer`
-  trains every task.
-- Strict loading of every layout, official files included (loading_sapiens2_hf.py, official_format_sapiens2_hf.py).
-
-The building blocks (norms, RoPE, attention, layers, heads, the 4K tokenizer) are in layers_sapiens2_hf.py and the
-task outputs in outputs_sapiens2_hf.py, siblings shipped with this file; this file holds the pretrained-model base,
-the backbone classes and the task models.
-
-Hub-shippable: imports only stdlib, torch, huggingface_hub, transformers' public API and siblings of this folder.
+Written on torch and transformers' public API only, so a repository shipped with these files as remote code does not
+depend on the internals of any transformers version. Module names, parameter names and tensor layouts are those of
+transformers' own Sapiens2 port, so checkpoints move freely between the two (tests/test_modeling_interop.py). Beyond
+the port: RoPE in the official bfloat16 arithmetic (`config.rope_dtype`; transformers' float32 moves outputs by
+0.2-0.4 %), token removal for masked pretraining (`patch_keep_indices`), the albedo task and the 4K windowed
+tokenizer, the official fine-tuning losses (loss_sapiens2.py) returned with `labels`, and strict loading of every
+layout. The building blocks are in layers_sapiens2_hf.py, the task outputs in outputs_sapiens2_hf.py.
 """
 
 import copy
@@ -72,8 +57,7 @@ from .loss_sapiens2 import (
     SEG_CE_CLASS_WEIGHTS,
     SegmentationLoss,
 )
-# compute_rope_periods: re-exported (its one import path beside the official-format module)
-from .official_format_sapiens2_hf import compute_rope_periods, register_original_format_conversions  # noqa: F401
+from .official_format_sapiens2_hf import register_original_format_conversions
 from .outputs_sapiens2_hf import (
     Sapiens2AlbedoEstimatorOutput,
     Sapiens2ImageMattingOutput,
@@ -395,18 +379,11 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
 
 class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
     """The Sapiens2 encoder as a transformers backbone (`AutoBackbone`, `load_backbone`): one feature map per stage
-    named in `config.out_features` / `config.out_indices`.
-
-    The stages are `"stem"` (the encoder input: the patch embeddings, or the pooled windows of the 4K tokenizer) and
-    `"stage1"` ... `"stage{num_hidden_layers}"` (each encoder block's output). Each feature map holds the patch
-    tokens of its stage on their grid, `(batch_size, hidden_size, height / stride, width / stride)` with stride 16
-    (64 for the 4K model), all stages at the same resolution as in every plain ViT.
-
-    The final RMSNorm is applied to every selected stage when `config.normalize_backbone_outputs` (the default), to
-    none otherwise, as in transformers' own `Sapiens2Backbone` (the same field, so a config.json gives the same
-    feature maps in both, up to their RoPE arithmetic); the last stage with the norm is then exactly
-    `Sapiens2Model.get_feature_map`, the map the official task heads read. Module and tensor names are those of
-    `Sapiens2Model`, so it loads the same files strictly (a task checkpoint gives its backbone).
+    named in `config.out_features` / `config.out_indices` (`"stem"`, the encoder input, then `"stage1"` ...
+    `"stage{num_hidden_layers}"`), each `(batch_size, hidden_size, height / stride, width / stride)`, stride 16 (64
+    for the 4K model). The final RMSNorm applies to every selected stage when `config.normalize_backbone_outputs`, as
+    in transformers' own `Sapiens2Backbone`; the last stage is then exactly `Sapiens2Model.get_feature_map`. Loads the
+    same files as `Sapiens2Model` strictly (a task checkpoint gives its backbone).
     """
 
     task = None
@@ -478,14 +455,10 @@ class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
 class Sapiens2TaskModel(Sapiens2PreTrainedModel):
     """Backbone + decode head: the base of every task model, official or registered (`sapiens2_hf.register_task`).
 
-    A subclass sets `task` (its registry name, typed once), `loss_class`, `output_class` (the `ModelOutput` it
-    returns; its first field after `loss` holds the prediction) and, for a task added from outside the package,
-    `spec` (a `TaskSpec` of what cannot be derived: `num_labels`, title, ...; see `sapiens2_tasks.spec_of_class`).
-    `__init__` builds the backbone and the head (`build_task_layers`, which a subclass extends to check its config or
-    add layers) and initialises them; `forward` returns
-    `self.decode(pixel_values, labels=labels, loss_targets=(...))`: the head's layout comes from
-    `config.head_config` (the registry entry's `head_upsampling` and `head_norm`), and the loss is computed when
-    `labels` is given.
+    A subclass sets `task` (its registry name), `loss_class`, `output_class` (its first field after `loss` holds the
+    prediction) and, for a task added from outside the package, `spec` (a `TaskSpec` of what cannot be derived; see
+    `sapiens2_tasks.spec_of_class`). `build_task_layers` builds backbone and head (a subclass extends it to check its
+    config or add layers); `forward` returns `self.decode(pixel_values, labels=labels, loss_targets=(...))`.
     """
 
     # The official loss of the task (loss_sapiens2.py, official term weights), computed by `forward` from `labels`.
@@ -539,13 +512,10 @@ class Sapiens2TaskModel(Sapiens2PreTrainedModel):
 
     def decode(self, pixel_values: torch.Tensor, output_class=None, field: str | None = None, labels=None,
                loss_targets=(), **kwargs):
-        """Backbone -> feature map -> decode head, wrapped in `output_class` with the prediction under `field`, and
-        with the task loss of the prediction against `labels`, then `loss_targets`, when `labels` is given. Both
-        default to the class's spec (`spec_of_class`: its `output_class` and that class's prediction field).
-
-        `return_dict=False` in `kwargs` (or `config.return_dict` False) gives the output's tuple, as transformers'
-        `can_return_tuple` does for the official classes' `forward`: a registered task's `forward` needs no
-        decorator."""
+        """Backbone -> feature map -> decode head, wrapped in `output_class` (default: the class's) with the prediction
+        under `field` (default: the spec's `output_field`) and the task loss against `labels`, then `loss_targets`,
+        when `labels` is given. `return_dict=False` gives the tuple, so a registered task's `forward` needs no
+        `can_return_tuple`."""
         if output_class is None or field is None:
             spec = spec_of_class(type(self))
             output_class, field = output_class or type(self).output_class, field or spec.output_field
