@@ -43,9 +43,7 @@ ROPE_DTYPES = ("bfloat16", "float32")
 
 class InvalidConfigError(ValueError):
     """A config.json (or config dict) with a field that is not valid: names the file, the field, its value and the fix.
-
-    The one error the config's readers raise for a bad field, whoever reads it (the model classes, transformers'
-    Auto classes and pipelines): huggingface_hub's strict-dataclass errors and the fields' own checks become this."""
+    The one error every reader of the config raises for a bad field (strict-dataclass errors and field checks)."""
 
     @classmethod
     def of(cls, error: Exception, source) -> "InvalidConfigError":
@@ -99,11 +97,8 @@ def task_label_kwargs(task: str | None) -> dict:
 
 
 def pointmap_scale_features(grid_hw: tuple[int, int], kernel_sizes, out_channels) -> int:
-    """Features the pointmap scale MLP receives for a `grid_hw` token grid.
-
-    The scale branch runs stride-2 convolutions (padding `(k - 1) // 2`) on the feature map and flattens the result,
-    so its MLP is tied to the token grid it was trained on.
-    """
+    """Features the pointmap scale MLP receives for a `grid_hw` token grid: the branch flattens the output of
+    stride-2 convolutions (padding `(k - 1) // 2`), so its MLP is tied to the token grid it was trained on."""
     height, width = grid_hw
     for kernel_size in kernel_sizes:
         padding = (kernel_size - 1) // 2
@@ -113,12 +108,9 @@ def pointmap_scale_features(grid_hw: tuple[int, int], kernel_sizes, out_channels
 
 
 def pointmap_image_sizes(head: dict, feature_stride: tuple[int, int], aspect=(4, 3), max_scale: int = 512) -> list:
-    """Input sizes `[height, width]` of aspect `aspect` (token grid `aspect * m`) whose token grid fits a pointmap
-    scale branch (`head` is a head-config dict with `scale_conv_*` and `scale_final_input_size`), smallest first.
-
-    The flatten makes the branch fit a contiguous range of sizes; the largest one divides evenly through every
-    stride-2 conv, which is how the official 1024x768 models were trained.
-    """
+    """Input sizes `[height, width]` of aspect `aspect` whose token grid fits the pointmap scale branch of the
+    head-config dict `head`, smallest first: a contiguous range, whose largest divides evenly through every stride-2
+    conv (as the official 1024x768 models were trained)."""
     sizes = []
     for scale in range(1, max_scale + 1):
         grid = (aspect[0] * scale, aspect[1] * scale)
@@ -130,22 +122,16 @@ def pointmap_image_sizes(head: dict, feature_stride: tuple[int, int], aspect=(4,
     return sizes
 
 
-# Bounds that refuse a corrupt or hostile config (or checkpoint metadata, or processor size) with a one-line error
-# before anything is allocated.
-#: Largest input side in pixels: twice the 4K model's native height (4096x3072). Activation memory grows with the
-#: square of the token count, so an `image_size` or processor `size` above it is refused.
+# Bounds that refuse a corrupt or hostile config, checkpoint metadata or processor size before anything is allocated.
+#: Largest input side in pixels: twice the 4K model's native height (activation memory grows with the token count^2).
 MAX_IMAGE_SIDE = 8192
-#: Largest model a config may describe: about ten times the largest official one (5b: 5.3e9 parameters), 200 GB in
-#: float32. Checked from the config's sizes (an upper-bound estimate), so `hidden_size: 1e9` fails before allocating.
+#: Largest model a config may describe (an upper-bound estimate from its sizes): about ten times the 5b model.
 MAX_NUM_PARAMETERS = 50_000_000_000
 
 
 def check_image_size(size, stride: tuple[int, int] = (1, 1), name: str = "image_size") -> tuple[int, int]:
-    """`size` (an int, `[height, width]` or `{"height": h, "width": w}`) as `(height, width)`.
-
-    Raises a one-line `ValueError` naming `name` unless both sides are whole numbers in `[1, MAX_IMAGE_SIDE]` and
-    divisible by `stride` (the model's feature stride: the patch size, times the tokenizer window of the 4K model).
-    """
+    """`size` (an int, `[height, width]` or `{"height": h, "width": w}`) as `(height, width)`; a one-line `ValueError`
+    naming `name` unless both sides are whole numbers in `[1, MAX_IMAGE_SIDE]` divisible by the feature `stride`."""
     try:
         if isinstance(size, dict):
             sides = (size["height"], size["width"])
@@ -271,12 +257,10 @@ class Sapiens2HeadConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         self.validate_head_numbers()  # before the kernel lists are sized from the channel lists
-        if self.upsample_out_channels is not None and self.upsample_kernel_sizes is None:
-            self.upsample_kernel_sizes = [self.upsample_kernel_size] * len(self.upsample_out_channels)
-        if self.conv_out_channels is not None and self.conv_kernel_sizes is None:
-            self.conv_kernel_sizes = [self.conv_kernel_size] * len(self.conv_out_channels)
-        if self.scale_conv_out_channels is not None and self.scale_conv_kernel_sizes is None:
-            self.scale_conv_kernel_sizes = [self.scale_conv_kernel_size] * len(self.scale_conv_out_channels)
+        for layers in ("upsample", "conv", "scale_conv"):
+            channels = getattr(self, f"{layers}_out_channels")
+            if channels is not None and getattr(self, f"{layers}_kernel_sizes") is None:
+                setattr(self, f"{layers}_kernel_sizes", [getattr(self, f"{layers}_kernel_size")] * len(channels))
         super().__post_init__(**kwargs)
 
     def validate_head_numbers(self):
@@ -458,10 +442,9 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
             self.head_config.infer_scale_final_input_size(self.image_size, self.patch_size)
 
     def validate_sizes_and_values(self):
-        """Sizes and counts are ints in range, float fields finite and in range, `image_size` within
-        `[1, MAX_IMAGE_SIDE]` and divisible by the feature stride, and the model at most `MAX_NUM_PARAMETERS`; each
-        violation is a one-line `ValueError` naming the field. Runs first in `__post_init__`, before anything is
-        sized from these fields, and again with every `validate()` (e.g. after keyword overrides)."""
+        """A one-line `ValueError` naming the field unless sizes and counts are ints in range, floats finite and in
+        range, `image_size` valid (`check_image_size`) and the model at most `MAX_NUM_PARAMETERS`. Runs before anything
+        is sized from these fields, and again with every `validate()`."""
         _check_counts(
             "", hidden_size=(self.hidden_size, 1), intermediate_size=(self.intermediate_size, 1),
             num_hidden_layers=(self.num_hidden_layers, 1), num_attention_heads=(self.num_attention_heads, 1),
@@ -557,12 +540,9 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
-        """Reads our config (`model_type` `sapiens2_hf`) or transformers' (`sapiens2`: Meta's Hub repos).
-
-        transformers' writer is told by its model type: its RoPE rescale default (2.0) is dropped (the official
-        models never used it). Folders written by sapiens2_hf before it had one model type also say `sapiens2`; their
-        `rope_dtype` field (which transformers' config has not) marks them as ours. A config without a `task` field
-        (transformers' has none) takes the task of its `architectures`."""
+        """Reads our config (`model_type` `sapiens2_hf`) or transformers' (`sapiens2`, without our `rope_dtype`
+        field: its RoPE rescale default 2.0, which the official models never used, is dropped). A config without a
+        `task` (transformers' has none) takes the task of its `architectures`."""
         config_dict = dict(config_dict)
         model_type = config_dict.pop("model_type", cls.model_type)
         if model_type == TRANSFORMERS_MODEL_TYPE and "rope_dtype" not in config_dict:
@@ -599,15 +579,9 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
 
     @classmethod
     def from_preset(cls, variant: str, task: str | None = None, **kwargs) -> "Sapiens2Config":
-        """Builds the configuration of an official model.
-
-        Args:
-            variant (`str`): one of `"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"5b"`, `"1b-4k"` (ids as on the Hub), or
-                `"tiny"`: the random tiny model of tests, examples and CPU smoke runs (`tiny_config`; no weights).
-            task (`str`, *optional*): `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`, or `None`
-                for the pretrained backbone. The 0.1b size has no official task heads; matting has only a 1b one.
-            kwargs: overrides of any config field.
-        """
+        """The configuration of an official model: `variant` one of `"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"5b"`,
+        `"1b-4k"` (ids as on the Hub) or `"tiny"` (`tiny_config`, no weights); `task` a registered task or `None` (the
+        backbone; 0.1b has no official task heads, matting only a 1b one); `kwargs` override any field."""
         _check_task(task)
         if variant == TINY_PRESET:
             return tiny_config(task, **kwargs)
@@ -634,9 +608,8 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
 
 # Why code: transformers' pipeline factory reads config.json with its own `sapiens2` config class.
 def as_sapiens2_config(config):
-    """`config` as our `Sapiens2Config` (`None` stays `None`): transformers' own `Sapiens2Config` (what its pipeline
-    factory and a composite model's config.json read) is re-read from its dict, so that our fields it carries along
-    (RoPE dtype, tokenizer, task) are kept; a config of another model is refused."""
+    """`config` as our `Sapiens2Config` (`None` stays `None`): transformers' own is re-read from its dict, keeping our
+    fields it carries along (RoPE dtype, tokenizer, task); a config of another model is refused."""
     if config is None or isinstance(config, Sapiens2Config):
         return config
     if getattr(config, "model_type", None) not in (Sapiens2Config.model_type, TRANSFORMERS_MODEL_TYPE):
@@ -657,9 +630,8 @@ def _check_task(task: str | None) -> None:
 
 
 def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
-    """A tiny configuration for tests and examples: hidden 32, 2 layers, 4 heads of dim 8, 8 registers, patch 16,
-    input 64x48 (256x192 with a 4K tokenizer), heads with 2 upsampling blocks (the outputs are then at 1/4 of the
-    input for dense tasks, like the pose head's heatmaps). Real models use `Sapiens2Config.from_preset`."""
+    """A tiny configuration for tests and examples: hidden 32, 2 layers, 4 heads of dim 8, input 64x48 (256x192 with
+    a 4K tokenizer), the tiny heads of presets_sapiens2_hf.py."""
     kwargs = {
         "hidden_size": 32,
         "intermediate_size": 128,

@@ -76,11 +76,9 @@ HEAD_KEY_PATTERNS = (r"^decode_head\.", r"^scale_head\.")
 
 
 class ModuleLayoutSaveMixin:
-    """`save_pretrained` writing our (= transformers' port's) module names by default, for every model that holds a
-    Sapiens2 backbone: transformers' default (`save_original_format=True`) would revert the original-format conversions
-    registered for our model type, and transformers' Trainer resumes a checkpoint with a plain `load_state_dict`,
-    which would then miss every backbone tensor. `save_original_format=True` writes the original names, as Meta's Hub
-    repos hold them."""
+    """`save_pretrained` writing our (= transformers' port's) module names by default (`save_original_format=True`:
+    the original names, as Meta's Hub repos hold them): transformers' Trainer resumes a checkpoint with a plain
+    `load_state_dict`, which would miss every backbone tensor saved under the original names."""
 
     def save_pretrained(self, save_directory, *args, save_original_format: bool = False, **kwargs):
         size = sum(tensor.numel() * tensor.element_size() for tensor in self.state_dict().values())
@@ -119,10 +117,8 @@ class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
     task: str | None = None
 
     def _init_weights(self, module) -> None:
-        """The port's initialisation: transformers' generic one (normal weights, zero biases, unit RMSNorm weights),
-        then truncated-normal linear/conv weights and tokens, Kaiming-normal transposed convs and decode-head layers,
-        LayerScale at `layerscale_value`; plus the RoPE periods and the 4K tokenizer's tokens. `torch.nn.init` calls
-        made here skip tensors transformers has already loaded."""
+        """The port's initialisation (on top of transformers' generic one), plus the RoPE periods and the 4K
+        tokenizer's tokens; transformers skips the tensors it has already loaded."""
         super()._init_weights(module)
         std = self.config.initializer_range
         if isinstance(module, (nn.Linear, nn.Conv2d)):
@@ -231,14 +227,9 @@ def token_grid_size(config: Sapiens2Config, pixel_values: torch.Tensor) -> tuple
 def embed_pixel_values(
     trunk: nn.Module, pixel_values: torch.Tensor, bool_masked_pos: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """The encoder input of `Sapiens2Model` and `Sapiens2Backbone` (`trunk`: either; they hold the same `embeddings`,
-    `tokenizer` and `rope_embeddings` modules): CLS + register tokens followed by the patch tokens (one per window
-    with the 4K tokenizer), and the RoPE `(cos, sin)` of their grid.
-
-    Returns:
-        `(hidden_states, (cos, sin))`: `hidden_states` of shape `(batch_size, num_prefix_tokens + grid_h * grid_w,
-        hidden_size)`; `cos`, `sin` of shape `(grid_h * grid_w, head_dim)`.
-    """
+    """The encoder input of `trunk` (a `Sapiens2Model` or `Sapiens2Backbone`): `(hidden_states, (cos, sin))`, CLS +
+    register + patch tokens (one per window with the 4K tokenizer) `(batch_size, num_prefix_tokens + grid_h * grid_w,
+    hidden_size)` and their grid's RoPE, each `(grid_h * grid_w, head_dim)`."""
     grid_h, grid_w = token_grid_size(trunk.config, pixel_values)
     embeddings = trunk.embeddings
     pixel_values = pixel_values.to(embeddings.patch_embeddings.weight.dtype)
@@ -303,19 +294,16 @@ class Sapiens2Model(_Sapiens2Trunk, Sapiens2PreTrainedModel):
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Normalised RGB (ImageNet mean/std); height and width divisible by the patch size (16).
             patch_keep_indices (`torch.LongTensor` of shape `(batch_size, num_kept)`, *optional*):
-                Row-major indices of the patch tokens to keep (masked pretraining by token removal). The other patch
-                tokens are dropped before the first block; each kept token keeps its own RoPE position. The CLS and
-                register tokens are always kept.
+                Row-major indices of the patch tokens to keep (masked pretraining by token removal); each kept token
+                keeps its own RoPE position, the CLS and register tokens are always kept.
             bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*):
                 Replaces the masked patch embeddings by a learned mask token (needs `config.use_mask_token`).
-            kwargs: `return_dict` (`False` returns a tuple; defaults to `config.return_dict`), `output_hidden_states`,
-                `output_attentions` (see `Sapiens2Encoder`), attention-backend arguments.
+            kwargs: `return_dict`, `output_hidden_states`, `output_attentions`, attention-backend arguments.
 
         Returns:
-            `BaseModelOutputWithPooling`: `last_hidden_state` of shape `(batch_size, 1 + num_registers +
-            num_patches_or_kept, hidden_size)` (CLS, registers, patch tokens), after the final RMSNorm;
-            `pooler_output` is the CLS token, of shape `(batch_size, hidden_size)`; `hidden_states` and `attentions`
-            as recorded by the encoder.
+            `BaseModelOutputWithPooling`: `last_hidden_state` `(batch_size, 1 + num_registers + num_patches_or_kept,
+            hidden_size)` after the final RMSNorm; `pooler_output` the CLS token; `hidden_states`, `attentions` as
+            recorded by the encoder.
         """
         hidden_states, (cos, sin) = embed_pixel_values(self, pixel_values, bool_masked_pos=bool_masked_pos)
         if patch_keep_indices is not None:
@@ -361,17 +349,10 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        """
-        Args:
-            hidden_states (`torch.Tensor` of shape `(batch_size, seq_len, hidden_size)`): prefix tokens, then patches.
-            position_embeddings (`(cos, sin)`, *optional*): RoPE of the patch tokens; `None` for no RoPE.
-            kwargs: `output_hidden_states`, `output_attentions`, `return_dict` (read by `capture_outputs`), and
-                attention-backend arguments, passed to every layer.
-        Returns:
-            `BaseModelOutput`: `last_hidden_state` (no final norm); `hidden_states`: the input and each layer's output
-            (`num_layers + 1` tensors, as transformers' port records them); `attentions`: each layer's `(batch_size,
-            num_heads, seq_len, seq_len)` weights, from backends that return them (empty with sdpa).
-        """
+        """`(batch_size, seq_len, hidden_size)` prefix then patch tokens (RoPE `position_embeddings` of the patches)
+        -> `BaseModelOutput`: `last_hidden_state` (no final norm); `hidden_states`: the input and each layer's output
+        (`num_layers + 1` tensors, as transformers' port records them); `attentions`: each layer's weights, from
+        backends that return them (empty with sdpa)."""
         for layer in self.layer:
             hidden_states = layer(hidden_states, position_embeddings=position_embeddings, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
@@ -418,18 +399,10 @@ class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
     @can_return_tuple
     @filter_output_hidden_states
     def forward(self, pixel_values: torch.Tensor, **kwargs: Unpack[TransformersKwargs]) -> BackboneOutput:
-        r"""
-        Args:
-            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
-                Normalised RGB (ImageNet mean/std); height and width divisible by the stride (16; 64 for the 4K model).
-            kwargs: `output_hidden_states` (also every stage's tokens, before the final norm), `output_attentions`,
-                `return_dict` (each defaulting to the config's); attention-backend arguments.
-
-        Returns:
-            `BackboneOutput`: `feature_maps`, one per selected stage in stage order, each `(batch_size, hidden_size,
-            height / stride, width / stride)`, or `(batch_size, num_patches, hidden_size)` tokens when
-            `config.reshape_hidden_states` is False; `hidden_states` (when asked): `num_hidden_layers + 1` tensors of
-            shape `(batch_size, num_prefix_tokens + num_patches, hidden_size)`; `attentions` (when asked).
+        r"""Normalised RGB `pixel_values` `(batch_size, 3, height, width)`, sides divisible by the stride (16; 64 for
+        the 4K model) -> `BackboneOutput`: `feature_maps`, one per selected stage in stage order (tokens `(batch_size,
+        num_patches, hidden_size)` when `config.reshape_hidden_states` is False); `hidden_states` (when asked): every
+        stage's tokens before the final norm, prefix tokens included; `attentions` (when asked).
         """
         config = self.config
         grid = token_grid_size(config, pixel_values)
@@ -549,17 +522,10 @@ class Sapiens2TaskModel(Sapiens2PreTrainedModel):
 
     @classmethod
     def from_backbone(cls, pretrained_backbone, config: Sapiens2Config | None = None, head_config=None, **kwargs):
-        """Starts a new task model from a pretrained backbone; the decode head is freshly initialised.
-
-        Args:
-            pretrained_backbone: an official pretrain (or task) file, a folder or Hub repo, or a `Sapiens2Model` or
-                `Sapiens2Backbone`.
-            config (`Sapiens2Config`, *optional*): the full task config (its backbone fields must match).
-            head_config (`str` or `dict`, *optional*): the head layout when `config` is not given: an official
-                variant id (`"0.4b"`, ...; its official head for this task), `"tiny"` (the small test heads), or a
-                `Sapiens2HeadConfig` dict. Defaults to the official head of the backbone's own size.
-            kwargs: passed to `Sapiens2Model.from_pretrained`.
-        """
+        """A new task model on a pretrained backbone (an official file, a folder or Hub repo loaded with `kwargs`, or a
+        `Sapiens2Model` / `Sapiens2Backbone`), its decode head freshly initialised. The head is `config`'s (whose
+        backbone fields must match) or `head_config`: an official size id (its head for this task; default: the
+        backbone's own size), `"tiny"`, or a `Sapiens2HeadConfig` dict."""
         backbone = (
             pretrained_backbone
             if isinstance(pretrained_backbone, (Sapiens2Model, Sapiens2Backbone))  # same tensor names
@@ -624,12 +590,9 @@ class Sapiens2ForPoseEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised person crops.
             labels (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`, *optional*):
-                Target heatmaps (UDP Gaussians, peak 1, as the image processor's `keypoints=` builds them); with them,
-                `loss` is the official `PoseHeatmapLoss` with `label_weights` (`(batch_size, num_keypoints)`:
-                visibility x joint weight, 0 for absent keypoints; required with `labels`).
+                Target heatmaps (as the image processor's `keypoints=` builds them); with them, `loss` is the official
+                `PoseHeatmapLoss` with `label_weights` (`(batch_size, num_keypoints)`, required with `labels`).
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2PoseEstimatorOutput` (raw `heatmaps` at 1/4 of the input size; see that class).
         """
         if labels is not None:
             label_weights = self._required_target(label_weights, "label_weights", "per-keypoint weights")
@@ -660,8 +623,6 @@ class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
             labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*): class ids, 255 ignored;
                 with them, `loss` is the official `SegmentationLoss` (not transformers' plain cross-entropy).
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
         """
         return self.decode(pixel_values, labels=labels, **kwargs)
 
@@ -688,8 +649,6 @@ class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
                 on the valid pixels of `mask` (bool or 0/1 `(batch_size, 1, height, width)`; default: all); with them,
                 `loss` is the official `NormalLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2NormalEstimatorOutput` (camera-frame `normals`, not unit length; see that class).
         """
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
@@ -731,19 +690,9 @@ class Sapiens2ForPointmapEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
             labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target canonical XYZ
-                (metric XYZ x `768 / f_x`), any value off `mask`. With them, `loss` is the official `PointmapLoss`,
-                which also needs `target_scales`, `intrinsics` and the scale branch.
-            target_scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*): target canonical scale `768 / f_x`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
-                (bool or 0/1); all pixels when omitted.
-            intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`, *optional*): pixel intrinsics of the label grid
-                before canonicalisation.
-            target_mean_depth (`torch.Tensor` of shape `(batch_size,)`, *optional*): mean canonical target Z over the
-                valid pixels; computed from `labels` when omitted.
+                (metric XYZ x `768 / f_x`), any value off `mask`. With them, `loss` is the official `PointmapLoss`
+                (see it for `target_scales`, `mask`, `intrinsics`, `target_mean_depth`); it needs the scale branch.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2PointmapEstimatorOutput` (canonical `pointmaps` and `scales`, metric XYZ = pointmaps / scales;
-            see that class).
         """
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         scales = None
@@ -794,8 +743,6 @@ class Sapiens2ForAlbedoEstimation(Sapiens2TaskModel):
                 `[0, 1]` on the valid pixels of `mask` (bool or 0/1 `(batch_size, 1, height, width)`; default: all);
                 with them, `loss` is the official `AlbedoLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2AlbedoEstimatorOutput` (raw, unclamped RGB `albedos`; see that class).
         """
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
@@ -827,15 +774,10 @@ class Sapiens2ForImageMatting(Sapiens2TaskModel):
         r"""
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
-            labels (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): target alpha in `[0, 1]`.
-                With them, `loss` is `MattingLoss`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): pixels with a valid label
-                (bool or 0/1); all pixels when omitted.
-            foreground_labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target
-                pre-multiplied foreground (`alpha * F`); without it the loss has no foreground term.
+            labels (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): target alpha in `[0, 1]`
+                on the pixels of `mask` (bool or 0/1; default: all), with `foreground_labels` (pre-multiplied
+                `alpha * F`; without it no foreground term): `loss` is `MattingLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2ImageMattingOutput` (`alphas` and pre-multiplied `foregrounds` in `[0, 1]`; see that class).
         """
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         matting = self.decode_head(feature_map).sigmoid()
