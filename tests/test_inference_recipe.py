@@ -15,7 +15,8 @@ import torch
 
 import sapiens2_hf
 from sapiens2_hf.inference_recipe import prepare_for_inference, resolve_dtype, restore_rope_precision
-from sapiens2_hf.modeling.modeling_sapiens2_hf import Sapiens2RopePositionEmbedding, compute_rope_periods
+from sapiens2_hf.modeling.modeling_sapiens2_hf import Sapiens2RopePositionEmbedding
+from sapiens2_hf.modeling.official_format_sapiens2_hf import compute_rope_periods
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]

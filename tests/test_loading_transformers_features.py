@@ -14,7 +14,6 @@ from transformers import PreTrainedModel, pipeline
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
 import sapiens2_hf
-from sapiens2_hf.modeling.official_format_sapiens2_hf import original_format_conversions
 
 
 pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("one_thread")]
@@ -58,7 +57,7 @@ def test_every_load_goes_through_transformers_from_pretrained(seg_folder, load_c
 def test_conversions_are_declared_to_transformers_for_our_type_only():
     assert get_checkpoint_conversion_mapping("sapiens2_hf") is not None
     # transformers' own `sapiens2` entry is its own, untouched
-    ours = {str(t.source_patterns) for t in original_format_conversions()["sapiens2_hf"]}
+    ours = {str(t.source_patterns) for t in get_checkpoint_conversion_mapping("sapiens2_hf")}
     theirs = {str(t.source_patterns) for t in get_checkpoint_conversion_mapping("sapiens2")}
     assert ours != theirs and r"['^tokenizer\\.w_cls']" not in theirs
 

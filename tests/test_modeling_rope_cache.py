@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import sapiens2_hf
-from sapiens2_hf.modeling.modeling_sapiens2_hf import Sapiens2RopePositionEmbedding, compute_rope_periods
+from sapiens2_hf.modeling.modeling_sapiens2_hf import Sapiens2RopePositionEmbedding
+from sapiens2_hf.modeling.official_format_sapiens2_hf import compute_rope_periods
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

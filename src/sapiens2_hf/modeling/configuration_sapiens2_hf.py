@@ -1,13 +1,10 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """Configuration of the sapiens2_hf models, in the shape of transformers' own (configuration_sapiens2.py).
 
-`Sapiens2Config` and `Sapiens2HeadConfig` declare the same fields, defaults and derived values as transformers'
-Sapiens2 configs, so a config.json written by either side reads on the other, plus what the official model needs and
-the port lacks (RoPE dtype, task, head normalisation, the 4K tokenizer). `__post_init__` derives what it can; the
-presets are data tables in presets_sapiens2_hf.py. Written here rather than subclassed from the port, so that remote
-code works with any transformers whose public config API matches (tests/test_modeling_interop.py keeps both agreeing).
-
-Hub-shippable: imports only transformers' public API, huggingface_hub and siblings of this folder.
+`Sapiens2Config` and `Sapiens2HeadConfig` declare the fields, defaults and derived values of transformers' Sapiens2
+configs, so a config.json written by either side reads on the other, plus what the official model needs and the port
+lacks (RoPE dtype, task, head normalisation, the 4K tokenizer). Written here rather than subclassed from the port, so
+that remote code works with any transformers whose public config API matches (tests/test_modeling_interop.py).
 """
 
 import copy
@@ -46,9 +43,7 @@ ROPE_DTYPES = ("bfloat16", "float32")
 
 class InvalidConfigError(ValueError):
     """A config.json (or config dict) with a field that is not valid: names the file, the field, its value and the fix.
-
-    The one error the config's readers raise for a bad field, whoever reads it (the model classes, transformers'
-    Auto classes and pipelines): huggingface_hub's strict-dataclass errors and the fields' own checks become this."""
+    The one error every reader of the config raises for a bad field (strict-dataclass errors and field checks)."""
 
     @classmethod
     def of(cls, error: Exception, source) -> "InvalidConfigError":
@@ -102,11 +97,8 @@ def task_label_kwargs(task: str | None) -> dict:
 
 
 def pointmap_scale_features(grid_hw: tuple[int, int], kernel_sizes, out_channels) -> int:
-    """Features the pointmap scale MLP receives for a `grid_hw` token grid.
-
-    The scale branch runs stride-2 convolutions (padding `(k - 1) // 2`) on the feature map and flattens the result,
-    so its MLP is tied to the token grid it was trained on.
-    """
+    """Features the pointmap scale MLP receives for a `grid_hw` token grid: the branch flattens the output of
+    stride-2 convolutions (padding `(k - 1) // 2`), so its MLP is tied to the token grid it was trained on."""
     height, width = grid_hw
     for kernel_size in kernel_sizes:
         padding = (kernel_size - 1) // 2
@@ -116,12 +108,9 @@ def pointmap_scale_features(grid_hw: tuple[int, int], kernel_sizes, out_channels
 
 
 def pointmap_image_sizes(head: dict, feature_stride: tuple[int, int], aspect=(4, 3), max_scale: int = 512) -> list:
-    """Input sizes `[height, width]` of aspect `aspect` (token grid `aspect * m`) whose token grid fits a pointmap
-    scale branch (`head` is a head-config dict with `scale_conv_*` and `scale_final_input_size`), smallest first.
-
-    The flatten makes the branch fit a contiguous range of sizes; the largest one divides evenly through every
-    stride-2 conv, which is how the official 1024x768 models were trained.
-    """
+    """Input sizes `[height, width]` of aspect `aspect` whose token grid fits the pointmap scale branch of the
+    head-config dict `head`, smallest first: a contiguous range, whose largest divides evenly through every stride-2
+    conv (as the official 1024x768 models were trained)."""
     sizes = []
     for scale in range(1, max_scale + 1):
         grid = (aspect[0] * scale, aspect[1] * scale)
@@ -133,22 +122,16 @@ def pointmap_image_sizes(head: dict, feature_stride: tuple[int, int], aspect=(4,
     return sizes
 
 
-# Bounds that refuse a corrupt or hostile config (or checkpoint metadata, or processor size) with a one-line error
-# before anything is allocated.
-#: Largest input side in pixels: twice the 4K model's native height (4096x3072). Activation memory grows with the
-#: square of the token count, so an `image_size` or processor `size` above it is refused.
+# Bounds that refuse a corrupt or hostile config, checkpoint metadata or processor size before anything is allocated.
+#: Largest input side in pixels: twice the 4K model's native height (activation memory grows with the token count^2).
 MAX_IMAGE_SIDE = 8192
-#: Largest model a config may describe: about ten times the largest official one (5b: 5.3e9 parameters), 200 GB in
-#: float32. Checked from the config's sizes (an upper-bound estimate), so `hidden_size: 1e9` fails before allocating.
+#: Largest model a config may describe (an upper-bound estimate from its sizes): about ten times the 5b model.
 MAX_NUM_PARAMETERS = 50_000_000_000
 
 
 def check_image_size(size, stride: tuple[int, int] = (1, 1), name: str = "image_size") -> tuple[int, int]:
-    """`size` (an int, `[height, width]` or `{"height": h, "width": w}`) as `(height, width)`.
-
-    Raises a one-line `ValueError` naming `name` unless both sides are whole numbers in `[1, MAX_IMAGE_SIDE]` and
-    divisible by `stride` (the model's feature stride: the patch size, times the tokenizer window of the 4K model).
-    """
+    """`size` (an int, `[height, width]` or `{"height": h, "width": w}`) as `(height, width)`; a one-line `ValueError`
+    naming `name` unless both sides are whole numbers in `[1, MAX_IMAGE_SIDE]` divisible by the feature `stride`."""
     try:
         if isinstance(size, dict):
             sides = (size["height"], size["width"])
@@ -237,26 +220,20 @@ class Sapiens2HeadConfig(PreTrainedConfig):
     Decode-head configuration: the fields of transformers' `Sapiens2HeadConfig`, plus the head normalisation.
 
     upsample_out_channels, conv_out_channels, scale_conv_out_channels (`list[int]`, *optional*):
-        Output channels of the upsampling blocks (the first takes the backbone's `hidden_size` channels), of the
-        refinement convolutions after them, and of the stride-2 convolutions of the pointmap scale branch (`None`:
-        no scale branch).
+        Output channels of the upsampling blocks (the first takes `hidden_size` channels), of the refinement
+        convolutions after them, and of the stride-2 convolutions of the pointmap scale branch (`None`: none).
     upsample_kernel_sizes, conv_kernel_sizes, scale_conv_kernel_sizes (`list[int]`, *optional*):
-        Kernel size of each of those layers (one per channel entry); `None`: filled with `upsample_kernel_size`,
-        `conv_kernel_size` and `scale_conv_kernel_size` (`int`, default to 4, 1 and 1).
+        One kernel size per channel entry; `None`: `upsample_kernel_size`, `conv_kernel_size`, `scale_conv_kernel_size`
+        (`int`, default to 4, 1 and 1) for each.
     use_pixel_shuffle (`bool`, *optional*):
-        Pixel-shuffle upsampling (3x3 input conv, conv + `PixelShuffle(2)` blocks: normal, pointmap and albedo heads)
-        instead of stride-2 transposed convolutions (pose and seg heads). `None` means transposed convolutions.
-    scale_final_input_size (`int`, *optional*):
-        Features the scale MLP takes (the flattened output of the scale convolutions). Inferred by `Sapiens2Config`
-        from its `image_size` and `patch_size` when `None`.
-    scale_final_hidden_sizes (`list[int]`, *optional*):
-        The two hidden sizes of the scale MLP.
-    norm_type (`str`, defaults to `"instance_norm"`):
-        Normalisation after each head convolution: `"instance_norm"` (InstanceNorm2d without affine parameters, used
-        by the official pose, seg, normal and pointmap heads) or `"rms_norm"` (an RMSNorm over the channels of each
-        pixel with a learnable weight, used by the official albedo head).
-    norm_eps (`float`, defaults to 1e-6):
-        Epsilon of the `"rms_norm"` head normalisation.
+        Pixel-shuffle upsampling (3x3 input conv, conv + `PixelShuffle(2)` blocks: normal, pointmap, albedo heads);
+        `None`/`False`: stride-2 transposed convolutions (pose and seg heads).
+    scale_final_input_size (`int`, *optional*), scale_final_hidden_sizes (`list[int]`, *optional*):
+        Features the scale MLP takes (`None`: inferred by `Sapiens2Config` from `image_size` and `patch_size`), and
+        its two hidden sizes.
+    norm_type (`str`, defaults to `"instance_norm"`), norm_eps (`float`, defaults to 1e-6):
+        Normalisation after each head convolution: `"instance_norm"` (no affine parameters; official pose, seg,
+        normal, pointmap heads) or `"rms_norm"` (channel RMSNorm with a learnable weight and `norm_eps`; albedo).
     """
 
     # transformers' head model type, so that vanilla transformers reads our config.json unchanged.
@@ -280,12 +257,10 @@ class Sapiens2HeadConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         self.validate_head_numbers()  # before the kernel lists are sized from the channel lists
-        if self.upsample_out_channels is not None and self.upsample_kernel_sizes is None:
-            self.upsample_kernel_sizes = [self.upsample_kernel_size] * len(self.upsample_out_channels)
-        if self.conv_out_channels is not None and self.conv_kernel_sizes is None:
-            self.conv_kernel_sizes = [self.conv_kernel_size] * len(self.conv_out_channels)
-        if self.scale_conv_out_channels is not None and self.scale_conv_kernel_sizes is None:
-            self.scale_conv_kernel_sizes = [self.scale_conv_kernel_size] * len(self.scale_conv_out_channels)
+        for layers in ("upsample", "conv", "scale_conv"):
+            channels = getattr(self, f"{layers}_out_channels")
+            if channels is not None and getattr(self, f"{layers}_kernel_sizes") is None:
+                setattr(self, f"{layers}_kernel_sizes", [getattr(self, f"{layers}_kernel_size")] * len(channels))
         super().__post_init__(**kwargs)
 
     def validate_head_numbers(self):
@@ -320,95 +295,70 @@ def _pair(size) -> tuple[int, int]:
 @strict
 class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
     r"""
-    Configuration of the Sapiens2 backbone and task models. It has every field of transformers' `Sapiens2Config`, with
-    the same meaning and default except two (below), plus the fields the official models need. The defaults describe
-    the official models: layer scale 1e-4 on the attention branch, 8 register tokens, RoPE in bfloat16 and no RoPE
-    coordinate augmentation.
+    Configuration of the Sapiens2 backbone and task models: every field of transformers' `Sapiens2Config`, same
+    meaning and default except `layerscale_value` and `pos_embed_rescale`, plus what the official models need.
 
     patch_size (`int` or `list[int]`, defaults to 16), num_channels (`int`, defaults to 3):
-        Side of the square (or `[height, width]`) patches of the patch embedding, and input channels.
-    hidden_size (`int`, defaults to 1024):
-        Width of the token embeddings and of every transformer block.
-    intermediate_size (`int`, *optional*):
-        Hidden width of the MLPs; `None`: `4 * hidden_size` (4096 at the default size, as in transformers).
-    num_hidden_layers (`int`, defaults to 24):
-        Transformer blocks of the encoder (the 4K tokenizer's blocks are counted in `num_tokenizer_layers`).
-    num_attention_heads (`int`, defaults to 16):
-        Query heads per block; the head dim `hidden_size / num_attention_heads` must be divisible by 4 (2-D RoPE).
+        Side (or `[height, width]`) of the patches of the patch embedding, and input channels.
+    hidden_size (`int`, defaults to 1024), intermediate_size (`int`, *optional*):
+        Width of the tokens and blocks, and hidden width of the MLPs (`None`: `4 * hidden_size`).
+    num_hidden_layers (`int`, defaults to 24), num_attention_heads (`int`, defaults to 16):
+        Encoder blocks (not counting the 4K tokenizer's), and query heads per block; the head dim must be divisible
+        by 4 (2-D RoPE).
     hidden_act (`str`, defaults to `"silu"`):
-        Activation of the MLPs, the decode heads and the pointmap scale MLP (a name of transformers' `ACT2FN`).
+        Activation (a name of transformers' `ACT2FN`) of the MLPs, the decode heads and the pointmap scale MLP.
     attention_dropout, drop_path_rate (`float`, default to 0.0):
         Dropout on the attention weights, and stochastic-depth probability of every residual branch, in training.
-    initializer_range (`float`, defaults to 0.02):
-        Standard deviation of the truncated-normal initialisation of linear and convolution weights and tokens.
-    rope_theta (`float`, defaults to 100.0):
-        Base of the RoPE periods `rope_theta ** (4 j / head_dim)`.
+    initializer_range (`float`, defaults to 0.02), rope_theta (`float`, defaults to 100.0):
+        Std of the truncated-normal initialisation, and base of the RoPE periods `rope_theta ** (4 j / head_dim)`.
     image_size (`int` or `list[int]`, defaults to 224):
         `[height, width]` the model is meant for; the pointmap scale branch is sized from it.
     query_bias, key_bias, value_bias, proj_bias, mlp_bias (`bool`, default to `True`):
         Biases of the query, key, value and output projections and of the MLP linears.
     layerscale_value (`float`, defaults to 1e-4):
-        Initial value of the LayerScale on the attention branch (transformers' default is 1.0).
-    use_gated_mlp (`bool`, defaults to `True`):
-        SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`) instead of a plain two-layer MLP (`up_proj`, `down_proj`).
-    num_register_tokens (`int`, defaults to 8):
-        Register tokens between the CLS token and the patch tokens.
+        Initial LayerScale on the attention branch (transformers' default is 1.0).
+    use_gated_mlp (`bool`, defaults to `True`), num_register_tokens (`int`, defaults to 8):
+        SwiGLU MLP instead of a plain two-layer one, and register tokens between the CLS and the patch tokens.
     pos_embed_shift, pos_embed_jitter, pos_embed_rescale (`float`, *optional*):
-        Random shift in `[-shift, shift]`, log-uniform per-axis scaling in `[1/jitter, jitter]` and log-uniform
-        rescaling in `[1/rescale, rescale]` of the RoPE coordinates in training mode. Rescaling is off by default, as
-        in the official fine-tuning code (transformers' port defaults to 2.0).
+        Training-time RoPE coordinate augmentation: shift in `[-shift, shift]`, log-uniform per-axis scaling in
+        `[1/jitter, jitter]` and rescaling in `[1/rescale, rescale]`. Rescaling is off by default, as in the official
+        fine-tuning code (transformers' port defaults to 2.0).
     reshape_hidden_states (`bool`, defaults to `True`):
-        `Sapiens2Backbone` returns feature maps `(batch_size, hidden_size, grid_h, grid_w)`; `False`: the patch tokens
-        `(batch_size, grid_h * grid_w, hidden_size)`.
+        `Sapiens2Backbone` returns `(batch_size, hidden_size, grid_h, grid_w)` maps; `False`: the patch tokens.
     normalize_backbone_outputs (`bool`, defaults to `True`):
-        `Sapiens2Backbone` applies the final RMSNorm to every stage it returns (`False`: to none), as transformers'
-        own `Sapiens2Backbone` does.
+        `Sapiens2Backbone` applies the final RMSNorm to every stage it returns (`False`: to none).
     use_mask_token (`bool`, defaults to `False`):
         A learned mask token that replaces the patch embeddings selected by `bool_masked_pos`.
     rms_norm_eps (`float`, defaults to 1e-6), use_qk_norm (`bool`, defaults to `True`):
         Epsilon of the backbone's RMSNorms, and RMSNorm on each head's queries and keys before RoPE.
     num_key_value_heads_per_layer (`list[int]`, *optional*):
-        Key/value heads of each block. When `None`, it is computed: `num_attention_heads` (full multi-head attention)
-        in the first `num_first_full_attention_layers` and the last `num_last_full_attention_layers` blocks (`int`,
-        default to 8), and `num_key_value_attention_heads` (grouped-query attention) in the others.
-    num_key_value_attention_heads (`int`, *optional*):
-        Key/value heads of the grouped-query blocks, when `num_key_value_heads_per_layer` is computed; `None`:
-        `num_attention_heads // 2` (8 at the default size, as in transformers).
+        Key/value heads of each block; `None`: `num_attention_heads` in the first `num_first_full_attention_layers`
+        and last `num_last_full_attention_layers` blocks (default to 8), `num_key_value_attention_heads` (`None`:
+        `num_attention_heads // 2`) in the others (grouped-query attention).
     semantic_loss_ignore_index (`int`, defaults to 255):
         Label ignored by the segmentation loss (transformers' field of that name).
-    flip_pairs (`list[list[int]]`, *optional*):
-        Pairs `[left, right]` of keypoint indices that swap under a horizontal flip (pose).
-    skeleton (`list[list[int]]`, *optional*), oks_sigmas (`list[float]`, *optional*):
-        0-based keypoint links drawn, and per-keypoint OKS sigmas (evaluation), of a pose model's keypoint set;
-        `None` with 308 keypoints: the official ones. Written by fine-tuning on another keypoint set
-        (`sapiens2_hf.data.keypoint_sets`).
+    flip_pairs, skeleton (`list[list[int]]`, *optional*), oks_sigmas (`list[float]`, *optional*):
+        A pose model's keypoint set: `[left, right]` index pairs that swap under a horizontal flip, 0-based links
+        drawn, per-keypoint OKS sigmas; `None` with 308 keypoints: the official ones (`sapiens2_hf.data.keypoint_sets`).
     head_config (`Sapiens2HeadConfig` or `dict`, *optional*):
-        The decode-head layout (see `Sapiens2HeadConfig`).
+        The decode-head layout.
     out_features (`list[str]`, *optional*), out_indices (`list[int]`, *optional*):
-        Stages `Sapiens2Backbone` returns, by name or index in `stage_names`: `"stem"` (the encoder input) then
-        `"stage1"` ... `"stage{num_hidden_layers}"` (each encoder block's output); default to the last one. Set one
-        or both (they must agree).
+        Stages `Sapiens2Backbone` returns, by name or index in `stage_names` (`"stem"`, `"stage1"` ...); default to
+        the last one. Set one or both (they must agree).
     rope_dtype (`str`, defaults to `"bfloat16"`):
-        Dtype of the RoPE arithmetic: the periods, patch coordinates, angles, sin/cos, and the rotation of queries
-        and keys (cast to this dtype and back). The official model always runs RoPE in bfloat16, also when the rest
-        of the model is float32; `"float32"` reproduces the official model built with fp32 RoPE (and transformers'
-        own port).
+        Dtype of all RoPE arithmetic (periods, coordinates, angles, sin/cos, the rotation of queries and keys). The
+        official model always runs RoPE in bfloat16; `"float32"` matches the official fp32 build and transformers.
     task (`str`, *optional*):
-        The registered task the model solves (`"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`,
-        ...), or `None` for the bare backbone: it picks the model class and the head layout, and a checkpoint of one
-        task refuses to load into the class of another.
+        The registered task (`"pose"`, `"seg"`, ...; `None`: the bare backbone): it picks the model class and head
+        layout, and a checkpoint of one task refuses to load into the class of another.
     variant (`str`, *optional*):
         The official size this configuration follows (`"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"1b-4k"`, `"5b"`).
-    num_tokenizer_layers (`int`, defaults to 0):
-        Layers of the windowed tokenizer of the hierarchical 4K model; 0 (the 1K models) means none. With a
-        tokenizer, each `tokenizer_window_size`^2-patch window, with a shared window-CLS token and a learned local
-        position embedding, runs through these layers (full multi-head attention, no QK-norm, no LayerScale, no RoPE)
-        and is pooled into its window-CLS output: the encoder sees one token per window (stride 16 x window size).
-    tokenizer_window_size (`int`, defaults to 4):
-        Window side in patches (4: a 64x64-pixel window, one encoder token per window).
+    num_tokenizer_layers (`int`, defaults to 0), tokenizer_window_size (`int`, defaults to 4):
+        The windowed tokenizer of the hierarchical 4K model (0 layers: none). Each `window^2`-patch window, with a
+        shared window-CLS token and a learned local position embedding, runs through these layers (full attention,
+        no QK-norm, LayerScale or RoPE) and is pooled into one encoder token (stride 16 x window size).
     tokenizer_chunk_size (`int`, defaults to 1024):
-        Most windows the tokenizer processes at once (patch embedding included): bounds its peak activation memory
-        whatever the input size, without changing the outputs.
+        Most windows the tokenizer processes at once: bounds its peak memory without changing the outputs.
     """
 
     model_type = "sapiens2_hf"
@@ -492,10 +442,9 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
             self.head_config.infer_scale_final_input_size(self.image_size, self.patch_size)
 
     def validate_sizes_and_values(self):
-        """Sizes and counts are ints in range, float fields finite and in range, `image_size` within
-        `[1, MAX_IMAGE_SIDE]` and divisible by the feature stride, and the model at most `MAX_NUM_PARAMETERS`; each
-        violation is a one-line `ValueError` naming the field. Runs first in `__post_init__`, before anything is
-        sized from these fields, and again with every `validate()` (e.g. after keyword overrides)."""
+        """A one-line `ValueError` naming the field unless sizes and counts are ints in range, floats finite and in
+        range, `image_size` valid (`check_image_size`) and the model at most `MAX_NUM_PARAMETERS`. Runs before anything
+        is sized from these fields, and again with every `validate()`."""
         _check_counts(
             "", hidden_size=(self.hidden_size, 1), intermediate_size=(self.intermediate_size, 1),
             num_hidden_layers=(self.num_hidden_layers, 1), num_attention_heads=(self.num_attention_heads, 1),
@@ -591,12 +540,9 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
-        """Reads our config (`model_type` `sapiens2_hf`) or transformers' (`sapiens2`: Meta's Hub repos).
-
-        transformers' writer is told by its model type: its RoPE rescale default (2.0) is dropped (the official
-        models never used it). Folders written by sapiens2_hf before it had one model type also say `sapiens2`; their
-        `rope_dtype` field (which transformers' config has not) marks them as ours. A config without a `task` field
-        (transformers' has none) takes the task of its `architectures`."""
+        """Reads our config (`model_type` `sapiens2_hf`) or transformers' (`sapiens2`, without our `rope_dtype`
+        field: its RoPE rescale default 2.0, which the official models never used, is dropped). A config without a
+        `task` (transformers' has none) takes the task of its `architectures`."""
         config_dict = dict(config_dict)
         model_type = config_dict.pop("model_type", cls.model_type)
         if model_type == TRANSFORMERS_MODEL_TYPE and "rope_dtype" not in config_dict:
@@ -633,21 +579,14 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
 
     @classmethod
     def from_preset(cls, variant: str, task: str | None = None, **kwargs) -> "Sapiens2Config":
-        """Builds the configuration of an official model.
-
-        Args:
-            variant (`str`): one of `"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"5b"`, `"1b-4k"` (ids as on the Hub), or
-                `"tiny"`: the random tiny model of tests, examples and CPU smoke runs (`tiny_config`; no weights).
-            task (`str`, *optional*): `"pose"`, `"seg"`, `"normal"`, `"pointmap"`, `"albedo"`, `"matting"`, or `None`
-                for the pretrained backbone. The 0.1b size has no official task heads; matting has only a 1b one.
-            kwargs: overrides of any config field.
-        """
+        """The configuration of an official model: `variant` one of `"0.1b"`, `"0.4b"`, `"0.8b"`, `"1b"`, `"5b"`,
+        `"1b-4k"` (ids as on the Hub) or `"tiny"` (`tiny_config`, no weights); `task` a registered task or `None` (the
+        backbone; 0.1b has no official task heads, matting only a 1b one); `kwargs` override any field."""
+        _check_task(task)
         if variant == TINY_PRESET:
-            _check_task(task)
             return tiny_config(task, **kwargs)
         if variant not in VARIANTS:
             raise ValueError(f"Unknown Sapiens2 variant {variant!r}; choose one of {preset_names()}.")
-        _check_task(task)
         if task is not None and variant not in HEAD_PRESETS.get(task, {}):
             raise ValueError(
                 f"There is no official {task} head for Sapiens2-{variant}; sizes with one: "
@@ -669,9 +608,8 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
 
 # Why code: transformers' pipeline factory reads config.json with its own `sapiens2` config class.
 def as_sapiens2_config(config):
-    """`config` as our `Sapiens2Config` (`None` stays `None`): transformers' own `Sapiens2Config` (what its pipeline
-    factory and a composite model's config.json read) is re-read from its dict, so that our fields it carries along
-    (RoPE dtype, tokenizer, task) are kept; a config of another model is refused."""
+    """`config` as our `Sapiens2Config` (`None` stays `None`): transformers' own is re-read from its dict, keeping our
+    fields it carries along (RoPE dtype, tokenizer, task); a config of another model is refused."""
     if config is None or isinstance(config, Sapiens2Config):
         return config
     if getattr(config, "model_type", None) not in (Sapiens2Config.model_type, TRANSFORMERS_MODEL_TYPE):
@@ -692,9 +630,8 @@ def _check_task(task: str | None) -> None:
 
 
 def tiny_config(task: str | None = None, **overrides) -> Sapiens2Config:
-    """A tiny configuration for tests and examples: hidden 32, 2 layers, 4 heads of dim 8, 8 registers, patch 16,
-    input 64x48 (256x192 with a 4K tokenizer), heads with 2 upsampling blocks (the outputs are then at 1/4 of the
-    input for dense tasks, like the pose head's heatmaps). Real models use `Sapiens2Config.from_preset`."""
+    """A tiny configuration for tests and examples: hidden 32, 2 layers, 4 heads of dim 8, input 64x48 (256x192 with
+    a 4K tokenizer), the tiny heads of presets_sapiens2_hf.py."""
     kwargs = {
         "hidden_size": 32,
         "intermediate_size": 128,

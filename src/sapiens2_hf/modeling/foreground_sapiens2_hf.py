@@ -1,11 +1,8 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Person-foreground masking of dense results by a segmenter passed in (layer 0, Hub-shippable).
-
-The foreground is a `sapiens2-segmentation` result's non-background labels (label > 0), as the official demos mask
-normals, pointmaps and albedo. A user composes it with any dense result:
-`mask = foreground_from_segmenter(segmenter, image)` then
-`processor.apply_foreground_mask(result["normals"], mask, channels_last=True)`; the normal, pointmap and albedo
-pipelines take `segmenter=` and run it on their own batches.
+"""Person-foreground masking of dense results by a segmenter passed in: the foreground is a `sapiens2-segmentation`
+result's non-background labels (label > 0), as the official demos mask normals, pointmaps and albedo
+(`processor.apply_foreground_mask(result["normals"], foreground_from_segmenter(segmenter, image),
+channels_last=True)`); the normal, pointmap and albedo pipelines take `segmenter=` and run it on their own batches.
 """
 
 from __future__ import annotations

@@ -2,12 +2,8 @@
 """The images a Sapiens2 processor or pipeline is given (layer 0, Hub-shippable): PIL images, numpy arrays and
 tensors, local paths and URLs, as `(height, width, 3)` uint8 RGB (`load_image_rgb`).
 
-Paths are opened with PIL and URLs read with transformers' `load_image`, as transformers' pipelines do; image files
-of a run are read by the run layer's decoder (`sapiens2_hf.runs.decode`), which converts with `pil_to_rgb` too.
-What it guarantees, each with its test (tests/test_hostile_inputs_loading.py, tests/test_field_pose_and_inputs.py,
-tests/test_boundary_values.py): the pixel limit is checked from the header before decoding (`check_image_pixels`),
-a truncated file is refused naming it (PIL raises), EXIF orientation is applied, 16-bit and float images are scaled
-to uint8, non-finite values and ambiguous layouts are refused, and URLs time out (`URL_TIMEOUT_S`).
+Paths are opened with PIL and URLs read with transformers' `load_image`, as transformers' pipelines do; the run
+layer's decoder (`sapiens2_hf.runs.decode`) converts with `pil_to_rgb` too.
 """
 
 from __future__ import annotations
@@ -37,12 +33,9 @@ _EXIF_ORIENTATION = 0x0112
 
 
 def check_image_pixels(height: int, width: int, name: str) -> None:
-    """Refuses an image of more pixels than PIL's decompression-bomb limit, before it is decoded or converted.
-
-    The limit is PIL's own, `2 * PIL.Image.MAX_IMAGE_PIXELS` (178,956,970 pixels by default, about 13,000 x 13,000):
-    `Image.open` refuses larger files with it, and so does transformers' `load_image` for URLs. It applies to every
-    input `load_image_rgb` takes, whatever decoder reads it. `PIL.Image.MAX_IMAGE_PIXELS = None` lifts it.
-    """
+    """Refuses an image of more pixels than PIL's decompression-bomb limit, `2 * PIL.Image.MAX_IMAGE_PIXELS`
+    (178,956,970 by default, about 13,000 x 13,000; `None` lifts it), before it is decoded or converted: the limit
+    `Image.open` and transformers' `load_image` apply, for every input `load_image_rgb` takes."""
     if Image.MAX_IMAGE_PIXELS is None:
         return
     limit = 2 * int(Image.MAX_IMAGE_PIXELS)
@@ -152,34 +145,23 @@ def channels_last(image: Any, input_data_format) -> Any:
 
 
 def load_image_rgb(image: Any, do_convert_rgb: bool | None = None, input_data_format: Any = None) -> np.ndarray:
-    """Any supported image -> `(height, width, 3)` uint8 RGB numpy array.
+    """A path or URL (`str` / `os.PathLike`), PIL image, numpy array or torch tensor -> `(height, width, 3)` uint8
+    RGB numpy array. Every refusal is a `ValueError` naming the input.
 
-    Accepts a path or URL (`str` / `os.PathLike`), a PIL image, a numpy array or a torch tensor.
-
-    - Local files are opened with PIL, URLs read with transformers' `load_image`; then both are converted as PIL
-      images are. A truncated file (PIL raises) or a path that is not a regular file (a folder, FIFO or device,
-      which would block or fail inside the decoder) raises a `ValueError` naming it.
-    - EXIF orientation is honoured for every input that carries it: files, URLs and PIL images (rotated and mirrored
-      upright with `ImageOps.exif_transpose`, as transformers' `load_image` does), so the same photo gives the same
-      array whichever way it is passed.
-    - Pixel limit: an image of more than `2 * PIL.Image.MAX_IMAGE_PIXELS` pixels (PIL's decompression-bomb limit,
-      about 13,000 x 13,000 by default) raises a `ValueError` naming its size, before it is decoded (files and URLs:
-      from the header) or converted; see `check_image_pixels`. `PIL.Image.MAX_IMAGE_PIXELS = None` lifts it.
-    - Arrays: `(height, width)`, `(height, width, 1|3|4)` or channels-first `(1|3|4, height, width)`, assumed
-      RGB(A); torch tensors follow torch's convention, `(1|3|4, height, width)` is channels first; for a numpy
-      array a shape that is both (`(3, 100, 3)`) raises a `ValueError` unless `input_data_format`
-      (`"channels_first"` or `"channels_last"`, transformers' argument) says which, and so does an array without
-      pixels (`(0, 0, 3)`). uint8 is used as is; uint16 is 16-bit data scaled to 8 bit,
-      `round(value * 255 / 65535)`; floating arrays with a maximum <= 1 are taken as [0, 1] and scaled to 0-255,
-      others rounded and clipped to 0-255, and NaN or inf raises a `ValueError` giving their count; other integer
-      types are clipped to 0-255 (a maximum <= 1 is scaled by 255).
-    - PIL images: 16-bit modes (`I;16*`, and `I` with values in [0, 65535]) are scaled like uint16 arrays, `F` like
-      float arrays, `La` (premultiplied) goes through `LA`, every other mode through `convert("RGB")`.
-    - Transparency (4-channel arrays and tensors, PIL images with an alpha band or a transparent palette colour) is
-      dropped, as OpenCV's and PIL's conversions to RGB (and transformers' `load_image`) do, unless
-      `do_convert_rgb=True`: then the image is composited over white as transformers' image processors do with
-      `do_convert_rgb=True`, with PIL's `alpha_composite` for PIL images and `composite_over_white` for arrays and
-      tensors. Files and URLs always drop it.
+    - Files and URLs are converted as PIL images are; a truncated file or a path that is not a regular file (a
+      folder, FIFO or device) is refused. EXIF orientation is applied to files, URLs and PIL images alike.
+    - Pixel limit (`check_image_pixels`): checked before decoding (files and URLs: from the header) or converting.
+    - Arrays: `(height, width)`, `(height, width, 1|3|4)` or channels-first `(1|3|4, height, width)`, RGB(A); torch
+      tensors `(1|3|4, height, width)` are channels first; a numpy shape that can be both (`(3, 100, 3)`) is refused
+      unless `input_data_format` (`"channels_first"` / `"channels_last"`) says which, and so is one without pixels.
+      uint8 as is; uint16 scaled `round(value * 255 / 65535)`; floats with a maximum <= 1 scaled from [0, 1], others
+      rounded and clipped to 0-255, NaN or inf refused with their count; other integers clipped (maximum <= 1: x255).
+    - PIL images: 16-bit modes (`I;16*`, `I` within [0, 65535]) scaled like uint16, `F` like floats, `La` through
+      `LA`, every other mode through `convert("RGB")`.
+    - Transparency (4-channel arrays, PIL alpha bands or transparent palette colours) is dropped, as OpenCV's, PIL's
+      and transformers' `load_image` conversions do, unless `do_convert_rgb=True`: then it is composited over white
+      as transformers' image processors do (PIL's `alpha_composite`, or `composite_over_white` for arrays). Files and
+      URLs always drop it.
     """
     if isinstance(image, str) or hasattr(image, "__fspath__"):
         return _read_image(str(image))

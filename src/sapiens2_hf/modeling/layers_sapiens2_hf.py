@@ -1,8 +1,7 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""The building blocks of the Sapiens2 models (Hub-shippable, the modeling file's sibling): norms, MLPs, patch
-embeddings, the RoPE in the official arithmetic, attention through transformers' `ALL_ATTENTION_FUNCTIONS`, the
-transformer layer, the task heads and the 4K windowed tokenizer. Module and parameter names are those of
-transformers' Sapiens2 port (see modeling_sapiens2_hf.py)."""
+"""The building blocks of the Sapiens2 models: norms, MLPs, patch embeddings, RoPE in the official arithmetic,
+attention through transformers' `ALL_ATTENTION_FUNCTIONS`, the transformer layer, the task heads and the 4K windowed
+tokenizer, under the module and parameter names of transformers' Sapiens2 port."""
 
 import math
 from collections.abc import Callable
@@ -118,15 +117,9 @@ class Sapiens2Embeddings(nn.Module):
         )
 
     def forward(self, pixel_values: torch.Tensor, bool_masked_pos: torch.Tensor | None = None) -> torch.Tensor:
-        """
-        Args:
-            pixel_values (`torch.Tensor` of shape `(batch_size, num_channels, height, width)`)
-            bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*): patches to replace
-                by the mask token.
-        Returns:
-            `torch.Tensor` of shape `(batch_size, 1 + num_register_tokens + num_patches, hidden_size)`: CLS, registers,
-            patch tokens in row-major order.
-        """
+        """`(batch_size, num_channels, height, width)` -> `(batch_size, 1 + num_register_tokens + num_patches,
+        hidden_size)`: CLS, registers, patch tokens in row-major order, those of `bool_masked_pos` replaced by the
+        mask token."""
         if bool_masked_pos is not None and self.mask_token is None:
             raise ValueError("`bool_masked_pos` needs a mask token: build the model with `use_mask_token=True`.")
         batch_size = pixel_values.shape[0]
@@ -161,14 +154,11 @@ def augment_patch_coordinates(
 
 class Sapiens2RopePositionEmbedding(nn.Module):
     """2-D rotary position embedding of the patch tokens, in the official arithmetic and dtype: patch centres
-    normalised separately by the grid height and width to `[-1, 1]`, angles `2 pi coord / period` (row angles first,
-    then column angles, the whole repeated twice to the head dim).
+    normalised per axis to `[-1, 1]`, angles `2 pi coord / period` (row angles, then column angles, repeated twice).
 
-    `(cos, sin)` depend only on the grid size, the periods, their device and the RoPE dtype, so they are kept per
-    grid in a small cache (a plain dict, not a buffer: state dicts are unchanged). The cache is dropped as soon as
-    `periods` is replaced or changed in place, and bypassed while the coordinates are randomly augmented, while
-    `periods` needs a gradient, and under tracing, compiling and export (a cached tensor would be frozen into the
-    graph). Cached tensors have no autograd history and must not be modified in place by callers.
+    `(cos, sin)` are cached per grid (a plain dict: state dicts are unchanged), dropped when `periods` is replaced or
+    changed in place, and bypassed while coordinates are augmented, `periods` needs a gradient, or under tracing,
+    compiling and export (a cached tensor would be frozen into the graph). Callers must not modify them in place.
     """
 
     periods: torch.Tensor
@@ -300,16 +290,10 @@ def rotate_half(hidden_states: torch.Tensor) -> torch.Tensor:
 def apply_rope_to_patch_tokens(
     query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotates the patch tokens of `query` and `key` ("rotate-half" convention); prefix tokens are not rotated.
-
-    As in the official model, the whole of `query` and `key` (prefix tokens included) is cast to the dtype of
-    `cos`/`sin` for the rotation and cast back afterwards, so in bfloat16 mode the prefix tokens are rounded too.
-
-    Args:
-        query (`torch.Tensor` of shape `(batch_size, num_heads, num_prefix + num_patches, head_dim)`)
-        key (`torch.Tensor` of shape `(batch_size, num_kv_heads, num_prefix + num_patches, head_dim)`)
-        cos, sin (`torch.Tensor` of shape `(num_patches, head_dim)` or `(batch_size, num_patches, head_dim)`):
-            the latter when each sample keeps its own subset of patches.
+    """Rotates the patch tokens of `query` and `key` `(batch_size, heads, num_prefix + num_patches, head_dim)`
+    ("rotate-half"); prefix tokens are not rotated. `cos`, `sin`: `(num_patches, head_dim)`, or `(batch_size,
+    num_patches, head_dim)` when each sample keeps its own patches. As in the official model, all of `query` and `key`
+    is cast to the dtype of `cos` for the rotation and back, so in bfloat16 mode the prefix tokens are rounded too.
     """
     query_dtype, key_dtype = query.dtype, key.dtype
     if cos.ndim == 3:  # per-sample positions: (batch_size, 1, num_patches, head_dim) broadcasts over heads
@@ -361,14 +345,9 @@ def eager_attention_forward(
 
 
 class Sapiens2Attention(nn.Module):
-    """Multi-head attention with grouped key/value heads, optional QK-norm and the official RoPE application
-    (see `apply_rope_to_patch_tokens`). The kernel comes from transformers' registry by `config._attn_implementation`.
-
-    Args:
-        config (`Sapiens2Config`): widths, biases, dropout, RMSNorm epsilon and the attention backend.
-        num_key_value_heads (`int`): key/value heads; `config.num_attention_heads` gives full multi-head attention.
-        use_qk_norm (`bool`): RMSNorm on each head's queries and keys before RoPE.
-    """
+    """Multi-head attention with `num_key_value_heads` key/value heads (grouped when fewer than the query heads),
+    optional QK-norm (RMSNorm on each head's queries and keys before RoPE) and the official RoPE application. The
+    kernel comes from transformers' registry by `config._attn_implementation`."""
 
     def __init__(self, config: Sapiens2Config, num_key_value_heads: int, use_qk_norm: bool = True):
         super().__init__()
@@ -397,15 +376,9 @@ class Sapiens2Attention(nn.Module):
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """
-        Args:
-            hidden_states (`torch.Tensor` of shape `(batch_size, seq_len, hidden_size)`): prefix tokens, then patches.
-            position_embeddings (`(cos, sin)`, *optional*): RoPE of the patch tokens (see
-                `apply_rope_to_patch_tokens`); `None` applies no rotation.
-        Returns:
-            `(output, weights)`: output of shape `(batch_size, seq_len, hidden_size)`; weights of shape
-            `(batch_size, num_heads, seq_len, seq_len)`, or `None` from backends that do not return them.
-        """
+        """`(batch_size, seq_len, hidden_size)` (prefix tokens, then patches; `position_embeddings` the patches' RoPE
+        `(cos, sin)` or `None`) -> `(output, weights)`: the same shape, and `(batch_size, num_heads, seq_len, seq_len)`
+        or `None` from backends that do not return them."""
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_norm(self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2))
@@ -437,14 +410,8 @@ class Sapiens2Attention(nn.Module):
 
 class Sapiens2Layer(GradientCheckpointingLayer):
     """A Sapiens2 block: pre-RMSNorm attention and MLP residual branches, LayerScale on the attention branch only (as
-    in the official model; `layer_scale2` is an identity kept for the port's layout).
-
-    Args:
-        config (`Sapiens2Config`): widths, biases, epsilons, drop-path rate, MLP type and LayerScale init.
-        num_key_value_heads (`int`): key/value heads of this block's attention.
-        use_qk_norm (`bool`): QK-norm in the attention (the 4K tokenizer's blocks have none).
-        use_layer_scale (`bool`): LayerScale on the attention branch (the 4K tokenizer's blocks have none).
-    """
+    in the official model; `layer_scale2` is an identity kept for the port's layout). The 4K tokenizer's blocks have
+    neither QK-norm (`use_qk_norm`) nor LayerScale (`use_layer_scale`)."""
 
     def __init__(
         self, config: Sapiens2Config, num_key_value_heads: int, use_qk_norm: bool = True, use_layer_scale: bool = True
@@ -481,16 +448,9 @@ class Sapiens2Layer(GradientCheckpointingLayer):
 
 
 class Sapiens2ConvLayer(nn.Module):
-    """Convolution (or transposed convolution), optional pixel shuffle, normalisation and activation.
-
-    Args:
-        in_channels (`int`), out_channels (`int`): channels in and out of the layer (after the pixel shuffle).
-        kernel_size (`int`), stride (`int`), padding (`int`), bias (`bool`): of the convolution.
-        transposed (`bool`): a transposed convolution (the deconvolution heads).
-        pixel_shuffle (`bool`): the convolution outputs `out_channels * scale_factor**2` channels, rearranged by
-            `PixelShuffle(scale_factor)` into `out_channels` channels at `scale_factor` times the resolution.
-        norm_layer (`Callable[[int], nn.Module]`): normalisation factory, called with `out_channels`.
-        activation (`str`): activation name (transformers' `ACT2FN`).
+    """Convolution (transposed with `transposed`), optional pixel shuffle, normalisation (`norm_layer(out_channels)`)
+    and activation (an `ACT2FN` name). With `pixel_shuffle` the convolution outputs `out_channels * scale_factor**2`
+    channels, rearranged by `PixelShuffle(scale_factor)` into `out_channels` at `scale_factor` times the resolution.
     """
 
     def __init__(
@@ -537,11 +497,7 @@ class Sapiens2Head(nn.Module):
     With `head_config.use_pixel_shuffle`: a 3x3 input conv, upsampling blocks (conv + `PixelShuffle(2)`), refinement
     convs with "same" padding (normal, pointmap and albedo heads). Otherwise: stride-2 transposed convolutions
     (padding 1, no bias), then refinement convs without padding (pose and seg heads). A 1x1 conv predicts
-    `config.num_labels` channels.
-
-    Args:
-        config (`Sapiens2Config`): `hidden_size`, `num_labels` and the layout in `head_config`.
-        norm_layer (`Callable[[int], nn.Module]`): normalisation after each conv (see `head_norm_layer`).
+    `config.num_labels` channels; `norm_layer` (see `head_norm_layer`) follows each other conv.
     """
 
     def __init__(self, config: Sapiens2Config, norm_layer: Callable[[int], nn.Module] = nn.InstanceNorm2d):
@@ -648,15 +604,10 @@ class Sapiens2PointmapScaleHead(nn.Module):
 
 
 class Sapiens2WindowTokenizer(nn.Module):
-    """The windowed tokenizer of the hierarchical 4K model: one token per window of patches.
-
-    Each `window x window` block of patch tokens gets a shared window-CLS token prepended and a learned local
-    position embedding (window-CLS + window^2 positions) added, runs through `num_tokenizer_layers` blocks (full
-    multi-head attention with biases, SwiGLU, pre-RMSNorm; no QK-norm, no LayerScale, no RoPE) and is pooled into
-    the window-CLS output. There is no final norm. Windows are processed in chunks of at most
-    `config.tokenizer_chunk_size`, patch embedding included, so peak activation memory is bounded by one chunk
-    whatever the input size; chunking does not change the outputs.
-    """
+    """The windowed tokenizer of the hierarchical 4K model: one token per window of patches (see
+    `Sapiens2Config.num_tokenizer_layers`; no final norm). Windows are embedded and pooled in chunks of at most
+    `config.tokenizer_chunk_size`, so peak activation memory is bounded whatever the input size; chunking does not
+    change the outputs."""
 
     def __init__(self, config: Sapiens2Config):
         super().__init__()
@@ -680,15 +631,9 @@ class Sapiens2WindowTokenizer(nn.Module):
         return hidden_states[:, 0]
 
     def forward(self, pixel_values: torch.Tensor, patch_embeddings: nn.Conv2d) -> torch.Tensor:
-        """
-        Args:
-            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): height and width divisible by
-                patch size x window size.
-            patch_embeddings: the backbone's patch-embedding convolution.
-        Returns:
-            `torch.Tensor` of shape `(batch_size, (height / stride) * (width / stride), hidden_size)`: one token per
-            window, in row-major window order (stride = patch size x window size).
-        """
+        """`(batch_size, 3, height, width)` -> `(batch_size, (height / stride) * (width / stride), hidden_size)`, one
+        token per window in row-major order (stride = patch size x window size, which must divide the input sides);
+        `patch_embeddings` is the backbone's patch-embedding convolution."""
         batch_size, _, height, width = pixel_values.shape
         window = self.window_size
         stride_h = patch_embeddings.stride[0] * window
@@ -720,13 +665,8 @@ class Sapiens2WindowTokenizer(nn.Module):
 
 
 def tokens_to_feature_map(hidden_states: torch.Tensor, num_prefix_tokens: int, grid_hw: tuple[int, int]) -> torch.Tensor:
-    """Drops the prefix tokens and lays the patch tokens out on their grid.
-
-    Args:
-        hidden_states (`torch.Tensor` of shape `(batch_size, num_prefix_tokens + height * width, hidden_size)`)
-    Returns:
-        `torch.Tensor` of shape `(batch_size, hidden_size, height, width)`.
-    """
+    """`(batch_size, num_prefix_tokens + height * width, hidden_size)` tokens -> the patch tokens on their grid,
+    `(batch_size, hidden_size, height, width)`."""
     batch_size, _, hidden_size = hidden_states.shape
     patch_tokens = hidden_states[:, num_prefix_tokens:]
     return patch_tokens.transpose(1, 2).reshape(batch_size, hidden_size, *grid_hw)

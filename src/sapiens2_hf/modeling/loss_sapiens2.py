@@ -2,11 +2,8 @@
 """The official Sapiens2 fine-tuning losses, one per task, self-contained (torch only).
 
 `PoseHeatmapLoss`, `SegmentationLoss`, `NormalLoss`, `PointmapLoss`, `AlbedoLoss` and `MattingLoss` each return
-`(total, {"<name>_loss": weighted term, ...})`; their defaults reproduce the official Sapiens2 fine-tuning recipes. The
-task models of modeling_sapiens2_hf.py compute `loss` with them when `labels` is given (so transformers' stock
-`Trainer` trains every task), and `sapiens2_hf.losses` re-exports them for the training code. The file sits beside the
-models, as transformers keeps its losses in `loss/` modules, because the modeling folder ships to the Hub as one flat
-folder that imports only its siblings.
+`(total, {"<name>_loss": weighted term, ...})`; their defaults reproduce the official fine-tuning recipes. The task
+models compute `loss` with them when `labels` is given (so transformers' stock `Trainer` trains every task).
 """
 
 from __future__ import annotations
@@ -20,27 +17,16 @@ from torch import nn
 
 # ----------------------------------------------- masked reductions of the dense-task losses (normal, pointmap, albedo)
 
-# Every function here reproduces one reduction rule of the official Sapiens2 dense losses
-# (facebookresearch/sapiens2 ``sapiens/dense/src/models/losses``): sums run over channels *and* valid pixels, and the
-# divisor is the number of valid pixels (not pixels x channels). Masked-out pixels are excluded with ``torch.where``
-# rather than by multiplying with the mask, so a non-finite background value in a target (the official normal targets
-# use -1000, some datasets use NaN) can never leak into the result. For finite inputs the two are identical.
-#
-# Maps are `(batch_size, channels, height, width)` and masks float 0/1 `(batch_size, 1, height, width)` (see
-# `as_valid_mask`) unless a docstring says otherwise; each reduction returns a scalar. Shape comments: B batch,
-# C channels, H height, W width.
+# The official dense losses' reduction rule (facebookresearch/sapiens2 ``sapiens/dense/src/models/losses``): sums run
+# over channels *and* valid pixels, divided by the number of valid pixels. Masked-out pixels are excluded with
+# ``torch.where``, not by multiplying with the mask, so a non-finite background target (-1000, NaN) never leaks in.
+# Maps are `(B, C, H, W)`, masks float 0/1 `(B, 1, H, W)` (`as_valid_mask`); each reduction returns a scalar.
 
 
 def as_valid_mask(mask: torch.Tensor | None, reference: torch.Tensor, name: str = "mask") -> torch.Tensor:
-    """Validate a validity mask and return it as a float `(batch_size, 1, height, width)` tensor of 0/1.
-
-    Args:
-        mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`, *optional*):
-            Bool or numeric mask; a pixel is valid where it is non-zero. `None` means every pixel is valid.
-        reference (`torch.Tensor` of shape `(batch_size, channels, height, width)`):
-            Tensor whose batch and spatial sizes the mask must match.
-        name (`str`): Argument name used in error messages.
-    """
+    """A bool or numeric validity `mask` `(batch_size[, 1], height, width)` (valid where non-zero; `None`: all) as a
+    float 0/1 `(batch_size, 1, height, width)` tensor, checked against the batch and spatial sizes of `reference`
+    (a ValueError naming `name` otherwise)."""
     batch_size, _, height, width = reference.shape
     if mask is None:
         return reference.new_ones(batch_size, 1, height, width, dtype=torch.float32)
@@ -73,12 +59,8 @@ def masked_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> t
 def forward_difference_squared_error(
     pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Squared error between forward differences of `pred` and `target` ("grad L1" in the official code, which is in
-    fact a squared error).
-
-    The horizontal term sums `(dx_pred - dx_target)^2` over channels and over neighbour pairs whose two pixels are
-    both valid, divided by the number of such pairs; the vertical term likewise. Returns both scalars `(dx, dy)`: the
-    normal loss adds them, the albedo loss averages them.
+    """Squared error of the forward differences of `pred` and `target` ("grad L1" in the official code), summed over
+    channels and neighbour pairs of valid pixels, divided by the number of pairs: `(dx, dy)` scalars.
     """
     pred_dx = pred[:, :, :, 1:] - pred[:, :, :, :-1]  # (B, C, H, W-1)
     pred_dy = pred[:, :, 1:, :] - pred[:, :, :-1, :]  # (B, C, H-1, W)
@@ -93,43 +75,31 @@ def forward_difference_squared_error(
     return loss_dx, loss_dy
 
 
-def check_same_shape(pred: torch.Tensor, target: torch.Tensor, pred_name: str, target_name: str) -> None:
-    """Raise a ValueError naming both arguments when two `(batch_size, channels, height, width)` tensors differ."""
+def on_target_grid(pred: torch.Tensor, target: torch.Tensor, pred_name: str, target_name: str):
+    """`(pred, target)` in float32, a `(batch, channels, height, width)` prediction resized bilinearly to the target's
+    grid; a ValueError naming both when their shapes still differ."""
+    pred, target = pred.float(), target.float()
     if pred.dim() != 4:
         raise ValueError(f"`{pred_name}` must be 4-D (batch_size, channels, height, width), got {tuple(pred.shape)}.")
+    if pred.shape[2:] != target.shape[2:]:
+        pred = F.interpolate(pred, size=target.shape[2:], mode="bilinear", align_corners=False)
     if pred.shape != target.shape:
         raise ValueError(
             f"`{pred_name}` {tuple(pred.shape)} and `{target_name}` {tuple(target.shape)} must have the same shape; "
             f"resize the prediction to the target size first (bilinear, align_corners=False, as the official heads do)."
         )
-
-
-def on_target_grid(pred: torch.Tensor, target: torch.Tensor, pred_name: str, target_name: str):
-    """`(pred, target)` in float32, a `(batch, channels, height, width)` prediction resized bilinearly to the target's
-    grid, their shapes checked (`check_same_shape`)."""
-    pred, target = pred.float(), target.float()
-    if pred.dim() == 4 and pred.shape[2:] != target.shape[2:]:
-        pred = F.interpolate(pred, size=target.shape[2:], mode="bilinear", align_corners=False)
-    check_same_shape(pred, target, pred_name, target_name)
     return pred, target
 
 
 # ---------------------------------------------------------------------------------------------------------------- pose
 
 class PoseHeatmapLoss(nn.Module):
-    """Keypoint-weighted mean squared error between predicted and target heatmaps (official ``KeypointMSELoss`` with
-    ``use_target_weight=True``, loss weight 10).
+    """Keypoint-weighted mean squared error of heatmaps (official ``KeypointMSELoss``, ``use_target_weight=True``,
+    `loss_weight` 10; facebookresearch/sapiens2 ``sapiens/pose/src/models/losses/heatmap_loss.py``).
 
-    The squared error of every heatmap pixel is multiplied by its keypoint's target weight and the product is
-    averaged over all `batch_size * num_keypoints * height * width` elements, so keypoints with weight 0 still count
-    in the divisor: the official normalisation, not transformers' stock pose loss (`F.mse_loss(..., weight=...)`).
-
-    Reference: facebookresearch/sapiens2 ``sapiens/pose/src/models/losses/heatmap_loss.py`` and
-    ``sapiens/pose/configs/keypoints308/*`` (``loss_weight=10.0``).
-
-    Args:
-        loss_weight (`float`, *optional*, defaults to 10.0): Multiplier of the mean.
-        use_target_weight (`bool`, *optional*, defaults to `True`): Multiply by the per-keypoint target weights.
+    Each pixel's squared error times its keypoint's target weight is averaged over all `batch_size * num_keypoints *
+    height * width` elements, so keypoints with weight 0 still count in the divisor: the official normalisation, not
+    transformers' stock pose loss (`F.mse_loss(..., weight=...)`).
     """
 
     def __init__(self, loss_weight: float = 10.0, use_target_weight: bool = True):
@@ -143,19 +113,10 @@ class PoseHeatmapLoss(nn.Module):
         target_heatmaps: torch.Tensor,
         target_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """
-        Args:
-            heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height, width)`):
-                Raw head output (any float dtype; the loss is computed in float32).
-            target_heatmaps (`torch.Tensor` of shape `(batch_size, num_keypoints, height, width)`):
-                UDP Gaussian targets, peak 1.
-            target_weights (`torch.Tensor` of shape `(batch_size, num_keypoints)` or
-                `(batch_size, num_keypoints, 1, 1)`, *optional*):
-                Per-keypoint weights (visibility times joint weight; 0 for absent keypoints). Required when
-                `use_target_weight` is `True`.
-
-        Returns:
-            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and `{"keypoint_mse_loss": total}`.
+        """`heatmaps` (raw head output, any float dtype; computed in float32) and `target_heatmaps` (UDP Gaussians,
+        peak 1), both `(batch_size, num_keypoints, height, width)`; `target_weights` `(batch_size, num_keypoints)` or
+        `(batch_size, num_keypoints, 1, 1)` (visibility times joint weight; required with `use_target_weight`).
+        Returns the scalar total and `{"keypoint_mse_loss": total}`.
         """
         if heatmaps.dim() != 4 or heatmaps.shape != target_heatmaps.shape:
             raise ValueError(
@@ -189,32 +150,16 @@ SEG_CE_CLASS_WEIGHTS = (
 )
 
 
-def weighted_cross_entropy_loss(
-    logits: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor | None, ignore_index: int
-) -> torch.Tensor:
-    """Class-weighted cross-entropy averaged over *all* pixels.
-
-    The official config sets ``reduction="none"`` and the runner then takes the plain mean of the per-pixel map, so
-    the divisor is `batch_size * height * width` (ignored pixels contribute 0 but are counted), not the sum of the
-    class weights of the labelled pixels that `F.cross_entropy(reduction="mean")` would use. `logits`
-    `(batch_size, num_classes, height, width)`, `labels` int64 `(batch_size, height, width)`.
-    """
-    per_pixel = F.cross_entropy(logits, labels, weight=class_weights, reduction="none", ignore_index=ignore_index)
-    return per_pixel.mean()
-
-
 def dice_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, eps: float = 1e-3) -> torch.Tensor:
     """Softmax Dice loss without background, macro-averaged over the classes present in each sample.
 
-    Per sample and foreground class c (background, class 0, is excluded), with p the softmax probability and g the
-    one-hot label, both zeroed on ignored pixels:
-    `dice_c = (2 * sum(p * g) + eps) / (sum(p^2) + sum(g^2) + eps)`. A sample's Dice is the mean of `dice_c` over the
-    classes present in its labels, and its loss is `1 - dice`. The official config uses ``reduction="none"`` and the
-    runner averages the per-sample vector over the *whole* batch, where samples with no labelled foreground class
-    (or no labelled pixel) contribute 0; this function reproduces that.
+    Per sample and foreground class c, with p the softmax probability and g the one-hot label, both zeroed on ignored
+    pixels: `dice_c = (2 * sum(p * g) + eps) / (sum(p^2) + sum(g^2) + eps)`; a sample's loss is `1 - mean(dice_c)`
+    over its present classes. As the official runner does, the mean runs over the *whole* batch, samples without a
+    labelled foreground class contributing 0.
 
     Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/seg_loss.py`` (``DiceLoss``,
-    ``naive_dice=False``, ``include_background=False``). Shapes as `weighted_cross_entropy_loss`; `eps` smooths.
+    ``naive_dice=False``, ``include_background=False``). `logits` `(B, C, H, W)`, `labels` int64 `(B, H, W)`.
     """
     num_classes = logits.shape[1]
     probabilities = logits.softmax(dim=1)
@@ -237,15 +182,12 @@ class SegmentationLoss(nn.Module):
     """Official Sapiens2 body-part segmentation loss: class-weighted cross-entropy (x1) + Dice (x1), on logits first
     resized bilinearly (``align_corners=False``) to the label size when smaller, as the official head does.
 
-    Reference: facebookresearch/sapiens2 ``sapiens/dense/configs/seg/shutterstock_goliath/*`` (``loss_decode``) and
-    ``sapiens/dense/src/models/losses/seg_loss.py``.
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/seg_loss.py`` and the seg configs.
 
     Args:
         class_weights (`Sequence[float]`, *optional*): Cross-entropy class weights; defaults to the official 29
             weights (`SEG_CE_CLASS_WEIGHTS`, background 0.1). Pass `()` for an unweighted cross-entropy.
-        ignore_index (`int`, *optional*, defaults to 255): Label value excluded from both terms.
-        cross_entropy_weight, dice_weight (`float`, *optional*, default to 1.0): Weights of the two terms.
-        dice_eps (`float`, *optional*, defaults to 1e-3): Dice smoothing term.
+        ignore_index (`int`, defaults to 255): Label value excluded from both terms.
     """
 
     def __init__(
@@ -267,16 +209,9 @@ class SegmentationLoss(nn.Module):
         self.dice_eps = float(dice_eps)
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """
-        Args:
-            logits (`torch.Tensor` of shape `(batch_size, num_classes, height, width)`):
-                Raw logits (computed in float32 whatever the input dtype).
-            labels (`torch.Tensor` of shape `(batch_size, height, width)` or `(batch_size, 1, height, width)`, int):
-                Class ids in `[0, num_classes)` or `ignore_index`.
-
-        Returns:
-            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms
-            `cross_entropy_loss` and `dice_loss`.
+        """Raw `logits` `(batch_size, num_classes, height, width)` (computed in float32) against int `labels`
+        `(batch_size[, 1], height, width)`, class ids in `[0, num_classes)` or `ignore_index`. Returns the scalar total
+        and its weighted terms `cross_entropy_loss` and `dice_loss`.
         """
         if labels.dim() == 4 and labels.shape[1] == 1:
             labels = labels[:, 0]
@@ -301,9 +236,11 @@ class SegmentationLoss(nn.Module):
         logits = logits.float()
         if logits.shape[2:] != labels.shape[1:]:
             logits = F.interpolate(logits, size=labels.shape[1:], mode="bilinear", align_corners=False)
-        cross_entropy = self.cross_entropy_weight * weighted_cross_entropy_loss(
-            logits, labels, self.class_weights, self.ignore_index
-        )
+        # The official runner takes the plain mean of the per-pixel map: ignored pixels count in the divisor, unlike
+        # F.cross_entropy(reduction="mean"), which divides by the class weights of the labelled pixels.
+        cross_entropy = self.cross_entropy_weight * F.cross_entropy(
+            logits, labels, weight=self.class_weights, reduction="none", ignore_index=self.ignore_index
+        ).mean()
         dice = self.dice_weight * dice_loss(logits, labels, self.ignore_index, self.dice_eps)
         terms = {"cross_entropy_loss": cross_entropy, "dice_loss": dice}
         return cross_entropy + dice, terms
@@ -319,11 +256,7 @@ class NormalLoss(nn.Module):
     * L1: `masked_l1` of the *raw* (not normalised) prediction against the unit target;
     * grad: `forward_difference_squared_error` of the raw prediction and the target, both terms added.
 
-    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/normal_loss.py``, ``l1_loss.py`` and
-    ``sapiens/dense/configs/normal/*`` (loss weights 10 / 1 / 10).
-
-    Args:
-        cosine_weight, l1_weight, grad_weight (`float`, *optional*): Term weights (defaults 10, 1, 10).
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/normal_loss.py`` and the normal configs.
     """
 
     def __init__(self, cosine_weight: float = 10.0, l1_weight: float = 1.0, grad_weight: float = 10.0):
@@ -335,17 +268,9 @@ class NormalLoss(nn.Module):
     def forward(
         self, normals: torch.Tensor, target_normals: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """
-        Args:
-            normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
-                Raw head output (not unit length), camera frame.
-            target_normals (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
-                Unit normals in the camera frame on valid pixels; any value (-1000, NaN) elsewhere.
-            mask (*optional*): Valid (foreground) pixels, as `as_valid_mask` takes them; default: all.
-
-        Returns:
-            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `cosine_loss`,
-            `l1_loss` and `grad_loss`.
+        """Raw camera-frame `normals` (not unit length) against unit `target_normals` (any value, -1000 or NaN, off
+        the valid pixels of `mask`, as `as_valid_mask` takes it), both `(batch_size, 3, height, width)`. Returns the
+        scalar total and its weighted terms `cosine_loss`, `l1_loss` and `grad_loss`.
         """
         normals, target_normals = on_target_grid(normals, target_normals, "normals", "target_normals")
         valid = as_valid_mask(mask, target_normals)
@@ -353,8 +278,7 @@ class NormalLoss(nn.Module):
 
         if valid.sum() == 0:
             zero = zero_like_graph(normals)
-            terms = {"cosine_loss": zero, "l1_loss": zero, "grad_loss": zero}
-            return zero, terms
+            return zero, {"cosine_loss": zero, "l1_loss": zero, "grad_loss": zero}
 
         cosine = (F.normalize(normals, dim=1, eps=1e-6) * F.normalize(target_normals, dim=1, eps=1e-6)).sum(1, True)
         cosine_error = torch.where(valid.bool(), 1.0 - cosine, torch.zeros_like(cosine))  # (B, 1, H, W)
@@ -376,11 +300,8 @@ class NormalLoss(nn.Module):
 # ------------------------------------------------------------------------------------------------------------ pointmap
 
 def multiscale_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, scale_factor: int = 2) -> torch.Tensor:
-    """L1 after **upsampling** both maps by `scale_factor` (bilinear, ``align_corners=False``; the mask nearest).
-
-    Despite its name the official "multiscale" term goes up, not down, in resolution. Channel-summed error per
-    valid upsampled pixel.
-    """
+    """L1 after **upsampling** both maps by `scale_factor` (bilinear; the mask nearest): despite its name the
+    official "multiscale" term goes up, not down, in resolution."""
     if mask.sum() == 0:
         return zero_like_graph(pred)
     pred_up = F.interpolate(pred, scale_factor=scale_factor, mode="bilinear", align_corners=False)
@@ -400,12 +321,9 @@ def shift_invariant_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Ten
 
 
 def silog(pred_depth: torch.Tensor, target_depth: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Scale-invariant log error of depth, per image then averaged over the batch.
-
-    With `d = log(max(z_gt, 1e-4)) - log(max(z_pred, 1e-4))` over an image's valid pixels:
-    `sqrt(mean(d^2) - 0.5 * mean(d)^2)`. Images with no valid pixel contribute 0 (and no gradient); the mean over
-    the batch includes them, as the official loss does. Depths are canonical Z, `(batch_size, 1, height, width)`.
-    """
+    """Scale-invariant log error of canonical depth `(batch_size, 1, height, width)`: per image, with
+    `d = log(max(z_gt, 1e-4)) - log(max(z_pred, 1e-4))` over valid pixels, `sqrt(mean(d^2) - 0.5 * mean(d)^2)`;
+    averaged over the batch, images without valid pixels counting 0, as officially."""
     diff = torch.log(target_depth.clamp(min=1e-4)) - torch.log(pred_depth.clamp(min=1e-4))
     valid = (mask > 0) & ~torch.isnan(diff)
     diff = torch.where(valid, diff, torch.zeros_like(diff)).flatten(1)  # (B, H*W)
@@ -420,12 +338,9 @@ def silog(pred_depth: torch.Tensor, target_depth: torch.Tensor, mask: torch.Tens
 
 
 def intrinsics_consistency(pointmap: torch.Tensor, mask: torch.Tensor, intrinsics: torch.Tensor) -> torch.Tensor:
-    """`|X - (u - c_x) Z / f_x| + |Y - (v - c_y) Z / f_y|` over valid pixels, divided by their number.
-
-    `u`, `v` are integer pixel indices (0 .. width-1, 0 .. height-1) of the map; `intrinsics` are those of the same
-    pixel grid **before** canonicalisation (the ratios X/Z and Y/Z do not depend on the canonical rescaling):
-    pixel-unit camera matrices `(batch_size, 3, 3)`; `pointmap` is the predicted XYZ.
-    """
+    """`|X - (u - c_x) Z / f_x| + |Y - (v - c_y) Z / f_y|` over valid pixels, divided by their number; `u`, `v`
+    integer pixel indices, `intrinsics` `(batch_size, 3, 3)` of the same grid **before** canonicalisation (X/Z and
+    Y/Z do not depend on it)."""
     if mask.sum() == 0:
         return zero_like_graph(pointmap)
     batch_size, _, height, width = pointmap.shape
@@ -442,13 +357,10 @@ def intrinsics_consistency(pointmap: torch.Tensor, mask: torch.Tensor, intrinsic
 
 
 def pointmap_normals(pointmap: torch.Tensor, mask: torch.Tensor, amplification: float = 100.0):
-    """Unit normals from the cross product of right and down differences of a reflect-padded metric pointmap.
-
-    `amplification` multiplies the differences before the cross product (official 100; it only moves the 1e-6
-    degeneracy threshold). Returns the normals (`(batch_size, 3, height, width)`, zero where invalid) and the bool
-    validity `(batch_size, 1, height, width)` (mask and a non-degenerate cross product). A valid pixel whose right and
-    down neighbours are both off the mask (zero) gets two parallel difference vectors; whether float32 rounding lifts
-    their cross product over 1e-6 decides its validity, exactly as in the official code.
+    """Unit normals `(batch_size, 3, height, width)` (zero where invalid) from the cross product of right and down
+    differences of a reflect-padded metric pointmap, and their bool validity `(batch_size, 1, height, width)` (mask
+    and a cross product over 1e-6, after `amplification`: official 100). Float32 rounding decides the validity of a
+    pixel whose two neighbours are off the mask, exactly as in the official code.
     """
     padded = F.pad(pointmap, (1, 1, 1, 1), mode="reflect")
     center = padded[:, :, 1:-1, 1:-1]
@@ -507,16 +419,8 @@ class PointmapLoss(nn.Module):
     | `scale_l1_loss` | 4 | `|s_pred - s_gt|`, batch mean |
 
     m is each sample's mean canonical target depth over its valid pixels, s the canonical scale `768 / f_x`. The
-    clamp at 4 applies to the *weighted* term, exactly as the official head clamps the value its loss module returns.
-
-    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/heads/pointmap_head.py`` (``loss``),
-    ``sapiens/dense/src/models/losses/{pointmap_loss,l1_loss,silog_loss}.py`` and
-    ``sapiens/dense/configs/pointmap/*``.
-
-    Args:
-        l1_weight, multiscale_weight, silog_weight, intrinsics_weight, shift_invariant_weight, normal_weight,
-        scale_weight (`float`): Term weights (defaults 2, 1, 1, 1, 1, 2, 4).
-        clamp_max (`float`, *optional*, defaults to 4.0): Upper bound of the three depth-normalised L1 terms.
+    clamp (`clamp_max`) applies to the *weighted* term, as the official head clamps its loss module's value.
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/heads/pointmap_head.py`` (``loss``).
     """
 
     def __init__(
@@ -552,20 +456,16 @@ class PointmapLoss(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """
         Args:
-            pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
-                Predicted canonical XYZ (camera frame: X right, Y down, Z forward; canonical focal length 768 px).
-            scales (`torch.Tensor` of shape `(batch_size, 1)`): Predicted canonical scale `768 / f_x`.
-            target_pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
-                Target canonical XYZ (metric XYZ times `768 / f_x`); any value off the mask.
-            target_scales (`torch.Tensor` of shape `(batch_size, 1)` or `(batch_size,)`): Target `768 / f_x`.
-            mask: Valid (foreground) pixels, as `as_valid_mask` takes them (`None`: all).
-            intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`):
-                Pixel intrinsics of the map's grid before canonicalisation (`f_x` there gives `768 / f_x`).
-            target_mean_depth (`torch.Tensor` of shape `(batch_size,)`, *optional*):
-                Mean canonical target Z over valid pixels; computed from the target when omitted.
+            pointmaps, target_pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`): canonical XYZ
+                (camera frame: X right, Y down, Z forward; metric XYZ times `768 / f_x`); the target any value off
+                `mask` (valid pixels, as `as_valid_mask` takes them).
+            scales, target_scales (`torch.Tensor` of shape `(batch_size, 1)` or `(batch_size,)`): `768 / f_x`.
+            intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`): pixel intrinsics of the map's grid before
+                canonicalisation.
+            target_mean_depth (`torch.Tensor` of shape `(batch_size,)`, *optional*): mean canonical target Z over
+                valid pixels; computed from the target when omitted.
 
-        Returns:
-            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and the seven weighted terms.
+        Returns the scalar total and the seven weighted terms.
         """
         pointmaps, scales, target_pointmaps, target_scales, valid = _pointmap_loss_inputs(
             pointmaps, scales, target_pointmaps, target_scales, mask, intrinsics)
@@ -609,20 +509,15 @@ def chromaticity(rgb: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 class AlbedoLoss(nn.Module):
-    """Official Sapiens2 albedo loss: `2 * L1 + 2 * grad + 1 * chromaticity`, in float32; a smaller prediction is
-    first resized bilinearly to the target size.
+    """Official Sapiens2 albedo loss: `2 * L1 + 2 * grad + 1 * chromaticity`, in float32, on the target's grid.
 
     * L1: `masked_l1` of the raw prediction;
     * grad: `0.5 * (dx + dy)` of `forward_difference_squared_error` ("grad L1" in the official code);
     * chromaticity: L1 between `rgb / (r + g + b + 1e-6)` of the prediction **clamped to [0, 1]** and of the target,
       summed over channels, divided by the number of valid pixels.
 
-    The official low-frequency L1 is commented out in every released config and is therefore not part of the
-    default objective. Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/albedo_loss.py``,
-    ``l1_loss.py`` and ``sapiens/dense/configs/albedo/*`` (loss weights 2 / 2 / 1).
-
-    Args:
-        l1_weight, grad_weight, chromaticity_weight (`float`, *optional*): Term weights (defaults 2, 2, 1).
+    The official low-frequency L1 is commented out in every released config, so it is not part of the objective.
+    Reference: facebookresearch/sapiens2 ``sapiens/dense/src/models/losses/albedo_loss.py`` and the albedo configs.
     """
 
     def __init__(self, l1_weight: float = 2.0, grad_weight: float = 2.0, chromaticity_weight: float = 1.0):
@@ -634,15 +529,9 @@ class AlbedoLoss(nn.Module):
     def forward(
         self, albedos: torch.Tensor, target_albedos: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """
-        Args:
-            albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Raw head output, RGB.
-            target_albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Target RGB albedo in [0, 1].
-            mask (*optional*): Valid (foreground) pixels, as `as_valid_mask` takes them; default: all.
-
-        Returns:
-            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms `l1_loss`,
-            `grad_loss` and `chromaticity_loss`.
+        """Raw RGB `albedos` against `target_albedos` in [0, 1], both `(batch_size, 3, height, width)`, on the valid
+        pixels of `mask` (as `as_valid_mask` takes it). Returns the scalar total and its weighted terms `l1_loss`,
+        `grad_loss` and `chromaticity_loss`.
         """
         albedos, target_albedos = on_target_grid(albedos, target_albedos, "albedos", "target_albedos")
         if albedos.shape[1] != 3:
@@ -669,16 +558,11 @@ class AlbedoLoss(nn.Module):
 
 # ------------------------------------------------------------------------------------------------------------- matting
 
-# Matting loss: alpha L1 + alpha gradient L1 + alpha Laplacian-pyramid L1 + pre-multiplied foreground L1.
-#
-# The official recipe trains with an L1, a gradient and a Laplacian loss of weight 1 each, on the alpha and (where a
-# foreground target exists) the foreground; its loss code is not in the mirrored official commit, so the terms are
-# written from their definitions in the matting literature: the alpha L1 of Xu et al. ("Deep Image Matting", CVPR
-# 2017); the L1 of the alpha's horizontal and vertical finite differences over valid pairs (Zhang et al., CVPR 2019),
-# which sees blurred or jagged edges; the L1 of 5-level Laplacian pyramids (5x5 binomial kernel, level `i` weighted
-# `2**i`; Hou and Liu, ICCV 2019, and the Robust Video Matting family); and the L1 of the pre-multiplied foreground
-# (`alpha * F`, what the head predicts). Deep Image Matting's composition loss is left out: it needs each training
-# image's background plate, which human matting datasets rarely have.
+# The official recipe trains with L1, gradient and Laplacian losses of weight 1 each; its loss code is not in the
+# mirrored official commit, so the terms follow the matting literature: alpha L1 (Xu et al., CVPR 2017), L1 of the
+# alpha's finite differences over valid pairs (Zhang et al., CVPR 2019), L1 of 5-level Laplacian pyramids (level `i`
+# weighted `2**i`; Hou and Liu, ICCV 2019), and L1 of the pre-multiplied foreground (`alpha * F`, what the head
+# predicts). The composition loss is left out: it needs background plates, which human matting datasets rarely have.
 
 
 _BINOMIAL_5 = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0
@@ -759,11 +643,7 @@ def _matting_loss_inputs(alphas: torch.Tensor, target_alphas: torch.Tensor, mask
 class MattingLoss(nn.Module):
     """Matting loss (see the section comment above): `l1 + gradient + laplacian` on alpha, plus `foreground` L1.
 
-    Args:
-        l1_weight, gradient_weight, laplacian_weight (`float`, *optional*, default to 1.0): weights of the alpha
-            terms (1 each, as the official recipe weighs its three terms).
-        foreground_weight (`float`, *optional*, defaults to 1.0): weight of the pre-multiplied foreground L1.
-        laplacian_levels (`int`, *optional*, defaults to 5): levels of the Laplacian pyramid.
+    Every term weighs 1, as the official recipe weighs its three terms; `laplacian_levels` defaults to 5.
     """
 
     def __init__(self, l1_weight: float = 1.0, gradient_weight: float = 1.0, laplacian_weight: float = 1.0,
@@ -783,22 +663,11 @@ class MattingLoss(nn.Module):
         mask: torch.Tensor | None = None,
         target_foregrounds: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """
-        Args:
-            alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)`): predicted alpha in [0, 1]; resized
-                bilinearly to the target size when smaller.
-            foregrounds (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): predicted
-                pre-multiplied RGB foreground in [0, 1].
-            target_alphas (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height,
-                width)`): target alpha in [0, 1].
-            mask (*optional*): pixels with a valid label (e.g. not padding), as `as_valid_mask` takes them; default:
-                all.
-            target_foregrounds (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target
-                pre-multiplied foreground (`alpha * F`); without it the foreground term is 0.
-
-        Returns:
-            `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the scalar total and its weighted terms
-            `alpha_l1_loss`, `alpha_gradient_loss`, `alpha_laplacian_loss` and `foreground_l1_loss`.
+        """Predicted `alphas` `(batch_size, 1, height, width)` (resized bilinearly to the target size when smaller)
+        and pre-multiplied RGB `foregrounds` `(batch_size, 3, height, width)`, in [0, 1], against `target_alphas`
+        `(batch_size[, 1], height, width)` and `target_foregrounds` (`alpha * F`; without it the foreground term is
+        0), on the pixels of `mask` (as `as_valid_mask` takes it). Returns the scalar total and its weighted terms
+        `alpha_l1_loss`, `alpha_gradient_loss`, `alpha_laplacian_loss` and `foreground_l1_loss`.
         """
         alphas, target_alphas, valid = _matting_loss_inputs(alphas, target_alphas, mask)
         if not valid.any():

@@ -1,28 +1,13 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Sapiens2 models for sapiens2_hf, self-contained.
+"""Sapiens2 models for sapiens2_hf: the pretrained-model base, the backbone classes and the task models.
 
-Every building block is written here, on torch and transformers' public API only (`PreTrainedModel`, `BackboneMixin`,
-`GradientCheckpointingLayer`, the `ALL_ATTENTION_FUNCTIONS` registry, `transformers.modeling_outputs`, and the output
-decorators `capture_outputs`, `can_return_tuple` and `filter_output_hidden_states` that transformers' own models use),
-so a repository shipped with these files as remote code does not depend on the internals of any transformers version.
-Module names, parameter names and tensor layouts are those of transformers' own Sapiens2 port
-(transformers/models/sapiens2/modeling_sapiens2.py), so checkpoints move freely between the two;
-tests/test_modeling_interop.py loads one state dict into both and compares outputs. Beyond the port, this file has:
-
-- RoPE in the official arithmetic (`config.rope_dtype`): the official model keeps its periods, coordinates, angles,
-  sin and cos in bfloat16 and casts queries and keys to bfloat16 for the rotation; transformers' float32 moves
-  outputs by 0.2-0.4 %. No random RoPE coordinate rescaling in training unless the config asks for it.
-- Token removal for masked pretraining (`patch_keep_indices`: each kept token keeps its own RoPE position).
-- The albedo task (channel-RMSNorm head) and the windowed tokenizer of the 4K model, which transformers does not have.
-- The official fine-tuning losses (loss_sapiens2.py), returned with `labels`, so that transformers' stock `Trainer`
-  trains every task.
-- Strict loading of every layout, official files included (loading_sapiens2_hf.py, official_format_sapiens2_hf.py).
-
-The building blocks (norms, RoPE, attention, layers, heads, the 4K tokenizer) are in layers_sapiens2_hf.py and the
-task outputs in outputs_sapiens2_hf.py, siblings shipped with this file; this file holds the pretrained-model base,
-the backbone classes and the task models.
-
-Hub-shippable: imports only stdlib, torch, huggingface_hub, transformers' public API and siblings of this folder.
+Written on torch and transformers' public API only, so a repository shipped with these files as remote code does not
+depend on the internals of any transformers version. Module names, parameter names and tensor layouts are those of
+transformers' own Sapiens2 port, so checkpoints move freely between the two (tests/test_modeling_interop.py). Beyond
+the port: RoPE in the official bfloat16 arithmetic (`config.rope_dtype`; transformers' float32 moves outputs by
+0.2-0.4 %), token removal for masked pretraining (`patch_keep_indices`), the albedo task and the 4K windowed
+tokenizer, the official fine-tuning losses (loss_sapiens2.py) returned with `labels`, and strict loading of every
+layout. The building blocks are in layers_sapiens2_hf.py, the task outputs in outputs_sapiens2_hf.py.
 """
 
 import copy
@@ -72,8 +57,7 @@ from .loss_sapiens2 import (
     SEG_CE_CLASS_WEIGHTS,
     SegmentationLoss,
 )
-# compute_rope_periods: re-exported (its one import path beside the official-format module)
-from .official_format_sapiens2_hf import compute_rope_periods, register_original_format_conversions  # noqa: F401
+from .official_format_sapiens2_hf import register_original_format_conversions
 from .outputs_sapiens2_hf import (
     Sapiens2AlbedoEstimatorOutput,
     Sapiens2ImageMattingOutput,
@@ -92,11 +76,9 @@ HEAD_KEY_PATTERNS = (r"^decode_head\.", r"^scale_head\.")
 
 
 class ModuleLayoutSaveMixin:
-    """`save_pretrained` writing our (= transformers' port's) module names by default, for every model that holds a
-    Sapiens2 backbone: transformers' default (`save_original_format=True`) would revert the original-format conversions
-    registered for our model type, and transformers' Trainer resumes a checkpoint with a plain `load_state_dict`,
-    which would then miss every backbone tensor. `save_original_format=True` writes the original names, as Meta's Hub
-    repos hold them."""
+    """`save_pretrained` writing our (= transformers' port's) module names by default (`save_original_format=True`:
+    the original names, as Meta's Hub repos hold them): transformers' Trainer resumes a checkpoint with a plain
+    `load_state_dict`, which would miss every backbone tensor saved under the original names."""
 
     def save_pretrained(self, save_directory, *args, save_original_format: bool = False, **kwargs):
         size = sum(tensor.numel() * tensor.element_size() for tensor in self.state_dict().values())
@@ -135,10 +117,8 @@ class Sapiens2PreTrainedModel(ModuleLayoutSaveMixin, PreTrainedModel):
     task: str | None = None
 
     def _init_weights(self, module) -> None:
-        """The port's initialisation: transformers' generic one (normal weights, zero biases, unit RMSNorm weights),
-        then truncated-normal linear/conv weights and tokens, Kaiming-normal transposed convs and decode-head layers,
-        LayerScale at `layerscale_value`; plus the RoPE periods and the 4K tokenizer's tokens. `torch.nn.init` calls
-        made here skip tensors transformers has already loaded."""
+        """The port's initialisation (on top of transformers' generic one), plus the RoPE periods and the 4K
+        tokenizer's tokens; transformers skips the tensors it has already loaded."""
         super()._init_weights(module)
         std = self.config.initializer_range
         if isinstance(module, (nn.Linear, nn.Conv2d)):
@@ -247,14 +227,9 @@ def token_grid_size(config: Sapiens2Config, pixel_values: torch.Tensor) -> tuple
 def embed_pixel_values(
     trunk: nn.Module, pixel_values: torch.Tensor, bool_masked_pos: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """The encoder input of `Sapiens2Model` and `Sapiens2Backbone` (`trunk`: either; they hold the same `embeddings`,
-    `tokenizer` and `rope_embeddings` modules): CLS + register tokens followed by the patch tokens (one per window
-    with the 4K tokenizer), and the RoPE `(cos, sin)` of their grid.
-
-    Returns:
-        `(hidden_states, (cos, sin))`: `hidden_states` of shape `(batch_size, num_prefix_tokens + grid_h * grid_w,
-        hidden_size)`; `cos`, `sin` of shape `(grid_h * grid_w, head_dim)`.
-    """
+    """The encoder input of `trunk` (a `Sapiens2Model` or `Sapiens2Backbone`): `(hidden_states, (cos, sin))`, CLS +
+    register + patch tokens (one per window with the 4K tokenizer) `(batch_size, num_prefix_tokens + grid_h * grid_w,
+    hidden_size)` and their grid's RoPE, each `(grid_h * grid_w, head_dim)`."""
     grid_h, grid_w = token_grid_size(trunk.config, pixel_values)
     embeddings = trunk.embeddings
     pixel_values = pixel_values.to(embeddings.patch_embeddings.weight.dtype)
@@ -319,19 +294,16 @@ class Sapiens2Model(_Sapiens2Trunk, Sapiens2PreTrainedModel):
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
                 Normalised RGB (ImageNet mean/std); height and width divisible by the patch size (16).
             patch_keep_indices (`torch.LongTensor` of shape `(batch_size, num_kept)`, *optional*):
-                Row-major indices of the patch tokens to keep (masked pretraining by token removal). The other patch
-                tokens are dropped before the first block; each kept token keeps its own RoPE position. The CLS and
-                register tokens are always kept.
+                Row-major indices of the patch tokens to keep (masked pretraining by token removal); each kept token
+                keeps its own RoPE position, the CLS and register tokens are always kept.
             bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*):
                 Replaces the masked patch embeddings by a learned mask token (needs `config.use_mask_token`).
-            kwargs: `return_dict` (`False` returns a tuple; defaults to `config.return_dict`), `output_hidden_states`,
-                `output_attentions` (see `Sapiens2Encoder`), attention-backend arguments.
+            kwargs: `return_dict`, `output_hidden_states`, `output_attentions`, attention-backend arguments.
 
         Returns:
-            `BaseModelOutputWithPooling`: `last_hidden_state` of shape `(batch_size, 1 + num_registers +
-            num_patches_or_kept, hidden_size)` (CLS, registers, patch tokens), after the final RMSNorm;
-            `pooler_output` is the CLS token, of shape `(batch_size, hidden_size)`; `hidden_states` and `attentions`
-            as recorded by the encoder.
+            `BaseModelOutputWithPooling`: `last_hidden_state` `(batch_size, 1 + num_registers + num_patches_or_kept,
+            hidden_size)` after the final RMSNorm; `pooler_output` the CLS token; `hidden_states`, `attentions` as
+            recorded by the encoder.
         """
         hidden_states, (cos, sin) = embed_pixel_values(self, pixel_values, bool_masked_pos=bool_masked_pos)
         if patch_keep_indices is not None:
@@ -377,17 +349,10 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        """
-        Args:
-            hidden_states (`torch.Tensor` of shape `(batch_size, seq_len, hidden_size)`): prefix tokens, then patches.
-            position_embeddings (`(cos, sin)`, *optional*): RoPE of the patch tokens; `None` for no RoPE.
-            kwargs: `output_hidden_states`, `output_attentions`, `return_dict` (read by `capture_outputs`), and
-                attention-backend arguments, passed to every layer.
-        Returns:
-            `BaseModelOutput`: `last_hidden_state` (no final norm); `hidden_states`: the input and each layer's output
-            (`num_layers + 1` tensors, as transformers' port records them); `attentions`: each layer's `(batch_size,
-            num_heads, seq_len, seq_len)` weights, from backends that return them (empty with sdpa).
-        """
+        """`(batch_size, seq_len, hidden_size)` prefix then patch tokens (RoPE `position_embeddings` of the patches)
+        -> `BaseModelOutput`: `last_hidden_state` (no final norm); `hidden_states`: the input and each layer's output
+        (`num_layers + 1` tensors, as transformers' port records them); `attentions`: each layer's weights, from
+        backends that return them (empty with sdpa)."""
         for layer in self.layer:
             hidden_states = layer(hidden_states, position_embeddings=position_embeddings, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
@@ -395,18 +360,11 @@ class Sapiens2Encoder(Sapiens2PreTrainedModel):
 
 class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
     """The Sapiens2 encoder as a transformers backbone (`AutoBackbone`, `load_backbone`): one feature map per stage
-    named in `config.out_features` / `config.out_indices`.
-
-    The stages are `"stem"` (the encoder input: the patch embeddings, or the pooled windows of the 4K tokenizer) and
-    `"stage1"` ... `"stage{num_hidden_layers}"` (each encoder block's output). Each feature map holds the patch
-    tokens of its stage on their grid, `(batch_size, hidden_size, height / stride, width / stride)` with stride 16
-    (64 for the 4K model), all stages at the same resolution as in every plain ViT.
-
-    The final RMSNorm is applied to every selected stage when `config.normalize_backbone_outputs` (the default), to
-    none otherwise, as in transformers' own `Sapiens2Backbone` (the same field, so a config.json gives the same
-    feature maps in both, up to their RoPE arithmetic); the last stage with the norm is then exactly
-    `Sapiens2Model.get_feature_map`, the map the official task heads read. Module and tensor names are those of
-    `Sapiens2Model`, so it loads the same files strictly (a task checkpoint gives its backbone).
+    named in `config.out_features` / `config.out_indices` (`"stem"`, the encoder input, then `"stage1"` ...
+    `"stage{num_hidden_layers}"`), each `(batch_size, hidden_size, height / stride, width / stride)`, stride 16 (64
+    for the 4K model). The final RMSNorm applies to every selected stage when `config.normalize_backbone_outputs`, as
+    in transformers' own `Sapiens2Backbone`; the last stage is then exactly `Sapiens2Model.get_feature_map`. Loads the
+    same files as `Sapiens2Model` strictly (a task checkpoint gives its backbone).
     """
 
     task = None
@@ -441,18 +399,10 @@ class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
     @can_return_tuple
     @filter_output_hidden_states
     def forward(self, pixel_values: torch.Tensor, **kwargs: Unpack[TransformersKwargs]) -> BackboneOutput:
-        r"""
-        Args:
-            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
-                Normalised RGB (ImageNet mean/std); height and width divisible by the stride (16; 64 for the 4K model).
-            kwargs: `output_hidden_states` (also every stage's tokens, before the final norm), `output_attentions`,
-                `return_dict` (each defaulting to the config's); attention-backend arguments.
-
-        Returns:
-            `BackboneOutput`: `feature_maps`, one per selected stage in stage order, each `(batch_size, hidden_size,
-            height / stride, width / stride)`, or `(batch_size, num_patches, hidden_size)` tokens when
-            `config.reshape_hidden_states` is False; `hidden_states` (when asked): `num_hidden_layers + 1` tensors of
-            shape `(batch_size, num_prefix_tokens + num_patches, hidden_size)`; `attentions` (when asked).
+        r"""Normalised RGB `pixel_values` `(batch_size, 3, height, width)`, sides divisible by the stride (16; 64 for
+        the 4K model) -> `BackboneOutput`: `feature_maps`, one per selected stage in stage order (tokens `(batch_size,
+        num_patches, hidden_size)` when `config.reshape_hidden_states` is False); `hidden_states` (when asked): every
+        stage's tokens before the final norm, prefix tokens included; `attentions` (when asked).
         """
         config = self.config
         grid = token_grid_size(config, pixel_values)
@@ -478,14 +428,10 @@ class Sapiens2Backbone(BackboneMixin, _Sapiens2Trunk, Sapiens2PreTrainedModel):
 class Sapiens2TaskModel(Sapiens2PreTrainedModel):
     """Backbone + decode head: the base of every task model, official or registered (`sapiens2_hf.register_task`).
 
-    A subclass sets `task` (its registry name, typed once), `loss_class`, `output_class` (the `ModelOutput` it
-    returns; its first field after `loss` holds the prediction) and, for a task added from outside the package,
-    `spec` (a `TaskSpec` of what cannot be derived: `num_labels`, title, ...; see `sapiens2_tasks.spec_of_class`).
-    `__init__` builds the backbone and the head (`build_task_layers`, which a subclass extends to check its config or
-    add layers) and initialises them; `forward` returns
-    `self.decode(pixel_values, labels=labels, loss_targets=(...))`: the head's layout comes from
-    `config.head_config` (the registry entry's `head_upsampling` and `head_norm`), and the loss is computed when
-    `labels` is given.
+    A subclass sets `task` (its registry name), `loss_class`, `output_class` (its first field after `loss` holds the
+    prediction) and, for a task added from outside the package, `spec` (a `TaskSpec` of what cannot be derived; see
+    `sapiens2_tasks.spec_of_class`). `build_task_layers` builds backbone and head (a subclass extends it to check its
+    config or add layers); `forward` returns `self.decode(pixel_values, labels=labels, loss_targets=(...))`.
     """
 
     # The official loss of the task (loss_sapiens2.py, official term weights), computed by `forward` from `labels`.
@@ -539,13 +485,10 @@ class Sapiens2TaskModel(Sapiens2PreTrainedModel):
 
     def decode(self, pixel_values: torch.Tensor, output_class=None, field: str | None = None, labels=None,
                loss_targets=(), **kwargs):
-        """Backbone -> feature map -> decode head, wrapped in `output_class` with the prediction under `field`, and
-        with the task loss of the prediction against `labels`, then `loss_targets`, when `labels` is given. Both
-        default to the class's spec (`spec_of_class`: its `output_class` and that class's prediction field).
-
-        `return_dict=False` in `kwargs` (or `config.return_dict` False) gives the output's tuple, as transformers'
-        `can_return_tuple` does for the official classes' `forward`: a registered task's `forward` needs no
-        decorator."""
+        """Backbone -> feature map -> decode head, wrapped in `output_class` (default: the class's) with the prediction
+        under `field` (default: the spec's `output_field`) and the task loss against `labels`, then `loss_targets`,
+        when `labels` is given. `return_dict=False` gives the tuple, so a registered task's `forward` needs no
+        `can_return_tuple`."""
         if output_class is None or field is None:
             spec = spec_of_class(type(self))
             output_class, field = output_class or type(self).output_class, field or spec.output_field
@@ -579,17 +522,10 @@ class Sapiens2TaskModel(Sapiens2PreTrainedModel):
 
     @classmethod
     def from_backbone(cls, pretrained_backbone, config: Sapiens2Config | None = None, head_config=None, **kwargs):
-        """Starts a new task model from a pretrained backbone; the decode head is freshly initialised.
-
-        Args:
-            pretrained_backbone: an official pretrain (or task) file, a folder or Hub repo, or a `Sapiens2Model` or
-                `Sapiens2Backbone`.
-            config (`Sapiens2Config`, *optional*): the full task config (its backbone fields must match).
-            head_config (`str` or `dict`, *optional*): the head layout when `config` is not given: an official
-                variant id (`"0.4b"`, ...; its official head for this task), `"tiny"` (the small test heads), or a
-                `Sapiens2HeadConfig` dict. Defaults to the official head of the backbone's own size.
-            kwargs: passed to `Sapiens2Model.from_pretrained`.
-        """
+        """A new task model on a pretrained backbone (an official file, a folder or Hub repo loaded with `kwargs`, or a
+        `Sapiens2Model` / `Sapiens2Backbone`), its decode head freshly initialised. The head is `config`'s (whose
+        backbone fields must match) or `head_config`: an official size id (its head for this task; default: the
+        backbone's own size), `"tiny"`, or a `Sapiens2HeadConfig` dict."""
         backbone = (
             pretrained_backbone
             if isinstance(pretrained_backbone, (Sapiens2Model, Sapiens2Backbone))  # same tensor names
@@ -654,12 +590,9 @@ class Sapiens2ForPoseEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised person crops.
             labels (`torch.Tensor` of shape `(batch_size, num_keypoints, height / 4, width / 4)`, *optional*):
-                Target heatmaps (UDP Gaussians, peak 1, as the image processor's `keypoints=` builds them); with them,
-                `loss` is the official `PoseHeatmapLoss` with `label_weights` (`(batch_size, num_keypoints)`:
-                visibility x joint weight, 0 for absent keypoints; required with `labels`).
+                Target heatmaps (as the image processor's `keypoints=` builds them); with them, `loss` is the official
+                `PoseHeatmapLoss` with `label_weights` (`(batch_size, num_keypoints)`, required with `labels`).
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2PoseEstimatorOutput` (raw `heatmaps` at 1/4 of the input size; see that class).
         """
         if labels is not None:
             label_weights = self._required_target(label_weights, "label_weights", "per-keypoint weights")
@@ -690,8 +623,6 @@ class Sapiens2ForSemanticSegmentation(Sapiens2TaskModel):
             labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*): class ids, 255 ignored;
                 with them, `loss` is the official `SegmentationLoss` (not transformers' plain cross-entropy).
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `SemanticSegmenterOutput` with `logits` of shape `(batch_size, num_labels, height, width)`.
         """
         return self.decode(pixel_values, labels=labels, **kwargs)
 
@@ -718,8 +649,6 @@ class Sapiens2ForNormalEstimation(Sapiens2TaskModel):
                 on the valid pixels of `mask` (bool or 0/1 `(batch_size, 1, height, width)`; default: all); with them,
                 `loss` is the official `NormalLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2NormalEstimatorOutput` (camera-frame `normals`, not unit length; see that class).
         """
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
@@ -761,19 +690,9 @@ class Sapiens2ForPointmapEstimation(Sapiens2TaskModel):
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
             labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target canonical XYZ
-                (metric XYZ x `768 / f_x`), any value off `mask`. With them, `loss` is the official `PointmapLoss`,
-                which also needs `target_scales`, `intrinsics` and the scale branch.
-            target_scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*): target canonical scale `768 / f_x`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): valid pixels of `labels`
-                (bool or 0/1); all pixels when omitted.
-            intrinsics (`torch.Tensor` of shape `(batch_size, 3, 3)`, *optional*): pixel intrinsics of the label grid
-                before canonicalisation.
-            target_mean_depth (`torch.Tensor` of shape `(batch_size,)`, *optional*): mean canonical target Z over the
-                valid pixels; computed from `labels` when omitted.
+                (metric XYZ x `768 / f_x`), any value off `mask`. With them, `loss` is the official `PointmapLoss`
+                (see it for `target_scales`, `mask`, `intrinsics`, `target_mean_depth`); it needs the scale branch.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2PointmapEstimatorOutput` (canonical `pointmaps` and `scales`, metric XYZ = pointmaps / scales;
-            see that class).
         """
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         scales = None
@@ -824,8 +743,6 @@ class Sapiens2ForAlbedoEstimation(Sapiens2TaskModel):
                 `[0, 1]` on the valid pixels of `mask` (bool or 0/1 `(batch_size, 1, height, width)`; default: all);
                 with them, `loss` is the official `AlbedoLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2AlbedoEstimatorOutput` (raw, unclamped RGB `albedos`; see that class).
         """
         return self.decode(pixel_values, labels=labels, loss_targets=(mask,), **kwargs)
 
@@ -857,15 +774,10 @@ class Sapiens2ForImageMatting(Sapiens2TaskModel):
         r"""
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images.
-            labels (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): target alpha in `[0, 1]`.
-                With them, `loss` is `MattingLoss`.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): pixels with a valid label
-                (bool or 0/1); all pixels when omitted.
-            foreground_labels (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): target
-                pre-multiplied foreground (`alpha * F`); without it the loss has no foreground term.
+            labels (`torch.Tensor` of shape `(batch_size, 1, height, width)`, *optional*): target alpha in `[0, 1]`
+                on the pixels of `mask` (bool or 0/1; default: all), with `foreground_labels` (pre-multiplied
+                `alpha * F`; without it no foreground term): `loss` is `MattingLoss`.
             kwargs: `output_hidden_states`, `output_attentions`, `return_dict`, attention-backend arguments.
-        Returns:
-            `Sapiens2ImageMattingOutput` (`alphas` and pre-multiplied `foregrounds` in `[0, 1]`; see that class).
         """
         feature_map, outputs = self._feature_map(pixel_values, **kwargs)
         matting = self.decode_head(feature_map).sigmoid()

@@ -1,13 +1,10 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
 """The official Sapiens2 checkpoint format (facebookresearch/sapiens2 state-dict layout), read at run time.
 
-Two layouts exist: pretrain files hold the bare backbone state dict with no prefix; task files hold the estimator state
-dict with `backbone.` and `decode_head.` prefixes. This module infers the architecture from tensor shapes (official
-files carry no config), checks the stored RoPE periods, and renames the tensors to the transformers layout that our
-classes share with transformers' own Sapiens2 port. `from_pretrained` uses it directly on official files (see
-loading_sapiens2_hf.py); `sapiens2-hf convert` (sapiens2_hf.hub.convert_official) writes the result as a folder.
-
-Hub-shippable: imports only stdlib, torch and siblings of this folder.
+Pretrain files hold the bare backbone state dict; task files prefix it with `backbone.` beside `decode_head.`. This
+module infers the architecture from tensor shapes (official files carry no config) and declares the renaming to the
+transformers layout our classes share with transformers' own Sapiens2 port, for `from_pretrained` and
+`sapiens2-hf convert`.
 """
 
 import math
@@ -80,12 +77,9 @@ def compute_rope_periods(head_dim: int, base: float, dtype: torch.dtype) -> torc
 # Why code: transformers' port declares no albedo head, and these names are ambiguous, so not registered (below).
 def pixel_shuffle_head_key_mapping(task: str) -> dict[str, str]:
     """transformers `key_mapping` (regex -> replacement) from the original names of a pixel-shuffle task checkpoint
-    whose head transformers' port does not declare (albedo; its layer-wise norms included).
-
-    Unlike the backbone's, these patterns are not registered: original names such as `conv_layers.1.norm.weight`
-    (the norm of layer 0) are also valid names in our layout (the norm of layer 1), so they are applied only to
-    checkpoints known to use the original names. The `backbone.` prefix is dropped; transformers' loader puts the
-    backbone under `model.` (the base-model prefix) after the registered backbone conversions."""
+    whose head transformers' port does not declare (albedo). Not registered: original names such as
+    `conv_layers.1.norm.weight` (the norm of layer 0) are also valid names in our layout (the norm of layer 1), so
+    they apply only to checkpoints known to use the original names. The `backbone.` prefix is dropped."""
     mapping = {
         **BACKBONE_PREFIX_KEY_MAPPING,
         r"^decode_head\.input_conv\.0\.": "decode_head.input_conv.convolution.",
@@ -98,13 +92,6 @@ def pixel_shuffle_head_key_mapping(task: str) -> dict[str, str]:
         mapping[rf"^decode_head\.conv_layers\.{3 * index}\.(weight|bias)$"] = rf"decode_head.conv_layers.{index}.convolution.\1"
         mapping[rf"^decode_head\.conv_layers\.{3 * index + 1}\.norm\."] = f"decode_head.conv_layers.{index}.norm."
     return mapping
-
-
-def original_format_conversions() -> dict[str, list]:
-    """Model type -> transformers weight transforms from the original layout: the backbone (see above). The pose,
-    seg, normal, pointmap and matting heads are declared by transformers' port under the class names we share; the
-    albedo head goes through `pixel_shuffle_head_key_mapping`."""
-    return {"sapiens2_hf": _backbone_conversions()}
 
 
 # A task file's backbone under its `backbone.` prefix, read by a class whose transformers entry does not strip it
@@ -125,13 +112,14 @@ def original_key_mapping(model_class) -> dict[str, str] | None:
 
 
 def register_original_format_conversions() -> None:
-    """Declares `original_format_conversions` to transformers' loader (idempotent; entries transformers already has
-    under these names are kept, never replaced)."""
+    """Declares the backbone's original-layout conversions for our model type to transformers' loader (idempotent;
+    an entry transformers already has is kept). The pose, seg, normal, pointmap and matting heads are declared by
+    transformers' port under the class names we share; the albedo head goes through `pixel_shuffle_head_key_mapping`.
+    """
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 
-    for name, conversions in original_format_conversions().items():
-        if get_checkpoint_conversion_mapping(name) is None:
-            register_checkpoint_conversion_mapping(name, conversions)
+    if get_checkpoint_conversion_mapping("sapiens2_hf") is None:
+        register_checkpoint_conversion_mapping("sapiens2_hf", _backbone_conversions())
 
 
 class OfficialCheckpointError(ValueError):
@@ -230,11 +218,7 @@ def _tokenizer_config_kwargs(backbone_state: dict[str, torch.Tensor]) -> dict:
 
 
 def _indexed_weights(head_state, pattern):
-    found = {}
-    for key, tensor in head_state.items():
-        match = re.match(pattern, key)
-        if match:
-            found[int(match[1])] = tensor
+    found = {int(match[1]): tensor for key, tensor in head_state.items() if (match := re.match(pattern, key))}
     return [found[index] for index in sorted(found)]
 
 

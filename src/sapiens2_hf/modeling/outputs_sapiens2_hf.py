@@ -1,6 +1,6 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""The Sapiens2 task models' outputs (Hub-shippable, the modeling file's sibling): `ModelOutput` dataclasses in
-transformers' style, one per task that transformers has no output class for."""
+"""The Sapiens2 task models' outputs: `ModelOutput` dataclasses in transformers' style (for pose, normal, pointmap and
+matting with the fields of transformers' classes of the same name)."""
 
 from dataclasses import dataclass
 
@@ -8,13 +8,10 @@ import torch
 from transformers.modeling_outputs import ModelOutput
 
 
-# ----------------------------------------------------------------------------------------------------------- outputs
-
-
 @dataclass
 class Sapiens2PoseEstimatorOutput(ModelOutput):
     r"""
-    Output of [`Sapiens2ForPoseEstimation`] (the fields of transformers' class of the same name).
+    Output of [`Sapiens2ForPoseEstimation`].
 
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*): `PoseHeatmapLoss`, when `labels` and `label_weights` are given.
@@ -36,7 +33,7 @@ class Sapiens2PoseEstimatorOutput(ModelOutput):
 @dataclass
 class Sapiens2NormalEstimatorOutput(ModelOutput):
     r"""
-    Output of [`Sapiens2ForNormalEstimation`] (the fields of transformers' class of the same name).
+    Output of [`Sapiens2ForNormalEstimation`].
 
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*): `NormalLoss`, when `labels` is given.
@@ -54,16 +51,14 @@ class Sapiens2NormalEstimatorOutput(ModelOutput):
 @dataclass
 class Sapiens2PointmapEstimatorOutput(ModelOutput):
     r"""
-    Output of [`Sapiens2ForPointmapEstimation`] (the fields of transformers' class of the same name).
+    Output of [`Sapiens2ForPointmapEstimation`].
 
     Args:
-        loss (`torch.Tensor` of shape `()`, *optional*): `PointmapLoss`, when `labels` (with `target_scales` and
-            `intrinsics`) is given.
+        loss (`torch.Tensor` of shape `()`, *optional*): `PointmapLoss`, when `labels` is given.
         pointmaps (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
             XYZ in the canonical camera (focal length 768 px; X right, Y down, Z forward).
-        scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
-            Canonical focal / actual focal length of the network input (metric XYZ = pointmaps / scales); `None` for
-            a head without the scale branch.
+        scales (`torch.Tensor` of shape `(batch_size, 1)`, *optional*): Canonical / actual focal length of the
+            network input (metric XYZ = pointmaps / scales); `None` without a scale branch.
         hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
     """
 
@@ -82,8 +77,7 @@ class Sapiens2AlbedoEstimatorOutput(ModelOutput):
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*): `AlbedoLoss`, when `labels` is given.
         albedos (`torch.Tensor` of shape `(batch_size, 3, height, width)`):
-            Raw RGB albedo as the official head returns it, with no activation or clamp (the target range is `[0, 1]`
-            and values slightly outside it occur); post-processing clamps to `[0, 1]`.
+            Raw RGB albedo, no activation or clamp (values slightly outside `[0, 1]` occur; post-processing clamps).
         hidden_states, attentions: as in [`Sapiens2PoseEstimatorOutput`].
     """
 
@@ -96,7 +90,7 @@ class Sapiens2AlbedoEstimatorOutput(ModelOutput):
 @dataclass
 class Sapiens2ImageMattingOutput(ModelOutput):
     r"""
-    Output of [`Sapiens2ForImageMatting`] (the fields of transformers' class of the same name, in its order).
+    Output of [`Sapiens2ForImageMatting`] (fields in the order of transformers' class).
 
     Args:
         loss (`torch.Tensor` of shape `()`, *optional*): `MattingLoss`, when `labels` is given.

@@ -1,12 +1,7 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Person boxes for top-down pose, as the official demo finds them (layer 0, Hub-shippable): a detector passed in
-(a transformers object-detection pipeline, or any callable with its output format), its person detections filtered
-by score and de-duplicated by non-maximum suppression.
-
-A user composes it with the pose pipeline or the image processor:
-`boxes, scores = detect_people(pipeline("object-detection", model=...), image)`, then
-`pipeline("sapiens2-pose")(image, boxes=boxes, box_scores=scores)`; the pose pipeline calls it for images given
-without boxes.
+"""Person boxes for top-down pose, as the official demo finds them: a detector passed in (a transformers
+object-detection pipeline, or any callable with its output format), its person detections filtered by score and
+de-duplicated by non-maximum suppression. The pose pipeline calls it for images given without boxes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""What every Sapiens2 pipeline shares (layer 0, Hub-shippable): the device and dtype checks, the default image
-processor, the base classes `_Sapiens2PipelineBase` (parameters split by stage, transformers' call path) and
-`_Sapiens2DensePipeline` (one model row per image)."""
+"""What every Sapiens2 pipeline shares: the device and dtype checks, the default image processor, the base classes
+`_Sapiens2PipelineBase` (parameters split by stage, transformers' call path) and `_Sapiens2DensePipeline`."""
 
 from __future__ import annotations
 
@@ -16,8 +15,6 @@ from transformers import Pipeline
 from .sapiens2_tasks import TASK_SPECS
 
 
-
-#: `pipeline(...)` task name -> Sapiens2 task, from the task registry (sapiens2_tasks.py).
 class _PipelineTasks(Mapping):
     """Pipeline name -> task, read from the task registry at each use (a task registered after import included)."""
 
@@ -43,13 +40,9 @@ def _is_sapiens2_hf_processor(processor) -> bool:
 
 
 def _default_image_processor(model, task: str, like=None):
-    """The registered Sapiens2 image processor class for the model's config, adopting `like` for `task`.
-
-    Args:
-        like: an image processor whose settings to keep, typically transformers' stock `Sapiens2ImageProcessor`
-            loaded from an official repo's preprocessor_config.json (see `from_image_processor`). Without it the
-            input size is the model's configured one.
-    """
+    """The registered Sapiens2 image processor class for the model's config, for `task`, keeping the settings of
+    `like` (typically transformers' stock processor of an official repo; see `from_image_processor`), else the
+    model's configured input size."""
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
 
     try:
@@ -74,12 +67,10 @@ def _refuse_a_model_of_another_type(model, pipeline_name: str) -> None:
     """Refuses a model whose class read a config.json of another model type, with the reason the class registered for
     `pipeline_name` gives for that checkpoint.
 
-    When the registered class refuses a checkpoint (NaN weights, another task, a `bert` config.json), transformers'
-    pipeline factory tries the classes config.json's `architectures` names in transformers' own namespace
-    (pipelines/base.py, `load_model`). Ours bear the names of transformers' Sapiens2 classes, so the folder we refused
-    came back as transformers' class reading our config.json, which it only warns about. Such a model keeps the
-    config.json's model type on its config, unlike its class's; the registered class loads the checkpoint again so
-    that its own one-line error is the one raised.
+    When the registered class refuses a checkpoint, transformers' pipeline factory tries the classes named by
+    config.json's `architectures` in its own namespace: ours bear the names of transformers' Sapiens2 classes, so
+    the refused folder comes back as transformers' class reading our config.json (it only warns). Such a model keeps
+    the config.json's model type; the registered class loads the checkpoint again to raise its own one-line error.
     """
     config = getattr(model, "config", None)
     declared, own = getattr(config, "model_type", None), getattr(type(config), "model_type", None)
@@ -99,20 +90,12 @@ def _refuse_a_model_of_another_type(model, pipeline_name: str) -> None:
     )
 
 
-def _positive_int(name: str, value: Any, default: int | None) -> int | None:
-    """`value` as an int >= 1 (`None` gives `default`); 0, negatives, fractions and booleans are errors."""
+def _positive_int(name: str, value: Any, default: int | None, minimum: int = 1) -> int | None:
+    """`value` as an int >= `minimum` (`None` gives `default`); smaller ones, fractions and booleans are errors."""
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-    return int(value)
-
-
-def _num_workers(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"num_workers must be an integer >= 0, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
     return int(value)
 
 
@@ -184,15 +167,10 @@ def check_dtype(dtype: Any) -> None:
 
 
 class _Sapiens2PipelineBase(Pipeline):
-    """The parts every Sapiens2 pipeline shares; the call path is transformers' own.
-
-    `__call__` only checks its arguments and hands over to `Pipeline.__call__`, so inputs go through transformers'
-    machinery: a list is run through a `DataLoader` (`batch_size` images per model call, `num_workers` processes for
-    `preprocess`), a generator or a `torch.utils.data.Dataset` (e.g. `KeyDataset(dataset, "image")`) is streamed
-    and answered with a lazy iterator, and a single image runs `preprocess -> forward -> postprocess` once. Model
-    outputs are split again per image (transformers' `PipelineIterator`), so `postprocess` always sees one image:
-    results do not depend on how the images were grouped, except through the model's own arithmetic on a larger
-    batch.
+    """The parts every Sapiens2 pipeline shares; the call path is transformers' own: `__call__` checks its arguments
+    and hands over to `Pipeline.__call__` (a list runs through a `DataLoader`, a generator or dataset is streamed).
+    Model outputs are split again per image (`PipelineIterator`), so `postprocess` always sees one image and results
+    do not depend on batching, except through the model's own arithmetic on a larger batch.
     """
 
     _load_processor = False
@@ -243,22 +221,17 @@ class _Sapiens2PipelineBase(Pipeline):
     # -- call ------------------------------------------------------------------------------------------------------
 
     def __call__(self, inputs, *args, batch_size: int | None = None, num_workers: int | None = None, **kwargs):
-        """Run on one image, a list of images, a generator of images or a `torch.utils.data.Dataset` of images
-        (e.g. transformers' `KeyDataset(dataset, "image")`). An image is a path, URL, PIL image or `(H, W, 3)` uint8
-        RGB array.
-
-        Args:
-            batch_size (`int` >= 1, *optional*): images per model call (default: the pipeline's, else 1).
-            num_workers (`int` >= 0, *optional*): `DataLoader` worker processes for `preprocess` (default 0).
-
-        Returns one result for one image, a list for a list (or tuple), and a lazy iterator of results for a
-        generator or dataset.
+        """Run on one image (a path, URL, PIL image or `(H, W, 3)` uint8 RGB array), a list of images, a generator or
+        a `torch.utils.data.Dataset` of images (e.g. `KeyDataset(dataset, "image")`): one result, a list, or a lazy
+        iterator. `batch_size` (>= 1): images per model call (default: the pipeline's, else 1); `num_workers` (>= 0):
+        `DataLoader` worker processes for `preprocess` (default 0).
         """
         if args:
             raise TypeError(f"{type(self).__name__} takes the inputs as its only positional argument; pass the "
                             "options by name.")
         batch_size = _positive_int("batch_size", batch_size if batch_size is not None else self._batch_size, None)
-        num_workers = _num_workers(num_workers if num_workers is not None else self._num_workers)
+        num_workers = _positive_int("num_workers", num_workers if num_workers is not None else self._num_workers, None,
+                                    minimum=0)
         if isinstance(inputs, tuple):
             inputs = list(inputs)
         if isinstance(inputs, list) and not inputs:

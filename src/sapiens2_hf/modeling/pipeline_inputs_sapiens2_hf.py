@@ -1,23 +1,21 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""What a Sapiens2 pipeline call is given, normalised once before transformers' `Pipeline.__call__` (layer 0,
-Hub-shippable).
+"""What a Sapiens2 pipeline call is given, normalised once before transformers' `Pipeline.__call__`.
 
-The rule, for every pipeline: a list or tuple is a batch of images (the results: a list), a generator or a
-`torch.utils.data.Dataset` is a stream (a lazy iterator), anything else is one image (one result). Each item is an
-image (path, URL, PIL, `(H, W, 3)` uint8 RGB array) or a dict `{"image": ..., <that image's options>}`; a call's
-per-image option (`foreground_mask=`, `boxes=`, ...) gives one value per image for a batch and one image's value
-for a single image. Each item becomes one numbered record (`_DenseInput`, `_PoseInput`), so that errors name the
-image's position in the call.
+A list or tuple is a batch of images (the results: a list), a generator or a `torch.utils.data.Dataset` a stream (a
+lazy iterator), anything else one image. Each item is an image or a dict `{"image": ..., <that image's options>}`; a
+call's per-image option (`foreground_mask=`, `boxes=`, ...) gives one value per image for a batch. Each item becomes
+one numbered record (`_DenseInput`, `_PoseInput`), so that errors name the image's position in the call.
 
-Values are read by their array shape, never guessed from how deep a list's first element is nested: one image's
-pose boxes are a `(num_boxes, 4)` array-like (`[]`: none), optionally wrapped once (`[[box, ...]]`, `[[]]`); its
-box scores `(num_boxes,)`, wrapped alike. A batch's boxes hold one such `(num_boxes, 4)` entry per image.
+Values are read by their array shape, never by how deep a list's first element is nested: one image's pose boxes
+are a `(num_boxes, 4)` array-like (`[]`: none) or that wrapped once, its scores `(num_boxes,)` likewise; a batch's
+boxes hold one `(num_boxes, 4)` entry per image.
 """
 
 from __future__ import annotations
 
 import types
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -57,19 +55,6 @@ def _dense_input(number: int, item: Any, defaults: dict[str, Any] | None = None)
         options.update(own)
         item = item["image"]
     return _DenseInput(number, item, **options)
-
-
-class _NumberedDenseDataset(Dataset):
-    """A map-style dataset of dense inputs (images or dicts with an `image` column), numbered by index."""
-
-    def __init__(self, dataset, defaults: dict[str, Any]):
-        self.dataset, self.defaults = dataset, defaults
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, index):
-        return _dense_input(index, self.dataset[index], self.defaults)
 
 
 class _ImageOptions:
@@ -118,12 +103,9 @@ def _one_image(value: Any, item_ndim: int, name: str, example: str) -> list:
 
 def _boxes_per_image(boxes: Any, box_scores: Any, num_images: int, single: bool,
                      first_number: int = 0) -> tuple[list, list | None]:
-    """The pose pipeline's `boxes` / `box_scores` -> one entry per image, read by shape (the rule:
-    `Sapiens2PosePipeline`; one image: `_one_image`; a list of images: one `(num_boxes, 4)` entry per image).
-
-    Only the nesting and the scores are checked here; the boxes' values are checked by the image processor
-    (`validate_pose_boxes`) once the images' sizes are known. Errors number the images from `first_number`.
-    """
+    """The pose pipeline's `boxes` / `box_scores` -> one entry per image, read by shape (one image: `_one_image`).
+    Only the nesting and the scores are checked here (images numbered from `first_number`); the image processor
+    checks the boxes' values once the images' sizes are known (`validate_pose_boxes`)."""
     if single:
         boxes = _one_image(boxes, 2, "boxes", f"[{_XYXY}, ...]")
         if box_scores is not None:
@@ -167,10 +149,8 @@ def _boxes_per_image(boxes: Any, box_scores: Any, num_images: int, single: bool,
 
 @dataclass
 class _PoseInput:
-    """One image of a pose call with its boxes, numbered by its position in the call (errors name that number).
-
-    `boxes` / `box_scores` are `None` (detect), or one image's entry as the caller gave it (`checked=False`: its
-    nesting is checked in `preprocess`) or as `_boxes_per_image` returned it (`checked=True`)."""
+    """One image of a pose call, numbered by its position in the call, with its `boxes` / `box_scores`: `None`
+    (detect), as the caller gave them (nesting checked in `preprocess`) or already `checked` (`_boxes_per_image`)."""
 
     number: int
     image: Any
@@ -198,18 +178,18 @@ def _pose_input(number: int, item: Any) -> _PoseInput:
     return _PoseInput(number, item)
 
 
-class _NumberedPoseDataset(Dataset):
-    """A map-style dataset of pose inputs (e.g. `KeyDataset(dataset, "image")`, or rows with `image` / `boxes`
-    columns), numbered by index."""
+class _NumberedDataset(Dataset):
+    """A map-style dataset of pipeline inputs (e.g. `KeyDataset(dataset, "image")`, or rows with an `image` column and
+    that image's options), each row made a record numbered by its index with `make_input(index, row)`."""
 
-    def __init__(self, dataset):
-        self.dataset = dataset
+    def __init__(self, dataset, make_input):
+        self.dataset, self.make_input = dataset, make_input
 
     def __len__(self):
         return len(self.dataset)
 
     def __getitem__(self, index):
-        return _pose_input(index, self.dataset[index])
+        return self.make_input(index, self.dataset[index])
 
     def __iter__(self):  # `ChunkPipeline` iterates its input; the sequence protocol would need an IndexError
         return (self[index] for index in range(len(self)))
@@ -246,7 +226,7 @@ def dense_call_inputs(inputs: Any, options: dict[str, Any], processor) -> Any:
                                      "image in dict inputs {'image': ..., 'focal_length': ...}.")
                 processor.validate_camera(**{name: value})
         if isinstance(inputs, Dataset):
-            inputs = _NumberedDenseDataset(inputs, options)
+            inputs = _NumberedDataset(inputs, partial(_dense_input, defaults=options))
         else:
             inputs = (_dense_input(i, item, options) for i, item in enumerate(inputs))
     else:
@@ -276,7 +256,7 @@ def pose_call_inputs(inputs: Any, boxes: Any = None, box_scores: Any = None) -> 
     elif isinstance(inputs, list):
         inputs = [_pose_input(i, item) for i, item in enumerate(inputs)]
     elif isinstance(inputs, Dataset):
-        inputs = _NumberedPoseDataset(inputs)
+        inputs = _NumberedDataset(inputs, _pose_input)
     elif isinstance(inputs, types.GeneratorType):
         inputs = (_pose_input(i, item) for i, item in enumerate(inputs))
     else:

@@ -1,8 +1,6 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""The checks of what a Sapiens2 image processor is given (layer 0, Hub-shippable): tasks, sizes, normalisation,
-pose boxes, person-foreground masks and cameras, each a one-line `ValueError` naming the parameter and the fix.
-
-Module-level functions, so that the processor, its post-processing functions and the pipelines share one copy."""
+"""The checks of what a Sapiens2 image processor is given (tasks, sizes, normalisation, pose boxes, person-foreground
+masks, cameras), each a one-line `ValueError` naming the parameter and the fix; shared by processor and pipelines."""
 
 from __future__ import annotations
 
@@ -47,23 +45,13 @@ def validate_pose_boxes(
     boxes: Any, box_format: str, image_sizes: Sequence[tuple[int, int]] | None = None,
     image_numbers: Sequence[int] | None = None,
 ) -> list[np.ndarray]:
-    """Check person boxes and convert them to `(x_min, y_min, x_max, y_max)`.
+    """Per image, its `(num_boxes, 4)` person boxes (list, array or tensor, image pixels; empty: no person) in
+    `box_format` (`"xywh"`, COCO, or `"xyxy"`) -> a float32 xyxy array (xywh converted in float32, as officially).
 
-    Args:
-        boxes: one entry per image, each a list (or `(num_boxes, 4)` array / tensor) of boxes in `box_format`, image
-            pixels; an empty entry means no person in that image.
-        box_format (`str`): `"xywh"` (COCO `[x_min, y_min, width, height]`) or `"xyxy"`
-            (`[x_min, y_min, x_max, y_max]`).
-        image_sizes: per image `(height, width)`; when given, a box must overlap its image (it may stick out of it,
-            as in the official demo, but a box entirely outside crops only padding).
-        image_numbers: the image numbers to name in errors (default `0, 1, ...`; pipelines pass their global ones).
-
-    Returns:
-        Per image a float32 `(num_boxes, 4)` xyxy array (xywh is converted in float32 as the official code does).
-
-    Raises:
-        ValueError naming the image, the box, its value and `box_format` when a box is not a 4-number row, is NaN or
-        infinite, has zero or negative width or height (an inverted box), or lies entirely outside its image.
+    A `ValueError` names the image (numbered by `image_numbers`, default `0, 1, ...`), the box, its value and
+    `box_format` when a box is not a 4-number row, is not finite, has zero or negative width or height, or (with
+    `image_sizes`, `(height, width)` per image) lies entirely outside its image: it may stick out, as in the
+    official demo, but a box entirely outside crops only padding.
     """
     if box_format not in BOX_FORMATS:
         raise ValueError(f"box_format={box_format!r}; use one of {BOX_FORMATS}.")
@@ -197,18 +185,11 @@ def _mask_image_to_bool(pil: Image.Image) -> np.ndarray:
 
 
 def foreground_mask_array(mask: Any, image_size: Any = None, name: str = "foreground_mask") -> np.ndarray:
-    """A person-foreground mask as a `(height, width)` bool numpy array, checked against the image's size.
-
-    Args:
-        mask: a bool array / tensor; a numeric one holding only 0 and 1 (or, for uint8, 0 and 255: a mask image read
-            as an array); a PIL image (mode `"1"`, or any other mode converted to grey: above 0 is foreground); or
-            the path of such an image. `(height, width, 1)` and `(1, height, width)` are squeezed.
-        image_size: the image's `(height, width)`; the mask must have that size.
-        name: what the mask is called in error messages.
-
-    Raises:
-        ValueError: for another shape or size, NaN / inf, or values that are not 0 / 1 (a soft matte or
-            probabilities: threshold them first, e.g. `alpha > 0.5`).
+    """A person-foreground mask as a `(height, width)` bool numpy array of `image_size` (when given), or a
+    `ValueError` naming it (`name`) for another shape or size, NaN / inf, or values that are not 0 / 1 (a soft
+    matte: threshold it first). `mask`: a bool array / tensor, a numeric one of 0 and 1 (uint8: also 0 and 255), a
+    PIL image (mode `"1"`, or converted to grey: above 0 is foreground) or its path; `(height, width, 1)` and
+    `(1, height, width)` are squeezed.
     """
     array = _mask_as_array(mask, name)
     if array.ndim == 3 and 1 in (array.shape[0], array.shape[-1]):

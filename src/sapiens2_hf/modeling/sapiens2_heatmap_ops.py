@@ -1,8 +1,7 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""The official pose heatmap decoding, batched in torch on the heatmaps' device (layer 0, Hub-shippable): flip
-test, OpenCV-equivalent Gaussian blurs, arg-max, the DARK-UDP refinement with its quirks, and the crop -> image
-mapping. Each function reproduces one step of the official Sapiens2 inference code numerically (see
-`sapiens2_processing_ops` for the provenance and the pre-processing)."""
+"""The official pose heatmap decoding, batched in torch on the heatmaps' device: flip test, OpenCV-equivalent Gaussian
+blurs, arg-max, the DARK-UDP refinement with its quirks, and the crop -> image mapping, each reproducing one step of
+the official Sapiens2 inference code numerically."""
 
 from __future__ import annotations
 
@@ -11,11 +10,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Pose decoding (batched, torch, on the heatmaps' device)
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _flip_index(flip_indices: Sequence[int] | torch.Tensor, heatmaps: torch.Tensor) -> torch.Tensor:
@@ -48,10 +42,8 @@ def flip_test_average(
     heatmaps: torch.Tensor, heatmaps_on_flipped_input: torch.Tensor, flip_indices: Sequence[int] | torch.Tensor,
     channels: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """Official flip test: `(heatmaps + flip_back(heatmaps_on_flipped_input)) / 2`, in the heatmaps' dtype.
-
-    With `channels`, `heatmaps` hold only those model channels (in that order) and the result is
-    `flip_test_average(all heatmaps, ...)[:, channels]`: only the flipped channels they need are flipped back.
+    """Official flip test: `(heatmaps + flip_back(heatmaps_on_flipped_input)) / 2`, in the heatmaps' dtype. With
+    `channels`, `heatmaps` hold only those model channels, and only the flipped channels they need are flipped back.
     """
     index = _flip_index(flip_indices, heatmaps_on_flipped_input)
     if channels is not None:
@@ -72,11 +64,8 @@ def opencv_gaussian_kernel1d(kernel_size: int, device=None) -> torch.Tensor:
 
 
 def _band_matrix(kernel: torch.Tensor, size_in: int, size_out: int, offset: int) -> torch.Tensor:
-    """`(size_in, size_out)` matrix `M[q, p] = kernel[q - p - offset + half]` (zero outside the kernel's support).
-
-    `x @ M` is a 1-D correlation along the last axis: `offset = 0` with `size_in == size_out` is the zero-padded
-    "same" blur, `offset = half` with `size_in = size_out + 2 * half` the "valid" blur of an already padded signal.
-    """
+    """`(size_in, size_out)` matrix `M[q, p] = kernel[q - p - offset + half]` (zero outside the kernel): `x @ M` is a
+    1-D correlation along the last axis, "same" with `offset = 0`, "valid" on a padded signal with `offset = half`."""
     half = kernel.numel() // 2
     q = torch.arange(size_in, device=kernel.device)[:, None]
     p = torch.arange(size_out, device=kernel.device)[None, :]
@@ -87,12 +76,10 @@ def _band_matrix(kernel: torch.Tensor, size_in: int, size_out: int, offset: int)
 
 
 def gaussian_blur_zero_padded(maps: torch.Tensor, kernel_size: int = 11, valid: bool = False) -> torch.Tensor:
-    """``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` of float32 `(..., height, width)` maps surrounded by zeros.
-
-    Separable, as two banded matrix products (fast on CPU BLAS and on GPUs). On CUDA they run in float64 and are
-    rounded back to float32: CUDA may run float32 products in TF32 (a 1e-3 relative error would spoil the DARK
-    refinement), a process-wide switch that is neither read nor changed here. With `valid`, `maps` already carry a
-    `kernel_size // 2` zero border and only the interior is returned.
+    """``cv2.GaussianBlur(ksize=(k, k), sigmaX=0)`` of float32 `(..., height, width)` maps surrounded by zeros (with
+    `valid`: maps that already carry a `kernel_size // 2` zero border, only the interior returned), as two banded
+    matrix products. On CUDA they run in float64: float32 products may run in TF32 (a process-wide switch), whose
+    1e-3 relative error would spoil the DARK refinement.
     """
     kernel = opencv_gaussian_kernel1d(kernel_size, maps.device)
     half = kernel_size // 2
@@ -130,11 +117,9 @@ def _gather_windows(maps: torch.Tensor, map_index: torch.Tensor, top: torch.Tens
 
 def _blurred_maxima(maps: torch.Tensor, row_max: torch.Tensor, lower_bound: torch.Tensor,
                     kernel_size: int) -> torch.Tensor:
-    """Exact maximum of each zero-padded Gaussian-blurred map of `(num_maps, height, width)` `maps`, blurring only a
-    small box around the peak when possible: a blurred pixel is a weighted mean of its window, so it can reach
-    `lower_bound` (`(num_maps,)`: a blurred value of that map) only if its window holds a pixel >= it; for a peaked
-    map those pixels sit in a small box, which grown by the kernel radius gives the same maximum as the whole map.
-    `row_max` `(num_maps, height)` holds each row's maximum. Maps without such a small box are blurred whole.
+    """Exact maximum of each zero-padded Gaussian-blurred map of `(num_maps, height, width)` `maps` (`row_max`: their
+    row maxima), blurring only a small box around the peak when there is one: a blurred pixel, a weighted mean of its
+    window, reaches `lower_bound` (a blurred value of that map) only if its window holds a pixel >= it.
     """
     num_maps, height, width = maps.shape
     half = kernel_size // 2
@@ -175,23 +160,23 @@ def _blurred_maxima(maps: torch.Tensor, row_max: torch.Tensor, lower_bound: torc
 
 
 def _argmax_with_row_max(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One pass over the maps: row maxima, then the first maximum in row-major order (numpy's argmax)."""
+    """One pass over the maps: row maxima, maxima, and the float32 `(x, y)` of the first maximum in row-major order
+    (numpy's argmax), `(-1, -1)` where the maximum is <= 0."""
     num_crops, num_keypoints, height, width = heatmaps.shape
     row_max = heatmaps.amax(dim=-1)  # (num_crops, num_keypoints, height)
     scores = row_max.amax(dim=-1)
     row = (row_max == scores[..., None]).to(torch.uint8).argmax(dim=-1)  # first row holding the maximum
     values = heatmaps.gather(2, row[..., None, None].expand(-1, -1, 1, width))[:, :, 0]  # (..., width)
     col = (values == scores[..., None]).to(torch.uint8).argmax(dim=-1)
-    return row_max, scores, torch.stack([col, row], dim=-1)
+    locations = torch.stack([col, row], dim=-1).to(torch.float32)
+    return row_max, scores, torch.where((scores > 0)[..., None], locations, torch.full_like(locations, -1.0))
 
 
 def heatmap_argmax(heatmaps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Integer maxima of `(num_crops, num_keypoints, height, width)` heatmaps: `locations` (`(num_crops,
     num_keypoints, 2)` float32 `(x, y)` heatmap pixels of the first maximum in row-major order, `(-1, -1)` where the
     maximum is <= 0) and `scores` (`(num_crops, num_keypoints)`, the maxima, heatmap dtype)."""
-    _, scores, index = _argmax_with_row_max(heatmaps)
-    locations = index.to(torch.float32)
-    locations = torch.where((scores > 0)[..., None], locations, torch.full_like(locations, -1.0))
+    _, scores, locations = _argmax_with_row_max(heatmaps)
     return locations, scores
 
 
@@ -199,26 +184,18 @@ def refine_keypoints_dark_udp(
     locations: torch.Tensor, heatmaps: torch.Tensor, blur_kernel_size: int = 11, row_max: torch.Tensor | None = None,
     previous_map: Sequence[int] | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Official DARK-UDP refinement: one Newton step on the blurred log-heatmap at the integer maximum.
+    """Official DARK-UDP refinement of the integer `(x, y)` `locations` `(num_crops, num_keypoints, 2)` of
+    `heatmap_argmax` on `(num_crops, num_keypoints, height, width)` heatmaps: one Newton step on the blurred
+    log-heatmap. Returns the refined float32 `(x, y)` in heatmap pixels, same shape.
 
-    Steps: max-preserving Gaussian blur (kernel `blur_kernel_size`), clip to [1e-3, 50], log, edge-pad by 1, central
-    differences at the maximum, `offset = -(H + eps I)^-1 grad` (float32 eps), applied in float64 and rounded back to
-    float32 as the official in-place numpy update does. Only what the step reads is computed: the blurred 3x3
-    neighbourhood of each maximum and each map's blurred maximum (`_blurred_maxima`); the result equals blurring whole
-    maps up to float32 summation order. Official quirk reproduced: a keypoint at `(-1, -1)` (maximum <= 0) reads its
-    neighbours from the flattened padded maps of the same crop, wrapping around at index 0 like numpy's negative
-    indexing.
-
-    Args:
-        locations (`torch.Tensor` of shape `(num_crops, num_keypoints, 2)`): integer `(x, y)` from `heatmap_argmax`.
-        heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`).
-        row_max (`(num_crops, num_keypoints, height)`, *optional*): the maps' row maxima if already known.
-        previous_map (`(num_keypoints,)` int, *optional*): for each map, the map of `heatmaps` holding the model
-            channel before it (the one the quirk reads); default: the map before it, the first wrapping to the last,
-            right when `heatmaps` hold all the model's channels in order (a subset: `keypoint_subset_maps`).
-
-    Returns:
-        `torch.Tensor` of shape `(num_crops, num_keypoints, 2)`, float32, refined `(x, y)` in heatmap pixels.
+    Steps: max-preserving Gaussian blur, clip to [1e-3, 50], log, edge-pad by 1, central differences at the maximum,
+    `offset = -(H + eps I)^-1 grad` (float32 eps) in float64, rounded back to float32 as the official numpy update
+    does. Only the blurred 3x3 neighbourhood of each maximum and each map's blurred maximum are computed (equal to
+    blurring whole maps up to float32 summation order). Official quirk reproduced: a keypoint at `(-1, -1)` (maximum
+    <= 0) reads its neighbours from the flattened padded maps of the same crop, wrapping at index 0 like numpy.
+    `previous_map` (`(num_keypoints,)` int) names, per map, the map holding the model channel before it (the one the
+    quirk reads); default: the map before, the first wrapping to the last (a subset: `keypoint_subset_maps`).
+    `row_max` `(num_crops, num_keypoints, height)`: the maps' row maxima if already known.
     """
     num_crops, num_keypoints, height, width = heatmaps.shape
     device = heatmaps.device
@@ -296,16 +273,10 @@ def decode_udp_heatmaps(
     heatmaps: torch.Tensor, input_size: tuple[int, int], blur_kernel_size: int = 11,
     previous_map: Sequence[int] | torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Official UDP heatmap decoding, batched over crops. Each keypoint's result depends on its own map only (and, for
-    a maximum <= 0, on the previous channel's: the quirk in `refine_keypoints_dark_udp`), so decoding a subset of the
-    channels gives the same values as decoding all and selecting (`keypoint_subset_maps`).
-
-    Args:
-        heatmaps (`torch.Tensor` of shape `(num_crops, num_keypoints, height, width)`): raw (or flip-averaged)
-            heatmaps; any float dtype (decoded in float32).
-        input_size (`tuple[int, int]`): crop `(height, width)` the heatmaps belong to.
-        blur_kernel_size (`int`, defaults to 11): the official DARK blur kernel.
-        previous_map (`(num_keypoints,)` int, *optional*): see `refine_keypoints_dark_udp`.
+    """Official UDP decoding of `(num_crops, num_keypoints, height, width)` heatmaps (any float dtype, decoded in
+    float32) of crops of `input_size` `(height, width)`. Each keypoint's result depends on its own map only (and, for
+    a maximum <= 0, on the previous channel's: see `refine_keypoints_dark_udp`, also for `previous_map`), so decoding
+    a subset of the channels gives the values of a full decode (`keypoint_subset_maps`).
 
     Returns:
         dict with `keypoints_heatmap` (`(num_crops, num_keypoints, 2)` float32: refined `(x, y)` in heatmap pixels),
@@ -315,9 +286,7 @@ def decode_udp_heatmaps(
     """
     heatmaps = heatmaps.to(torch.float32)
     height, width = heatmaps.shape[-2:]
-    row_max, scores, index = _argmax_with_row_max(heatmaps)
-    locations = torch.where((scores > 0)[..., None], index.to(torch.float32), torch.full(index.shape, -1.0,
-                                                                                          device=index.device))
+    row_max, scores, locations = _argmax_with_row_max(heatmaps)
     refined = refine_keypoints_dark_udp(locations, heatmaps, blur_kernel_size, row_max=row_max,
                                         previous_map=previous_map)
     step_device = refined.device if refined.device.type != "mps" else torch.device("cpu")
@@ -330,12 +299,9 @@ def decode_udp_heatmaps(
 def keypoint_subset_maps(
     channels: Sequence[int], num_keypoints: int, with_previous: bool
 ) -> tuple[list[int], list[int], list[int]]:
-    """Which heatmap channels to decode for the keypoints `channels` (distinct), and where their results are.
-
-    Without `with_previous` the maps are `channels` themselves. With it, the channel before each one (in the
-    model's layout, the first wrapping to the last) is decoded too, so that a keypoint whose maximum is <= 0 reads
-    the same neighbour as in a full decode (the official quirk in `refine_keypoints_dark_udp`); the caller needs that
-    only when such a maximum occurs.
+    """Which heatmap channels to decode for the keypoints `channels` (distinct), and where their results are. With
+    `with_previous` the channel before each one (the first wrapping to the last) is decoded too, so that a keypoint
+    whose maximum is <= 0 reads the same neighbour as in a full decode (the quirk in `refine_keypoints_dark_udp`).
 
     Returns:
         `(maps, positions, previous_map)`: the model channels to decode, in order; the index in `maps` of each of
@@ -352,12 +318,9 @@ def keypoint_subset_maps(
 def crop_to_image(
     keypoints_input: torch.Tensor, center: torch.Tensor, scale: torch.Tensor, input_size: tuple[int, int]
 ) -> torch.Tensor:
-    """Official crop -> image mapping `kp / input_size * scale + center - scale / 2` in float64 (official quirk: it
-    divides by the input size, not by input size - 1).
-
-    `keypoints_input` `(num_crops, num_keypoints, 2)` crop pixels; `center`, `scale` the float32 `(num_crops, 2)` of
-    `boxes_to_center_scale`; `input_size` the crop `(height, width)`. Returns float64 `(x, y)` original-image pixels.
-    """
+    """Official crop -> image mapping `kp / input_size * scale + center - scale / 2` of `(num_crops, num_keypoints,
+    2)` crop pixels, in float64 (quirk: it divides by the input size, not input size - 1); `center`, `scale` from
+    `boxes_to_center_scale`. Returns float64 `(x, y)` original-image pixels."""
     device = keypoints_input.device
     crop_size = torch.tensor([input_size[1], input_size[0]], dtype=torch.float64, device=device)
     scale = scale.to(device, torch.float32)

@@ -1,22 +1,13 @@
 # Copyright 2026 the sapiens2_hf authors. Licensed under the Apache License, Version 2.0.
-"""Pure pre- and post-processing functions for Sapiens2 (layer 0, Hub-shippable).
+"""Pure pre- and post-processing functions for Sapiens2, each reproducing one step of the official inference code
+(facebookresearch/sapiens2 @ 3098c14) numerically, checked against the official fixtures (tests/fixtures/official).
 
-Every function here reproduces one step of the official Sapiens2 inference code
-(facebookresearch/sapiens2 @ 3098c14) numerically. The facts come from the official pre/post-processing code's behaviour and
-the official fixtures (tests/fixtures/official); the code is written from those descriptions.
-
-Geometry (pre-processing) works on ``uint8`` RGB images, channels-last ``(height, width, 3)``, because the official
-code warps and resizes ``uint8`` images with OpenCV and rounds to ``uint8`` before normalising. OpenCV is used when it
-can be imported (exact parity). Otherwise a torch implementation is used:
-
-* the pose crop (``cv2.warpAffine``, bilinear and bicubic) is emulated bit-exactly: OpenCV quantises source
-  coordinates to 1/32 pixel and uses 15-bit fixed-point weights, and the emulation does the same integer arithmetic;
-* ``cv2.resize`` INTER_LINEAR (letterbox) and INTER_AREA shrinks (segmentation) are emulated bit-exactly (OpenCV 4.x on
-  x86: fixed-point linear with its SIMD vertical rounding, float32 area accumulation in OpenCV's order);
-* ``cv2.resize`` INTER_CUBIC (segmentation enlargements) and INTER_AREA with a growing axis are computed in float and
-  rounded: at most one grey level off on some pixels (measured: see ``tests/test_processing_parity.py``).
-
-Post-processing works on torch tensors on their own device, batched.
+Geometry works on ``uint8`` RGB ``(height, width, 3)`` images, as the official code warps and resizes with OpenCV and
+rounds to ``uint8`` before normalising. OpenCV is used when importable; the torch fallback emulates the pose crop
+(``cv2.warpAffine``: 1/32-pixel coordinates, 15-bit fixed-point weights) and ``cv2.resize`` INTER_LINEAR and
+INTER_AREA shrinks bit-exactly (OpenCV 4.x, x86), and computes INTER_CUBIC and growing INTER_AREA in float: at most
+one grey level off on some pixels (tests/test_processing_parity.py). Post-processing is batched torch on the
+tensors' own device.
 """
 
 from __future__ import annotations
@@ -59,11 +50,8 @@ _VALID_BACKENDS = ("auto", "cv2", "torch")
 
 
 def resolve_backend(backend: str | None) -> str:
-    """Return ``"cv2"`` or ``"torch"`` for a requested geometry backend.
-
-    Args:
-        backend (`str` or `None`): ``"auto"`` (OpenCV when importable, else torch), ``"cv2"`` or ``"torch"``.
-    """
+    """``"cv2"`` or ``"torch"`` for a requested geometry `backend`: ``"auto"`` (or `None`: OpenCV when importable,
+    else torch), ``"cv2"`` or ``"torch"``."""
     backend = "auto" if backend is None else backend
     if backend not in _VALID_BACKENDS:
         raise ValueError(f"backend={backend!r} is not valid; use one of {_VALID_BACKENDS}.")
@@ -83,12 +71,9 @@ def resolve_backend(backend: str | None) -> str:
 def boxes_to_center_scale(
     boxes_xyxy: np.ndarray, input_size: tuple[int, int], padding: float = 1.25
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Box -> (centre, padded and aspect-fixed size), exactly as the official top-down test pipeline, in float32 numpy
-    as the official code (so that both are bit-identical).
-
-    `boxes_xyxy` `(num_boxes, 4)` are `(x_min, y_min, x_max, y_max)` image pixels; the size is padded by `padding`
-    and fixed to the aspect `width / height` of `input_size` `(height, width)`. Returns `(center, scale)`: two float32
-    `(num_boxes, 2)` arrays, `(x, y)` and `(width, height)` in image pixels.
+    """`(num_boxes, 4)` xyxy boxes (image pixels) -> `(center, scale)`, two float32 `(num_boxes, 2)` arrays (`(x, y)`,
+    `(width, height)`): the size padded by `padding` and fixed to the aspect of `input_size` `(height, width)`, in
+    float32 numpy, bit-identical to the official top-down test pipeline.
     """
     boxes = np.asarray(boxes_xyxy, dtype=np.float32).reshape(-1, 4)
     x1, y1, x2, y2 = boxes[:, 0:1], boxes[:, 1:2], boxes[:, 2:3], boxes[:, 3:4]
@@ -101,12 +86,9 @@ def boxes_to_center_scale(
 
 
 def udp_warp_matrices(center: np.ndarray, scale: np.ndarray, input_size: tuple[int, int]) -> np.ndarray:
-    """UDP affine matrices (image -> crop), rotation 0, float32 as the official code builds them: the box's left/right
-    edges map to crop pixel centres 0 and `width - 1` (unbiased data processing).
-
-    `center` and `scale` are the float32 `(num_boxes, 2)` arrays of `boxes_to_center_scale`, `input_size` the crop
-    `(height, width)`. Returns `(num_boxes, 2, 3)` float32.
-    """
+    """`(num_boxes, 2, 3)` float32 UDP affine matrices (image -> crop of `input_size` `(height, width)`, rotation 0)
+    of the `boxes_to_center_scale` arrays, as the official code builds them: the box's left/right edges map to crop
+    pixel centres 0 and `width - 1`."""
     center = np.asarray(center, dtype=np.float32).reshape(-1, 2)
     scale = np.asarray(scale, dtype=np.float32).reshape(-1, 2)
     out_h, out_w = input_size
@@ -126,10 +108,8 @@ def udp_warp_matrices(center: np.ndarray, scale: np.ndarray, input_size: tuple[i
 
 
 def crop_interpolation(matrix: np.ndarray) -> str:
-    """Official kernel choice for a crop: ``"area"`` when the warp shrinks (smaller axis scale < 1), else ``"cubic"``.
-
-    OpenCV's warpAffine treats INTER_AREA as bilinear, so ``"area"`` means a bilinear warp.
-    """
+    """Official kernel choice for a crop: ``"area"`` (which OpenCV's warpAffine treats as bilinear) when the warp
+    shrinks (smaller axis scale < 1), else ``"cubic"``."""
     return "area" if min(float(matrix[0, 0]), float(matrix[1, 1])) < 1.0 else "cubic"
 
 
@@ -370,24 +350,16 @@ def _resize_torch(image: np.ndarray, output_size: tuple[int, int], interpolation
     # Approximations (float, then rounding): OpenCV's fixed-point cubic, and INTER_AREA when an axis grows
     # (OpenCV then uses a linear-like kernel), differ by at most one grey level on some pixels.
     x = source.permute(2, 0, 1)[None].to(torch.float64)  # (1, 3, in_h, in_w)
-    if interpolation == "area":
-        x = F.interpolate(x, size=(out_h, out_w), mode="bilinear", align_corners=False, antialias=False)
-    else:
-        x = F.interpolate(x, size=(out_h, out_w), mode="bicubic", align_corners=False, antialias=False)
+    mode = "bilinear" if interpolation == "area" else "bicubic"
+    x = F.interpolate(x, size=(out_h, out_w), mode=mode, align_corners=False, antialias=False)
     return x.round().clamp(0, 255).to(torch.uint8)[0].permute(1, 2, 0).numpy()
 
 
 def resize_uint8(
     image: np.ndarray, output_size: tuple[int, int], interpolation: str, backend: str | None = "auto"
 ) -> np.ndarray:
-    """``cv2.resize`` on a uint8 image (or its torch approximation, within one grey level).
-
-    Args:
-        image (`np.ndarray` of shape `(height, width, 3)`, uint8).
-        output_size (`tuple[int, int]`): `(height, width)`.
-        interpolation (`str`): ``"area"``, ``"linear"`` or ``"cubic"`` (OpenCV semantics, no antialiasing).
-        backend (`str`): ``"auto"``, ``"cv2"`` or ``"torch"``.
-    """
+    """``cv2.resize`` of a `(height, width, 3)` uint8 image to `output_size` `(height, width)` with ``"area"``,
+    ``"linear"`` or ``"cubic"`` `interpolation` (or its torch emulation, `resolve_backend`)."""
     backend = resolve_backend(backend)
     if backend == "cv2":
         flag = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "cubic": cv2.INTER_CUBIC}[interpolation]
@@ -397,19 +369,15 @@ def resize_uint8(
 
 
 def stretch_resize(image: np.ndarray, input_size: tuple[int, int], backend: str | None = "auto") -> np.ndarray:
-    """Official segmentation resize: stretch to `input_size` without keeping the aspect ratio.
-
-    The official kernel choice looks at the width only: INTER_AREA when the new width is smaller, else INTER_CUBIC.
-    """
+    """Official segmentation resize: stretch to `input_size`, INTER_AREA when the new width is smaller (the official
+    choice looks at the width only), else INTER_CUBIC."""
     interpolation = "area" if input_size[1] < image.shape[1] else "cubic"
     return resize_uint8(image, input_size, interpolation, backend)
 
 
 def letterbox_geometry(image_size: tuple[int, int], input_size: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
-    """Resized size and padding of the official letterbox of an `image_size` image into `input_size` (both
-    `(height, width)`): `((new_height, new_width), (left, right, top, bottom))`. The new size truncates
-    `size * scale` (scale = min of the two axis ratios; at least 1 pixel) and the padding is centred, the odd pixel
-    going right / bottom.
+    """`((new_height, new_width), (left, right, top, bottom))` of the official letterbox of an `image_size` image into
+    `input_size`: `size * min(axis ratios)` truncated (at least 1 pixel), padding centred, the odd pixel right/bottom.
     """
     in_h, in_w = image_size
     out_h, out_w = input_size
@@ -423,11 +391,8 @@ def letterbox_geometry(image_size: tuple[int, int], input_size: tuple[int, int])
 def letterbox(
     image: np.ndarray, input_size: tuple[int, int], backend: str | None = "auto"
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
-    """Official normal / pointmap / albedo letterbox: INTER_LINEAR aspect resize, centred zero padding (uint8).
-
-    Returns:
-        `(image, padding)`: `(input_height, input_width, 3)` uint8 and `(left, right, top, bottom)`.
-    """
+    """Official normal / pointmap / albedo letterbox: INTER_LINEAR aspect resize, centred zero padding. Returns the
+    `(input_height, input_width, 3)` uint8 image and its `(left, right, top, bottom)` padding."""
     (new_h, new_w), padding = letterbox_geometry(image.shape[:2], input_size)
     resized = resize_uint8(image, (new_h, new_w), "linear", backend)
     left, _, top, _ = padding
@@ -437,11 +402,9 @@ def letterbox(
 
 
 def composite_over_white(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Alpha-composite `(height, width, 3)` uint8 colours over white with a `(height, width, 1)` uint8 alpha (255
-    opaque): transformers' `do_convert_rgb=True` for RGBA images, not an official step (the official demos read files
-    with OpenCV, which drops the alpha channel). Computed as transformers does, on [0, 1] in float32
-    (`rgb * a + 1 - a`) with torchvision's scaled dtype conversions both ways, so the pixels equal theirs. Returns a
-    contiguous `(height, width, 3)` uint8 array.
+    """Alpha-composite `(height, width, 3)` uint8 colours over white with a `(height, width, 1)` uint8 alpha: what
+    transformers' `do_convert_rgb=True` does to RGBA images (not an official step: OpenCV drops the alpha), computed
+    as transformers does (`rgb * a + 1 - a` in float32 on [0, 1]), so the pixels equal theirs.
     """
     from torchvision.transforms.v2.functional import to_dtype
 
@@ -474,13 +437,10 @@ def normalize_uint8(
 def crop_windows_torch(
     boxes_xywh: torch.Tensor, input_size: tuple[int, int], padding: float = 1.25
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """COCO boxes -> crop windows `(center, size)` in torch float32, the arithmetic of transformers' Sapiens2 targets.
-
-    The window is the box padded by `padding` and widened (or heightened) to the input aspect `width / height`.
-    `boxes_to_center_scale` computes the same window the official way (float32 numpy from xyxy corners); the two
-    can differ in the last float32 bit, and training targets follow transformers' heatmap targets, so this is kept
-    separate. `boxes_xywh` `(num_boxes, 4)` float32 pixels, `input_size` the crop `(height, width)`; returns two
-    float32 `(num_boxes, 2)` tensors, `(x, y)` and `(width, height)` in pixels.
+    """`(num_boxes, 4)` COCO boxes -> crop windows `(center, size)`, float32 `(num_boxes, 2)` tensors, in the
+    arithmetic of transformers' Sapiens2 heatmap targets. `boxes_to_center_scale` computes the same window the
+    official way; the two can differ in the last float32 bit, and training targets follow transformers', so this
+    is kept separate.
     """
     x_min, y_min, width, height = boxes_xywh.unbind(-1)
     center = torch.stack([x_min + 0.5 * width, y_min + 0.5 * height], dim=-1)
@@ -529,20 +489,15 @@ def udp_gaussian_heatmaps(
     padding: float = 1.25,
     device: torch.device | str | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Pose training targets: one UDP Gaussian heatmap per keypoint, per person, in float32.
-
-    Numerically the targets of transformers' Sapiens2 image processor (its keypoint labels), so that a model
-    fine-tuned here sees the labels it would see there: keypoints are mapped into the padded, aspect-fixed crop
-    window of their box (`crop_windows_torch`), then onto the heatmap grid with UDP (window edges on the first and
-    last pixel centres), and each gets `exp(-d^2 / (2 sigma^2))` cut to a 3-sigma square.
+    """Pose training targets, numerically those of transformers' Sapiens2 image processor: keypoints mapped into the
+    padded, aspect-fixed crop window of their box (`crop_windows_torch`), onto the heatmap grid with UDP, each a
+    `exp(-d^2 / (2 sigma^2))` Gaussian (`sigma` in heatmap pixels) cut to a 3-sigma square.
 
     Args:
-        boxes_xywh: per image, the people's boxes `[x_min, y_min, width, height]` (COCO), image pixels.
-        keypoints: per image, per person (in box order), the rows `[x, y, visibility]` (or `[x, y]`, all visible) in
-            image pixels; visibility `<= 0` gives weight 0.
+        boxes_xywh: per image, the people's COCO boxes `[x_min, y_min, width, height]`, image pixels.
+        keypoints: per image, per person (in box order), rows `[x, y, visibility]` (or `[x, y]`, all visible), image
+            pixels; visibility `<= 0` gives weight 0.
         input_size (`tuple[int, int]`): crop `(height, width)`; the heatmaps are `input_size // downscale_factor`.
-        sigma (`float`, defaults to 6.0): Gaussian standard deviation in heatmap pixels; `padding`: the processor's
-            `bbox_padding`; `device`: where to build the tensors.
 
     Returns:
         `(heatmaps, weights)`: two lists with one entry per person, images concatenated in order: float32
@@ -597,19 +552,14 @@ SEGMENTATION_CHUNK_ELEMENTS = 2**25
 def resize_logits_argmax(
     logits: torch.Tensor, output_size: tuple[int, int], max_chunk_elements: int = SEGMENTATION_CHUNK_ELEMENTS
 ) -> torch.Tensor:
-    """Class map of bilinearly resized logits, `resize_maps_bilinear(logits[None], size)[0].max(0).indices`, with
-    bounded memory.
+    """Class map of bilinearly resized `(num_labels, height, width)` logits, bit-identical to
+    `resize_maps_bilinear(logits[None], size)[0].max(0).indices` (int64, `output_size`, on the logits' device;
+    ties to the lowest class, NaN wins), with bounded memory.
 
-    Resizing all channels of a photo-sized output at once costs `num_labels * height * width * 4` bytes (29 channels
-    of an 8000x6000 photo: 5.6 GB). Here the channels are resized a group at a time (at most `max_chunk_elements`
-    resized values, at least one channel) and a running maximum keeps the first best class: about 0.5 GB there
-    (measured 1.4 GB RSS for the whole process instead of 6.8 GB). The labels are bit-identical, because each output
-    value of a bilinear resize depends only on its own channel (given the group sizes `_channel_group` chooses);
-    chunking by output row could not be exact, as `F.interpolate` cannot be given the full resize's source
-    coordinates for a band of rows. Ties resolve to the lowest class and NaN wins, as in `torch.max(dim=0)`.
-
-    `logits` `(num_labels, height, width)` floating point -> an int64 map of `output_size` `(height, width)` with
-    class ids in `[0, num_labels)`, on the logits' device.
+    Resizing all 29 channels of an 8000x6000 photo at once costs 5.6 GB; here the channels are resized a group at a
+    time (at most `max_chunk_elements` values) under a running maximum: about 0.5 GB. Exact because each output value
+    of a bilinear resize depends only on its own channel (given `_channel_group`'s group sizes); chunking by output
+    rows could not be, as `F.interpolate` cannot take the full resize's source coordinates for a band of rows.
     """
     if max_chunk_elements < 1:
         raise ValueError(f"max_chunk_elements must be >= 1, got {max_chunk_elements}.")
@@ -703,11 +653,7 @@ def resize_label_maps(maps, letterboxed: bool, input_size: tuple[int, int], padd
         if label.ndim == 3:
             label = label[..., 0] if label.shape[-1] in (1, 3) else label[0]
         height, width = label.shape
-        if not letterboxed:
-            target = input_size
-        else:
-            (new_h, new_w), _ = letterbox_geometry((height, width), input_size)
-            target = (new_h, new_w)
+        target = letterbox_geometry((height, width), input_size)[0] if letterboxed else input_size
         # nearest, OpenCV convention: source index floor(dst * in / out)
         rows = torch.clamp((torch.arange(target[0]) * (height / target[0])).floor().long(), max=height - 1)
         cols = torch.clamp((torch.arange(target[1]) * (width / target[1])).floor().long(), max=width - 1)
