@@ -194,8 +194,11 @@ def _read_image(source: str) -> np.ndarray:
     except Image.DecompressionBombError as error:
         raise bomb_error(name, error) from error
     except (httpx.HTTPError, OSError) as error:  # missing, refused, unreachable, timed out; or not an image
-        raise OSError(f"could not read an image from {name} ({type(error).__name__}: {error}); check the path or "
-                      "URL (and the network), or download the image and pass its path.") from error
+        if not is_url:  # the caller's input is at fault: a ValueError, as for any other bad argument
+            raise ValueError(f"could not read an image from {name} ({type(error).__name__}: {error}); check the "
+                             "path.") from error
+        raise OSError(f"could not read an image from {name} ({type(error).__name__}: {error}); check the URL (and "
+                      "the network), or download the image and pass its path.") from error
     except ValueError as error:  # a base64 / data: URL: transformers rewords the error, whole payload included
         if isinstance(error.__context__, Image.DecompressionBombError):
             raise bomb_error(name, error.__context__) from error
