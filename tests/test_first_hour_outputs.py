@@ -247,12 +247,11 @@ def test_readme_has_license_albedo_note_gallery_and_no_stale_copy_claim():
 def test_demo_overlay_is_readable_with_ground_truth_beside_prediction():
     from sapiens2_hf.data.synthetic import render_sample
     from sapiens2_hf.demo import RENDER_SIZE, _ground_truth_beside_prediction
-    from sapiens2_hf.visualization import draw_keypoints, enlarge, side_by_side
 
     sample = render_sample((3, 0), *RENDER_SIZE)
     people = [{"keypoints": points, "scores": np.ones(len(points), np.float32), "bbox": box}
               for points, box in zip(sample["keypoints"], sample["boxes"])]
-    overlay = _ground_truth_beside_prediction(sample, people, draw_keypoints, enlarge, side_by_side)
+    overlay = _ground_truth_beside_prediction(sample, people)
     assert overlay.height >= 384 + 20 and overlay.width >= 2 * 4 * RENDER_SIZE[1]
     left, right = np.asarray(overlay)[20:404, :288], np.asarray(overlay)[20:404, 292:580]
     assert np.array_equal(left, right)  # the prediction here is the ground truth: both panels draw the same

@@ -1,11 +1,10 @@
 """Auto classes for the tasks transformers has no Auto class for: albedo, and any task registered with
 `sapiens2_hf.register_task` whose registry entry says `auto_class="AutoModel"`.
 
-transformers offers no public way to define a new Auto class: `AutoModel.register` only adds a config/model pair to an
-existing one, and every `AutoModelFor*` is built on the private `_BaseAutoModelClass` / `_LazyAutoMapping` (the same two
-names since transformers 4.x). So this module, and only it, uses them. It is not Hub-shippable and never shipped:
-repositories reach these classes through `AutoModel` and their `auto_map` (see `sapiens2_hf.hub`), so a change in
-these internals can break `sapiens2_hf.AutoModelForAlbedoEstimation` for installed users, never a published repository.
+transformers has no public way to define a new Auto class (`AutoModel.register` adds to an existing one), so this
+module, and only it, builds on the private `_BaseAutoModelClass` / `_LazyAutoMapping` (stable since 4.x). It is never
+shipped: repositories reach these classes through `AutoModel` and their `auto_map`, so a change in these internals
+can break `AutoModelForAlbedoEstimation` for installed users, never a published repository.
 """
 
 from collections import OrderedDict

@@ -11,8 +11,7 @@ On a fresh machine with no network it shows the whole library at work, in a few 
 5. runs `pipeline("sapiens2-pose")` on held-out synthetic images and on a bundled public-domain photo;
 6. writes overlays, JSON and a report to the output folder.
 
-Everything is tiny and trained for seconds: the point is the workflow and a metric that moves, not accuracy. The
-photo result comes from a model trained on a few dozen synthetic images; do not expect real keypoints on it.
+Everything is tiny and trained for seconds: the point is the workflow and a metric that moves, not accuracy.
 """
 
 from __future__ import annotations
@@ -184,8 +183,7 @@ def _run_pose_pipeline(repo: Path, out: Path, seed: int, report: dict) -> None:
         for person, keypoints, visibility, box in zip(people, sample["keypoints"], sample["keypoint_visibility"], boxes):
             c, n = _pck(np.asarray(person["keypoints"]), keypoints, visibility > 0, box)
             correct, counted = correct + c, counted + n
-        save_image(_ground_truth_beside_prediction(sample, people, draw_keypoints, enlarge, side_by_side),
-                   overlays / f"synthetic_{index}.png")
+        save_image(_ground_truth_beside_prediction(sample, people), overlays / f"synthetic_{index}.png")
         results.append(_keypoints_entry(f"synthetic_{index}", people))
     report["pipeline_pck_0_1_held_out"] = correct / max(counted, 1)
     photo_path = resources.files("sapiens2_hf").joinpath("assets", "demo", "astronaut.png")
@@ -208,7 +206,7 @@ METRIC_NOTES = {
 }
 
 
-def _ground_truth_beside_prediction(sample: dict, people: list[dict], draw_keypoints, enlarge, side_by_side):
+def _ground_truth_beside_prediction(sample: dict, people: list[dict]) -> Image.Image:
     """A held-out synthetic human enlarged to a readable size: its ground-truth skeleton (left) beside the model's
     (right), body keypoints only (`_body_only`)."""
     truth = [{"keypoints": points, "scores": (visibility > 0).astype(np.float32), "bbox": box}

@@ -3,41 +3,20 @@
 One call turns a loaded Sapiens2 model into the fastest configuration its hardware allows, without changing what it
 computes beyond the chosen precision:
 
-1. **Device and precision.** Weights are moved and cast (`bfloat16` by default, the precision the official "lite"
-   path of the first Sapiens used). The RoPE keeps its official arithmetic: its `periods` stay in
-   `config.rope_dtype` (bfloat16 like the official model) through any `nn.Module` cast, because the RoPE module
-   recomputes them in its `_apply`; a float16 model, or a model cast back to float32, would otherwise compute the
-   cos/sin in another precision (on the tiny test model a float32 round trip moves the outputs by ~5e-4 of 0.9).
-   Periods moved out of their dtype by other means (assigned, or changed by a hook) are recomputed here
-   (`restore_rope_precision`, which also empties the cos/sin cache). With bfloat16 weights and the default bfloat16
-   RoPE nothing changes: the official model's arithmetic exactly.
-2. **Attention kernel.** Through transformers' public `set_attn_implementation` (`config._attn_implementation`):
-   `"sdpa"` by default, i.e. `torch.nn.functional.scaled_dot_product_attention`, which on CUDA picks the
-   FlashAttention-2 kernel by itself when it can (fp16/bf16, head dim <= 256, no mask: every Sapiens2 size has head
-   dim 64), else the memory-efficient one; `"flash_attention_2"`/`"flex_attention"`/`"eager"` are passed through
-   (transformers checks that the package they need is installed).
-3. **Compilation.** `torch.compile` of the model's `forward` (the model object itself stays: pipelines,
-   `save_pretrained`, `.config` keep working), `fullgraph=True` by default (the whole model is one graph: the RoPE
-   cos/sin cache steps aside while compiling, see `Sapiens2RopePositionEmbedding`). Inductor's
-   `emulate_precision_casts` is switched on for this model so that compiled reduced-precision code rounds where
-   eager rounds (the bfloat16 RoPE in particular), keeping compiled outputs at the eager ones.
-4. **CUDA graphs**, optional (`mode="reduce-overhead"` or `"max-autotune"`): they remove the per-kernel launch cost,
-   which pays for small batches or small inputs, little for 0.4b-1b at 1024x768 where the GPU is busy for tens of
-   milliseconds per image (`benchmarks/bench_gpu.py` measures both). A CUDA-graph replay overwrites the previous
-   replay's outputs, and the pose pipeline runs the model twice per batch (flip test), so the outputs are copied out
-   of the graph's memory (`clone_outputs`, on by default with CUDA graphs).
-5. **A persistent compile cache** (`compile_cache_dir`, `CompileCache`; docs/deployment.md): the next process loads
-   the compiled graphs and kernels of this one instead of building them again (Dynamo still traces the model).
+1. **Device and precision** (`bfloat16` by default). The RoPE `periods` stay in `config.rope_dtype` (bfloat16, the
+   official arithmetic) through any `nn.Module` cast, as the RoPE module recomputes them in its `_apply`; periods
+   moved out of it otherwise are recomputed here (`restore_rope_precision`).
+2. **Attention kernel** through transformers' `set_attn_implementation`: `"sdpa"` by default, which on CUDA picks
+   FlashAttention-2 by itself when it can (fp16/bf16, head dim 64 in every size, no mask).
+3. **Compilation**: `torch.compile` of `forward` (the model object stays), `fullgraph=True` by default, with
+   inductor's `emulate_precision_casts` so compiled reduced-precision code rounds where eager rounds.
+4. **CUDA graphs**, optional (`mode="reduce-overhead"`/`"max-autotune"`): a replay overwrites the previous replay's
+   outputs and the pose pipeline runs the model twice per batch (flip test), so outputs are cloned out of the
+   graph's memory (`clone_outputs`, on by default with CUDA graphs).
+5. **A persistent compile cache** (`CompileCache`, docs/deployment.md).
 
-Shapes: compiled code is specialised to the input shape; a second shape (a smaller last batch, another number of
-people) recompiles once with a dynamic batch dimension (torch's default `dynamic=None`). Pass `dynamic=False` to keep
-one static graph per shape (what CUDA graphs record anyway).
-
-    from sapiens2_hf.inference_recipe import prepare_for_inference
-    model = prepare_for_inference(Sapiens2ForPoseEstimation.from_pretrained(...))   # cuda, bf16, sdpa, compiled
-    pipe = sapiens2_hf.pipeline("sapiens2-pose", model=..., fast=True)              # the same, from the factory
-
-Layer 2: imports torch, transformers (through the model) and `modeling` only.
+A second input shape recompiles once with a dynamic batch dimension (torch's `dynamic=None`); `dynamic=False` keeps
+one static graph per shape. Layer 2: imports torch, transformers (through the model) and `modeling` only.
 """
 
 from __future__ import annotations
@@ -80,14 +59,9 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 class InferenceRecipe:
     """What `prepare_for_inference` did, kept on the model as `model.inference_recipe`.
 
-    Attributes:
-        device (`str`): where the weights are.
-        dtype (`torch.dtype`): the weights' precision.
+    Attributes (beside `prepare_for_inference`'s arguments `device`, `dtype`, `mode`, `fullgraph`):
         attention (`str`): `config._attn_implementation` after the switch.
-        compiled (`bool`): `forward` is a `torch.compile`d function.
-        mode (`str` or `None`): the compile mode (`None`: torch's default).
-        fullgraph (`bool`): compiled as one graph (no graph breaks allowed).
-        cuda_graphs (`bool`): the compile mode records CUDA graphs.
+        compiled (`bool`), cuda_graphs (`bool`): `forward` is `torch.compile`d; its mode records CUDA graphs.
         clone_outputs (`bool`): outputs are copied out of the CUDA graphs' memory.
         rope_restored (`int`): RoPE modules whose periods were put back into `rope_dtype`.
         flash_attention_available (`bool`): this torch build and device can run SDPA's FlashAttention kernel.
@@ -110,11 +84,10 @@ class InferenceRecipe:
 class CompileCache:
     """One file of torch's portable compile-cache artefacts for one model and compile setting.
 
-    The file name is a hash of everything that changes the compiled code: torch's version, the model class and its
-    config, device type, dtype, the compile options and the CPU capability torch dispatches to (inductor does not
-    keep CPU kernels of different capabilities apart, see `_warn_about_shared_inductor_cache`). Several models can
-    share a folder. The file is rewritten (atomically) after every call that compiled; a damaged or foreign file is
-    ignored with a warning (the compile then runs cold), never trusted blindly: torch checks each artefact's key.
+    Its name hashes everything that changes the compiled code (torch version, model class and config, device type,
+    dtype, compile options, and the CPU capability: see `_warn_about_shared_inductor_cache`), so models can share a
+    folder. It is rewritten atomically after every call that compiled; a damaged or foreign file is ignored with a
+    warning (the compile runs cold), and torch checks each artefact's key.
 
     Attributes:
         path (`Path`): the cache file.
@@ -262,12 +235,10 @@ def _flash_attention_available(device: torch.device, dtype: torch.dtype) -> bool
 
 
 def _set_attention(model: torch.nn.Module, attention: str) -> str:
-    """Switches `config._attn_implementation` to `attention`, through transformers' `set_attn_implementation` where
-    it accepts the model, else on the config directly after checking the kernel exists.
-
-    transformers decides whether a class may switch by reading its module's source for
-    `ALL_ATTENTION_FUNCTIONS.get_interface(` (sapiens2_hf's models have it); a model without it (e.g. older remote
-    code) is refused with a warning, although it may read `config._attn_implementation` at every call."""
+    """Switches `config._attn_implementation` to `attention` through transformers' `set_attn_implementation`, or on
+    the config after checking the kernel exists for a model transformers refuses (it looks for
+    `ALL_ATTENTION_FUNCTIONS.get_interface(` in the class's source: older remote code lacks it, yet may read the
+    config at every call)."""
     config = model.config
     can_set = getattr(type(model), "_can_set_attn_implementation", None)
     if hasattr(model, "set_attn_implementation") and (can_set is None or can_set()):
@@ -402,9 +373,8 @@ def prepare_for_inference(model: torch.nn.Module, device="cuda", dtype=torch.bfl
         model: a Sapiens2 model (any task, or the backbone); transformers' own Sapiens2 classes work too (their RoPE
             is float32 by design and left alone).
         device (`str` or `torch.device`): `"cuda"` (default), `"cuda:1"`, `"cpu"`, ... (`RuntimeError` if absent).
-        dtype (`torch.dtype` or name): weight precision, `torch.bfloat16` (default), `torch.float16` or
-            `torch.float32`. The RoPE keeps `config.rope_dtype` whatever this is.
-        compile (`bool`): wrap `forward` in `torch.compile`.
+        dtype (`torch.dtype` or name): `torch.bfloat16` (default), `torch.float16` or `torch.float32` weights; the
+            RoPE keeps `config.rope_dtype`.
         attention (`str`, *optional*): `"sdpa"` (default; FlashAttention through SDPA on CUDA when possible),
             `"eager"`, `"flash_attention_2"`, `"flex_attention"`; `None` leaves the model's setting.
         mode (`str`, *optional*): `torch.compile` mode: `None` (default), `"reduce-overhead"` (CUDA graphs),

@@ -12,14 +12,8 @@ The `sapiens2-*` pipelines return numpy arrays (and transformers' stock pipeline
 | `dict` (also `ModelOutput`, `BatchFeature`) | `dict` with `str` keys |
 | `list`, `tuple`, generators of results | `list` |
 
-Floats keep their exact value: a float32 array becomes the Python floats of its float32 values, and `json.dumps`
-writes each as the shortest decimal that reads back to the same double, so `np.asarray(json.loads(text),
-dtype=original.dtype)` equals the original bit for bit (NaN/inf aside).
-
-    >>> import json
-    >>> from sapiens2_hf.serialization import to_json_compatible
-    >>> people = pose_pipe(image, boxes=[[10, 20, 200, 400]])
-    >>> text = json.dumps(to_json_compatible(people))
+Floats keep their exact value (`json.dumps` writes the shortest decimal that reads back to the same double), so
+`np.asarray(json.loads(text), dtype=original.dtype)` equals the original bit for bit (NaN/inf aside).
 """
 
 from __future__ import annotations
@@ -97,15 +91,9 @@ def _convert(value: Any, images: str, tensor_type) -> Any:
 def to_json_compatible(result: Any, images: str = "png") -> Any:
     """Turns a pipeline result (one image's, or a list / generator of them) into values `json.dumps` accepts.
 
-    Args:
-        result: what a `sapiens2-*` pipeline (or transformers' `image-segmentation` / `depth-estimation` pipeline)
-            returned: dicts and lists holding numpy arrays, torch tensors, numpy / Python numbers, strings, PIL images.
-        images (`str`, *optional*, defaults to `"png"`): what becomes of PIL images: `"png"`, a lossless
-            `data:image/png;base64,...` string; `"drop"`, left out (their dict key, or their list item, disappears).
-
-    Returns:
-        The same structure with only `dict` (str keys), `list`, `str`, `int`, `float`, `bool` and `None` (which also
-        stands for NaN and infinities). See the module docstring for the exact rules.
+    `result` is what a `sapiens2-*` pipeline (or transformers' `image-segmentation` / `depth-estimation` one)
+    returned; `images` is `"png"` or `"drop"`. Returns the same structure with only `dict` (str keys), `list`, `str`,
+    `int`, `float`, `bool` and `None` (also NaN and infinities): the rules are the module docstring's table.
 
     Raises:
         ValueError: for an unknown `images` mode. TypeError: for a value of another type, naming it.

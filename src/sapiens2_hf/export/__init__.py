@@ -1,17 +1,10 @@
 """Export of Sapiens2 models (ONNX, torch.export, AOTInductor), their runtimes and CPU int8 quantization (layer 2).
 
-- `export_model(model_or_path, out_dir, format="onnx" | "torch-export")`: every task and the backbone, dynamic batch,
-  fixed input size, verified against the eager model (`ExportCheckError` when out of tolerance), written atomically
-  with config.json and preprocessor_config.json beside the artefact.
-- `OnnxRuntimeSapiens2Model.from_pretrained(folder)`: an exported folder as a model the pipelines and the CLI accept;
-  `AotiSapiens2Model` for an AOTInductor package (`format="aoti"`: compiled once at export, loaded without compiling);
-  `load_backend(folder, backend)` by a `RUNTIME_BACKENDS` name (`"onnxruntime"`, `"onnxruntime-int8"`, `"aoti"`).
-- `quantize_onnx`: onnxruntime int8 quantization (dynamic or static) of an exported graph.
-
-onnx, onnxscript and onnxruntime are optional (`pip install 'sapiens2_hf[export]'`); they are imported only when used.
-
-The package face is lazy (PEP 562): `sapiens2_hf.export.formats` (the format and backend table, stdlib only) is read by
-the command line's parser without importing torch; each public name below imports its module on first access.
+`export_model` (every task and the backbone, verified against the eager model, written atomically), the runtimes
+that load an exported folder as a model the pipelines and the CLI accept (`load_exported`, `load_backend` by a
+`RUNTIME_BACKENDS` name), and `quantize_onnx`. onnx, onnxscript and onnxruntime are the `export` extra, imported
+only when used. The package face is lazy (PEP 562), so the command line's parser reads `formats` (stdlib only)
+without importing torch.
 """
 
 from __future__ import annotations

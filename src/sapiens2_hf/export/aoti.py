@@ -1,17 +1,10 @@
 """AOTInductor packages: a Sapiens2 model compiled ahead of time into a `.pt2` package, and its runtime.
 
-`export_model(..., format="aoti")` takes the same `torch.export` program as the other formats (dynamic batch size,
-fixed input size, RoPE tables of the token grid as constants) and compiles it with
-`torch._inductor.aoti_compile_and_package` into `model_aoti.pt2`: the generated C++/Triton kernels, built into a
-shared library, and the weights. Loading it (`torch._inductor.aoti_load_package`) compiles nothing, so the first
-call costs what every call costs; a `torch.compile`d model compiles on its first call instead
-(`benchmarks/bench_startup_compile.py` measures both).
-
-- The package is built for one device type (`device="cpu"` by default, or `"cuda"`) and runs only there.
-- Inductor's `emulate_precision_casts` is on, as for `torch.compile` in `inference_recipe`: the bf16 RoPE rounds
-  where the eager model rounds, so the package is verified against the eager model with the usual tolerances.
-- The package is verified against the eager model before the folder is written, like every export, and its sha256
-  is recorded in `export_info.json`: a package replaced or modified after export is refused when it is loaded.
+`export_model(..., format="aoti")` compiles the same `torch.export` program as the other formats with
+`torch._inductor.aoti_compile_and_package` into `model_aoti.pt2` (kernels built into a shared library, and the
+weights). Loading it compiles nothing, so the first call costs what every call costs (docs/deployment.md). The
+package runs only on the device type it was built for; inductor's `emulate_precision_casts` makes the bf16 RoPE round
+where eager rounds; its sha256 in `export_info.json` makes a package modified after export refused at load.
 """
 
 from __future__ import annotations
@@ -41,23 +34,16 @@ def file_sha256(path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def write_aoti_package(program, path: Path, device: str = "cpu") -> dict:
-    """Compiles a `torch.export` program (built on `device`) into an AOTInductor package at `path`.
-
-    Returns:
-        the `export_info.json` details: `device`, `inductor_configs`, `sha256`, `bytes`.
-    """
+def write_aoti(program, path: Path, context: ExportContext) -> dict:
+    """The aoti format's writer (`formats.py`): compiles the `torch.export` program (built on `context.device`) into
+    an AOTInductor package at `path`; returns its `export_info.json` details under `aoti` (`device`,
+    `inductor_configs`, `sha256`, `bytes`)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="No complete tensor found in the group")
         torch._inductor.aoti_compile_and_package(program, package_path=os.fspath(path),
                                                  inductor_configs=dict(AOTI_INDUCTOR_CONFIGS))
-    return {"device": torch.device(device).type, "inductor_configs": dict(AOTI_INDUCTOR_CONFIGS),
-            "sha256": file_sha256(path), "bytes": path.stat().st_size}
-
-
-def write_aoti(program, path: Path, context: ExportContext) -> dict:
-    """The aoti format's writer (`formats.py`): the package, and its details under `aoti` in export_info.json."""
-    return {"aoti": write_aoti_package(program, path, device=context.device)}
+    return {"aoti": {"device": torch.device(context.device).type, "inductor_configs": dict(AOTI_INDUCTOR_CONFIGS),
+                     "sha256": file_sha256(path), "bytes": path.stat().st_size}}
 
 
 class AotiSapiens2Model(ExportedSapiens2Model):
@@ -79,15 +65,9 @@ class AotiSapiens2Model(ExportedSapiens2Model):
     @classmethod
     def from_pretrained(cls, folder, num_threads: int | None = None, precision: str = "fp32",
                         check_sha256: bool = True) -> "AotiSapiens2Model":
-        """Loads an exported folder.
-
-        Args:
-            folder: written by `export_model(..., format="aoti")`.
-            num_threads (`int`, *optional*): accepted for symmetry with the other runtimes; the package's CPU kernels
-                use torch's intra-op threads (`torch.set_num_threads`).
-            precision (`str`): `"fp32"` only.
-            check_sha256 (`bool`): refuse a package whose sha256 differs from the one verified at export (reads the
-                whole file once: ~1 s per GB).
+        """Loads a folder written by `export_model(..., format="aoti")` (`precision` `"fp32"` only; `num_threads` is
+        accepted for symmetry: the kernels use torch's intra-op threads). `check_sha256` refuses a package whose
+        sha256 differs from the one verified at export (reads the file once: ~1 s per GB).
 
         Raises:
             AotiPackageError: the package is missing, modified since export, or cannot be loaded here.

@@ -46,5 +46,4 @@ def load_backend(folder, backend: str, task: str | None = None,
                          f"`sapiens2-hf export --format {format}`.")
     if task is not None and info.get("task") != task:
         raise ValueError(f"{folder} is an exported {info.get('task') or 'backbone'} model, not {task}.")
-    runtime_class = EXPORT_FORMAT_TABLE[format].load("runtime")
-    return runtime_class.from_pretrained(folder, precision=precision, num_threads=num_threads)
+    return load_exported(folder, precision=precision, num_threads=num_threads)

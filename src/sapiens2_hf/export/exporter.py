@@ -12,18 +12,13 @@ An exported folder holds:
 | `preprocessor_config.json` | the task's image processor at that size |
 | `export_info.json` | format, input/output names and shapes, RoPE handling, versions, and the verification figures |
 
-Shapes: the input is `pixel_values` `(batch_size, 3, height, width)` float32 with a dynamic batch size and a fixed
-height and width, the model's `image_size` unless `input_size` is given. The size is fixed because the RoPE cos/sin
-tables of the token grid are baked into the graph as constants (computed once, in the model's own RoPE dtype, exactly
-as the eager model computes them), and because the pointmap scale branch's MLP is tied to one token grid anyway.
-Export the same model again with another `input_size` for another size.
+Shapes: `pixel_values` `(batch_size, 3, height, width)` float32, dynamic batch size, height and width fixed (the
+model's `image_size` unless `input_size` is given): the RoPE cos/sin tables of the token grid are baked in as
+constants (computed by the eager model in its RoPE dtype), and the pointmap scale MLP is tied to one grid anyway.
 
-RoPE in bfloat16 (the official default): torch exports the bf16 rotation as bf16 `Mul`/`Add` nodes, which
-onnxruntime's CPU provider cannot run. The ONNX graph therefore computes them in float32 with a
-`Cast(to=bfloat16) -> Cast(to=float)` pair after every rounding step (`onnx_bf16.py`), which reproduces torch's CPU
-bf16 arithmetic; `export_info.json -> rope` records how many such pairs the graph holds. The `torch-export` program
-keeps the bf16 ops as they are (torch runs them); the AOTInductor package compiles them with inductor's
-`emulate_precision_casts`, which rounds where eager rounds. Each format's exporter is recorded in `formats.py`.
+bfloat16 RoPE: the ONNX graph emulates it in float32 with rounding `Cast` pairs (`onnx_bf16.py`, counted in
+`export_info.json -> rope`), as onnxruntime's CPU provider has no bf16 `Mul`/`Add`; `torch-export` keeps the bf16 ops;
+AOTInductor rounds where eager rounds (`emulate_precision_casts`). The format table is in `formats.py`.
 """
 
 from __future__ import annotations
@@ -46,7 +41,7 @@ from ..processing import image_processor_for_task
 from ..hub.convert_official import checkpoint_task
 from ..utils.atomic_io import atomic_write_json, replace_into_folder, staging_folder
 from ..utils.extras import require
-from ..utils.run_lock import check_run_folder_free, folder_entries, run_folder_lock
+from ..utils.run_lock import check_run_folder_free, refuse_filled_folder, run_folder_lock
 from .backends import load_exported
 from .formats import EXPORT_FORMAT_TABLE, EXPORT_FORMATS, ExportContext
 from .info import INFO_FILE
@@ -91,14 +86,8 @@ DEFAULT_TOLERANCES = {
 
 @dataclass
 class ExportResult:
-    """What `export_model` wrote.
-
-    Attributes:
-        folder (`Path`): the exported folder.
-        format (`str`): `"onnx"`, `"torch-export"` or `"aoti"`.
-        artefact (`Path`): the model file inside `folder`.
-        info (`dict`): the content of `export_info.json` (verification figures under `"verification"`).
-    """
+    """What `export_model` wrote: the `folder`, its `format`, the model file (`artefact`) inside it, and `info`, the
+    content of `export_info.json` (verification figures under `"verification"`)."""
 
     folder: Path
     format: str
@@ -111,13 +100,9 @@ class ExportResult:
 
 def load_model_for_export(model_or_path, task: str | None = "auto", rope_dtype: str | None = None,
                           image_size=None) -> nn.Module:
-    """The eager float32 model to export, in eval mode.
-
-    Args:
-        model_or_path: a sapiens2_hf model, or anything its `from_pretrained` reads (official file, folder, Hub id).
-        task (`str`, *optional*): `"auto"` (from the checkpoint), `None`/`"pretrain"` for the backbone, or a task.
-        rope_dtype (`str`, *optional*): `"bfloat16"` or `"float32"`; default: the model's own.
-        image_size (`(height, width)`, *optional*): overrides the model's `image_size` (pointmap scale branch).
+    """The eager float32 model to export, in eval mode, from a sapiens2_hf model or anything its `from_pretrained`
+    reads; `task` is `"auto"` (from the checkpoint), `None`/`"pretrain"` (the backbone) or a task; `rope_dtype`
+    (`"bfloat16"`/`"float32"`) and `image_size` (`(height, width)`, for a pointmap scale branch) override the model's.
     """
     overrides = {}
     if rope_dtype is not None:
@@ -189,13 +174,9 @@ class _ExportWrapper(nn.Module):
 
 
 def _batched_window_tokenizer(self, pixel_values: torch.Tensor, patch_embeddings: nn.Conv2d) -> torch.Tensor:
-    """The 4K tokenizer over the whole batch at once (export only).
-
-    The eager tokenizer loops over samples and bands of window rows to bound its memory; `torch.export` cannot loop
-    over a dynamic batch size. This computes the same windows in one pass: patch-embed the whole input, cut it into
-    `window x window` blocks in row-major window order per sample, pool each block. Verified against the eager
-    tokenizer like every export.
-    """
+    """The 4K tokenizer over the whole batch in one pass (export only: the eager one loops over samples and bands of
+    window rows to bound its memory, and `torch.export` cannot loop over a dynamic batch size): patch-embed, cut into
+    `window x window` blocks in row-major window order per sample, pool each block."""
     window = self.window_size
     features = patch_embeddings(pixel_values)  # (batch, hidden, rows, cols)
     batch, hidden, rows, cols = features.shape
@@ -215,14 +196,10 @@ def _fixed_rope_tables(self, num_patches_h: int, num_patches_w: int) -> tuple[to
 
 @contextmanager
 def _export_friendly(model: nn.Module, grid: tuple[int, int]):
-    """Swaps, for the duration of an export, two eager code paths.
-
-    - RoPE: the `(cos, sin)` tables of the fixed token grid are computed by the eager module before tracing and enter
-      the graph as constants. Traced, they would be folded into constants by the ONNX optimizer in its own arithmetic,
-      which does not round every bf16 step as torch does (seen: cos -0.527 instead of torch's -0.5), and a 1-layer
-      model then drifts by 4e-3 relative.
-    - The 4K tokenizer loops over samples; see `_batched_window_tokenizer`.
-    """
+    """Swaps two eager code paths during an export: the 4K tokenizer (`_batched_window_tokenizer`), and RoPE, whose
+    `(cos, sin)` tables of the fixed grid the eager module computes before tracing: traced, the ONNX optimizer would
+    fold them in its own arithmetic, which skips torch's bf16 roundings (seen: cos -0.527 for torch's -0.5; a 1-layer
+    model drifted 4e-3 relative)."""
     swapped = []
     for module in model.modules():
         name = type(module).__name__
@@ -370,19 +347,14 @@ def verify_export(folder, model: nn.Module, pixel_values: torch.Tensor | None = 
     """Runs the exported artefact in `folder` and the eager `model` on the same input and compares every output.
 
     Args:
-        folder: an exported folder (ONNX, torch-export or aoti, read from `export_info.json`).
-        model: the eager model it should reproduce.
         pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`, *optional*): default: 2 seeded N(0, 1)
             images at the exported size.
         tolerance (`ExportTolerance`, *optional*): default `DEFAULT_TOLERANCES[model.config.rope_dtype]`.
         precision (`str`): `"fp32"` or `"int8"` (the quantized ONNX file; pass a tolerance of your own, or
             `raise_on_failure=False` to only measure).
 
-    Returns:
-        `compare_outputs` figures per output name.
-
-    Raises:
-        ExportCheckError: an output is missing, misshapen, not finite or out of tolerance (with `raise_on_failure`).
+    Returns `compare_outputs` figures per output name; raises `ExportCheckError` (with `raise_on_failure`) when an
+    output is missing, misshapen, not finite or out of tolerance.
     """
     runtime = load_exported(folder, precision=precision, num_threads=num_threads)
     if pixel_values is None:
@@ -429,8 +401,7 @@ def _check_request(format: str, quantize: str | None, device: str, out_dir: Path
                          "built on the CPU.")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' needs a GPU and a CUDA build of torch; export device='cpu' here.")
-    if out_dir.exists() and (not out_dir.is_dir() or folder_entries(out_dir)) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
+    refuse_filled_folder(out_dir, overwrite)
     check_run_folder_free(out_dir)  # refused now rather than after the export; the lock is taken to publish
     require(*spec.packages, feature=f"{spec.title} export")
     return spec, device
@@ -509,10 +480,9 @@ def export_model(model_or_path, out_dir, format: str = "onnx", task: str | None 
     """Exports a Sapiens2 model (backbone or any task) and verifies it against the eager model.
 
     Args:
-        model_or_path: a sapiens2_hf model, or an official file / folder / Hub id (`from_pretrained`).
+        model_or_path, task, rope_dtype: as `load_model_for_export`.
         out_dir: the folder to write (staged beside it, then renamed into place; held meanwhile: `utils.run_lock`).
         format (`str`): `"onnx"` (onnxruntime), `"torch-export"`, or `"aoti"` (an AOTInductor package).
-        task, rope_dtype: as `load_model_for_export`.
         input_size (`(height, width)`, *optional*): the fixed input size; default the model's `image_size`.
         opset (`int`, *optional*): ONNX opset; default: the exporter's.
         verify (`bool`): refuse to write an artefact that differs from the eager model (2 seeded images) beyond
@@ -535,11 +505,8 @@ def export_model(model_or_path, out_dir, format: str = "onnx", task: str | None 
     height, width = _input_size(model.config, input_size)
     if device.type != "cpu":
         model = copy.deepcopy(model).to(device)
-    # the emptiness check again under the lock, for an export that published meanwhile
     with run_folder_lock(out_dir), staging_folder(out_dir) as staging:
-        if folder_entries(out_dir) and not overwrite:
-            raise FileExistsError(f"{out_dir} was written by another export meanwhile; choose another folder or pass "
-                                  "overwrite=True.")
+        refuse_filled_folder(out_dir, overwrite)  # again under the lock: an export may have published meanwhile
         info = _export_into(staging, spec, model, (height, width), device, opset, image_processor)
         if verify:
             tolerance = tolerance or DEFAULT_TOLERANCES[model.config.rope_dtype]

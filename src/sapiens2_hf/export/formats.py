@@ -1,12 +1,10 @@
 """The export formats and the backends that run them: one table (layer 2, stdlib only, so that the command line's
 `--format` and `--backend` choices read it without importing torch).
 
-A format row says which file the export writes, the function that writes it (`writer`, called by `export_model` as
-`writer(program, path, context) -> export_info.json entries`), the runtime class that loads the folder, the backends
-(the `backend=` of `sapiens2_hf.pipeline` and `--backend` of the predict commands) that run it with a precision, the
-optional packages it needs and the devices it can be built on. Functions and classes are named as `module:attribute`
-(`.module` within this package) and imported on first use. A new format is its module (writer and runtime) and one
-row here.
+A row names the file an export writes, its `writer(program, path, context) -> export_info.json entries`, the runtime
+class that loads the folder, the backends (`backend=` / `--backend`) that run it with a precision, the optional
+packages it needs and the devices it builds on; functions and classes as `module:attribute`, imported on first use.
+A new format is its module (writer and runtime) and one row here.
 """
 
 from __future__ import annotations

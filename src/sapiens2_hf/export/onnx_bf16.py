@@ -1,22 +1,14 @@
 """bfloat16 arithmetic of an ONNX graph, reproduced in float32 storage with explicit rounding Casts.
 
-Why: in its official mode the Sapiens2 RoPE runs in bfloat16 (queries and keys cast to bf16, rotated with bf16
-cos/sin, cast back). The exported graph keeps those bf16 `Mul`/`Add` nodes, but onnxruntime's CPU provider has no
-bf16 kernels for them ("Could not find an implementation for Mul(14)"), only for `Cast`.
+Why: the official bf16 RoPE exports as bf16 `Mul`/`Add` nodes, which onnxruntime's CPU provider cannot run ("Could
+not find an implementation for Mul(14)"); it has bf16 `Cast` only.
 
-How: torch's CPU bf16 element-wise kernels load bf16 values as float32, compute in float32 and round the result to
-bf16 (round to nearest even). This pass does the same in the graph:
-
-- every bf16 tensor becomes a float32 tensor that holds bf16-representable values (bf16 initializers and constants are
-  widened, which is exact);
-- a `Cast(to=bfloat16)` keeps its rounding and is followed by `Cast(to=float)`;
-- a rounding op (`Mul`, `Add`, `Sub`, `Div`, `Cos`, ...) computes in float32 and gets the same `Cast` pair after it;
-- value-preserving ops (`Split`, `Concat`, `Neg`, `Slice`, `Reshape`, ...) are left alone: their outputs stay
-  bf16-representable.
-
-For a product of two bf16 values float32 is exact, so the result is bit-identical to torch's; for a sum the float32
-result is rounded twice (to float32, then to bf16), exactly as torch's own kernel does. onnxruntime's float->bf16 Cast
-rounds to nearest even like torch (checked by tests/test_export.py), and its graph optimiser keeps the Cast pairs.
+How: as torch's CPU bf16 element-wise kernels (load as float32, compute in float32, round to nearest even), every bf16
+tensor becomes a float32 tensor holding bf16-representable values (initializers and constants widened exactly); a
+`Cast(to=bfloat16)`, and every rounding op (`Mul`, `Add`, `Cos`, ...: `_ROUNDING`), gets a `Cast(to=float)` pair
+after it; value-preserving ops (`Split`, `Neg`, `Reshape`, ...) are left alone. A bf16 product is exact in float32
+(bit-identical to torch); a sum is rounded twice (float32, then bf16), as torch's own kernel does. onnxruntime's
+float->bf16 Cast rounds like torch (tests/test_export.py) and its optimiser keeps the pairs.
 """
 
 from __future__ import annotations

@@ -5,37 +5,21 @@
 | `"int8-dynamic"` (fastest) | linear layers (`MatMul` with a constant weight) | uint8 per tensor, range per call |
 | `"int8-static"` | the same layers, QDQ format | uint8 per tensor, calibrated (MinMax) on images |
 
-Measured (`benchmarks/bench_export.py`: 0.4b-wide 4-layer backbone at 512x384, onnxruntime 1.32, 2-core AVX2 Zen3
-without VNNI, shared with other processes): `"int8-dynamic"` runs 1.71x faster than the float32 ONNX graph on 1 thread
-and 1.61-1.69x (process CPU time 1.67-1.70x) on 2, at rel-L2 0.052 on the backbone features; `"int8-static"` runs
-1.44-1.56x at rel-L2 0.061 (its Quantize/Dequantize passes cost more than computing the ranges per call).
-`"int8-dynamic-linear"` is another name for `"int8-dynamic"`: the two always built the same graph (the attention
-products, meant to be int8 in `"int8-dynamic"`, were skipped by the quantizer for lack of type information; made int8
-on purpose they were no faster: head size 64 and 777x777 score matrices make them memory-bound).
+`"int8-dynamic-linear"` is another name for `"int8-dynamic"` (the quantizer skipped the attention products for lack
+of type information, so both built the same graph). Measured speed and accuracy: README ("CPU int8");
+`export_model(..., quantize=...)` records the deviation from the float32 graph in `export_info.json`.
 
 Why these choices:
 
-- Weights are int8 per output channel, symmetric, in onnxruntime's reduced range [-64, 64]. On x86 CPUs without VNNI
-  (AVX2, AVX-512F) the uint8 x int8 kernel adds pairs of products in saturating int16 (`vpmaddubsw`): with
-  full-range weights, 255 * 127 * 2 overflows and results go wrong (by 40 % on adversarial inputs, checked with
-  `MatMulInteger`). On the official e2e fixtures' tiny models this was most of int8's error (pose heatmaps rel-L2
-  0.16 -> 0.036, segmentation pixels changed 19.5 % -> 3.4 %). With |w| <= 64 nothing can saturate, so every CPU
-  computes the same numbers; on random 0.4b-wide weights (no saturation) the 7-bit weights cost rel-L2 0.052 vs 0.048.
-- Only the linear layers: they are ~79 % of the float32 run time. The attention products, softmax, norms, RoPE and
-  the patch convolution stay float32 (int8 `ConvInteger` was not faster). uint8 x uint8 (no saturation but a 1.5x GEMM
-  kernel instead of 2.0x), onnxruntime's 4-/8-bit `MatMulNBits` (0.7-1.0x of float32 on AVX2) and torch's dynamic
-  int8 linear (1.36x) were measured and lose.
-- The float32 graph's bf16 RoPE emulation (`Cast` pairs to bfloat16 and back, `onnx_bf16.py`) is removed from the
-  int8 graph: it reproduces the official rounding to ~1e-6, far below int8's ~5e-2, and its single-threaded Casts
-  are ~2-3 % of the int8 run time. RoPE then runs in float32 (transformers' arithmetic).
-
-Why not 1.8x on this machine class: onnxruntime's int8 GEMM is 1.9-2.1x faster than its float32 GEMM on the
-backbone's shapes (without VNNI, two 16-bit multiply-add instructions per 32 int8 products against one float32 FMA per
-8), and the remaining ~21 % of the float32 time runs at the same speed in both graphs: Amdahl gives
-1 / (0.79 / 2 + 0.21) = 1.65x, up to ~1.8x as the int8 graph also fuses the bias additions and drops the bf16
-Casts. The benchmark prints this profile and the kernel speed-up. CPUs with VNNI (AVX-512 VNNI, AVX-VNNI: one
-instruction per 32 int8 products) have a faster int8 kernel and a higher ceiling (not measured here).
-`export_model(..., quantize=...)` records the deviation from the float32 graph in `export_info.json`.
+- Weights are int8 per output channel, symmetric, in the reduced range [-64, 64]: on x86 CPUs without VNNI the
+  uint8 x int8 kernel adds pairs of products in saturating int16 (`vpmaddubsw`), and full-range weights overflow it
+  (40 % off on adversarial inputs; most of int8's error on the official tiny models: pose heatmaps rel-L2 0.16 ->
+  0.036, seg pixels changed 19.5 % -> 3.4 %). With |w| <= 64 every CPU computes the same numbers.
+- Only the linear layers (~79 % of the float32 time). Measured and lost: int8 attention products (memory-bound: head
+  size 64, 777x777 scores), int8 `ConvInteger`, uint8 x uint8 (a 1.5x GEMM instead of 2.0x), onnxruntime's
+  4-/8-bit `MatMulNBits` (0.7-1.0x of float32 on AVX2), torch's dynamic int8 linear (1.36x).
+- The float32 graph's bf16 RoPE emulation (`Cast` pairs, `onnx_bf16.py`) is removed from the int8 graph: its ~1e-6
+  is nothing next to int8's ~5e-2, and its single-threaded Casts cost ~2-3 % of the int8 run time.
 """
 
 from __future__ import annotations

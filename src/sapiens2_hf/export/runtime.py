@@ -1,18 +1,11 @@
 """Exported Sapiens2 models as drop-in models for the pipelines and the CLI.
 
 `OnnxRuntimeSapiens2Model.from_pretrained(folder)` (and `TorchExportSapiens2Model` for `model.pt2`,
-`AotiSapiens2Model` for an AOTInductor `model_aoti.pt2`) load a folder written by `export_model` and return, from
-`model(pixel_values=...)`, the same output dataclasses as the torch models
-(`Sapiens2PoseEstimatorOutput.heatmaps`, `SemanticSegmenterOutput.logits`, ...), so that
-
-    pipe = pipeline("sapiens2-pose", model=OnnxRuntimeSapiens2Model.from_pretrained(folder), image_processor=...)
-
-works unchanged. transformers' `Pipeline` does not require a `PreTrainedModel`: it reads `model.device`, calls
-`model.to(device)` when the device differs, and our pipelines read `model.config`, `model.dtype` and call
-`model.eval()` and `model(pixel_values=...)`. These classes provide exactly that (float32 only; `to()` refuses what
-the runtime cannot do, with the reason), and nothing else of a `PreTrainedModel`.
-
-Which class runs which format, and the backends' names, are rows of `formats.py`; `backends.py` loads them.
+`AotiSapiens2Model` for `model_aoti.pt2`) load a folder written by `export_model` and return, from
+`model(pixel_values=...)`, the output dataclasses of the torch models, so `pipeline("sapiens2-pose", model=...)` works
+unchanged. transformers' `Pipeline` needs no `PreTrainedModel`: these classes give what it and our pipelines read
+(`device`, `to()`, `config`, `dtype`, `eval()`, the call; float32 only, `to()` refusing what the runtime cannot do),
+and nothing else. Which class runs which format is a row of `formats.py`; `backends.py` loads them.
 """
 
 from __future__ import annotations
@@ -105,14 +98,8 @@ class ExportedSapiens2Model:
         return self.forward(pixel_values=pixel_values, **kwargs)
 
     def forward(self, pixel_values: torch.Tensor, return_dict: bool | None = None, **kwargs):
-        """
-        Args:
-            pixel_values (`torch.Tensor` of shape `(batch_size, 3, height, width)`): normalised images at the exported
-                size (`input_size`).
-        Returns:
-            the task's output dataclass (the class the eager model returns), tensors on `pixel_values`' device; a
-            tuple with `return_dict=False`.
-        """
+        """The eager model's output dataclass (a tuple with `return_dict=False`) for `pixel_values`
+        `(batch_size, 3, height, width)` at the exported `input_size`, on `pixel_values`' device."""
         for flag in ("output_hidden_states", "output_attentions", "labels"):
             if kwargs.get(flag):
                 raise ValueError(f"{flag} is not available from an exported model; use the torch model.")
@@ -194,9 +181,9 @@ class OnnxRuntimeSapiens2Model(ExportedSapiens2Model):
             num_threads (`int`, *optional*): onnxruntime intra-op threads (default: onnxruntime's, the physical cores).
             providers (`list`, *optional*): onnxruntime execution providers (default: CPU).
             session_options (`onnxruntime.SessionOptions`, *optional*): used as given (num_threads is then ignored).
-            memory_arena (`bool`, *optional*, defaults to `False`): onnxruntime's CPU memory arena. Off by default: the
-                arena keeps every block it has allocated and never returns them, so a process's memory grows to the
-                sum of its calls' peaks (benchmarks/bench_onnxruntime_memory.py); ignored with `session_options`.
+            memory_arena (`bool`, *optional*, defaults to `False`): onnxruntime's CPU memory arena, off because it
+                never returns blocks: a process grows to the sum of its calls' peaks (README); ignored with
+                `session_options`.
         """
         ort = require("onnxruntime", feature="the onnxruntime backend")
         info, config = cls._read(folder)

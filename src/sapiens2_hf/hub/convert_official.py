@@ -1,11 +1,9 @@
 """The conversion: official checkpoint -> Hub-ready HF folder (config.json, model.safetensors,
-preprocessor_config.json, README.md model card). `sapiens2-hf convert` (cli/convert.py) and the zoo publisher
-(hub/publish.py) call `convert_official_checkpoint`; it is the one conversion entry point.
+preprocessor_config.json, README.md model card), the one entry point of `sapiens2-hf convert` and the zoo publisher.
 
-Reading the official format (key mapping, architecture inference, RoPE check) is not conversion but loading: it lives
-in `sapiens2_hf.modeling.official_format_sapiens2_hf` and ships with the models, so that `from_pretrained` reads
-official files directly. This module adds the folder layout, the model card, the atomic write and a numerical check
-that the folder reproduces the official file's outputs. It stays in `hub` (layer 2) because it writes the model card.
+Reading the official format is loading (`modeling.official_format_sapiens2_hf`, shipped with the models so that
+`from_pretrained` reads official files); this module adds the folder layout, the model card, the atomic write and a
+numerical check that the folder reproduces the official file's outputs.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from ..modeling.loading_sapiens2_hf import official_checkpoint_kind, resolve_che
 from ..modeling.official_format_sapiens2_hf import OFFICIAL_ASPECT
 from .model_card import render_model_card
 from ..utils.atomic_io import replace_into_folder, staging_folder
-from ..utils.run_lock import check_run_folder_free, folder_entries, run_folder_lock
+from ..utils.run_lock import check_run_folder_free, refuse_filled_folder, run_folder_lock
 from ..modeling import Sapiens2Config, model_class_for_task
 from ..processing import image_processor_for_task
 
@@ -42,10 +40,8 @@ def _verification_input(config: Sapiens2Config) -> torch.Tensor:
     return torch.randn(1, config.num_channels, height, width, generator=generator)
 
 
-# Outputs of a reloaded model may differ from the original by float rounding: the kernels choose code paths by memory
-# layout and alignment, which differ between a model built from an official file and one read from a folder (seen:
-# 1 ulp in pointmap `scales` with identical state dicts), and in bf16 RoPE mode such a difference can flip one bf16
-# rounding. A conversion bug (a swapped or missing tensor, a wrong config field) moves outputs by O(1).
+# A reloaded model's outputs may differ by float rounding (kernels pick code paths by memory layout: seen 1 ulp in
+# pointmap `scales` with identical state dicts, which can flip a bf16 RoPE rounding); a conversion bug moves them O(1).
 VERIFY_REL_L2 = 1e-3
 
 
@@ -131,25 +127,20 @@ def convert_official_checkpoint(
     Args:
         source: an official `sapiens2_<size>_<task>.safetensors` file, or a folder or Hub repo holding one (Meta's
             official repos, with or without transformers-format files beside it).
-        out_dir: the folder to create (written to a temporary folder first, then moved into place).
-        task: `"auto"` (read from the checkpoint), `None`/`"pretrain"` for the backbone, or a task name, which must
-            agree with the checkpoint.
+        out_dir: the folder to create (staged, then moved in file by file; other files in it stay).
+        task: `"auto"` (from the checkpoint), `None`/`"pretrain"` for the backbone, or a task agreeing with it.
         rope_dtype: RoPE dtype recorded in the config (`"bfloat16"`, official).
         image_size: `(height, width)` recorded in the config and the processor; by default the checkpoint's own
             (1024x768, 4096x3072 for 4K, or what a pointmap scale branch fits, see `infer_image_size`).
-        verify: reload the folder and check it (`verify_reload`: tensors exact, config equal, outputs within float
-            rounding of the source model's).
-        overwrite: replace an existing non-empty `out_dir`.
+        verify: reload the folder and check it with `verify_reload`.
+        overwrite: replace the conversion's files in an existing non-empty `out_dir`.
         card_kwargs: extra arguments of `render_model_card` (repo id, base model, evaluation results).
-
-    Returns:
-        The output folder.
     """
     source_name = os.fspath(source)
     out_dir = Path(out_dir)
     saved_task, description = checkpoint_task(source_name)
     task = _requested_task(task, saved_task, source_name)
-    _refuse_filled_folder(out_dir, overwrite)
+    refuse_filled_folder(out_dir, overwrite)
     check_run_folder_free(out_dir)  # refused now rather than after the load; the lock is taken to publish
     overrides = {"rope_dtype": rope_dtype}
     if image_size is not None:
@@ -157,19 +148,12 @@ def convert_official_checkpoint(
     model = model_class_for_task(task).from_pretrained(source_name, **overrides)
     _check_input_size(model, source_name)
     with run_folder_lock(out_dir), staging_folder(out_dir) as staging:
-        _refuse_filled_folder(out_dir, overwrite)  # written by another conversion meanwhile
+        refuse_filled_folder(out_dir, overwrite)  # written by another conversion meanwhile
         _write_model_folder(staging, model, description, card_kwargs)
         if verify:
             verify_reload(model, model_class_for_task(task).from_pretrained(staging), str(out_dir))
-        # Each file the conversion writes is moved in (replacing its old copy, with --overwrite) with one atomic
-        # rename, and anything else in the folder (a .git, the user's own files) stays.
         replace_into_folder(staging, out_dir)
     return out_dir
-
-
-def _refuse_filled_folder(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and folder_entries(out_dir) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose another folder or pass overwrite=True.")
 
 
 def _requested_task(task: str | None, checkpoint_task: str | None, source_name: str) -> str | None:

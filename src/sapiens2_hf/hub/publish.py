@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +66,7 @@ def publish_official_zoo(
     for source in find_official_files(checkpoint_root):
         repo_id = official_repo_id(source.name)
         kind = official_checkpoint_kind(source)
-        variant = re.sub("_", "-", OFFICIAL_FILENAME_PATTERN.match(source.name)["variant"])
+        variant = OFFICIAL_FILENAME_PATTERN.match(source.name)["variant"].replace("_", "-")
         results, dataset = REPORTED_RESULTS.get((kind, variant), (None, None))
         card_kwargs = {
             "repo_id": repo_id,

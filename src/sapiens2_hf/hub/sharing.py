@@ -20,7 +20,7 @@ from huggingface_hub import HfApi, ModelCard
 from transformers.dynamic_module_utils import get_relative_import_files
 
 from ..utils.atomic_io import replace_into_folder, staging_folder
-from ..utils.run_lock import folder_entries, run_folder_lock
+from ..utils.run_lock import refuse_filled_folder, run_folder_lock
 from ..modeling import Sapiens2PreTrainedModel
 from ..modeling import pipeline_sapiens2_hf as pipeline_module
 from ..modeling.sapiens2_tasks import TASK_SPECS
@@ -38,11 +38,8 @@ def _auto_class_name(task: str | None) -> str:
 
 
 def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> None:
-    """Makes `save_pretrained` ship our modeling (and processing) files with an `auto_map`.
-
-    With it, `AutoModel.from_pretrained(repo, trust_remote_code=True)` (and the task's Auto class) builds our class
-    from the files in the repository; nothing of sapiens2_hf needs to be installed.
-    """
+    """Makes `save_pretrained` ship our modeling (and processing) files with an `auto_map`, so that
+    `AutoModel.from_pretrained(repo, trust_remote_code=True)` needs nothing of sapiens2_hf installed."""
     model.config.register_for_auto_class("AutoConfig")
     model.register_for_auto_class(_auto_class_name(model.config.task))
     auto_map = dict(getattr(model.config, "auto_map", None) or {})
@@ -58,13 +55,10 @@ def enable_remote_code(model: Sapiens2PreTrainedModel, image_processor=None) -> 
 
 
 def ship_pipeline(folder: Path, task: str) -> None:
-    """Adds the task's pipeline as remote code: `pipeline(model=repo, trust_remote_code=True)` then works without
-    sapiens2_hf (the task is inferred from the single entry). The model is resolved through `AutoModel`, whose
-    `auto_map` entry names our class.
-
-    The entry is named `<pipeline task>-remote-code`, not `<pipeline task>`: transformers gives a config's custom
-    pipeline precedence over a registered one of the same name and then demands `trust_remote_code=True`, which would
-    break `pipeline("sapiens2-pose", model=repo)` for users who have sapiens2_hf installed."""
+    """Adds the task's pipeline as remote code, so `pipeline(model=repo, trust_remote_code=True)` works without
+    sapiens2_hf (the model resolved through `AutoModel`'s `auto_map`). The entry is `<pipeline task>-remote-code`:
+    transformers prefers a config's custom pipeline to a registered one of the same name and then demands
+    `trust_remote_code=True`, which would break `pipeline("sapiens2-pose", model=repo)` with sapiens2_hf installed."""
     pipeline_task = TASK_SPECS[task].pipeline_name
     # The pipeline file and its siblings from the one model folder, as transformers copies the model's own files.
     for path in (pipeline_module.__file__, *get_relative_import_files(pipeline_module.__file__)):
@@ -113,16 +107,13 @@ def _refuse_other_weights(folder: Path, written: set[str]) -> None:
         )
 
 
+_OVERWRITE_NOTE = (", which replaces only the files save_for_hub writes (weights, config.json, "
+                   "preprocessor_config.json, README.md, modeling files) and keeps .git and every other file")
+
+
 def _check_destination(folder: Path, overwrite: bool) -> None:
     """`save_for_hub`'s refusals before it takes the folder (and a warning about an interrupted save's leftover)."""
-    if folder.exists() and not folder.is_dir():
-        raise FileExistsError(f"{folder} exists and is not a folder.")
-    if folder.is_dir() and folder_entries(folder) and not overwrite:
-        raise FileExistsError(
-            f"{folder} exists and is not empty; choose another folder or pass overwrite=True, which replaces only "
-            "the files save_for_hub writes (weights, config.json, preprocessor_config.json, README.md, modeling "
-            "files) and keeps .git and every other file."
-        )
+    refuse_filled_folder(folder, overwrite, _OVERWRITE_NOTE)
     leftover = folder.with_name(f".{folder.name}.old")
     if leftover.exists():
         logger.warning("%s is left over from an interrupted save; it is not used any more and can be deleted.",
@@ -162,32 +153,20 @@ def save_for_hub(
     """Writes a complete repository folder: weights, config.json, preprocessor_config.json (with `image_processor`),
     README.md and, with `remote_code`, the modeling files.
 
-    Everything is first written to a staging folder beside `folder`, and each file is then moved into `folder` with
-    an atomic rename, so a reader never sees a partly written file. The save holds `folder` meanwhile
-    (`sapiens2_hf.utils.run_lock`: a concurrent save or run into it is refused, naming this one). Nothing is ever
-    deleted: an existing non-empty folder (a git clone of the Hub repo, an earlier save) is
-    refused unless `overwrite=True`, and even then only the files this save writes are replaced; `.git` and every
-    other file stay. Weight files this save would not replace (another format, the shards or index of an earlier,
-    larger save, a LoRA adapter: `WEIGHT_FILE_PATTERNS`, `ADAPTER_FILE_NAMES`) would make the folder ambiguous, so
-    the save is refused (`FileExistsError` naming them, nothing written) until they are moved away.
+    Files are staged beside `folder` and moved in with one atomic rename each; the save holds `folder` meanwhile
+    (`utils.run_lock`). Nothing is ever deleted: a non-empty folder (a git clone of the Hub repo, an earlier save) is
+    refused unless `overwrite=True`, which replaces only the files this save writes (`.git` and the rest stay).
+    Weight files it would not replace (`WEIGHT_FILE_PATTERNS`, `ADAPTER_FILE_NAMES`: another format, an earlier
+    save's shards, a LoRA adapter) would make the folder ambiguous: `FileExistsError` naming them, nothing written.
 
     Args:
-        model: the model to save.
-        folder: destination.
-        image_processor: saved as preprocessor_config.json when given.
         card: a ready model card; by default one is rendered from the config (`render_model_card(**card_kwargs)`).
         remote_code: ship the modeling files with an `auto_map` (see `enable_remote_code`).
-        overwrite: write into a non-empty `folder`, replacing the files this save writes (see above).
     """
     folder = Path(folder)
     _check_destination(folder, overwrite)
-    # One save at a time into `folder` (a second one would interleave its files with this one's); the check above,
-    # repeated under the lock, also covers a save that finished meanwhile. A uniquely named staging folder beside
-    # `folder`, so leftovers of an interrupted save never collide with it.
     with run_folder_lock(folder), staging_folder(folder) as staging:
-        if folder_entries(folder) and not overwrite:
-            raise FileExistsError(f"{folder} was written by another save meanwhile; choose another folder or pass "
-                                  "overwrite=True.")
+        refuse_filled_folder(folder, overwrite, _OVERWRITE_NOTE)  # again under the lock: a save may have finished
         _write_repository(staging, model, image_processor, card, card_kwargs, remote_code)
         _refuse_other_weights(folder, {path.name for path in staging.iterdir() if path.is_file()})
         replace_into_folder(staging, folder)

@@ -1,9 +1,8 @@
 """Tiny random-weight models, saved as complete offline folders (weights, config, image processor, model card): what
 `sapiens2-hf tiny TASK --out DIR` writes and what the web app's `demo` model is.
 
-They have the real output formats and random values: they let the pipelines, the commands and the README's examples
-run on a fresh machine without weights or a network, never give meaningful predictions. Seeded, so every process
-builds the same weights.
+Real output formats, random (seeded) values: the pipelines, commands and README examples run on a fresh machine
+without weights or a network, never giving meaningful predictions.
 """
 
 from __future__ import annotations
@@ -22,13 +21,8 @@ TINY_MODEL_SEED = 0
 
 def save_tiny_model(task: str, folder: str | os.PathLike, *, seed: int = TINY_MODEL_SEED,
                     overwrite: bool = False) -> Path:
-    """Builds the tiny `task` model (`tiny_config(task)`, weights seeded with `seed`, the caller's RNG untouched) and
-    saves it into `folder` with `save_for_hub` (its processor at the model's input size).
-
-    Returns:
-        `Path`: `folder`, loadable with `pipeline(..., model=folder)`, `from_pretrained` and the `sapiens2-hf`
-        commands.
-    """
+    """Builds the tiny `task` model (`tiny_config(task)`, weights seeded with `seed`, the caller's RNG untouched),
+    saves it into `folder` with `save_for_hub` (its processor at the model's input size) and returns `folder`."""
     config = tiny_config(task)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

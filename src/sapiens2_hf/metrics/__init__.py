@@ -1,8 +1,6 @@
-"""Streaming evaluation metrics (update per batch, compute once) reproducing the official Sapiens2 evaluators.
-
-Each accumulator keeps only dataset-level sums (or, for OKS AP, one small keypoint array per instance), so a
-whole validation set can be evaluated in bounded memory. `evaluate`-compatible wrappers of the same accumulators
-live in `sapiens2_hf/metrics/evaluate_modules/` (see `evaluate_module_path`).
+"""Streaming evaluation metrics (update per batch, compute once) reproducing the official Sapiens2 evaluators, in
+bounded memory (dataset-level sums; for OKS AP one small array per instance). `evaluate`-compatible wrappers of the
+same accumulators: `evaluate_module_path`.
 """
 
 from .albedo import AlbedoMetric

@@ -37,6 +37,9 @@ class SummedStatistics:
     """A metric whose state, `totals`, is the sum of its per-sample `statistics()` rows, so that rows computed in
     any number of processes add up to the same result."""
 
+    def __init__(self):
+        self.reset()
+
     def accumulate(self, statistics: torch.Tensor) -> None:
         """Add rows from `statistics()` (any number, from any process)."""
         self.totals += statistics.to(torch.float64).sum(dim=0).cpu()

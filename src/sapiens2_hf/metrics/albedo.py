@@ -20,19 +20,12 @@ def gaussian_window(size: int = 11, sigma: float = 1.5, dtype=torch.float64) -> 
 def masked_ssim_sum(
     pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, data_range: float
 ) -> tuple[float, float]:
-    """Sum and count of masked SSIM values over windows with more than 50 % mask support.
+    """`(sum, count)` of the masked SSIM map of two `(3, height, width)` RGB images over the pixels whose window has
+    more than 50 % support in the bool `(height, width)` `mask` (`G*m > 0.5`).
 
-    Local statistics are mask-weighted Gaussian averages (11x11, sigma 1.5, zero padding):
-    `mu = G*(x m) / G*m`, `sigma^2 = G*(x^2 m) / G*m - mu^2`, with `C1 = (0.01 R)^2`, `C2 = (0.03 R)^2`; the SSIM
-    map is averaged over the channels, and a pixel counts when `G*m > 0.5`.
-
-    Args:
-        pred, target (`torch.Tensor` of shape `(3, height, width)`): RGB images.
-        mask (`torch.Tensor` of shape `(height, width)`, bool): Foreground.
-        data_range (`float`): R, 1 for [0, 1] images or 255 for 8-bit ones.
-
-    Returns:
-        `tuple[float, float]`: sum of the SSIM map over counted pixels, number of counted pixels.
+    Local statistics are mask-weighted Gaussian averages (11x11, sigma 1.5, zero padding): `mu = G*(x m) / G*m`,
+    `sigma^2 = G*(x^2 m) / G*m - mu^2`, with `C1 = (0.01 R)^2`, `C2 = (0.03 R)^2` for `data_range` R (1 or 255); the
+    SSIM map is averaged over the channels.
     """
     eps = 1e-8
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
@@ -64,26 +57,16 @@ class AlbedoMetric(SummedStatistics):
     * `ssim`: masked SSIM (`masked_ssim_sum`), averaged over every counted window of the dataset;
     * `grad_l1`: channel-mean absolute difference of forward differences over valid neighbour pairs.
 
-    Predictions are used as given (the official evaluator does not clamp them).
+    Predictions are not clamped (nor are they officially).
     """
-
-    def __init__(self):
-        self.reset()
 
     def reset(self) -> None:
         self.data_range: float | None = None
         self.totals = torch.zeros(7, dtype=torch.float64)
 
     def statistics(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None):
-        """Per-sample sufficient statistics (fixed size; gather them across processes and `accumulate`).
-
-        Args:
-            predictions (`torch.Tensor` of shape `(batch_size, 3, h, w)`): Predicted RGB albedo; resized
-                bilinearly (``align_corners=False``) to the target size when it differs.
-            targets (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Target albedo in [0, 1] or
-                [0, 255].
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): Foreground (default: all).
+        """Per-sample sufficient statistics (fixed size; gather them across processes and `accumulate`) of predicted
+        against target RGB albedo (in [0, 1] or [0, 255]) over the foreground (inputs as `dense_inputs` takes them).
 
         Returns:
             `torch.Tensor` of shape `(batch_size, 9)`, float64: sums of |error| and error^2 (channel means), pixel
@@ -123,10 +106,7 @@ class AlbedoMetric(SummedStatistics):
         self.totals += torch.stack([total[0], total[1], total[2], total[3], total[4], ssim, total[7]])
 
     def compute(self) -> dict[str, float]:
-        """
-        Returns:
-            `dict[str, float]`: `mae`, `rmse`, `psnr` (dB), `ssim`, `grad_l1`. NaN when nothing was accumulated.
-        """
+        """`mae`, `rmse`, `psnr` (dB), `ssim`, `grad_l1`; NaN when nothing was accumulated."""
         sum_abs, sum_sq, count, sum_grad, count_grad, sum_ssim, count_ssim = self.totals.tolist()
         if count == 0:
             return {name: float("nan") for name in ("mae", "rmse", "psnr", "ssim", "grad_l1")}

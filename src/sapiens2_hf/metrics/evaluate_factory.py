@@ -1,8 +1,6 @@
-"""The one way the `evaluate` metric scripts (`evaluate_modules/sapiens2_<task>/`) are built: each script is the
-task's description, its inputs and a compute function over the task's streaming accumulator; `evaluate_metric` makes
-the `evaluate.Metric` class that `evaluate.load(evaluate_module_path(task))` finds in it.
-
-Imported by those scripts only (datasets and evaluate are the `train` extra); the accumulators stay free of both.
+"""The one way the `evaluate` metric scripts (`evaluate_modules/sapiens2_<task>/`) are built: a description, inputs
+and a compute function over the task's streaming accumulator, made into the `evaluate.Metric` class that
+`evaluate.load(evaluate_module_path(task))` finds. Imported by those scripts only (the `train` extra).
 """
 
 from __future__ import annotations
@@ -26,14 +24,9 @@ def feature(dtype: str, *lengths: int | None):
 
 def evaluate_metric(class_name: str, description: str, inputs_description: str, features: dict,
                     compute: Callable[..., dict]) -> type:
-    """An `evaluate.Metric` subclass named `class_name` whose `compute(**inputs)` is `compute(**inputs)`.
-
-    Args:
-        description (`str`), inputs_description (`str`): what `evaluate` shows (the script's docstring and its
-            argument list).
-        features (`dict`): input name -> `datasets` feature (`feature(...)`), the columns `add_batch` takes.
-        compute (`Callable`): the columns as lists, plus any keyword option of the metric -> the figures.
-    """
+    """An `evaluate.Metric` subclass named `class_name` that shows `description` and `inputs_description`, takes the
+    `features` columns (name -> `feature(...)`) in `add_batch`, and whose `compute(**inputs)` is `compute(**inputs)`
+    (the columns as lists, plus the metric's keyword options -> the figures)."""
     datasets, evaluate = require("datasets", "evaluate", feature="the evaluate metrics")
 
     def _info(self):

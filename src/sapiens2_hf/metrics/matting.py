@@ -1,9 +1,9 @@
 """Alpha-matting metrics of the standard benchmark: SAD, MSE, gradient and connectivity errors.
 
-Definitions follow Rhemann et al., "A Perceptually Motivated Online Benchmark for Image Matting" (CVPR 2009), as the
-alphamatting.com benchmark and the Deep Image Matting evaluation code (Xu et al., CVPR 2017) compute them, with alpha
-on the [0, 1] scale and the evaluated region given by a mask (the trimap's unknown region on trimap benchmarks; all
-pixels for trimap-free human matting):
+Definitions of Rhemann et al. (CVPR 2009) as alphamatting.com and the Deep Image Matting code (Xu et al., CVPR 2017)
+compute them, per image at the target's resolution and averaged over images, alpha on [0, 1] as given (MATLAB's
+`mat2gray` before the gradient is the identity for a matte spanning 0 to 1), over a mask region (a trimap's unknown
+region, or all pixels for trimap-free human matting):
 
 * **SAD**: sum of absolute alpha errors over the region, divided by 1000;
 * **MSE**: mean squared alpha error over the region;
@@ -13,14 +13,7 @@ pixels for trimap-free human matting):
 * **Conn**: for thresholds `t_i = 0.1, 0.2, ..., 1`, the largest 4-connected component of `(pred >= t_i) &
   (target >= t_i)`; a pixel's level `l` is `t_{i-1}` for the first `t_i` whose component does not hold it (1 if all
   do); with `d = alpha - l` and `phi = 1 - d * (d >= 0.15)` (for prediction and target alike), the error is the sum
-  over the region of `|phi_pred - phi_target|`, divided by 1000. (4-connectivity, as the Deep Image Matting code
-  and its Python ports use.)
-
-Alpha is used as given on [0, 1] (the MATLAB code's `mat2gray` rescaling before the gradient is the identity for a
-matte that spans 0 to 1, and is not applied).
-
-Each metric is computed per image and averaged over images (the benchmark's convention). The per-image values are
-at the resolution of the target (a prediction of another size is resized bilinearly first).
+  over the region of `|phi_pred - phi_target|`, divided by 1000 (4-connectivity, as the Deep Image Matting code).
 """
 
 from __future__ import annotations
@@ -108,29 +101,15 @@ def matting_errors(prediction: np.ndarray, target: np.ndarray, region: np.ndarra
 
 
 class MattingMetric(SummedStatistics):
-    """Streaming SAD / MSE / Grad / Conn, averaged over images (see the module docstring).
-
-    `statistics` turns a batch into one fixed-size row per image (gather them across processes), `accumulate` adds
-    rows, `compute` returns the averages; only five sums are kept.
-    """
-
-    def __init__(self):
-        self.reset()
+    """Streaming SAD / MSE / Grad / Conn, averaged over images (see the module docstring); five sums are kept."""
 
     def reset(self) -> None:
         self.totals = torch.zeros(len(_NAMES) + 1, dtype=torch.float64)  # the four sums, then the image count
 
     def statistics(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None):
-        """Per-image errors.
-
-        Args:
-            predictions (`torch.Tensor` of shape `(batch_size, 1, h, w)` or `(batch_size, h, w)`): predicted alpha
-                in [0, 1]; resized bilinearly (`align_corners=False`) to the target size when it differs, then
-                clamped to [0, 1].
-            targets (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`):
-                target alpha in [0, 1].
-            mask (`torch.Tensor`, same layout, *optional*): evaluated pixels (non-zero); default all. An image
-                whose region is empty is not counted.
+        """Per-image errors of predicted against target alpha in [0, 1], `(batch_size, [1,] height, width)`; a
+        prediction of another size is resized bilinearly (`align_corners=False`), then clamped to [0, 1]. `mask`
+        (same layout, optional): evaluated pixels (non-zero), default all.
 
         Returns:
             `torch.Tensor` of shape `(batch_size, 5)`, float64: `sad`, `mse`, `grad`, `conn`, and 1 for an image
@@ -157,10 +136,7 @@ class MattingMetric(SummedStatistics):
         return torch.tensor(rows, dtype=torch.float64).reshape(-1, len(_NAMES) + 1)
 
     def compute(self) -> dict[str, float]:
-        """
-        Returns:
-            `dict[str, float]`: `sad`, `mse`, `grad`, `conn` averaged over images; NaN when nothing was accumulated.
-        """
+        """`sad`, `mse`, `grad`, `conn` averaged over images; NaN when nothing was accumulated."""
         count = float(self.totals[-1])
         if count == 0:
             return {name: float("nan") for name in _NAMES}

@@ -31,9 +31,8 @@ def angular_error_deg(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-
 class NormalMetric(SummedStatistics):
     """Streaming surface-normal metrics of the official Sapiens2 ``NormalEvaluator``.
 
-    Both prediction and target are unit-normalised; every valid pixel of the dataset contributes one angle.
-    Reported: mean, RMSE, the median read from a histogram of 0.5-degree bins (the centre of the bin that holds the
-    50 % quantile, exactly as the official evaluator), and the percentage of pixels under each threshold.
+    Every valid pixel of the dataset contributes the angle between unit-normalised prediction and target: mean, RMSE,
+    the median as the centre of the histogram bin holding the 50 % quantile (official), and percent under thresholds.
 
     Args:
         thresholds_deg (`Sequence[float]`, *optional*, defaults to `(5, 11.25, 22.5, 30)`): Angle thresholds.
@@ -50,14 +49,8 @@ class NormalMetric(SummedStatistics):
         self.totals = torch.zeros(3 + len(self.thresholds_deg) + self.num_bins, dtype=torch.float64)
 
     def statistics(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None):
-        """Per-sample sufficient statistics (fixed size; gather them across processes and `accumulate`).
-
-        Args:
-            predictions (`torch.Tensor` of shape `(batch_size, 3, h, w)`): Raw or unit normals, camera frame;
-                resized bilinearly (``align_corners=False``) to the target size when it differs.
-            targets (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Target normals.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): Valid pixels (default: all).
+        """Per-sample sufficient statistics (fixed size; gather them across processes and `accumulate`) of raw or
+        unit camera-frame normals against target normals, over the valid pixels (inputs as `dense_inputs` takes them).
 
         Returns:
             `torch.Tensor` of shape `(batch_size, 3 + num_thresholds + num_bins)`, float64: sum of angles, sum of
@@ -76,11 +69,8 @@ class NormalMetric(SummedStatistics):
         return torch.stack(rows)
 
     def compute(self) -> dict[str, float]:
-        """
-        Returns:
-            `dict[str, float]`: `mean_angular_error_deg`, `median_angular_error_deg`, `rmse_angular_error_deg` and
-            `within_<t>_deg` (percent, e.g. `within_11_25_deg`). NaN when nothing was accumulated.
-        """
+        """Returns `dict[str, float]`: `mean_angular_error_deg`, `median_angular_error_deg`, `rmse_angular_error_deg`
+        and `within_<t>_deg` (percent, e.g. `within_11_25_deg`). NaN when nothing was accumulated."""
         count = float(self.totals[2])
         num_thresholds = len(self.thresholds_deg)
         histogram = self.totals[3 + num_thresholds :]

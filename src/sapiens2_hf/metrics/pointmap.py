@@ -20,16 +20,9 @@ SOBEL5_Y = torch.outer(_DERIV, _SMOOTH)  # d/dy
 
 
 def sobel5_normals(pointmap: torch.Tensor) -> torch.Tensor:
-    """Surface normals `cross(d/dx, d/dy) / (|.| + 1e-6)` from 5x5 Sobel derivatives of each XYZ channel.
-
-    Matches ``cv2.Sobel(points, CV_32F, 1, 0, ksize=5)`` / ``(0, 1)`` with OpenCV's default border
-    (``BORDER_REFLECT_101``, which is torch's ``"reflect"`` padding), then ``np.cross``, as the official evaluator.
-
-    Args:
-        pointmap (`torch.Tensor` of shape `(batch_size, 3, height, width)`): XYZ, height and width >= 3.
-
-    Returns:
-        `torch.Tensor` of shape `(batch_size, 3, height, width)`, float64.
+    """Surface normals `cross(d/dx, d/dy) / (|.| + 1e-6)` of a `(batch_size, 3, height, width)` XYZ map (height and
+    width >= 3), float64, same shape: the official evaluator's ``cv2.Sobel(points, CV_32F, 1, 0, ksize=5)`` /
+    ``(0, 1)`` with OpenCV's default border (``BORDER_REFLECT_101``, torch's ``"reflect"`` padding), then ``np.cross``.
     """
     batch_size, channels, height, width = pointmap.shape
     if height < 3 or width < 3:
@@ -45,15 +38,12 @@ def sobel5_normals(pointmap: torch.Tensor) -> torch.Tensor:
 
 class PointmapMetric(SummedStatistics):
     """Streaming pointmap metrics on **canonical** pointmaps (prediction vs canonicalised target; the predicted
-    scale is not evaluated), pooled over all valid pixels of the dataset, as the official ``PointmapEvaluator``.
+    scale is not evaluated), pooled over all valid pixels of the dataset, as the official ``PointmapEvaluator``:
+    distances in canonical metres (the official "within 5/10/20 cm" names), normals from `sobel5_normals` of the
+    full maps, threshold results as **fractions in [0, 1]**.
 
-    Distances use the pointmap's units (canonical metres); the official "within 5/10/20 cm" names are kept. Normals
-    come from 5x5 Sobel derivatives of the full maps (`sobel5_normals`) and are compared on valid pixels. Threshold
-    results are **fractions in [0, 1]** (not percentages), as in the official evaluator.
-
-    Official quirk, kept: on the outermost row and column of a map the reflect-101 Sobel derivative across the
-    border is exactly 0, so the normal there is the zero vector and its angle to anything is 90 degrees. Valid pixels
-    on the image border therefore always count as 90-degree errors (negligible at 1024x768, large on tiny maps).
+    Official quirk, kept: the reflect-101 Sobel derivative across the border is 0, so valid pixels on the outermost
+    row and column always count as 90-degree normal errors (negligible at 1024x768, large on tiny maps).
 
     Args:
         distance_thresholds (`Sequence[float]`, *optional*, defaults to `(0.05, 0.10, 0.20)`): Distance thresholds.
@@ -73,14 +63,8 @@ class PointmapMetric(SummedStatistics):
         self.totals = torch.zeros(8 + len(self.distance_thresholds) + len(self.angle_thresholds_deg), dtype=torch.float64)
 
     def statistics(self, predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None):
-        """Per-sample sufficient statistics (fixed size; gather them across processes and `accumulate`).
-
-        Args:
-            predictions (`torch.Tensor` of shape `(batch_size, 3, h, w)`): Predicted canonical XYZ; resized
-                bilinearly (``align_corners=False``) to the target size when it differs.
-            targets (`torch.Tensor` of shape `(batch_size, 3, height, width)`): Canonical target XYZ.
-            mask (`torch.Tensor` of shape `(batch_size, 1, height, width)` or `(batch_size, height, width)`,
-                *optional*): Valid pixels (default: all).
+        """Per-sample sufficient statistics (fixed size; gather them across processes and `accumulate`) of predicted
+        against target canonical XYZ, over the valid pixels (inputs as `dense_inputs` takes them).
 
         Returns:
             `torch.Tensor` of shape `(batch_size, 8 + num_distance_thresholds + num_angle_thresholds)`, float64: sums
@@ -104,12 +88,9 @@ class PointmapMetric(SummedStatistics):
         return torch.stack(rows)
 
     def compute(self) -> dict[str, float]:
-        """
-        Returns:
-            `dict[str, float]`: `mean_l2_error`, `x_mae`, `y_mae`, `z_mae`, `rmse`, `within_<5|10|20>_cm`,
-            `normal_mean_angular_error_deg`, `normal_rmse_angular_error_deg` and `normal_within_<t>_deg`
-            (fractions). NaN when nothing was accumulated.
-        """
+        """Returns `dict[str, float]`: `mean_l2_error`, `x_mae`, `y_mae`, `z_mae`, `rmse`, `within_<5|10|20>_cm`,
+        `normal_mean_angular_error_deg`, `normal_rmse_angular_error_deg` and `normal_within_<t>_deg` (fractions). NaN
+        when nothing was accumulated."""
         t = self.totals.tolist()
         n = t[7]
         nan = float("nan")

@@ -1,9 +1,6 @@
 """Pose metrics: COCO-style OKS average precision with the 308 Sapiens2 sigmas, PCK, and the official training-log
-heatmap accuracy ``acc_pose``.
-
-All three are streaming accumulators: call `update` once per batch, `compute` once at the end. None of them keeps
-heatmaps; the OKS accumulator keeps one `(num_keypoints, 3)` array per instance (about 3.7 kB for 308 keypoints),
-which is what any COCO evaluation of a dataset needs.
+heatmap accuracy ``acc_pose``, as streaming accumulators (`update` per batch, `compute` once). The OKS accumulator
+keeps one `(num_keypoints, 3)` array per instance (about 3.7 kB for 308 keypoints), as any COCO evaluation must.
 """
 
 from __future__ import annotations
@@ -27,11 +24,9 @@ def _to_numpy(value) -> np.ndarray:
 
 class KeypointPCK:
     """Percentage of correct keypoints: a labelled keypoint is correct when its distance to the ground truth,
-    divided per axis by a normalisation size, is below a threshold.
-
-    Follows mmpose's ``keypoint_pck_accuracy`` (used by the official code): per keypoint channel, the accuracy over
-    all instances where it is labelled; the reported value is the mean over channels that were labelled at least
-    once. Counts are pooled over every `update`, so the result equals the whole-dataset computation.
+    divided per axis by a normalisation size, is below a threshold. As mmpose's ``keypoint_pck_accuracy`` (the
+    official code's): the mean over keypoint channels labelled at least once of each channel's accuracy, with counts
+    pooled over every `update` (the whole-dataset result).
 
     Args:
         thresholds (`Sequence[float]`, *optional*, defaults to `(0.05, 0.1, 0.2)`): Normalised distance thresholds.
@@ -85,9 +80,9 @@ class KeypointPCK:
         self._hits += total[:-1]
         self._counts += total[-1]
 
-    def update(self, pred_keypoints, gt_keypoints, mask, normalize) -> None:
+    def update(self, *batch) -> None:
         """Accumulate one batch; arguments as in `statistics`."""
-        self.accumulate(self.statistics(pred_keypoints, gt_keypoints, mask, normalize))
+        self.accumulate(self.statistics(*batch))
 
     def compute(self) -> dict[str, float]:
         """Returns `{f"{prefix}_{threshold}": value}` with the threshold's `.` written `_`; values in [0, 1]."""
@@ -134,10 +129,6 @@ class PoseHeatmapAccuracy(KeypointPCK):
         normalize = torch.tensor(size, dtype=torch.float64).expand(batch_size, 2)
         return super().statistics(pred, gt, target_weights.reshape(batch_size, -1) > 0, normalize)
 
-    def update(self, heatmaps: torch.Tensor, target_heatmaps: torch.Tensor, target_weights: torch.Tensor) -> None:
-        """Accumulate one batch; arguments as in `statistics`."""
-        self.accumulate(self.statistics(heatmaps, target_heatmaps, target_weights))
-
     def compute(self) -> dict[str, float]:
         """Returns `{"acc_pose": value}` with the value in [0, 1]."""
         return {"acc_pose": next(iter(super().compute().values()))}
@@ -155,19 +146,12 @@ class _Instance:
 def oks_matrix(
     det_keypoints: np.ndarray, gt: Sequence[_Instance], variances: np.ndarray
 ) -> np.ndarray:
-    """COCO OKS between detections and ground-truth instances (pycocotools ``computeOks`` semantics).
+    """COCO OKS `(num_detections, num_ground_truths)` between detected `(x, y)` `(num_detections, num_keypoints, 2)`
+    and ground-truth instances, with `variances` `(2 * sigma)^2` (pycocotools ``computeOks`` semantics).
 
     For a ground truth with labelled keypoints (visibility > 0): mean over them of
     `exp(-d^2 / (2 * area * (2 sigma)^2))`. For one without, the distance of each detected keypoint to the ground
     truth's box enlarged to three times its size (zero inside), averaged over all keypoints.
-
-    Args:
-        det_keypoints (`np.ndarray` of shape `(num_detections, num_keypoints, 2)`): Detected `(x, y)`.
-        gt (`Sequence[_Instance]`): Ground-truth instances.
-        variances (`np.ndarray` of shape `(num_keypoints,)`): `(2 * sigma)^2`.
-
-    Returns:
-        `np.ndarray` of shape `(num_detections, num_ground_truths)`.
     """
     det_keypoints = np.asarray(det_keypoints, dtype=np.float64)
     ious = np.zeros((len(det_keypoints), len(gt)))
@@ -229,18 +213,13 @@ class KeypointOksAP:
     """COCO keypoint average precision and recall over OKS thresholds 0.50:0.05:0.95, with the 308 Sapiens2 sigmas.
 
     Reproduces pycocotools ``COCOeval(iouType="keypoints")`` (max 20 detections per image, area ranges all / medium
-    32^2-96^2 / large > 96^2, 101-point interpolated precision, crowd and zero-keypoint ground truths ignored) in an
-    independent implementation, plus the official Sapiens2 result preparation: instance score = box score x mean of
-    the keypoint scores above 0.2, then OKS-NMS at 0.9 per image.
+    32^2-96^2 / large > 96^2, 101-point interpolated precision, crowd and zero-keypoint ground truths ignored), plus
+    the official result preparation: instance score = box score x mean of the keypoint scores above 0.2, then OKS-NMS
+    at 0.9 per image. Not pycocotools itself: the same ten figures to the last bit (tests/test_metrics_pose.py) about
+    2.5x faster (benchmarks/bench_metrics_pose.py), accumulated across processes and batches, no extra dependency.
 
-    Kept instead of calling pycocotools because it gives the same ten figures to the last bit (tests/
-    test_metrics_pose.py, many images with missing keypoints, duplicates, crowd regions) in less time (about 2.5x
-    faster end to end on 300 images; benchmarks/bench_metrics_pose.py), accumulates across processes and batches, and
-    needs no extra dependency.
-
-    Usage: register the ground truth of each image with `add_ground_truth` (all annotated persons, including crowd
-    regions) and the detections with `add_detections`, in any order and any batching; `update` does both for the
-    common top-down case of one crop per ground-truth person.
+    Register each image's ground truth (all annotated persons, crowd regions included) with `add_ground_truth` and
+    the detections with `add_detections`, in any order and batching; `update` does both for top-down crops.
 
     Args:
         sigmas (`Sequence[float]`, *optional*): Per-keypoint OKS sigmas; defaults to the 308 official ones.
@@ -338,17 +317,8 @@ class KeypointOksAP:
     def update(self, pred_keypoints, pred_keypoint_scores, gt_keypoints, gt_areas, gt_boxes, image_ids,
                instance_ids=None, box_scores=None) -> None:
         """Top-down shortcut: one detection per ground-truth person (GT boxes, as in the official validation).
-
-        Args:
-            pred_keypoints (array of shape `(num_instances, num_keypoints, 2)`): Predicted `(x, y)`.
-            pred_keypoint_scores (array of shape `(num_instances, num_keypoints)`): Keypoint confidences.
-            gt_keypoints (array of shape `(num_instances, num_keypoints, 3)`): `(x, y, visibility)`.
-            gt_areas (array of shape `(num_instances,)`), gt_boxes (array of shape `(num_instances, 4)`): as in
-                `add_ground_truth`.
-            image_ids (`Sequence[int]`): Image of each instance.
-            instance_ids (`Sequence`, *optional*): Annotation ids (used for both GT and detection).
-            box_scores (array of shape `(num_instances,)`, *optional*): Detection box scores, default 1.
-        """
+        `gt_*` are `add_ground_truth`'s arguments, `pred_*` and `box_scores` `add_detections`'; `instance_ids` serve
+        both."""
         self.add_ground_truth(image_ids, gt_keypoints, gt_areas, gt_boxes, instance_ids=instance_ids)
         self.add_detections(image_ids, pred_keypoints, pred_keypoint_scores, box_scores, instance_ids=instance_ids)
 
@@ -428,13 +398,9 @@ class KeypointOksAP:
         return precision, recall
 
     def compute(self) -> dict[str, float]:
-        """Run NMS, matching and accumulation over everything added so far.
-
-        Returns:
-            `dict[str, float]`: `oks_ap`, `oks_ap50`, `oks_ap75`, `oks_ap_medium`, `oks_ap_large`, `oks_ar`,
-            `oks_ar50`, `oks_ar75`, `oks_ar_medium`, `oks_ar_large`, in [0, 1] (pycocotools ``stats[0:10]``); -1
-            where no ground truth falls in the range, as pycocotools reports.
-        """
+        """NMS, matching and accumulation over everything added so far: `oks_ap`, `oks_ap50`, `oks_ap75`,
+        `oks_ap_medium`, `oks_ap_large`, `oks_ar`, `oks_ar50`, `oks_ar75`, `oks_ar_medium`, `oks_ar_large` in [0, 1]
+        (pycocotools ``stats[0:10]``); -1 where no ground truth falls in the range, as pycocotools reports."""
         image_ids = sorted(set(self._gts) | set(self._dts))
         if set(self._dts) - set(self._gts):
             raise ValueError("Detections were added for images without any ground truth; add their ground truth too.")

@@ -15,11 +15,9 @@ from ..modeling.sapiens2_label_data import NUM_SEGMENTATION_CLASSES
 class SegmentationMetric:
     """Streaming mIoU / aAcc / mAcc exactly as the official Sapiens2 ``SegEvaluator`` (``nan_to_num=0``).
 
-    Intersections, unions and areas are summed over every pixel of every image before any division (dataset-level
-    IoU, not a mean of per-image IoUs). mIoU averages **all** classes including Background; a class that never
-    occurs in labels or predictions has an undefined IoU, which is set to 0 and still averaged (official
-    ``nan_to_num=0``). Pixels labelled `ignore_index` are skipped. Values are percentages (0-100), as the official
-    evaluator reports them (it also rounds to 2 decimals for display; this class does not round).
+    Dataset-level IoU (intersections, unions and areas summed over every pixel before any division); mIoU averages
+    **all** classes including Background, a class absent from labels and predictions counting as IoU 0. Pixels
+    labelled `ignore_index` are skipped. Values are unrounded percentages (0-100).
 
     Args:
         num_classes (`int`, *optional*, defaults to 29): Number of classes.
@@ -52,16 +50,13 @@ class SegmentationMetric:
         self.confusion = torch.zeros(self.num_classes, self.num_classes, dtype=torch.float64)  # (label, prediction)
 
     def statistics(self, predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Per-sample confusion matrices, the sufficient statistics of this metric (fixed size, so they can be
-        gathered across processes and summed in any order).
+        """Per-sample confusion matrices (fixed size; gather them across processes and `accumulate`).
 
         Args:
-            predictions (`torch.Tensor`): Either class ids of shape `(batch_size, height, width)` (int) at label
-                resolution, or logits of shape `(batch_size, num_classes, h, w)` (float), which are resized
-                bilinearly (``align_corners=False``) to the label size before the arg-max, as the official evaluator
-                does.
-            labels (`torch.Tensor` of shape `(batch_size, height, width)` or `(batch_size, 1, height, width)`):
-                Ground-truth class ids or `ignore_index`.
+            predictions (`torch.Tensor`): class ids `(batch_size, height, width)` (int) at label resolution, or logits
+                `(batch_size, num_classes, h, w)` (float), resized bilinearly (``align_corners=False``) to the label
+                size before the arg-max, as the official evaluator does.
+            labels (`torch.Tensor` of shape `(batch_size, [1,] height, width)`): class ids or `ignore_index`.
 
         Returns:
             `torch.Tensor` of shape `(batch_size, num_classes * num_classes)`, float64: row-major
@@ -108,11 +103,8 @@ class SegmentationMetric:
         self.accumulate(self.statistics(predictions, labels))
 
     def compute(self, per_class: bool | None = None) -> dict[str, float]:
-        """
-        Returns:
-            `dict[str, float]`: `miou`, `aacc`, `macc` in percent; with `per_class` (default: the metric's own) also
-            `iou_<name>` and `acc_<name>` for every class.
-        """
+        """Returns `dict[str, float]`: `miou`, `aacc`, `macc` in percent; with `per_class` (default: the metric's
+        own) also `iou_<name>` and `acc_<name>` for every class."""
         per_class = self.per_class if per_class is None else per_class
         intersection = self.confusion.diag().numpy()
         area_label = self.confusion.sum(dim=1).numpy()

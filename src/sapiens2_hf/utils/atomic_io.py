@@ -1,17 +1,10 @@
 """Atomic writes (layer 1): a reader sees a file's old content or its whole new content, never a part of it.
 
-Files: `atomic_write` (through a callback), `atomic_write_bytes`, `atomic_write_text`, `atomic_write_json`. Each
-writes a temporary sibling (`.<name>.<random>.tmp`, in the same folder so that the final rename is atomic), then
-renames it over the target; on any error the temporary file is removed and the target is left as it was.
-
-Folders: `staging_folder` makes a uniquely named folder beside the destination (removed on exit if still there);
-`replace_into_folder` then publishes it: a new destination is the staging folder renamed as a whole, and into an
-existing destination every staged file is moved with one atomic rename each, so files we did not write (a `.git`, the
-user's own files) stay, and only the files matching the caller's `stale` patterns that this write did not produce
-are removed.
-
-New files and folders get the permissions a plain `open()` / `mkdir()` would give (0o666 / 0o777 minus the umask):
-they are created with that mode, so the kernel applies the umask and the process umask is never changed.
+Files (`atomic_write`, `atomic_write_bytes`, `atomic_write_text`, `atomic_write_json`) are written to a temporary
+sibling `.<name>.<random>.tmp` and renamed over the target; on any error the temporary file is removed and the
+target is left as it was. Folders: `staging_folder` beside the destination, published by `replace_into_folder`.
+New files and folders are created with mode 0o666 / 0o777, so the kernel applies the umask (as for a plain `open()`
+/ `mkdir()`) and the process umask is never changed.
 """
 
 from __future__ import annotations
@@ -46,17 +39,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: st
                  encoding: str | None = None, durable: bool = True) -> Path:
     """Writes through `write(file_object)` into a temporary file next to `path`, then renames it over `path`.
 
-    Args:
-        path: the target (its folder is created).
-        write: called once with the open file object.
-        mode (`str`, defaults to `"wb"`): `"wb"` or `"w"` (text, with `encoding`).
-        encoding (`str`, *optional*): text encoding for `mode="w"` (default UTF-8).
-        durable (`bool`, defaults to `True`): flush the file to disk (`fsync`) before the rename, so a crash right
-            after leaves the new content. `False` keeps the atomicity for readers only, for many small files whose
-            writing would otherwise be bound by disk flushes.
-
-    Returns:
-        `Path` of the written file.
+    `path`'s folder is created; `mode` is `"wb"` or `"w"` (text, `encoding` default UTF-8). `durable` (default)
+    flushes the file to disk (`fsync`) before the rename, so a crash right after leaves the new content; `False`
+    keeps the atomicity for readers only, for many small files otherwise bound by disk flushes. Returns `path`.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write writes in mode 'wb' or 'w', got {mode!r}.")
@@ -90,11 +75,8 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 
 def atomic_write_json(path: str | os.PathLike, data: Any, indent: int | None = None, allow_nan: bool = True,
                       trailing_newline: bool = False, durable: bool = True, **dumps_kwargs) -> Path:
-    """Writes `json.dumps(data, indent=indent, allow_nan=allow_nan, **dumps_kwargs)` to `path` atomically, UTF-8.
-
-    The text is built before the file is touched, so data that does not serialise (or NaN with `allow_nan=False`)
-    raises without leaving anything behind.
-    """
+    """Writes `json.dumps(data, ...)` to `path` atomically, UTF-8; the text is built first, so data that does not
+    serialise (or NaN with `allow_nan=False`) raises without leaving anything behind."""
     text = json.dumps(data, indent=indent, allow_nan=allow_nan, **dumps_kwargs) + ("\n" if trailing_newline else "")
     return atomic_write_text(path, text, durable=durable)
 
@@ -119,11 +101,8 @@ def move_into(source: str | os.PathLike, destination: str | os.PathLike) -> None
 
 @contextlib.contextmanager
 def staging_folder(destination: str | os.PathLike) -> Iterator[Path]:
-    """A new, empty folder `.<name>.staging-<random>` beside `destination`, removed on exit if it still exists
-    (after `replace_into_folder` renamed it into place, nothing is left to remove).
-
-    The name is unique, so the leftovers of an interrupted write never collide with (or block) a new one.
-    """
+    """A new, empty folder `.<name>.staging-<random>` beside `destination` (a unique name: an interrupted write's
+    leftovers never block a new one), removed on exit if `replace_into_folder` did not rename it into place."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     while True:

@@ -1,12 +1,8 @@
 """What a bug report needs to know about the machine and the installation (`sapiens2-hf env`).
 
-The packages are read from this installation's own metadata (`importlib.metadata.requires("sapiens2_hf")`: the
-`install_requires` and `extras_require` of setup.cfg as installed), so the report lists exactly what the project
-declares, each with the installed version, whether it lies inside the declared range, and, for the optional ones,
-whether it imports. A version outside its range is the first thing to check in a report.
-
-Only the standard library and `packaging` (a dependency of transformers) are imported at module level; torch is
-imported by `collect_environment` for the CPU, thread and accelerator sections.
+The packages are read from this installation's own metadata (`importlib.metadata.requires("sapiens2_hf")`), so the
+report lists exactly what the project declares, each with its installed version, whether it lies in the declared
+range and, for optional ones, whether it imports. Module level imports only the standard library and `packaging`.
 """
 
 from __future__ import annotations
@@ -49,17 +45,9 @@ ENVIRONMENT_VARIABLES = (
 
 @dataclass(frozen=True)
 class PackageReport:
-    """One declared dependency.
-
-    Attributes:
-        name (`str`): the distribution name as declared (`huggingface-hub`).
-        extra (`str | None`): the extra that installs it, `None` for the core.
-        specifier (`str`): the declared range (`>=5.23,<6`).
-        version (`str | None`): the installed version, `None` when not installed.
-        in_range (`bool | None`): whether `version` satisfies `specifier` (`None` when not installed).
-        import_error (`str | None`): for optional packages that are installed, the one-line error of importing them
-            (a broken install, a missing dependency of their own); `None` when they import or were not tried.
-    """
+    """One declared dependency: its `name` as declared, the `extra` that installs it (`None`: the core), the declared
+    range `specifier`, the installed `version` and whether it is `in_range` (both `None` when not installed), and for
+    an installed optional package the one-line `import_error` of importing it (`None` when it imports or untried)."""
 
     name: str
     extra: str | None

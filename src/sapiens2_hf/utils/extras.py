@@ -34,17 +34,12 @@ class MissingExtraError(ImportError):
 
 
 def require(*names: str, feature: str) -> ModuleType | tuple[ModuleType, ...]:
-    """Imports the optional packages `names` (keys of `EXTRAS`) that `feature` needs and returns them (one module,
-    or a tuple in the order given).
-
-    Args:
-        names (`str`): import names, e.g. `"peft"`, or `"onnx", "onnxscript", "onnxruntime"`.
-        feature (`str`): what needs them, as the subject of "needs", e.g. `"LoRA"`, `"ONNX export"`.
+    """Imports the optional packages `names` (keys of `EXTRAS`) that `feature` (the subject of "needs", e.g.
+    `"LoRA"`) needs; returns one module, or a tuple in the order given.
 
     Raises:
-        `MissingExtraError`: when any of them is not installed: "<feature> needs <missing>: pip install
-            'sapiens2_hf[<extra>]'". A package that is installed but fails to import (a broken install, a missing
-            dependency of its own) keeps its own error.
+        `MissingExtraError`: any of them is not installed ("<feature> needs <missing>: pip install
+            'sapiens2_hf[<extra>]'"). A package that is installed but fails to import keeps its own error.
     """
     extra_of = {name: EXTRAS[name] for name in names}  # a KeyError for a name no extra installs: a bug here
     modules, missing = [], []

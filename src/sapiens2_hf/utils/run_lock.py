@@ -1,22 +1,15 @@
 """Exclusive run folders (layer 1): one run at a time writes a folder.
 
-Every entry point that writes a folder (the predict commands' `--out`, `finetune.py` / `pretrain.py`'s
-`--output_dir`, `save_for_hub`, `export_model`, `convert_official_checkpoint`) holds `run_folder_lock(folder)` while
-it writes. The lock is a file in the folder, `LOCK_FILE` (`_sapiens2_run.lock`: `_*` files are never pushed to the
-Hub, by transformers or by this package), locked with the `filelock` package (`FileLock`: the system's exclusive
-file lock, which the system releases when the process dies) and holding JSON: `pid`, `host`, `started` (local ISO
-time), `command` and a random `token`. It is removed on exit, including on an exception.
+Every entry point that writes a folder (predict `--out`, the training scripts' `--output_dir`, `save_for_hub`,
+`export_model`, `convert_official_checkpoint`) holds `run_folder_lock(folder)` while it writes: `LOCK_FILE` in the
+folder (`_*` files are never pushed to the Hub), locked with `filelock` (released by the system when the process
+dies) and holding JSON `pid`, `host`, `started`, `command` and a random `token`; removed on exit, exception included.
 
-A second run into a held folder is refused with `RunFolderLockedError`, one line naming the holder (pid, host,
-command, since when) and the fix. On top of filelock, a lock file that is already there when the lock is taken (a
-killed run's, or one that this host cannot lock against) is read: a lock whose process is gone (same host, no such
-pid) is stale: it is taken over, with a logged warning. A lock from another host is never taken over (its process cannot be checked from here): the
-message says to delete the file once that run is over. A lock whose pid a new process reused looks alive; the same
-message names its command, so a user sees that it is not the run.
-
-Under several processes (torch distributed, accelerate) only the main process takes the lock (`enabled=False` on
-the others); nested holds by the process that holds the lock (a run that calls `save_for_hub` into its own folder)
-are counted, not refused.
+A second run into a held folder gets `RunFolderLockedError`, naming the holder and the fix. A lock file already there
+when the lock is taken is read: one whose process is gone (same host, no such pid) is stale and taken over with a
+warning; one from another host never is (the message says to delete it once that run is over). Under several
+processes only the main one takes the lock (`enabled=False` elsewhere); nested holds by the holding process are
+counted, not refused.
 """
 
 from __future__ import annotations
@@ -69,12 +62,8 @@ def _lock_record(command: str | None) -> dict:
 
 def read_lock(folder: str | os.PathLike) -> dict | None:
     """The record of `folder`'s lock file; `None` when there is none, `{}` when it is empty or unreadable."""
-    return _read_record(Path(folder) / LOCK_FILE)
-
-
-def _read_record(path: Path) -> dict | None:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = (Path(folder) / LOCK_FILE).read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnicodeDecodeError):
@@ -91,9 +80,7 @@ def _process_exists(pid: int) -> bool:
         os.kill(pid, 0)  # signal 0: only checks that the process exists
     except ProcessLookupError:
         return False
-    except PermissionError:  # it exists, under another user
-        return True
-    except OSError:  # no way to check here (an unsupported platform): assume it runs
+    except OSError:  # it exists under another user, or no way to check here: assume it runs
         return True
     return True
 
@@ -143,10 +130,8 @@ def check_run_folder_free(folder: str | os.PathLike) -> None:
 
 
 def _acquire(folder: Path, command: str | None) -> tuple[FileLock, dict]:
-    """Takes `folder`'s lock: filelock's exclusive lock on `LOCK_FILE` (released by the system when the process
-    dies), then the record check on top for a lock file that was already there (left by a run that was killed, or
-    held by a process this host cannot lock against: another host, a run of an earlier version): a live holder's is
-    refused, a stale one taken over with a logged warning. Then this run's record is written into it."""
+    """Takes `folder`'s lock (filelock), then checks the record of a lock file that was already there (a killed
+    run's, or another host's): a live holder's is refused, a stale one taken over. Then writes this run's record."""
     path = folder / LOCK_FILE
     existed = path.exists()
     lock = FileLock(str(path), timeout=0, thread_local=False)
@@ -170,8 +155,7 @@ def _acquire(folder: Path, command: str | None) -> tuple[FileLock, dict]:
 
 
 def _release(folder: Path, lock: FileLock, record: dict) -> None:
-    """Removes the lock file when it is still this hold's (a lock taken over by force is left alone), then lets
-    filelock release it."""
+    """Removes the lock file when it is still this hold's (one taken over by force is left alone); releases."""
     try:
         if read_lock(folder) == record:
             with contextlib.suppress(FileNotFoundError):
@@ -187,17 +171,12 @@ def run_folder_lock(folder: str | os.PathLike, command: str | None = None, enabl
     """Holds `folder` (created if missing) for this run; see the module docstring.
 
     Args:
-        folder: the folder the run writes.
         command (`str`, *optional*): what the lock records as the holder's command (default: this process's).
-        enabled (`bool`, defaults to `True`): `False` on the processes of a launch other than the main one, which
-            write nothing of their own: they neither take the lock nor are refused by it.
+        enabled (`bool`, defaults to `True`): `False` on a launch's processes other than the main one, which write
+            nothing of their own: they neither take the lock nor are refused by it.
 
-    Raises:
-        RunFolderLockedError: another run holds `folder`.
-        FileExistsError: `folder` exists and is not a folder.
-
-    A folder this hold created and that is still empty at release is removed, so a refused or failed run leaves
-    nothing behind.
+    Raises `RunFolderLockedError` (another run holds `folder`) or `FileExistsError` (not a folder). A folder this hold
+    created and that is still empty at release is removed: a refused or failed run leaves nothing behind.
     """
     folder = Path(folder)
     if not enabled:
@@ -245,6 +224,16 @@ def folder_entries(folder: str | os.PathLike) -> list[Path]:
     return [path for path in Path(folder).iterdir() if path.name != LOCK_FILE]
 
 
+def refuse_filled_folder(folder: str | os.PathLike, overwrite: bool, note: str = "") -> None:
+    """Raises `FileExistsError` when `folder` is not a folder, or holds entries (`folder_entries`) and `overwrite` is
+    off; `note` ends the message (what an overwrite replaces)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"{folder} exists and is not a folder; pass a folder path.")
+    if folder.is_dir() and folder_entries(folder) and not overwrite:
+        raise FileExistsError(f"{folder} exists and is not empty; choose another folder or pass overwrite=True{note}.")
+
+
 __all__ = [
     "LOCK_FILE",
     "RunFolderLockedError",
@@ -253,5 +242,6 @@ __all__ = [
     "describe_holder",
     "folder_entries",
     "read_lock",
+    "refuse_filled_folder",
     "run_folder_lock",
 ]

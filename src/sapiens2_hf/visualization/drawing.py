@@ -57,18 +57,10 @@ def draw_keypoints(
     skeleton_links: Sequence[Sequence[int]] = SKELETON_LINKS,
     link_colors: Sequence[Sequence[int]] = SKELETON_LINK_COLORS_RGB,
 ) -> Image.Image:
-    """Draw skeletons in the official colours.
-
-    Args:
-        image: RGB image (PIL or `(height, width, 3)` uint8).
-        people: pose pipeline results for this image: dicts with `keypoints` `(num_keypoints, 2)`, `scores`
-            `(num_keypoints,)` and optionally `bbox` `(4,)` xyxy.
-        score_threshold: keypoints (and links) with a score at or below it are not drawn.
-        radius, thickness: in pixels; default scales with the image size.
-
-    Returns:
-        A new RGB `PIL.Image` of the same size.
-    """
+    """A new RGB image of `image` (PIL or `(height, width, 3)` uint8) with the skeletons of `people` (pose pipeline
+    results: `keypoints` `(num_keypoints, 2)`, `scores` `(num_keypoints,)`, optional `bbox` xyxy) in the official
+    colours; keypoints (and links) scored at or below `score_threshold` are not drawn. `radius` and `thickness` are
+    pixels, by default scaled with the image size."""
     canvas = _rgb_image(image).copy()
     width, height = canvas.size
     scale = max(width, height)
@@ -95,19 +87,10 @@ def draw_keypoints(
 
 
 def enlarge(image: Any, people: Sequence[dict] = (), min_height: int = 384) -> tuple[Image.Image, list[dict]]:
-    """An image too small to read (a 96 x 72 synthetic human), enlarged by the smallest integer factor that makes it
-    at least `min_height` pixels tall, nearest-neighbour (each pixel stays a visible block), with `people`'s
-    `keypoints` and `bbox` mapped onto it.
-
-    Args:
-        image: RGB image (PIL or `(height, width, 3)` uint8).
-        people: pose dicts as `draw_keypoints` takes them; points are `(x, y)` pixels with pixel centres at
-            integers, so `x -> (x + 0.5) * factor - 0.5` keeps each point at the centre of its enlarged pixel.
-        min_height: the enlarged height's lower bound, in pixels (images already that tall are returned as they are).
-
-    Returns:
-        `(PIL.Image, list[dict])`: the enlarged image and copies of `people` in its pixels.
-    """
+    """`(image, people)` enlarged nearest-neighbour by the smallest integer factor that makes the image at least
+    `min_height` pixels tall (a 96 x 72 synthetic human becomes readable), with copies of `people`'s `keypoints`
+    (pixel centres at integers: `x -> (x + 0.5) * factor - 0.5`) and `bbox` mapped onto it. `image` and `people` as
+    `draw_keypoints` takes them."""
     canvas = _rgb_image(image)
     factor = max(1, -(-min_height // canvas.height))  # ceil
     if factor == 1:
@@ -124,16 +107,8 @@ def enlarge(image: Any, people: Sequence[dict] = (), min_height: int = 384) -> t
 
 
 def side_by_side(panels: Sequence[tuple[str, Any]], caption: str | None = None, gap: int = 4) -> Image.Image:
-    """Images next to each other, each under its title, with an optional caption line below all of them.
-
-    Args:
-        panels: `(title, image)` pairs; images are PIL or `(height, width, 3)` uint8 and are top-aligned.
-        caption: one line of text under the row (e.g. what model made the prediction).
-        gap: pixels of white between panels.
-
-    Returns:
-        A new RGB `PIL.Image`.
-    """
+    """A new RGB image of `panels` (`(title, image)` pairs, PIL or uint8 arrays, top-aligned) next to each other
+    `gap` white pixels apart, each under its title, with an optional one-line `caption` below all of them."""
     images = [_rgb_image(image) for _, image in panels]
     font = _font(14)
     line = 20  # pixels per text line
@@ -179,13 +154,8 @@ def overlay_segmentation(
 ) -> Image.Image:
     """Blend the coloured class map over the image, with an optional legend of the classes present.
 
-    Args:
-        alpha: weight of the colours (0 = image only). Background (id 0) is left unblended when `skip_background`.
-        legend: append a panel on the right with a swatch and the name of each class present (in columns, so the
-            height stays the image's).
-
-    Returns:
-        RGB `PIL.Image`: the image size, widened by the legend panel when `legend` is set.
+    `alpha` weighs the colours (0 = image only); Background (id 0) stays unblended with `skip_background`. `legend`
+    widens the image by a panel with a swatch and the name of each class present (in columns, so the height stays).
     """
     base = _rgb_image(image)
     seg = _numpy(segmentation).astype(np.int64)
@@ -296,24 +266,9 @@ def _depth_range(depth: Any, mask: Any, percentiles: tuple[float, float]):
     return d, valid, (float(lo), float(hi))
 
 
-def _depth_colours(d: np.ndarray, valid: np.ndarray, value_range) -> np.ndarray:
-    """Turbo colours of the valid depths over `value_range`, near = warm: `(count, 3)` uint8."""
-    lo, hi = value_range
-    t = (d[valid] - lo) / (hi - lo) if hi > lo else np.zeros(int(valid.sum()))
-    return turbo_colours(1.0 - t)
-
-
 def depth_to_rgb(depth: Any, mask: Any = None, percentiles: tuple[float, float] = (1.0, 99.0)) -> Image.Image:
-    """Depth `(height, width)` -> Turbo-coloured RGB image, near = red/warm, far = blue; masked-out pixels black.
-
-    The range is taken from the given percentiles of the valid (finite, masked-in) depths; the colours are OpenCV's
-    Turbo table (see `turbo_colours`). `depth_to_image` adds a colour bar with units.
-    """
-    d, valid, value_range = _depth_range(depth, mask, percentiles)
-    out = np.zeros(d.shape + (3,), dtype=np.uint8)
-    if value_range is not None:
-        out[valid] = _depth_colours(d, valid, value_range)
-    return Image.fromarray(out)
+    """`depth_to_image` without the colour bar, masked-out and non-finite pixels black."""
+    return depth_to_image(depth, mask, colorbar=False, percentiles=percentiles, background=(0, 0, 0))
 
 
 def _font(size: int):
@@ -337,19 +292,10 @@ def depth_to_image(
 ) -> Image.Image:
     """Depth `(height, width)` -> Turbo-coloured image with a labelled colour bar (the CLI's `<name>_depth.png`).
 
-    Colours are `depth_to_rgb`'s (near = red, far = blue, OpenCV's Turbo table over the 1st to 99th percentile of the
-    shown depths); pixels outside `mask` and NaN / infinite depths (a masked pipeline result's background) are
-    `background`, a neutral grey. The colour bar, to the right of the image on a white panel, runs from the far end
-    of the range (top) to the near end (bottom), with ticks labelled in `units` at both ends and the title
-    `depth (<units>)`.
-
-    Args:
-        depth: `(height, width)` depths (numpy or torch).
-        mask: optional `(height, width)` bool foreground; `False` pixels are shown as background.
-        colorbar: add the bar (else the image alone, `depth_to_rgb` with a neutral background).
-        units: the depth's units for the labels (the Sapiens2 pointmaps are in metres).
-        percentiles: the colour range, as percentiles of the shown depths.
-        background: RGB of the pixels not shown.
+    Near = red, far = blue (OpenCV's Turbo table, `turbo_colours`), over `percentiles` of the shown depths; pixels
+    outside the optional bool `mask` and non-finite depths are `background`. The bar (`colorbar`), on a white panel
+    at the right, runs from the far end (top) to the near end (bottom), its two ends labelled in `units` (the
+    Sapiens2 pointmaps are in metres), under the title `depth (<units>)`.
 
     Returns:
         RGB `PIL.Image`: the image's height (taller only when the image is too short for the labels) and its width
@@ -357,10 +303,10 @@ def depth_to_image(
     """
     d, valid, value_range = _depth_range(depth, mask, percentiles)
     height, width = d.shape
-    pixels = np.empty((height, width, 3), dtype=np.uint8)
-    pixels[:] = np.asarray(background, dtype=np.uint8)
+    pixels = np.full((height, width, 3), background, dtype=np.uint8)
     if value_range is not None:
-        pixels[valid] = _depth_colours(d, valid, value_range)
+        lo, hi = value_range
+        pixels[valid] = turbo_colours(1.0 - ((d[valid] - lo) / (hi - lo) if hi > lo else np.zeros(int(valid.sum()))))
     picture = Image.fromarray(pixels)
     return _with_depth_colorbar(picture, value_range, units) if colorbar else picture
 
@@ -434,17 +380,9 @@ def save_ply(
     mask: Any = None,
     binary: bool = True,
 ) -> int:
-    """Write a point cloud as PLY (atomically).
-
-    Args:
-        points: `(num_points, 3)` or a pointmap `(height, width, 3)` (XYZ, float).
-        colors: optional uint8 RGB with the same leading shape (e.g. the original image).
-        mask: optional boolean mask with the same leading shape; non-finite points are always dropped.
-        binary: binary little-endian (compact) or ASCII.
-
-    Returns:
-        The number of points written.
-    """
+    """Writes `points` (`(num_points, 3)` or a pointmap `(height, width, 3)`, XYZ) as a binary little-endian or
+    ASCII PLY (atomically), with optional uint8 RGB `colors` and bool `mask` of the same leading shape (non-finite
+    points are always dropped); returns the number of points written."""
     xyz = _numpy(points).astype(np.float32).reshape(-1, 3)
     keep = np.isfinite(xyz).all(axis=1)
     if mask is not None:

@@ -1,13 +1,11 @@
 """3D results as binary glTF (`.glb`): the person's pointmap as a coloured triangle mesh and the 3D skeleton, readable
 by trimesh, Blender, three.js / `<model-viewer>` and Gradio's `Model3D`.
 
-Written here with the standard library and numpy (glTF 2.0 is a JSON header and one binary buffer): no mesh library
-is needed at run time.
-
-Frames: the results are in the camera frame (X right, Y down, Z forward, metres). glTF's is Y up with the viewer
-looking down -Z, so every point is written as `(X, -Y, -Z)`: the scene opens upright, seen from the camera. The
-mesh's faces come from the pixel grid: two triangles per 2x2 block of person pixels, left out where the block's
-depths differ by more than `depth_jump` (an arm in front of the chest stays apart from it) or a pixel has no point.
+Written with the standard library and numpy (glTF 2.0 is a JSON header and one binary buffer). Results are in the
+camera frame (X right, Y down, Z forward, metres); glTF is Y up looking down -Z, so points are written as
+`(X, -Y, -Z)`: the scene opens upright, seen from the camera. Mesh faces: two triangles per 2x2 block of person
+pixels, left out where a pixel has no point or the depths differ by more than `depth_jump` (an arm in front of the
+chest stays apart from it).
 """
 
 from __future__ import annotations
@@ -153,13 +151,9 @@ def skeleton_segments(keypoints_3d, valid, links) -> np.ndarray:
 def write_people_glb(path: str | os.PathLike, people: list[dict], pointmap=None, image=None, mask=None, *,
                      links=(), depth_jump: float = 0.05, max_vertices: int = 250_000) -> dict:
     """Writes `path` (`.glb`, atomically): node `person_surface` (the pointmap mesh, when `pointmap` is given), and
-    per person `i` nodes `skeleton_<i>_joints` (its valid 3D keypoints as points) and `skeleton_<i>_bones` (the
-    `links` between valid keypoints as lines). `people` are `sapiens2-pose-3d` people (`keypoints_3d`,
-    `keypoint_3d_valid`).
-
-    Returns:
-        `dict`: what was written: `vertices`, `faces`, and per person `joints` and `bones` counts.
-    """
+    per `sapiens2-pose-3d` person `i` nodes `skeleton_<i>_joints` (its valid 3D keypoints as points) and
+    `skeleton_<i>_bones` (the `links` between them as lines). Returns the `vertices`, `faces` and per person `joints`
+    and `bones` counts."""
     builder = _GlbBuilder()
     summary = {"vertices": 0, "faces": 0, "people": []}
     if pointmap is not None:
@@ -194,14 +188,9 @@ def write_skeleton_animation(path: str | os.PathLike, times, positions, links=()
     `times` (seconds, increasing), and the `links` as lines skinned to those nodes, so they follow the joints in any
     glTF viewer (Blender imports it as an armature with one animation).
 
-    Args:
-        times (`(T,)`): sample times in seconds.
-        positions (`(T, J, 3)`): camera-frame metres; NaN where a joint is unknown. A joint is held at its last known
-            position (before its first: its first one); a joint never known is left out, with the links to it.
-        names (`list[str]`, *optional*): joint node names.
-
-    Returns:
-        `dict`: `joints` (kept), `bones`, `frames`.
+    `positions` `(T, J, 3)` are camera-frame metres, NaN where a joint is unknown: a joint is held at its last
+    known position (before its first: its first one); one never known is left out, with its links. `names`: joint
+    node names. Returns `{"joints": kept, "bones": ..., "frames": ...}`.
     """
     times = np.asarray(times, dtype=np.float32).reshape(-1)
     positions = np.asarray(positions, dtype=np.float32)
