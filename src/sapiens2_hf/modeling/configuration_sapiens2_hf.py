@@ -306,7 +306,7 @@ class Sapiens2Config(BackboneConfigMixin, PreTrainedConfig):
         Encoder blocks (not counting the 4K tokenizer's), and query heads per block; the head dim must be divisible
         by 4 (2-D RoPE).
     hidden_act (`str`, defaults to `"silu"`):
-        Activation (a name of transformers' `ACT2FN`) of the MLPs, the decode heads and the pointmap scale MLP.
+        Activation (`silu`, `gelu` or `relu`) of the MLPs, the decode heads and the pointmap scale MLP.
     attention_dropout, drop_path_rate (`float`, default to 0.0):
         Dropout on the attention weights, and stochastic-depth probability of every residual branch, in training.
     initializer_range (`float`, defaults to 0.02), rope_theta (`float`, defaults to 100.0):

@@ -10,7 +10,6 @@ from functools import partial
 import torch
 from torch import nn
 from torchvision.ops import StochasticDepth
-from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
@@ -24,6 +23,17 @@ _TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 # ------------------------------------------------------------------------------------------------ small layers
+
+
+# torch's own activations, not transformers' ACT2FN: those classes are hub-kernel layers that `kernels.kernelize`
+# (transformers' `use_kernels`) may swap for other kernels, and the official numerics must not change under a flag.
+_ACTIVATIONS = {"silu": nn.SiLU, "swish": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
+
+
+def activation_layer(name: str) -> nn.Module:
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"Unsupported activation {name!r}; choose one of {sorted(_ACTIVATIONS)}.")
+    return _ACTIVATIONS[name]()
 
 
 class Sapiens2RMSNorm(nn.Module):
@@ -78,7 +88,7 @@ class Sapiens2MLP(nn.Module):
         super().__init__()
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
-        self.act_fn = ACT2FN[config.hidden_act]
+        self.act_fn = activation_layer(config.hidden_act)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.up_proj(hidden_states)))
@@ -93,7 +103,7 @@ class Sapiens2GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
-        self.act_fn = ACT2FN[config.hidden_act]
+        self.act_fn = activation_layer(config.hidden_act)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
@@ -449,7 +459,7 @@ class Sapiens2Layer(GradientCheckpointingLayer):
 
 class Sapiens2ConvLayer(nn.Module):
     """Convolution (transposed with `transposed`), optional pixel shuffle, normalisation (`norm_layer(out_channels)`)
-    and activation (an `ACT2FN` name). With `pixel_shuffle` the convolution outputs `out_channels * scale_factor**2`
+    and activation (`silu`, `gelu` or `relu`). With `pixel_shuffle` the convolution outputs `out_channels * scale_factor**2`
     channels, rearranged by `PixelShuffle(scale_factor)` into `out_channels` at `scale_factor` times the resolution.
     """
 
@@ -474,7 +484,7 @@ class Sapiens2ConvLayer(nn.Module):
             in_channels, conv_channels, kernel_size=kernel_size, stride=stride, padding=padding, bias=bias
         )
         self.norm = norm_layer(out_channels)
-        self.act_fn = ACT2FN[activation]
+        self.act_fn = activation_layer(activation)
         self.pixel_shuffle = nn.PixelShuffle(scale_factor) if pixel_shuffle else nn.Identity()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -550,7 +560,7 @@ class Sapiens2LinearActivation(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, activation: str):
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(in_features, out_features), ACT2FN[activation])
+        self.layers = nn.Sequential(nn.Linear(in_features, out_features), activation_layer(activation))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.layers(hidden_states)
