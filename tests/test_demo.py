@@ -23,3 +23,16 @@ def test_demo_runs_end_to_end_offline(tmp_path):
     card = ModelCard.load(tmp_path / "sapiens2-tiny-pose-synthetic" / "README.md")
     assert card.data.eval_results[0].metric_type == "pck_0_1"
     assert "PCK@0.1" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_demo_reruns_into_the_same_folder_and_keeps_the_users_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    argv = ["demo", "--out", str(tmp_path), "--pretrain-steps", "2", "--finetune-steps", "2"]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "report.json").read_text())
+    # the second run replaces the demo's own work folder (its pretraining run) instead of refusing it
+    assert main(argv) == 0
+    second = json.loads((tmp_path / "report.json").read_text())
+    assert second["pck_0_1_after"] == first["pck_0_1_after"]  # one seed, one process, the same kernels
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -70,6 +70,7 @@ def _pretrain(images: Path, output: Path, steps: int, seed: int) -> Path:
         "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--report_to", "none", "--use_cpu", "true",
         "--dataloader_pin_memory", "false", "--save_strategy", "no", "--logging_steps", str(max(1, steps // 4)),
         "--seed", str(seed),
+        "--overwrite_output_dir", "true",  # the demo's own work folder: a rerun into the same --out starts afresh
     ])
     return output / "backbone"
 
