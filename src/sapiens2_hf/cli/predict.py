@@ -39,6 +39,7 @@ def predict_parser() -> argparse.ArgumentParser:
 
 def add_person_arguments(parser) -> None:
     """Where a top-down command's people come from (`pose`, `pose3d`)."""
+    defaults = command_defaults("pose")  # stated once, on the typed options (pose3d reads them from argv too)
     parser.add_argument("--boxes", default=None, metavar="FILE.json",
                         help="JSON file {key: [[x_min, y_min, x_max, y_max], ...]} of person boxes in "
                              "pixels, xyxy format (not the xywh of COCO and of the written JSON's 'bbox'; "
@@ -53,8 +54,8 @@ def add_person_arguments(parser) -> None:
     parser.add_argument("--detector", default=None, metavar="ID_OR_FOLDER",
                         help="object-detection model id or local folder for inputs without boxes (default "
                              "PekingU/rtdetr_r50vd: needs the Hub or a cached copy)")
-    parser.add_argument("--detector-threshold", type=probability, default=0.3,
-                        help="least detector score of a person box, in [0, 1] (default 0.3)")
+    parser.add_argument("--detector-threshold", type=probability, default=defaults["detector_threshold"],
+                        help="least detector score of a person box, in [0, 1] (default %(default)s)")
     parser.add_argument("--no-flip-test", action="store_true", help="disable the official flip test")
 
 
@@ -72,7 +73,8 @@ def add_camera_arguments(parser) -> None:
 
 def add_frame_arguments(parser) -> None:
     """Which video frames a command processes."""
-    parser.add_argument("--video-stride", type=positive_int, default=1, help="process every n-th video frame")
+    parser.add_argument("--video-stride", type=positive_int, default=command_defaults("pose")["video_stride"],
+                        help="process every n-th video frame")
     parser.add_argument("--max-frames", type=positive_int, default=None, help="at most this many frames per video")
 
 
